@@ -1,0 +1,42 @@
+// swift-tools-version:5.9
+import PackageDescription
+
+let package = Package(
+    name: "Vaka",
+    products: [
+        .library(name: "Vaka", targets: ["Vaka"]),
+        .executable(name: "vaka", targets: ["vaka"]),
+        .executable(name: "vaka-crashme", targets: ["vaka-crashme"]),
+    ],
+    targets: [
+        // C libraries from Debian, found through pkg-config (scripts/bootstrap installs them).
+        .systemLibrary(name: "CLibunwind", path: "Sources/CLibunwind", pkgConfig: "libunwind",
+                       providers: [.apt(["libunwind-dev"])]),
+        .systemLibrary(name: "CLibelf", path: "Sources/CLibelf", pkgConfig: "libelf",
+                       providers: [.apt(["libelf-dev"])]),
+
+        // The C crash runtime. Public headers live in the top-level include/.
+        .target(
+            name: "VakaCrash",
+            dependencies: ["CLibunwind"],
+            path: ".",
+            sources: ["Sources/VakaCrash"],
+            publicHeadersPath: "include",
+            cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer"])],
+            linkerSettings: [.linkedLibrary("unwind")]
+        ),
+        // ELF symbol tables (libelf) and demangling.
+        .target(name: "VakaSymbolication", dependencies: ["CLibelf"]),
+        // The Swift SDK: public API, report reader, Sentry protocol types.
+        .target(name: "Vaka", dependencies: ["VakaCrash", "VakaSymbolication"]),
+        // The `vaka` command-line tool.
+        .executableTarget(name: "vaka", dependencies: ["Vaka"]),
+        // The crash harness and its C scenarios.
+        .target(name: "VakaCrashmeC",
+                cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer", "-O0"])]),
+        .executableTarget(name: "vaka-crashme", dependencies: ["Vaka", "VakaCrashmeC"]),
+
+        .testTarget(name: "VakaTests", dependencies: ["Vaka", "VakaSymbolication"]),
+        .testTarget(name: "VakaCrashTests", dependencies: ["Vaka"]),
+    ]
+)

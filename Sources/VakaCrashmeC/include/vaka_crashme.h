@@ -1,0 +1,1 @@
+void vaka_crashme_placeholder(void);

@@ -1,0 +1,2 @@
+import Vaka
+import VakaCrashmeC

@@ -1,0 +1,121 @@
+/*
+ * Vaka crash runtime — public C interface.
+ *
+ * The runtime installs async-signal-safe handlers for fatal signals. When one
+ * fires it writes a compact text report (docs/report-format.md) to
+ * `<report_dir>/<run_id>.crash` using write(2) only, then restores the handlers
+ * that were installed before it and lets the signal reach them, so the process
+ * ends exactly as it would have without Vaka.
+ *
+ * Everything here is called from ordinary code (never from a signal handler)
+ * unless a function says otherwise. All functions are safe to call from any
+ * thread; install/uninstall are serialised internally.
+ */
+#ifndef VAKA_CRASH_H
+#define VAKA_CRASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Version of the report format written by this runtime (first line `VAKA-CRASH <version>`). */
+#define VAKA_REPORT_VERSION 1
+/** Most frames recorded for the crashed thread. */
+#define VAKA_MAX_FRAMES 128
+/** Longest run id, in bytes, excluding the terminating NUL. */
+#define VAKA_RUN_ID_MAX 63
+/** Longest report directory path, in bytes, excluding the terminating NUL. */
+#define VAKA_REPORT_DIR_MAX 3800
+/** Alternate signal stack size used when the config gives 0, in bytes (64 KiB). */
+#define VAKA_DEFAULT_ALT_STACK_SIZE (64 * 1024)
+/** Most loaded images recorded in a report. */
+#define VAKA_MAX_IMAGES 512
+
+/** Configuration for vaka_crash_install(). Strings are copied; the caller keeps ownership. */
+typedef struct vaka_crash_config {
+    /** Existing directory where the report is created; absolute path, at most VAKA_REPORT_DIR_MAX bytes. */
+    const char *report_dir;
+    /** Identifier of this run (e.g. a UUID); the report file is `<report_dir>/<run_id>.crash`.
+     *  1..VAKA_RUN_ID_MAX characters of [A-Za-z0-9._-], not starting with '.'. */
+    const char *run_id;
+    /** Signals to handle, or NULL to handle the default set:
+     *  SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS. */
+    const int *signals;
+    /** Number of entries in `signals`; ignored when `signals` is NULL. */
+    size_t signal_count;
+    /** Size of each alternate signal stack this runtime creates, in bytes;
+     *  0 selects VAKA_DEFAULT_ALT_STACK_SIZE. Rounded up to whole pages, at least MINSIGSTKSZ. */
+    size_t alt_stack_size;
+} vaka_crash_config;
+
+/**
+ * Installs the crash handlers (SA_SIGINFO | SA_ONSTACK | SA_NODEFER) for the configured signals,
+ * remembering the actions that were there before; collects the loaded images (base address, size,
+ * path, GNU build ID) with dl_iterate_phdr; resolves the Swift runtime's fatal-error message buffer
+ * and glibc's abort message if present; and attaches an alternate stack to the calling thread
+ * (see vaka_crash_thread_attach()).
+ *
+ * Idempotent: a second call while installed keeps the saved previous actions and only takes the
+ * new report directory and run id.
+ *
+ * @return 0 on success, or an errno value: EINVAL for a NULL config, a bad run id, a missing or
+ *         too long report directory, or an unsupported signal; the errno of a failed sigaction,
+ *         mmap or sigaltstack otherwise (nothing is left half-installed).
+ */
+int vaka_crash_install(const vaka_crash_config *config);
+
+/**
+ * Restores exactly the signal actions that were in place before vaka_crash_install(), and removes
+ * the alternate stack this runtime gave the calling thread (if it gave it one).
+ * @return 0 (also when not installed), or the errno of a failed sigaction.
+ */
+int vaka_crash_uninstall(void);
+
+/** @return 1 while the handlers are installed, 0 otherwise. */
+int vaka_crash_is_installed(void);
+
+/**
+ * Gives the calling thread its own alternate signal stack (config.alt_stack_size bytes plus a guard
+ * page, from mmap) so a stack overflow on this thread can still be reported. Leaves an alternate
+ * stack the thread already has alone. The stack is released when the thread exits.
+ * @return 0 on success or when the thread already has an alternate stack; an errno value otherwise.
+ */
+int vaka_crash_thread_attach(void);
+
+/**
+ * Path of the report that a crash would write now: `<report_dir>/<run_id>.crash`,
+ * or NULL when not installed. Valid until the next install/uninstall.
+ */
+const char *vaka_crash_report_path(void);
+
+/**
+ * Re-collects the list of loaded images with dl_iterate_phdr (e.g. after dlopen). Optional: the
+ * handler also walks the dynamic linker's link map, so images loaded after install are reported
+ * even without this call.
+ * @return the number of images now known, or -1 with errno set.
+ */
+int vaka_crash_refresh_images(void);
+
+/**
+ * Unwinds the calling thread (libunwind, frame-pointer fallback) and stores up to `max` instruction
+ * addresses in `out`, newest first, after skipping `skip` frames (0 = the caller of this function).
+ * Not for use in a signal handler. For handled-error stack traces.
+ * @return the number of addresses stored.
+ */
+size_t vaka_crash_capture_frames(uintptr_t *out, size_t max, size_t skip);
+
+/**
+ * Test hook: when `stage` is non-zero, the next crash capture faults on purpose at that stage
+ * (1 = after the header is written, 2 = while unwinding) to exercise the re-entrancy path.
+ * Never set in production code.
+ */
+void vaka_crash_test_fault_in_handler(int stage);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VAKA_CRASH_H */
