@@ -19,8 +19,8 @@ let package = Package(
         .target(
             name: "VakaCrash",
             dependencies: ["CLibunwind"],
-            path: ".",
-            sources: ["Sources/VakaCrash"],
+            // Sources/VakaCrash/include is a symlink to the top-level include/ (SwiftPM wants public
+            // headers inside the target's directory).
             publicHeadersPath: "include",
             cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer"])],
             linkerSettings: [.linkedLibrary("unwind")]

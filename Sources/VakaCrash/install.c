@@ -1,11 +1,272 @@
-/* Placeholder until the crash runtime lands. */
-#include "vaka/vaka_crash.h"
-#include <stddef.h>
-int vaka_crash_install(const vaka_crash_config *config) { (void)config; return 0; }
-int vaka_crash_uninstall(void) { return 0; }
-int vaka_crash_is_installed(void) { return 0; }
-int vaka_crash_thread_attach(void) { return 0; }
-const char *vaka_crash_report_path(void) { return NULL; }
-int vaka_crash_refresh_images(void) { return 0; }
-size_t vaka_crash_capture_frames(uintptr_t *out, size_t max, size_t skip) { (void)out; (void)max; (void)skip; return 0; }
-void vaka_crash_test_fault_in_handler(int stage) { (void)stage; }
+/*
+ * Install time: configuration, sigaction install/uninstall, and everything the handler needs prepared in
+ * static storage before a crash (report path, executable path, image list, the Swift runtime's fatal
+ * message buffer, glibc's abort message, the dynamic linker's r_debug, the safe-memory reader, a warmed-up
+ * libunwind). Not signal safe; serialised by a mutex.
+ */
+#include "vaka_internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+/* 1 when install gave the installing thread its alternate stack (uninstall removes it again). */
+static int gave_alt_stack;
+
+static const int default_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS };
+#define DEFAULT_SIGNAL_COUNT (sizeof default_signals / sizeof default_signals[0])
+
+/* ------------------------------------------------------------------ safe memory setup */
+
+int vaka_safe_reader_init(vaka_safe_reader *r)
+{
+    int err = 0;
+    struct stat st;
+    /* Keep a pipe from an earlier install if it is still ours. */
+    if (r->pipe_w >= 0) {
+        if (fstat(r->pipe_r, &st) != 0 || st.st_ino != r->pipe_ino || st.st_dev != r->pipe_dev ||
+            fstat(r->pipe_w, &st) != 0 || st.st_ino != r->pipe_ino || st.st_dev != r->pipe_dev)
+            r->pipe_r = r->pipe_w = -1;
+    }
+    if (r->pipe_w < 0) {
+        int fds[2];
+        if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0 && fstat(fds[0], &st) == 0) {
+            r->pipe_r = fds[0];
+            r->pipe_w = fds[1];
+            r->pipe_dev = st.st_dev;
+            r->pipe_ino = st.st_ino;
+        } else {
+            err = errno;
+        }
+    }
+    r->pid = getpid();
+
+    /* Probe process_vm_readv on our own memory: containers and seccomp policies may refuse it. */
+    volatile uint64_t probe = 0x5641b4a5u, copy = 0;
+    struct iovec local = { (void *)&copy, sizeof copy };
+    struct iovec remote = { (void *)&probe, sizeof probe };
+    if (process_vm_readv(r->pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof copy && copy == probe) {
+        r->method = VAKA_SAFE_READ_PVR;
+        return 0;
+    }
+    r->method = r->pipe_w >= 0 ? VAKA_SAFE_READ_PIPE : VAKA_SAFE_READ_NONE;
+    if (r->method == VAKA_SAFE_READ_PIPE) {
+        uint64_t back = 0;
+        if (vaka_safe_read(r, &back, (uintptr_t)&probe, sizeof back) != sizeof back || back != probe)
+            r->method = VAKA_SAFE_READ_NONE;
+    }
+    return r->method == VAKA_SAFE_READ_NONE ? (err ? err : ENOSYS) : 0;
+}
+
+/* ------------------------------------------------------------------ config */
+
+static int valid_run_id(const char *id, size_t *len)
+{
+    size_t n = strnlen(id, VAKA_RUN_ID_MAX + 1);
+    if (n == 0 || n > VAKA_RUN_ID_MAX || id[0] == '.') return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-'))
+            return 0;
+    }
+    *len = n;
+    return 1;
+}
+
+/* Fills `t` from the config. @return 0 or EINVAL. */
+static int make_target(vaka_report_target *t, const vaka_crash_config *config)
+{
+    size_t id_len = 0;
+    if (!valid_run_id(config->run_id, &id_len)) return EINVAL;
+    const char *dir = config->report_dir;
+    size_t dir_len = strnlen(dir, VAKA_REPORT_DIR_MAX + 1);
+    if (dir_len == 0 || dir_len > VAKA_REPORT_DIR_MAX || dir[0] != '/') return EINVAL;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return EINVAL;
+    while (dir_len > 1 && dir[dir_len - 1] == '/') dir_len--;
+
+    memset(t, 0, sizeof *t);
+    memcpy(t->run_id, config->run_id, id_len);
+    t->run_id_len = id_len;
+    size_t p = 0;
+    memcpy(t->path, dir, dir_len);
+    p += dir_len;
+    if (dir_len > 1 || dir[0] != '/') t->path[p++] = '/';
+    memcpy(t->path + p, config->run_id, id_len);
+    p += id_len;
+    memcpy(t->path + p, ".crash", 7);
+    return 0;
+}
+
+static int supported_signal(int sig)
+{
+    for (size_t i = 0; i < DEFAULT_SIGNAL_COUNT; i++)
+        if (default_signals[i] == sig) return 1;
+    return 0;
+}
+
+/* Collects the configured signals (deduplicated) into out[]. @return the count, or -1 for EINVAL. */
+static int collect_signals(const vaka_crash_config *config, int *out)
+{
+    const int *list = config->signals ? config->signals : default_signals;
+    size_t count = config->signals ? config->signal_count : DEFAULT_SIGNAL_COUNT;
+    if (count == 0 || count > VAKA_NSIG) return -1;
+    int n = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!supported_signal(list[i])) return -1;
+        int dup = 0;
+        for (int j = 0; j < n; j++) dup |= out[j] == list[i];
+        if (!dup) out[n++] = list[i];
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------ install / uninstall */
+
+/* Page size and executable path (used by the image collection too). */
+static void prepare_process_facts(void)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    vaka_state.page_size = page > 0 ? (uintptr_t)page : 4096;
+
+    ssize_t n = readlink("/proc/self/exe", vaka_state.executable, VAKA_PATH_MAX);
+    vaka_state.executable_len = n > 0 ? (size_t)n : 0;
+    vaka_state.executable[vaka_state.executable_len] = '\0';
+}
+
+static void prepare_handler_state(void)
+{
+    prepare_process_facts();
+
+    vaka_safe_reader_init(&vaka_state.reader);
+
+    /* The Swift runtime's fatal-error message: the function returns the address of a `char *` that
+     * holds the message after a fatal error. Absent in programs without libswiftCore. */
+    char **(*get_buffer)(void) = (char **(*)(void))dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
+    vaka_state.swift_fatal_message = get_buffer != NULL ? get_buffer() : NULL;
+    /* glibc's `struct abort_msg_s *__abort_msg` (GLIBC_PRIVATE; may be missing in other libcs). */
+    vaka_state.abort_msg = (void **)dlsym(RTLD_DEFAULT, "__abort_msg");
+    vaka_state.r_debug = &_r_debug;
+
+    vaka_image_cache *cache = &vaka_image_caches[0];
+    vaka_images_collect(cache);
+    atomic_store(&vaka_state.images, cache);
+
+    /* Warm libunwind up (its one-time initialisation allocates) so the handler does not do it. */
+    uintptr_t frames[4];
+    vaka_crash_capture_frames(frames, 4, 0);
+}
+
+int vaka_crash_install(const vaka_crash_config *config)
+{
+    if (config == NULL || config->report_dir == NULL || config->run_id == NULL) return EINVAL;
+    int signals[VAKA_NSIG];
+    int signal_count = collect_signals(config, signals);
+    if (signal_count < 0) return EINVAL;
+
+    pthread_mutex_lock(&install_lock);
+    vaka_report_target *current = atomic_load(&vaka_state.target);
+    vaka_report_target *next = current == &vaka_state.targets[0] ? &vaka_state.targets[1] : &vaka_state.targets[0];
+    int rc = make_target(next, config);
+    if (rc != 0) goto out;
+
+    if (atomic_load(&vaka_state.installed)) {
+        atomic_store(&vaka_state.target, next); /* idempotent: only the report destination changes */
+        goto out;
+    }
+
+    vaka_thread_stack_set_size(config->alt_stack_size);
+    int had_ours = vaka_thread_stack_is_ours();
+    rc = vaka_crash_thread_attach();
+    if (rc != 0) goto out;
+    gave_alt_stack = !had_ours && vaka_thread_stack_is_ours();
+
+    vaka_sig_rearm();
+    prepare_handler_state();
+    atomic_store(&vaka_state.target, next);
+    for (int i = 0; i < signal_count; i++) vaka_state.signals[i] = signals[i];
+    vaka_state.signal_count = (size_t)signal_count;
+
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = vaka_sig_handler;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    atomic_store(&vaka_state.installed, 1); /* before the first sigaction: a crash right now is captured */
+    for (int i = 0; i < signal_count; i++) {
+        if (sigaction(signals[i], &action, &vaka_state.previous[signals[i]]) != 0) {
+            rc = errno;
+            for (int j = i - 1; j >= 0; j--) sigaction(signals[j], &vaka_state.previous[signals[j]], NULL);
+            atomic_store(&vaka_state.installed, 0);
+            vaka_state.signal_count = 0;
+            if (gave_alt_stack) vaka_thread_stack_detach();
+            gave_alt_stack = 0;
+            goto out;
+        }
+    }
+out:
+    pthread_mutex_unlock(&install_lock);
+    return rc;
+}
+
+int vaka_crash_uninstall(void)
+{
+    int rc = 0;
+    pthread_mutex_lock(&install_lock);
+    if (atomic_load(&vaka_state.installed)) {
+        for (size_t i = 0; i < vaka_state.signal_count; i++) {
+            int sig = vaka_state.signals[i];
+            if (sigaction(sig, &vaka_state.previous[sig], NULL) != 0 && rc == 0) rc = errno;
+        }
+        atomic_store(&vaka_state.installed, 0);
+        vaka_state.signal_count = 0;
+        vaka_thread_stack_detach();
+        gave_alt_stack = 0;
+    }
+    pthread_mutex_unlock(&install_lock);
+    return rc;
+}
+
+int vaka_crash_is_installed(void)
+{
+    return atomic_load(&vaka_state.installed) ? 1 : 0;
+}
+
+const char *vaka_crash_report_path(void)
+{
+    if (!atomic_load(&vaka_state.installed)) return NULL;
+    vaka_report_target *t = atomic_load(&vaka_state.target);
+    return t != NULL ? t->path : NULL;
+}
+
+int vaka_crash_refresh_images(void)
+{
+    pthread_mutex_lock(&install_lock);
+    int count;
+    if (vaka_sig_crash_started()) {
+        /* The handler may be reading the caches right now. */
+        errno = EBUSY;
+        count = -1;
+    } else {
+        vaka_image_cache *current = atomic_load(&vaka_state.images);
+        vaka_image_cache *next = current == &vaka_image_caches[0] ? &vaka_image_caches[1] : &vaka_image_caches[0];
+        if (!atomic_load(&vaka_state.installed)) prepare_process_facts();
+        count = (int)vaka_images_collect(next);
+        atomic_store(&vaka_state.images, next);
+    }
+    pthread_mutex_unlock(&install_lock);
+    return count;
+}
+
+void vaka_crash_test_fault_in_handler(int stage)
+{
+    atomic_store(&vaka_state.test_fault_stage, stage);
+}

@@ -42,7 +42,8 @@ typedef struct vaka_crash_config {
      *  1..VAKA_RUN_ID_MAX characters of [A-Za-z0-9._-], not starting with '.'. */
     const char *run_id;
     /** Signals to handle, or NULL to handle the default set:
-     *  SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS. */
+     *  SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS.
+     *  A non-NULL list may only name signals from that set (duplicates are ignored). */
     const int *signals;
     /** Number of entries in `signals`; ignored when `signals` is NULL. */
     size_t signal_count;
@@ -59,7 +60,7 @@ typedef struct vaka_crash_config {
  * (see vaka_crash_thread_attach()).
  *
  * Idempotent: a second call while installed keeps the saved previous actions and only takes the
- * new report directory and run id.
+ * new report directory and run id (signals and alt_stack_size of the second config are ignored).
  *
  * @return 0 on success, or an errno value: EINVAL for a NULL config, a bad run id, a missing or
  *         too long report directory, or an unsupported signal; the errno of a failed sigaction,
@@ -68,8 +69,10 @@ typedef struct vaka_crash_config {
 int vaka_crash_install(const vaka_crash_config *config);
 
 /**
- * Restores exactly the signal actions that were in place before vaka_crash_install(), and removes
- * the alternate stack this runtime gave the calling thread (if it gave it one).
+ * Restores exactly the signal actions that were in place before vaka_crash_install() (handler,
+ * sa_mask and flags; glibc adds its internal SA_RESTORER flag to every action it sets, also to a
+ * restored SIG_DFL), and removes the alternate stack this runtime gave the calling thread (if it
+ * gave it one).
  * @return 0 (also when not installed), or the errno of a failed sigaction.
  */
 int vaka_crash_uninstall(void);
@@ -95,13 +98,14 @@ const char *vaka_crash_report_path(void);
  * Re-collects the list of loaded images with dl_iterate_phdr (e.g. after dlopen). Optional: the
  * handler also walks the dynamic linker's link map, so images loaded after install are reported
  * even without this call.
- * @return the number of images now known, or -1 with errno set.
+ * @return the number of images now known, or -1 with errno set (EBUSY once a crash capture has started).
  */
 int vaka_crash_refresh_images(void);
 
 /**
  * Unwinds the calling thread (libunwind, frame-pointer fallback) and stores up to `max` instruction
  * addresses in `out`, newest first, after skipping `skip` frames (0 = the caller of this function).
+ * Every address is a return address (look up `addr - 1` to symbolicate the call site).
  * Not for use in a signal handler. For handled-error stack traces.
  * @return the number of addresses stored.
  */

@@ -1,0 +1,349 @@
+/*
+ * Signal path: the crash handler.
+ *
+ * Entry: the first thread to arrive wins a compare-and-swap on `crash_tid` and writes the report; any
+ * other crashing thread waits (bounded, ~10 s) until the winner has restored the previous handlers and
+ * then lets its own signal through. A second entry on the winner's thread means the capture itself
+ * faulted: the partial report is left without its `end` line and the process dies with the original
+ * signal.
+ *
+ * Chaining: after the report is closed, every previous action is put back exactly as saved. Hardware
+ * faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0) are left to repeat: returning re-executes the
+ * faulting instruction, which now reaches the previous handler (e.g. the Swift runtime's backtracer) or
+ * the default action. Everything else (SIGABRT, SIGTRAP — its PC is already past the int3 —, SIGSYS
+ * from seccomp, any signal sent with kill/tgkill/sigqueue) is re-sent to the same thread with tgkill.
+ *
+ * Only async-signal-safe syscalls, libunwind and other sig_*.c code are used here; all storage is static.
+ */
+#include "vaka_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+vaka_sig_state vaka_state = {
+    .reader = { .method = VAKA_SAFE_READ_NONE, .pipe_r = -1, .pipe_w = -1 },
+};
+
+/* Kernel tid of the thread writing the report; 0 while no crash has started. */
+static atomic_int crash_tid;
+/* Set once the winner has restored the previous handlers (or given up). */
+static atomic_int crash_done;
+/* The signal the winner is handling (for the nested-fault path). */
+static int crash_sig;
+static int report_fd = -1;
+static vaka_writer writer;
+static uintptr_t frame_ips[VAKA_MAX_FRAMES];
+static uint8_t frame_methods[VAKA_MAX_FRAMES];
+static char message_buf[VAKA_MESSAGE_MAX];
+
+/* How long a non-winning thread waits for the winner: 1000 x 10 ms. */
+#define VAKA_WAIT_STEPS 1000
+#define VAKA_WAIT_STEP_NS 10000000L
+
+static uint64_t now_ns(clockid_t clock)
+{
+    struct timespec ts;
+    ts.tv_sec = 0; /* assignments, not `= {0}`: some compilers emit memset for that at -O0 */
+    ts.tv_nsec = 0;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static pid_t current_tid(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
+static void send_self(int sig, pid_t tid)
+{
+    syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), tid, sig);
+}
+
+int vaka_sig_crash_started(void)
+{
+    return atomic_load(&crash_tid) != 0;
+}
+
+void vaka_sig_rearm(void)
+{
+    if (atomic_load(&crash_done)) {
+        atomic_store(&crash_tid, 0);
+        atomic_store(&crash_done, 0);
+    }
+}
+
+void vaka_sig_restore_previous(void)
+{
+    for (size_t i = 0; i < vaka_state.signal_count; i++) {
+        int sig = vaka_state.signals[i];
+        sigaction(sig, &vaka_state.previous[sig], NULL);
+    }
+    atomic_store(&vaka_state.installed, 0); /* our handlers are gone: a later install starts afresh */
+}
+
+void vaka_sig_test_fault(int stage)
+{
+    if (stage != 0 && atomic_load(&vaka_state.test_fault_stage) == stage) {
+        atomic_store(&vaka_state.test_fault_stage, 0);
+        volatile uintptr_t address = 8;
+        *(volatile int *)address = 1; /* SIGSEGV inside the capture, on purpose */
+    }
+}
+
+/* ------------------------------------------------------------------ report */
+
+static void write_text_line(const char *key, const char *s, size_t n)
+{
+    vaka_w_key(&writer, key);
+    vaka_w_text(&writer, s, n);
+    vaka_w_nl(&writer);
+}
+
+static void write_register(const char *name, uint64_t value)
+{
+    vaka_w_key(&writer, "register");
+    vaka_w_str(&writer, name);
+    vaka_w_char(&writer, ' ');
+    vaka_w_hex(&writer, value);
+    vaka_w_nl(&writer);
+}
+
+static void write_registers(const ucontext_t *uc)
+{
+#if defined(__x86_64__)
+    static const struct { const char *name; int index; } regs[] = {
+        { "rax", REG_RAX }, { "rbx", REG_RBX }, { "rcx", REG_RCX }, { "rdx", REG_RDX },
+        { "rsi", REG_RSI }, { "rdi", REG_RDI }, { "rbp", REG_RBP }, { "rsp", REG_RSP },
+        { "r8", REG_R8 },   { "r9", REG_R9 },   { "r10", REG_R10 }, { "r11", REG_R11 },
+        { "r12", REG_R12 }, { "r13", REG_R13 }, { "r14", REG_R14 }, { "r15", REG_R15 },
+        { "rip", REG_RIP }, { "eflags", REG_EFL },
+    };
+    for (size_t i = 0; i < sizeof regs / sizeof regs[0]; i++)
+        write_register(regs[i].name, (uint64_t)uc->uc_mcontext.gregs[regs[i].index]);
+#elif defined(__aarch64__)
+    for (int i = 0; i <= 28; i++) {
+        vaka_w_key(&writer, "register");
+        vaka_w_char(&writer, 'x');
+        vaka_w_udec(&writer, (uint64_t)i);
+        vaka_w_char(&writer, ' ');
+        vaka_w_hex(&writer, uc->uc_mcontext.regs[i]);
+        vaka_w_nl(&writer);
+    }
+    write_register("fp", uc->uc_mcontext.regs[29]);
+    write_register("lr", uc->uc_mcontext.regs[30]);
+    write_register("sp", uc->uc_mcontext.sp);
+    write_register("pc", uc->uc_mcontext.pc);
+#else
+    (void)uc;
+#endif
+}
+
+/* Text of at most VAKA_MESSAGE_MAX bytes at `p`, trailing newlines removed. */
+static void write_message(const char *key, uintptr_t p, size_t cap)
+{
+    if (p == 0) return;
+    if (cap > VAKA_MESSAGE_MAX) cap = VAKA_MESSAGE_MAX;
+    size_t n = vaka_safe_read_string(&vaka_state.reader, message_buf, p, cap);
+    while (n > 0 && (message_buf[n - 1] == '\n' || message_buf[n - 1] == '\r')) n--;
+    if (n > 0) write_text_line(key, message_buf, n);
+}
+
+static void write_messages(void)
+{
+    vaka_safe_reader *r = &vaka_state.reader;
+    uintptr_t p = 0;
+    /* Swift: swift_getFatalErrorMessageBuffer() returned the address of a `char *`. */
+    if (vaka_state.swift_fatal_message != NULL &&
+        vaka_safe_read_word(r, (uintptr_t)vaka_state.swift_fatal_message, &p) && p != 0)
+        write_message("fatal_message", p, VAKA_MESSAGE_MAX);
+    /* glibc: `struct abort_msg_s { unsigned int size; char msg[]; } *__abort_msg`; size is the whole
+     * allocation in bytes, msg is NUL-terminated. */
+    p = 0;
+    if (vaka_state.abort_msg != NULL && vaka_safe_read_word(r, (uintptr_t)vaka_state.abort_msg, &p) && p != 0) {
+        unsigned int size = 0;
+        if (vaka_safe_read(r, &size, p, sizeof size) == sizeof size && size > sizeof size)
+            write_message("abort_message", p + sizeof size, size - sizeof size);
+    }
+}
+
+static int has_fault_address(int sig, int code)
+{
+    return code > 0 && (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGTRAP);
+}
+
+static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns, pid_t tid)
+{
+    uint64_t wall_ns = now_ns(CLOCK_REALTIME);
+    vaka_report_target *target = atomic_load(&vaka_state.target);
+    if (target == NULL || target->path[0] == '\0') return;
+
+    int fd = open(target->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return; /* nowhere to write; chaining still happens */
+    report_fd = fd;
+    vaka_w_init(&writer, fd);
+    vaka_safe_reader_begin(&vaka_state.reader);
+
+    int code = info != NULL ? info->si_code : 0;
+    const char *name;
+
+    vaka_w_key(&writer, "VAKA-CRASH");
+    vaka_w_udec(&writer, VAKA_REPORT_VERSION);
+    vaka_w_nl(&writer);
+    write_text_line("run_id", target->run_id, target->run_id_len);
+    vaka_w_key(&writer, "pid");
+    vaka_w_dec(&writer, (int64_t)syscall(SYS_getpid));
+    vaka_w_nl(&writer);
+    vaka_w_key(&writer, "tid");
+    vaka_w_dec(&writer, tid);
+    vaka_w_nl(&writer);
+
+    char thread_name[17];
+    vaka_sig_zero(thread_name, sizeof thread_name);
+    if (prctl(PR_GET_NAME, thread_name, 0, 0, 0) != 0) thread_name[0] = '\0';
+    write_text_line("thread_name", thread_name, vaka_sig_strnlen(thread_name, 16));
+
+    vaka_w_key(&writer, "timestamp_ns");
+    vaka_w_udec(&writer, wall_ns);
+    vaka_w_nl(&writer);
+#if defined(__x86_64__)
+    vaka_w_str(&writer, "arch x86_64\n");
+#elif defined(__aarch64__)
+    vaka_w_str(&writer, "arch aarch64\n");
+#endif
+    if (vaka_state.executable_len > 0)
+        write_text_line("executable", vaka_state.executable, vaka_state.executable_len);
+    else
+        vaka_w_str(&writer, "executable -\n");
+
+    vaka_w_key(&writer, "signal");
+    vaka_w_dec(&writer, sig);
+    vaka_w_char(&writer, ' ');
+    name = vaka_signal_name(sig);
+    vaka_w_str(&writer, name != NULL ? name : "UNKNOWN");
+    vaka_w_nl(&writer);
+
+    vaka_w_key(&writer, "code");
+    vaka_w_dec(&writer, code);
+    vaka_w_char(&writer, ' ');
+    name = vaka_si_code_name(sig, code);
+    vaka_w_str(&writer, name != NULL ? name : "UNKNOWN");
+    vaka_w_nl(&writer);
+
+    if (info != NULL && has_fault_address(sig, code)) {
+        vaka_w_key(&writer, "fault_addr");
+        vaka_w_hex(&writer, (uintptr_t)info->si_addr);
+        vaka_w_nl(&writer);
+    }
+    if (info != NULL && code <= 0) {
+        vaka_w_key(&writer, "sender");
+        vaka_w_dec(&writer, info->si_pid);
+        vaka_w_char(&writer, ' ');
+        vaka_w_udec(&writer, info->si_uid);
+        vaka_w_nl(&writer);
+    }
+    write_messages();
+    /* Flush the header now: if anything below faults or hangs, it is already on disk. */
+    vaka_w_flush(&writer);
+    vaka_sig_test_fault(1);
+
+    write_registers(uc);
+
+    int truncated = 0;
+    size_t n = vaka_sig_unwind(uc, &vaka_state.reader, frame_ips, frame_methods, VAKA_MAX_FRAMES, &truncated);
+    for (size_t i = 0; i < n; i++) {
+        vaka_w_key(&writer, "frame");
+        vaka_w_hex(&writer, frame_ips[i]);
+        vaka_w_str(&writer, frame_methods[i] == VAKA_FRAME_CONTEXT ? " context\n"
+                            : frame_methods[i] == VAKA_FRAME_CFI   ? " cfi\n"
+                                                                   : " fp\n");
+    }
+    if (truncated) {
+        vaka_w_key(&writer, "frames_truncated");
+        vaka_w_udec(&writer, n);
+        vaka_w_nl(&writer);
+    }
+
+    vaka_sig_write_images(&writer, &vaka_state.reader);
+
+    vaka_w_key(&writer, "capture_ns");
+    vaka_w_udec(&writer, now_ns(CLOCK_MONOTONIC) - start_ns);
+    vaka_w_nl(&writer);
+    vaka_w_str(&writer, "end\n");
+    vaka_w_flush(&writer);
+    /* No fsync: the data is in the page cache, which outlives this process (only a kernel crash or power
+     * loss would lose it), and fsync costs milliseconds on real disks — more than the whole capture. */
+    close(fd);
+    report_fd = -1;
+}
+
+/* ------------------------------------------------------------------ chaining */
+
+/* Lets the signal reach whatever was installed before us (already restored). */
+static void chain(int sig, const siginfo_t *info, pid_t tid)
+{
+    int code = info != NULL ? info->si_code : 0;
+    if ((sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && code > 0)
+        return; /* a hardware fault: returning re-executes the faulting instruction */
+    send_self(sig, tid);
+}
+
+/* The capture faulted (or another signal hit the winner mid-capture): keep the complete lines written
+ * so far (no `end` line: readers see a truncated report) and die with the original signal. */
+__attribute__((noreturn)) static void die_after_nested_fault(int nested_sig, pid_t tid)
+{
+    int sig = crash_sig;
+    if (report_fd >= 0) {
+        vaka_w_flush_lines(&writer);
+        close(report_fd);
+        report_fd = -1;
+    }
+    writer.fd = -1;
+    vaka_sig_restore_previous();
+    atomic_store(&crash_done, 1);
+
+    send_self(sig, tid); /* the previous handler, or the default action */
+
+    /* Still alive: the previous handler returned or ignores the signal. Force the default action. */
+    struct sigaction dfl;
+    vaka_sig_zero(&dfl, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, NULL);
+    if (nested_sig != sig) sigaction(nested_sig, &dfl, NULL);
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, sig);
+    sigprocmask(SIG_UNBLOCK, &unblock, NULL);
+    send_self(sig, tid);
+    syscall(SYS_exit_group, 128 + sig); /* not reached unless the default action is to ignore */
+    for (;;) {
+    }
+}
+
+void vaka_sig_handler(int sig, siginfo_t *info, void *context)
+{
+    uint64_t start_ns = now_ns(CLOCK_MONOTONIC);
+    int saved_errno = errno;
+    pid_t tid = current_tid();
+    int expected = 0;
+
+    if (atomic_compare_exchange_strong(&crash_tid, &expected, (int)tid)) {
+        crash_sig = sig;
+        if (atomic_load(&vaka_state.installed)) capture(sig, info, (ucontext_t *)context, start_ns, tid);
+        vaka_sig_restore_previous();
+        atomic_store(&crash_done, 1);
+        chain(sig, info, tid);
+    } else if (expected == (int)tid) {
+        die_after_nested_fault(sig, tid);
+    } else {
+        /* Another thread is writing the report: wait for it, then let this signal through too. */
+        struct timespec step = { 0, VAKA_WAIT_STEP_NS };
+        for (int i = 0; i < VAKA_WAIT_STEPS && !atomic_load(&crash_done); i++) nanosleep(&step, NULL);
+        if (!atomic_load(&crash_done)) vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
+        chain(sig, info, tid);
+    }
+    errno = saved_errno;
+}

@@ -1,0 +1,178 @@
+/*
+ * Signal path: the `image` lines of a report.
+ *
+ * Images known at install (or at the last vaka_crash_refresh_images()) come from a cache filled by
+ * images.c with dl_iterate_phdr. To also cover libraries dlopen'ed later, the handler walks the dynamic
+ * linker's list (`_r_debug.r_map`, whose first five link_map fields are public ABI) with safe reads:
+ * entries matching a cached image (same l_addr and l_ld) are written from the cache; any other entry is
+ * read from memory — ELF header and program headers at l_addr, the PT_NOTE segments for the build ID,
+ * the path from l_name. Cached images no longer in the list (dlclose'd) are left out.
+ */
+#include "vaka_internal.h"
+
+#include <elf.h>
+#include <link.h>
+#include <stddef.h>
+
+vaka_image_cache vaka_image_caches[2];
+
+#if UINTPTR_MAX == 0xffffffffffffffffu
+typedef Elf64_Ehdr vaka_ehdr;
+typedef Elf64_Phdr vaka_phdr;
+#define VAKA_ELFCLASS ELFCLASS64
+#else
+typedef Elf32_Ehdr vaka_ehdr;
+typedef Elf32_Phdr vaka_phdr;
+#define VAKA_ELFCLASS ELFCLASS32
+#endif
+
+#define VAKA_MAX_PHDRS 128
+#define VAKA_NOTE_READ_MAX 2048
+#define VAKA_LINK_MAP_MAX 4096
+
+size_t vaka_find_build_id(const uint8_t *notes, size_t len, size_t align, uint8_t *out)
+{
+    size_t off = 0;
+    if (align != 8) align = 4;
+    while (off + 12 <= len) {
+        uint32_t namesz, descsz, type;
+        vaka_sig_copy(&namesz, notes + off, 4);
+        vaka_sig_copy(&descsz, notes + off + 4, 4);
+        vaka_sig_copy(&type, notes + off + 8, 4);
+        size_t name_off = off + 12;
+        size_t desc_off = name_off + ((namesz + align - 1) & ~(align - 1));
+        size_t next = desc_off + ((descsz + align - 1) & ~(align - 1));
+        if (namesz > len || descsz > len || desc_off > len || next > len || next <= off) break;
+        if (type == NT_GNU_BUILD_ID && namesz == 4 && notes[name_off] == 'G' && notes[name_off + 1] == 'N' &&
+            notes[name_off + 2] == 'U' && notes[name_off + 3] == '\0' && descsz > 0) {
+            size_t n = descsz < VAKA_BUILD_ID_MAX ? descsz : VAKA_BUILD_ID_MAX;
+            vaka_sig_copy(out, notes + desc_off, n);
+            return n;
+        }
+        off = next;
+    }
+    return 0;
+}
+
+/* One link_map entry not in the cache. */
+typedef struct extra_entry {
+    uintptr_t l_addr, l_name, l_ld;
+    int first; /* first entry of the list: the main program */
+} extra_entry;
+
+/* Scratch storage for the (single) crashing thread. */
+static extra_entry extras[VAKA_MAX_IMAGES];
+static vaka_phdr phdrs[VAKA_MAX_PHDRS];
+static uint8_t note_buf[VAKA_NOTE_READ_MAX];
+static char path_buf[VAKA_PATH_MAX];
+static vaka_image scratch_image;
+
+static void write_image_line(vaka_writer *w, const vaka_image *img, const char *path, size_t path_len)
+{
+    vaka_w_key(w, "image");
+    vaka_w_hex(w, img->base);
+    vaka_w_char(w, ' ');
+    vaka_w_hex(w, img->size);
+    vaka_w_char(w, ' ');
+    if (img->build_id_len > 0) vaka_w_hexbytes(w, img->build_id, img->build_id_len);
+    else vaka_w_char(w, '-');
+    vaka_w_char(w, ' ');
+    if (path_len > 0) vaka_w_text(w, path, path_len);
+    else vaka_w_char(w, '-');
+    vaka_w_nl(w);
+}
+
+/* Reads an image's layout and build ID from memory. @return 1 if its ELF header was readable. */
+static int image_from_memory(vaka_safe_reader *r, uintptr_t l_addr, vaka_image *img)
+{
+    vaka_ehdr eh;
+    uintptr_t page = vaka_state.page_size ? vaka_state.page_size : 4096;
+    if (l_addr == 0) return 0;
+    if (vaka_safe_read(r, &eh, l_addr, sizeof eh) != sizeof eh) return 0;
+    if (eh.e_ident[EI_MAG0] != ELFMAG0 || eh.e_ident[EI_MAG1] != ELFMAG1 || eh.e_ident[EI_MAG2] != ELFMAG2 ||
+        eh.e_ident[EI_MAG3] != ELFMAG3 || eh.e_ident[EI_CLASS] != VAKA_ELFCLASS ||
+        eh.e_phentsize != sizeof(vaka_phdr) || eh.e_phnum == 0)
+        return 0;
+    size_t phnum = eh.e_phnum < VAKA_MAX_PHDRS ? eh.e_phnum : VAKA_MAX_PHDRS;
+    size_t bytes = phnum * sizeof(vaka_phdr);
+    if (vaka_safe_read(r, phdrs, l_addr + eh.e_phoff, bytes) != bytes) return 0;
+
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (size_t i = 0; i < phnum; i++) {
+        if (phdrs[i].p_type != PT_LOAD) continue;
+        if (phdrs[i].p_vaddr < lo) lo = phdrs[i].p_vaddr;
+        if (phdrs[i].p_vaddr + phdrs[i].p_memsz > hi) hi = phdrs[i].p_vaddr + phdrs[i].p_memsz;
+    }
+    if (lo == UINTPTR_MAX) return 0;
+    lo &= ~(page - 1);
+    hi = (hi + page - 1) & ~(page - 1);
+    img->base = l_addr + lo;
+    img->size = hi - lo;
+    img->build_id_len = 0;
+    for (size_t i = 0; i < phnum && img->build_id_len == 0; i++) {
+        if (phdrs[i].p_type != PT_NOTE) continue;
+        size_t n = phdrs[i].p_filesz < VAKA_NOTE_READ_MAX ? phdrs[i].p_filesz : VAKA_NOTE_READ_MAX;
+        n = vaka_safe_read(r, note_buf, l_addr + phdrs[i].p_vaddr, n);
+        img->build_id_len = (uint8_t)vaka_find_build_id(note_buf, n, phdrs[i].p_align, img->build_id);
+    }
+    return 1;
+}
+
+void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
+{
+    vaka_image_cache *cache = atomic_load(&vaka_state.images);
+    size_t count = cache ? cache->count : 0;
+    size_t extra_count = 0, written = 0;
+    int walk_ok = 0;
+
+    for (size_t i = 0; i < count; i++) cache->images[i].seen = 0;
+
+    if (vaka_state.r_debug != NULL) {
+        uintptr_t node = 0;
+        uintptr_t map_field = (uintptr_t)vaka_state.r_debug + offsetof(struct r_debug, r_map);
+        if (vaka_safe_read_word(r, map_field, &node)) {
+            for (size_t k = 0; node != 0 && k < VAKA_LINK_MAP_MAX; k++) {
+                uintptr_t lm[5]; /* l_addr, l_name, l_ld, l_next, l_prev */
+                if (vaka_safe_read(r, lm, node, sizeof lm) != sizeof lm) break;
+                walk_ok = 1;
+                int found = 0;
+                for (size_t i = 0; i < count; i++) {
+                    vaka_image *img = &cache->images[i];
+                    if (img->l_addr == lm[0] && img->l_ld == lm[2]) {
+                        img->seen = 1;
+                        found = 1;
+                        break;
+                    }
+                }
+                if (!found && extra_count < VAKA_MAX_IMAGES) {
+                    extras[extra_count].l_addr = lm[0];
+                    extras[extra_count].l_name = lm[1];
+                    extras[extra_count].l_ld = lm[2];
+                    extras[extra_count].first = (k == 0);
+                    extra_count++;
+                }
+                node = lm[3];
+            }
+        }
+    }
+
+    for (size_t i = 0; i < count && written < VAKA_MAX_IMAGES; i++) {
+        vaka_image *img = &cache->images[i];
+        if (walk_ok && !img->seen && !img->not_in_link_map) continue;
+        write_image_line(w, img, cache->pool + img->path_off, img->path_len);
+        written++;
+    }
+
+    for (size_t e = 0; e < extra_count && written < VAKA_MAX_IMAGES; e++) {
+        vaka_image *img = &scratch_image;
+        if (!image_from_memory(r, extras[e].l_addr, img)) continue;
+        size_t n = 0;
+        if (extras[e].l_name != 0) n = vaka_safe_read_string(r, path_buf, extras[e].l_name, VAKA_PATH_MAX);
+        if (n == 0 && extras[e].first) {
+            write_image_line(w, img, vaka_state.executable, vaka_state.executable_len);
+        } else {
+            write_image_line(w, img, path_buf, n);
+        }
+        written++;
+    }
+}

@@ -1,0 +1,127 @@
+/*
+ * Signal path: unwinding the crashed thread from the signal's ucontext.
+ *
+ * First choice: libunwind local unwinding from the interrupted context
+ * (unw_init_local2(..., UNW_INIT_SIGNAL_FRAME)), which follows DWARF CFI (.eh_frame). When it yields fewer
+ * than two frames (no CFI for the crash site, or a failed init/step), a frame-pointer walk with safe memory
+ * reads takes over. Each frame records how it was found: `context`, `cfi` or `fp`.
+ *
+ * libunwind's caches take a mutex; the handler switches the local address space to UNW_CACHE_NONE
+ * before unwinding (the process is about to die anyway). In libunwind 1.6 that is a field store plus an
+ * atomic increment of the cache generation; it would also free .debug_frame tables, which builds without
+ * .debug_frame support (Debian's x86_64 libunwind) never allocate. libunwind's one-time initialisation ran
+ * at install (install.c warms it up). The cursor is static to keep the alternate stack usage small.
+ */
+#include "vaka_internal.h"
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+/* Largest plausible distance between two consecutive frame records, in bytes. */
+#define VAKA_FP_MAX_STEP (64u * 1024 * 1024)
+
+static unw_cursor_t cursor;
+
+uintptr_t vaka_uc_pc(const ucontext_t *uc)
+{
+#if defined(__x86_64__)
+    return (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    return (uintptr_t)uc->uc_mcontext.pc;
+#else
+    (void)uc;
+    return 0;
+#endif
+}
+
+uintptr_t vaka_uc_sp(const ucontext_t *uc)
+{
+#if defined(__x86_64__)
+    return (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+    return (uintptr_t)uc->uc_mcontext.sp;
+#else
+    (void)uc;
+    return 0;
+#endif
+}
+
+uintptr_t vaka_uc_fp(const ucontext_t *uc)
+{
+#if defined(__x86_64__)
+    return (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
+#elif defined(__aarch64__)
+    return (uintptr_t)uc->uc_mcontext.regs[29];
+#else
+    (void)uc;
+    return 0;
+#endif
+}
+
+size_t vaka_fp_walk(vaka_safe_reader *r, uintptr_t fp, uintptr_t sp, uintptr_t *ips, uint8_t *methods,
+                    size_t n, size_t max, int *truncated)
+{
+    /* A frame record is two words at fp: the caller's fp, then the return address (x86_64 and aarch64). */
+    while (fp != 0 && (fp & (sizeof(uintptr_t) - 1)) == 0 && fp >= sp) {
+        uintptr_t rec[2];
+        if (vaka_safe_read(r, rec, fp, sizeof rec) != sizeof rec) break;
+        if (rec[1] == 0) break;
+        if (n >= max) {
+            *truncated = 1;
+            break;
+        }
+        ips[n] = rec[1];
+        methods[n] = VAKA_FRAME_FP;
+        n++;
+        if (rec[0] <= fp || rec[0] - fp > VAKA_FP_MAX_STEP) break;
+        sp = fp;
+        fp = rec[0];
+    }
+    return n;
+}
+
+size_t vaka_sig_unwind(ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips, uint8_t *methods, size_t max,
+                       int *truncated)
+{
+    size_t n = 0;
+    *truncated = 0;
+    if (max == 0) return 0;
+
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
+    if (unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
+        unw_word_t ip = 0, sp = 0, prev_ip, prev_sp;
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) == 0 && ip != 0) {
+            unw_get_reg(&cursor, UNW_REG_SP, &sp);
+            ips[n] = (uintptr_t)ip;
+            methods[n] = VAKA_FRAME_CONTEXT;
+            n++;
+            for (;;) {
+                int step = unw_step(&cursor);
+                vaka_sig_test_fault(2);
+                if (step <= 0) break;
+                prev_ip = ip;
+                prev_sp = sp;
+                if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
+                unw_get_reg(&cursor, UNW_REG_SP, &sp);
+                if (ip == prev_ip && sp == prev_sp) break; /* no progress: corrupt unwind info */
+                if (n >= max) {
+                    *truncated = 1;
+                    break;
+                }
+                ips[n] = (uintptr_t)ip;
+                methods[n] = VAKA_FRAME_CFI;
+                n++;
+            }
+        }
+    }
+    if (n >= 2) return n;
+
+    /* Fallback: the PC from the context, then the frame-pointer chain. */
+    vaka_sig_test_fault(2);
+    *truncated = 0;
+    n = 0;
+    ips[n] = vaka_uc_pc(uc);
+    methods[n] = VAKA_FRAME_CONTEXT;
+    n++;
+    return vaka_fp_walk(r, vaka_uc_fp(uc), vaka_uc_sp(uc), ips, methods, n, max, truncated);
+}

@@ -1,0 +1,217 @@
+/*
+ * Vaka crash runtime — internal declarations shared by the install-time files (install.c, images.c,
+ * thread_stack.c, capture.c) and the signal-path files (sig_*.c).
+ *
+ * Rule of the house: everything a sig_*.c file touches is static storage defined in a sig_*.c file and
+ * prepared at install time. Code in sig_*.c calls only async-signal-safe syscalls, libunwind local
+ * unwinding, and other sig_*.c functions (scripts/check-signal-path enforces this on the object files).
+ */
+#ifndef VAKA_INTERNAL_H
+#define VAKA_INTERNAL_H
+
+/* Must come before any system header: REG_* (ucontext), pipe2, dl_iterate_phdr, process_vm_readv. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "vaka/vaka_crash.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---------------------------------------------------------------- limits */
+
+/** Longest report path: `<dir>/<run_id>.crash` plus the NUL, in bytes. */
+#define VAKA_REPORT_PATH_MAX (VAKA_REPORT_DIR_MAX + 1 + VAKA_RUN_ID_MAX + 6 + 1)
+/** Longest path kept for an image or the executable (bytes, without the NUL); longer ones are cut. */
+#define VAKA_PATH_MAX 4096
+/** Longest GNU build ID kept, in bytes (SHA-1 IDs are 20, some linkers emit up to 32). */
+#define VAKA_BUILD_ID_MAX 64
+/** Bytes of the per-cache string pool that holds image paths. */
+#define VAKA_IMAGE_POOL_SIZE (128 * 1024)
+/** Cap for fatal/abort message text, in bytes (docs/report-format.md). */
+#define VAKA_MESSAGE_MAX 4096
+/** Highest signal number handled + 1 (classic signals only). */
+#define VAKA_NSIG 32
+
+/* ---------------------------------------------------------------- safe memory (sig_safe_memory.c) */
+
+enum {
+    VAKA_SAFE_READ_NONE = 0,      /* no method works: every read fails */
+    VAKA_SAFE_READ_PVR = 1,       /* process_vm_readv(getpid()) */
+    VAKA_SAFE_READ_PIPE = 2,      /* write(2) the memory into a private pipe, read it back */
+};
+
+/** A way to read memory that may be unmapped without faulting. Set up with vaka_safe_reader_init(). */
+typedef struct vaka_safe_reader {
+    int method;          /* VAKA_SAFE_READ_* */
+    int pipe_r, pipe_w;  /* the private pipe (O_NONBLOCK, O_CLOEXEC), -1 when none */
+    dev_t pipe_dev;      /* identity of the pipe, checked before use (an app may close/dup2 over our fds) */
+    ino_t pipe_ino;
+    pid_t pid;           /* our pid, refreshed by vaka_safe_reader_begin() (fork changes it) */
+} vaka_safe_reader;
+
+/** Install time: creates the pipe and picks the method (process_vm_readv if it works, else the pipe).
+ *  @return 0 or an errno value (the reader then has method NONE). */
+int vaka_safe_reader_init(vaka_safe_reader *r);
+/** Signal safe. Refreshes the pid and checks the pipe is still ours; call once per capture. */
+void vaka_safe_reader_begin(vaka_safe_reader *r);
+/** Signal safe. Copies up to `len` bytes at address `src` to `dst` without faulting.
+ *  @return the number of bytes copied: a prefix of the range, cut at the first unreadable page. */
+size_t vaka_safe_read(vaka_safe_reader *r, void *dst, uintptr_t src, size_t len);
+/** Signal safe. Reads one machine word. @return 1 on success, 0 when unreadable. */
+int vaka_safe_read_word(vaka_safe_reader *r, uintptr_t src, uintptr_t *out);
+/** Signal safe. Reads a NUL-terminated string of at most `cap` bytes into `dst` (not terminated).
+ *  @return its length in bytes (stops at NUL, `cap`, or the first unreadable page). */
+size_t vaka_safe_read_string(vaka_safe_reader *r, char *dst, uintptr_t src, size_t cap);
+/** Signal safe byte copy and fill (no compiler-emitted memcpy/memset). */
+void vaka_sig_copy(void *dst, const void *src, size_t n);
+void vaka_sig_zero(void *dst, size_t n);
+/** Signal safe strlen with a cap. */
+size_t vaka_sig_strnlen(const char *s, size_t cap);
+
+/* ---------------------------------------------------------------- names (sig_names.c) */
+
+/** Signal safe. "SIGSEGV" etc., or NULL for an unknown number. */
+const char *vaka_signal_name(int sig);
+/** Signal safe. "SEGV_MAPERR", "SI_TKILL" etc. for si_code `code` of signal `sig`, or NULL if unknown. */
+const char *vaka_si_code_name(int sig, int code);
+
+/* ---------------------------------------------------------------- report writer (sig_report_writer.c) */
+
+/** Buffered writer over a file descriptor; a single static instance is used by the handler. */
+typedef struct vaka_writer {
+    int fd;            /* -1: writes are dropped */
+    size_t len;        /* bytes buffered */
+    size_t written;    /* bytes handed to write(2) so far */
+    char buf[8192];
+} vaka_writer;
+
+void vaka_w_init(vaka_writer *w, int fd);
+/** Writes the buffer with write(2) (retrying on EINTR/partial writes). */
+void vaka_w_flush(vaka_writer *w);
+/** Writes only the complete lines in the buffer and drops the rest (used after a fault mid-line). */
+void vaka_w_flush_lines(vaka_writer *w);
+void vaka_w_bytes(vaka_writer *w, const char *s, size_t n);
+void vaka_w_str(vaka_writer *w, const char *s);
+void vaka_w_char(vaka_writer *w, char c);
+void vaka_w_dec(vaka_writer *w, int64_t v);
+void vaka_w_udec(vaka_writer *w, uint64_t v);
+/** `0x` + lower-case hex, no padding. */
+void vaka_w_hex(vaka_writer *w, uint64_t v);
+/** Lower-case hex of `n` bytes, two digits each, no prefix. */
+void vaka_w_hexbytes(vaka_writer *w, const uint8_t *b, size_t n);
+/** A text value escaped per docs/report-format.md (`\\`, `\n`, `\t`, `\xHH`). */
+void vaka_w_text(vaka_writer *w, const char *s, size_t n);
+/** `key` followed by a space (starts a line). */
+void vaka_w_key(vaka_writer *w, const char *key);
+void vaka_w_nl(vaka_writer *w);
+
+/* ---------------------------------------------------------------- images */
+
+/** One loaded ELF image, as cached at install (images.c) and written in the handler (sig_images.c). */
+typedef struct vaka_image {
+    uintptr_t base;        /* address of the image's first byte: l_addr + lowest PT_LOAD p_vaddr, page aligned */
+    uintptr_t size;        /* span of the PT_LOAD segments in bytes, page-rounded */
+    uintptr_t l_addr;      /* load bias (dlpi_addr / link_map.l_addr): identity in the link map */
+    uintptr_t l_ld;        /* address of the dynamic section (link_map.l_ld), 0 if none */
+    uint32_t path_off;     /* path in the cache's pool */
+    uint32_t path_len;     /* 0: unknown (written as `-`) */
+    uint8_t build_id_len;  /* 0: none (written as `-`) */
+    uint8_t not_in_link_map; /* the vDSO may be missing from r_debug's list: always written */
+    uint8_t seen;          /* scratch for the handler: matched in the link map walk */
+    uint8_t build_id[VAKA_BUILD_ID_MAX];
+} vaka_image;
+
+typedef struct vaka_image_cache {
+    size_t count;
+    size_t pool_used;
+    vaka_image images[VAKA_MAX_IMAGES];
+    char pool[VAKA_IMAGE_POOL_SIZE];
+} vaka_image_cache;
+
+/** The two image caches (sig_images.c); vaka_sig_state.images points at the current one. */
+extern vaka_image_cache vaka_image_caches[2];
+
+/** Install time (images.c): fills `cache` with dl_iterate_phdr. @return the image count. */
+size_t vaka_images_collect(vaka_image_cache *cache);
+/** Signal safe (also used at install): parses the ELF notes in `notes[0..len)` (a PT_NOTE segment whose
+ *  p_align is `align`: 4 or 8) for the GNU build ID.
+ *  @return its length in bytes (copied to `out`, at most VAKA_BUILD_ID_MAX), 0 if none. */
+size_t vaka_find_build_id(const uint8_t *notes, size_t len, size_t align, uint8_t *out);
+/** Signal safe. Writes the `image` lines (install cache + link map walk for later dlopens). */
+void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r);
+
+/* ---------------------------------------------------------------- unwinding (sig_unwind.c) */
+
+enum { VAKA_FRAME_CONTEXT = 0, VAKA_FRAME_CFI = 1, VAKA_FRAME_FP = 2 };
+
+/** Signal safe. Unwinds the interrupted context `uc` into `ips`/`methods` (newest first), at most `max`.
+ *  Sets *truncated when more frames were there. Honours the stage-2 test fault. @return frame count. */
+size_t vaka_sig_unwind(ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips, uint8_t *methods, size_t max,
+                       int *truncated);
+/** Frame-pointer walk from the frame record at `fp` (stack pointer `sp`) with safe reads, appending
+ *  return addresses at ips[n..max). Sets *truncated when it stopped only because of `max`.
+ *  Signal safe. @return the new count. */
+size_t vaka_fp_walk(vaka_safe_reader *r, uintptr_t fp, uintptr_t sp, uintptr_t *ips, uint8_t *methods,
+                    size_t n, size_t max, int *truncated);
+/** Signal safe. PC, SP and frame pointer of a ucontext. */
+uintptr_t vaka_uc_pc(const ucontext_t *uc);
+uintptr_t vaka_uc_sp(const ucontext_t *uc);
+uintptr_t vaka_uc_fp(const ucontext_t *uc);
+
+/* ---------------------------------------------------------------- handler state (sig_handler.c) */
+
+/** Report destination; two copies so a re-install can switch atomically while a crash may be reading. */
+typedef struct vaka_report_target {
+    char run_id[VAKA_RUN_ID_MAX + 1];
+    size_t run_id_len;
+    char path[VAKA_REPORT_PATH_MAX];
+} vaka_report_target;
+
+/** Everything the handler reads. Written only at install/uninstall (under install.c's mutex). */
+typedef struct vaka_sig_state {
+    atomic_int installed;                      /* 1 while our handlers are in place */
+    int signals[VAKA_NSIG];                    /* handled signals */
+    size_t signal_count;
+    struct sigaction previous[VAKA_NSIG];      /* actions before install, indexed by signal */
+    vaka_report_target targets[2];
+    _Atomic(vaka_report_target *) target;      /* current target */
+    _Atomic(vaka_image_cache *) images;        /* current image cache */
+    char executable[VAKA_PATH_MAX + 1];        /* readlink("/proc/self/exe") */
+    size_t executable_len;
+    char **swift_fatal_message;                /* swift_getFatalErrorMessageBuffer(), or NULL */
+    void **abort_msg;                          /* &__abort_msg (struct abort_msg_s *), or NULL */
+    void *r_debug;                             /* &_r_debug (struct r_debug), or NULL */
+    atomic_int test_fault_stage;               /* vaka_crash_test_fault_in_handler() */
+    uintptr_t page_size;                       /* sysconf(_SC_PAGESIZE), bytes */
+    vaka_safe_reader reader;                   /* for the handler only */
+} vaka_sig_state;
+
+extern vaka_sig_state vaka_state;
+
+/** The signal handler (sig_handler.c). */
+void vaka_sig_handler(int sig, siginfo_t *info, void *uc);
+/** Signal safe. Puts back every saved previous action and marks the runtime as not installed. */
+void vaka_sig_restore_previous(void);
+/** Signal safe. 1 when a crash capture has started (then images must not be refreshed). */
+int vaka_sig_crash_started(void);
+/** Install time: after a finished capture that the process survived (a previous handler recovered),
+ *  lets a new install capture again. */
+void vaka_sig_rearm(void);
+/** Signal safe. Faults on purpose (test hook) when the configured stage equals `stage`. */
+void vaka_sig_test_fault(int stage);
+
+/* ---------------------------------------------------------------- install-time helpers */
+
+/** thread_stack.c: sets the size used by vaka_crash_thread_attach() (0 = default). */
+void vaka_thread_stack_set_size(size_t bytes);
+/** thread_stack.c: removes the alternate stack this runtime gave the calling thread, if any. */
+void vaka_thread_stack_detach(void);
+/** thread_stack.c: 1 if the calling thread's alternate stack was created by this runtime. */
+int vaka_thread_stack_is_ours(void);
+
+#endif /* VAKA_INTERNAL_H */
