@@ -1,0 +1,87 @@
+/// One entry of `exception.values`: what went wrong, for a crash the fatal signal.
+public struct Exception: Codable, Equatable, Sendable {
+    /// The kind of error; for a crash the signal name, e.g. `"SIGSEGV"`.
+    public var type: String?
+    /// A human sentence describing the error, e.g. `"EXC_BAD_ACCESS / SIGSEGV (SEGV_MAPERR) at 0x0"`.
+    public var value: String?
+    /// The kernel thread id (`gettid()`) of the thread the error happened on (`thread_id`).
+    public var threadID: Int64?
+    /// How the error was caught.
+    public var mechanism: Mechanism?
+    /// The stack of the thread at the error, oldest frame first.
+    public var stacktrace: Stacktrace?
+
+    /// Creates an exception; every field is described on its property.
+    public init(type: String? = nil, value: String? = nil, threadID: Int64? = nil,
+                mechanism: Mechanism? = nil, stacktrace: Stacktrace? = nil) {
+        self.type = type
+        self.value = value
+        self.threadID = threadID
+        self.mechanism = mechanism
+        self.stacktrace = stacktrace
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey {
+        case type, value
+        case threadID = "thread_id"
+        case mechanism, stacktrace
+    }
+}
+
+/// `exception.values[].mechanism`: how an error was caught.
+public struct Mechanism: Codable, Equatable, Sendable {
+    /// The catching mechanism; `"signalhandler"` for crashes caught by Vaka's signal handlers.
+    public var type: String
+    /// `false` when the error ended the process.
+    public var handled: Bool?
+    /// Operating-system facts about the error (the signal).
+    public var meta: MechanismMeta?
+    /// Free-form data; for crashes `relevant_address` (the fault address as `"0x…"`).
+    public var data: [String: JSONValue]?
+
+    /// Creates a mechanism; every field is described on its property.
+    public init(type: String, handled: Bool? = nil, meta: MechanismMeta? = nil, data: [String: JSONValue]? = nil) {
+        self.type = type
+        self.handled = handled
+        self.meta = meta
+        self.data = data
+    }
+}
+
+/// `mechanism.meta`: operating-system error details.
+public struct MechanismMeta: Codable, Equatable, Sendable {
+    /// The POSIX signal that was delivered.
+    public var signal: SignalMeta?
+
+    /// Creates mechanism meta.
+    public init(signal: SignalMeta? = nil) {
+        self.signal = signal
+    }
+}
+
+/// `mechanism.meta.signal`: a POSIX signal as the handler saw it (from `siginfo_t`).
+public struct SignalMeta: Codable, Equatable, Sendable {
+    /// Signal number, e.g. `11`.
+    public var number: Int32
+    /// `si_code`, e.g. `1` (SEGV_MAPERR) or `-6` (SI_TKILL).
+    public var code: Int32?
+    /// Signal name, e.g. `"SIGSEGV"`.
+    public var name: String?
+    /// `si_code` name, e.g. `"SEGV_MAPERR"`; `"UNKNOWN"` when the handler did not know it.
+    public var codeName: String?
+
+    /// Creates signal meta; every field is described on its property.
+    public init(number: Int32, code: Int32? = nil, name: String? = nil, codeName: String? = nil) {
+        self.number = number
+        self.code = code
+        self.name = name
+        self.codeName = codeName
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey {
+        case number, code, name
+        case codeName = "code_name"
+    }
+}

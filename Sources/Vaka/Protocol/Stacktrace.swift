@@ -1,0 +1,60 @@
+/// A stack trace (`stacktrace`): frames ordered OLDEST FIRST, so the crashing frame is the last one,
+/// plus the thread's registers at the time of the error.
+public struct Stacktrace: Codable, Equatable, Sendable {
+    /// Frames, oldest (outermost caller) first, crash site last.
+    public var frames: [Frame]
+    /// General registers by name (`rip`, `rsp`, … on x86_64; `pc`, `sp`, `x0`… on aarch64) as `"0x…"`.
+    public var registers: [String: HexAddress]?
+
+    /// Creates a stack trace.
+    public init(frames: [Frame], registers: [String: HexAddress]? = nil) {
+        self.frames = frames
+        self.registers = registers
+    }
+}
+
+/// One stack frame of a native stack trace.
+public struct Frame: Codable, Equatable, Sendable {
+    /// The instruction address: the faulting PC for the crash site, the return address for callers
+    /// (`instruction_addr`).
+    public var instructionAddr: HexAddress
+    /// How the frame was found: `"context"` (signal context), `"cfi"` (DWARF CFI unwinding),
+    /// `"fp"` (frame-pointer walk).
+    public var trust: String?
+    /// Path of the image (executable or shared library) the address lies in.
+    public var package: String?
+    /// Load address of that image's first byte (`image_addr`).
+    public var imageAddr: HexAddress?
+    /// The function, demangled (`demo.crashHere([Swift.Int]) -> Swift.Int`); C names as they are.
+    public var function: String?
+    /// The raw symbol name from the ELF symbol table, mangled for Swift (`$s4demo9crashHereySiSaySiGF`).
+    public var symbol: String?
+    /// Address of the first instruction of that symbol, in the crashed process (`symbol_addr`).
+    public var symbolAddr: HexAddress?
+    /// `true` for the application's own code: the main executable and images in its directory (`in_app`).
+    public var inApp: Bool?
+
+    /// Creates a frame; every field is described on its property.
+    public init(instructionAddr: HexAddress, trust: String? = nil, package: String? = nil,
+                imageAddr: HexAddress? = nil, function: String? = nil, symbol: String? = nil,
+                symbolAddr: HexAddress? = nil, inApp: Bool? = nil) {
+        self.instructionAddr = instructionAddr
+        self.trust = trust
+        self.package = package
+        self.imageAddr = imageAddr
+        self.function = function
+        self.symbol = symbol
+        self.symbolAddr = symbolAddr
+        self.inApp = inApp
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey {
+        case instructionAddr = "instruction_addr"
+        case trust, package
+        case imageAddr = "image_addr"
+        case function, symbol
+        case symbolAddr = "symbol_addr"
+        case inApp = "in_app"
+    }
+}

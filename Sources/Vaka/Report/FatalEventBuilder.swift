@@ -1,0 +1,210 @@
+import Foundation
+import VakaSymbolication
+
+/// Turns a ``CrashReport`` into a Sentry fatal ``Event`` (the JSON contract of `vaka report convert`).
+///
+/// What comes from where:
+/// - `event_id`: the report's run id without dashes, lower-case, when that gives 32 hex digits; otherwise
+///   a stable hash of the run id (see ``eventID(forRunID:)``).
+/// - `timestamp`: `timestamp_ns` in seconds. `platform` `native`, `level` `fatal`, `sdk` ``sdk``.
+/// - `exception.values[0]`: `type` the signal name, `value` ``exceptionValue(for:)``, mechanism
+///   `signalhandler` with `meta.signal` and `data.relevant_address` (the fault address, when recorded).
+/// - `threads.values[0]`: the crashed thread (tid, name), with the same stack trace.
+/// - Stack trace: the report's frames reversed (oldest first, crash site last). A frame gets `package`,
+///   `image_addr` and `in_app` from the image it lies in (`in_app` is true for the main executable, given by
+///   the `executable` line or else the first image, and for images in its directory), and `function`/`symbol`/`symbol_addr` from that
+///   image's ELF symbol table when the file on disk still has the report's build ID. Caller frames are
+///   looked up at `address - 1` (the call instruction), the crash site at its address.
+/// - `debug_meta.images`: the images some frame points into, in report order, with `code_id` (build ID)
+///   and `debug_id` (``DebugID/fromBuildID(_:)``; for an image without build ID the `.text` hash of its
+///   file, and an image without either, such as the vDSO, is left out).
+/// - `extra`: `run_id`, `pid`, `fatal_message`, `abort_message`, `capture_ns`, `report_truncated`, and when
+///   present `frames_truncated`, `sender_pid`/`sender_uid`, `report_skipped_lines`. A truncated report also
+///   gets the tag `vaka.report_truncated: "true"`.
+public struct FatalEventBuilder {
+    /// The SDK info put in every event: `vaka.swift` `0.1.0`.
+    public static let sdk = SDKInfo(name: "vaka.swift", version: "0.1.0")
+
+    /// Looks up function names in the images' ELF files; `nil` leaves `function`/`symbol` out.
+    /// Reuse one symbolicator across reports of one run so each image is opened once.
+    public var symbolicator: Symbolicator?
+
+    /// Creates a builder. Pass `symbolicator: nil` to skip symbolication.
+    public init(symbolicator: Symbolicator? = Symbolicator()) {
+        self.symbolicator = symbolicator
+    }
+
+    /// The fatal event for `report`. Never fails: a partial report gives a partial event, marked truncated.
+    public func event(from report: CrashReport) -> Event {
+        let frames = stackFrames(report)
+        let registers = Dictionary(report.registers.map { ($0.name, HexAddress($0.value)) },
+                                   uniquingKeysWith: { first, _ in first })
+        let stacktrace = frames.isEmpty ? nil : Stacktrace(frames: frames, registers: registers.isEmpty ? nil : registers)
+
+        var data: [String: JSONValue]?
+        if let fault = report.faultAddress {
+            data = ["relevant_address": .string(HexAddress(fault).description)]
+        }
+        let mechanism = Mechanism(
+            type: "signalhandler", handled: false,
+            meta: MechanismMeta(signal: SignalMeta(number: report.signal.number, code: report.code?.value,
+                                                   name: report.signal.name, codeName: report.code?.name)),
+            data: data)
+        let exception = Exception(type: report.signal.name, value: FatalEventBuilder.exceptionValue(for: report),
+                                  threadID: report.tid, mechanism: mechanism, stacktrace: stacktrace)
+        let thread = SentryThread(id: report.tid, name: report.threadName, crashed: true, current: true,
+                                  stacktrace: stacktrace)
+
+        var extra: [String: JSONValue] = ["report_truncated": .bool(report.isTruncated)]
+        extra["run_id"] = report.runID.map(JSONValue.string)
+        extra["pid"] = report.pid.map(JSONValue.int)
+        extra["fatal_message"] = report.fatalMessage.map(JSONValue.string)
+        extra["abort_message"] = report.abortMessage.map(JSONValue.string)
+        extra["capture_ns"] = report.captureNs.map { .int(Int64(clamping: $0)) }
+        extra["frames_truncated"] = report.framesTruncated.map { .int(Int64($0)) }
+        if let sender = report.sender {
+            extra["sender_pid"] = .int(sender.pid)
+            extra["sender_uid"] = .int(Int64(sender.uid))
+        }
+        let skipped = report.diagnostics.skippedLongLines + report.diagnostics.malformedLines
+        if skipped > 0 { extra["report_skipped_lines"] = .int(Int64(skipped)) }
+
+        let images = debugImages(report)
+        return Event(
+            eventID: FatalEventBuilder.eventID(forRunID: report.runID),
+            timestamp: report.timestampNs.map { Double($0) / 1_000_000_000 },
+            platform: "native",
+            level: .fatal,
+            sdk: FatalEventBuilder.sdk,
+            contexts: Contexts(device: DeviceContext(arch: report.arch), os: OSContext(name: "Linux")),
+            exception: ValueList([exception]),
+            threads: ValueList([thread]),
+            debugMeta: images.isEmpty ? nil : DebugMeta(images: images),
+            extra: extra,
+            tags: report.isTruncated ? ["vaka.report_truncated": "true"] : nil)
+    }
+
+    /// The event id for a run id: the run id without dashes, lower-case, when that is 32 hex digits (a UUID);
+    /// otherwise 32 hex digits hashed from the run id (FNV-1a, two seeds), so converting a report twice gives
+    /// the same id. A missing run id gives a random id.
+    public static func eventID(forRunID runID: String?) -> String {
+        guard let runID else { return UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased() }
+        let compact = runID.replacingOccurrences(of: "-", with: "").lowercased()
+        if compact.utf8.count == 32, compact.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) {
+            return compact
+        }
+        func fnv(_ seed: UInt64) -> UInt64 {
+            var hash = seed
+            for byte in runID.utf8 {
+                hash ^= UInt64(byte)
+                hash = hash &* 0x100000001b3
+            }
+            return hash
+        }
+        let high = String(fnv(0xcbf29ce484222325), radix: 16)
+        let low = String(fnv(0x84222325cbf29ce4), radix: 16)
+        return String(repeating: "0", count: 16 - high.count) + high + String(repeating: "0", count: 16 - low.count) + low
+    }
+
+    /// The Mach exception macOS developers know for a signal name: SIGSEGV and SIGBUS → `EXC_BAD_ACCESS`,
+    /// SIGTRAP → `EXC_BREAKPOINT`, SIGILL → `EXC_BAD_INSTRUCTION`, SIGFPE → `EXC_ARITHMETIC`,
+    /// SIGABRT → `EXC_CRASH`; `nil` for other signals.
+    public static func machException(forSignal name: String) -> String? {
+        switch name {
+        case "SIGSEGV", "SIGBUS": return "EXC_BAD_ACCESS"
+        case "SIGTRAP": return "EXC_BREAKPOINT"
+        case "SIGILL": return "EXC_BAD_INSTRUCTION"
+        case "SIGFPE": return "EXC_ARITHMETIC"
+        case "SIGABRT": return "EXC_CRASH"
+        default: return nil
+        }
+    }
+
+    /// The exception's human sentence: `<Mach exception> / <signal> (<si_code name>)`, then ` at <fault address>`
+    /// for SIGSEGV and SIGBUS (where it is a data address), then `: <message>` with the Swift fatal-error
+    /// message or else glibc's abort message. E.g. `EXC_BAD_ACCESS / SIGSEGV (SEGV_MAPERR) at 0x0`,
+    /// `EXC_BAD_INSTRUCTION / SIGILL (ILL_ILLOPN): Fatal error: Unexpectedly found nil while unwrapping an
+    /// Optional value`. An unknown si_code shows as `si_code <n>`.
+    public static func exceptionValue(for report: CrashReport) -> String {
+        var text = ""
+        if let mach = machException(forSignal: report.signal.name) { text = mach + " / " }
+        text += report.signal.name
+        if let code = report.code {
+            text += code.name == "UNKNOWN" ? " (si_code \(code.value))" : " (\(code.name))"
+        }
+        if let fault = report.faultAddress, report.signal.name == "SIGSEGV" || report.signal.name == "SIGBUS" {
+            text += " at \(HexAddress(fault))"
+        }
+        let message = (report.fatalMessage ?? report.abortMessage)?.trimmingCharacters(in: .whitespacesAndNewlines)
+        if let message, !message.isEmpty { text += ": " + message }
+        return text
+    }
+
+    // MARK: - Frames and images
+
+    /// The address to look up for the report frame at `index` (newest first): the crash site as is,
+    /// callers at return address - 1.
+    private static func lookupAddress(_ frame: CrashReport.Frame, index: Int) -> UInt64 {
+        index == 0 || frame.address == 0 ? frame.address : frame.address - 1
+    }
+
+    private func image(for address: UInt64, in report: CrashReport) -> CrashReport.Image? {
+        report.images.first { $0.contains(address) }
+    }
+
+    private func stackFrames(_ report: CrashReport) -> [Frame] {
+        var reportFrames = report.frames
+        if reportFrames.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
+            // Cut before the first frame line: the PC from the signal context is still the crash site.
+            reportFrames = [CrashReport.Frame(address: pc.value, method: "context")]
+        }
+        // The main executable: the `executable` line, else the first image (the writer lists it first).
+        let executable = report.executable ?? report.images.first?.path
+        let executableDirectory = executable.map { ($0 as NSString).deletingLastPathComponent }
+        var frames: [Frame] = []
+        frames.reserveCapacity(reportFrames.count)
+        for (index, reportFrame) in reportFrames.enumerated() {
+            let lookup = FatalEventBuilder.lookupAddress(reportFrame, index: index)
+            var frame = Frame(instructionAddr: HexAddress(reportFrame.address), trust: reportFrame.method, inApp: false)
+            if let image = image(for: lookup, in: report) {
+                frame.imageAddr = HexAddress(image.base)
+                frame.package = image.path
+                if let path = image.path, let executable {
+                    frame.inApp = path == executable || (path as NSString).deletingLastPathComponent == executableDirectory
+                }
+                if let symbolicator, let path = image.path, let buildID = image.buildID,
+                   let info = symbolicator.lookup(address: lookup, imagePath: path, imageBase: image.base, buildID: buildID) {
+                    frame.function = info.function
+                    frame.symbol = info.symbol
+                    frame.symbolAddr = HexAddress(info.symbolAddress)
+                }
+            }
+            frames.append(frame)
+        }
+        return frames.reversed()
+    }
+
+    private func debugImages(_ report: CrashReport) -> [DebugImage] {
+        var lookups = report.frames.enumerated().map { FatalEventBuilder.lookupAddress($1, index: $0) }
+        if lookups.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
+            lookups = [pc.value]
+        }
+        var used = Set<Int>()
+        for address in lookups {
+            if let index = report.images.firstIndex(where: { $0.contains(address) }) { used.insert(index) }
+        }
+        var images: [DebugImage] = []
+        for (index, image) in report.images.enumerated() where used.contains(index) {
+            var debugID: String?
+            if let buildID = image.buildID {
+                debugID = DebugID.fromBuildID(buildID)
+            } else if let path = image.path, path.hasPrefix("/") {
+                debugID = symbolicator?.textHashDebugID(imagePath: path)
+            }
+            guard let debugID else { continue }
+            images.append(DebugImage(type: "elf", codeFile: image.path, imageAddr: HexAddress(image.base),
+                                     imageSize: image.size, codeID: image.buildID, debugID: debugID, arch: report.arch))
+        }
+        return images
+    }
+}

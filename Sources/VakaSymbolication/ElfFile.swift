@@ -1,0 +1,308 @@
+import CLibelf
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why an ELF file could not be read.
+public enum ElfError: Error, Equatable, CustomStringConvertible {
+    /// `open(2)` failed with this errno (missing file, no permission, …).
+    case cannotOpen(path: String, errno: Int32)
+    /// The file is not a regular file (a directory, FIFO, device…).
+    case notARegularFile(path: String)
+    /// libelf refused the file: not ELF, or its headers are damaged. `reason` is libelf's message.
+    case notELF(path: String, reason: String)
+
+    /// A one-line explanation naming the path.
+    public var description: String {
+        switch self {
+        case .cannotOpen(let path, let code): return "cannot open \(path): \(String(cString: strerror(code)))"
+        case .notARegularFile(let path): return "\(path) is not a regular file"
+        case .notELF(let path, let reason): return "\(path) is not a readable ELF file: \(reason)"
+        }
+    }
+}
+
+/// A symbol from an ELF symbol table.
+public struct ElfSymbol: Equatable, Sendable {
+    /// The raw (mangled) name, as stored in the string table.
+    public var name: String
+    /// The symbol's value: its start as an ELF virtual address (`st_value`), not a runtime address.
+    public var address: UInt64
+    /// Its size in bytes (`st_size`), always > 0 for symbols returned by ``ElfFile/symbol(containing:)``.
+    public var size: UInt64
+
+    /// Creates a symbol; every field is described on its property.
+    public init(name: String, address: UInt64, size: UInt64) {
+        self.name = name
+        self.address = address
+        self.size = size
+    }
+}
+
+/// An ELF file on disk opened with libelf (read-only, memory-mapped), for symbolication:
+/// its GNU build ID, the layout of its `PT_LOAD` segments, and address → symbol lookups in `.symtab`
+/// then `.dynsym`.
+///
+/// Addresses of a running (or crashed) process map to ELF virtual addresses with
+/// ``vaddr(ofRuntimeAddress:imageBase:)``. The file stays open (one descriptor, one mapping) until the
+/// object is released. Not thread-safe: use one object from one thread at a time (``Symbolicator`` locks).
+public final class ElfFile {
+    /// The path the file was opened from.
+    public let path: String
+    /// The GNU build ID (`NT_GNU_BUILD_ID` note, from `SHT_NOTE` sections, else from `PT_NOTE` segments)
+    /// in lower-case hex, or `nil` when the file has none.
+    public let buildID: String?
+    /// The lowest `PT_LOAD` `p_vaddr`, aligned down to the page size: the ELF virtual address of the image's
+    /// first mapped byte, which a crash report records as the image base. 0 when there is no `PT_LOAD`.
+    public let firstLoadVaddr: UInt64
+    /// Span of the `PT_LOAD` segments in bytes, from ``firstLoadVaddr`` to the end of the last segment
+    /// in memory (`p_vaddr + p_memsz`); 0 when there is none.
+    public let loadSpan: UInt64
+    /// `true` when the file has a `.symtab` with function symbols (it is not stripped).
+    public var hasSymtab: Bool { !symtab.entries.isEmpty }
+
+    private let fd: Int32
+    private let elf: OpaquePointer
+    private let symtab: SymbolTable
+    private let dynsym: SymbolTable
+
+    private struct SymbolEntry {
+        var value: UInt64
+        var size: UInt64
+        var nameOffset: UInt32
+        var rank: UInt8  // binding preference among symbols at one address: GLOBAL 0, WEAK 1, other 2
+    }
+
+    private struct SymbolTable {
+        var entries: [SymbolEntry] = []   // sorted by value
+        var stringSection: Int = 0
+        var maxSize: UInt64 = 0
+    }
+
+    /// Opens `path` and reads its program headers, build ID and symbol tables.
+    /// - Throws: ``ElfError/cannotOpen(path:errno:)``, ``ElfError/notARegularFile(path:)``, or
+    ///   ``ElfError/notELF(path:reason:)`` when libelf cannot parse it as ELF.
+    public init(path: String) throws {
+        self.path = path
+        _ = elf_version(UInt32(EV_CURRENT))
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { throw ElfError.cannotOpen(path: path, errno: errno) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            throw ElfError.notARegularFile(path: path)
+        }
+        guard let elf = elf_begin(fd, ELF_C_READ_MMAP, nil) else {
+            let reason = ElfFile.lastError()
+            close(fd)
+            throw ElfError.notELF(path: path, reason: reason)
+        }
+        guard elf_kind(elf) == ELF_K_ELF else {
+            elf_end(elf)
+            close(fd)
+            throw ElfError.notELF(path: path, reason: "not an ELF object")
+        }
+        var ehdr = GElf_Ehdr()
+        guard gelf_getehdr(elf, &ehdr) != nil else {
+            let reason = ElfFile.lastError()
+            elf_end(elf)
+            close(fd)
+            throw ElfError.notELF(path: path, reason: reason)
+        }
+        self.fd = fd
+        self.elf = elf
+
+        let segments = ElfFile.programHeaders(elf)
+        let loads = segments.filter { $0.p_type == UInt32(PT_LOAD) }
+        if let lowest = loads.map(\.p_vaddr).min() {
+            let page = UInt64(max(sysconf(Int32(_SC_PAGESIZE)), 4096))
+            let first = lowest & ~(page - 1)
+            let end = loads.map { $0.p_vaddr &+ $0.p_memsz }.max() ?? first
+            firstLoadVaddr = first
+            loadSpan = end >= first ? end - first : 0
+        } else {
+            firstLoadVaddr = 0
+            loadSpan = 0
+        }
+        buildID = ElfFile.findBuildID(elf, segments: segments)
+        var symtab = SymbolTable()
+        var dynsym = SymbolTable()
+        var scn: OpaquePointer? = elf_nextscn(elf, nil)
+        while let section = scn {
+            var shdr = GElf_Shdr()
+            if gelf_getshdr(section, &shdr) != nil {
+                if shdr.sh_type == UInt32(SHT_SYMTAB) {
+                    symtab = ElfFile.readSymbols(section, shdr)
+                } else if shdr.sh_type == UInt32(SHT_DYNSYM) {
+                    dynsym = ElfFile.readSymbols(section, shdr)
+                }
+            }
+            scn = elf_nextscn(elf, section)
+        }
+        self.symtab = symtab
+        self.dynsym = dynsym
+    }
+
+    deinit {
+        elf_end(elf)
+        close(fd)
+    }
+
+    /// The ELF virtual address for `address` in a process where this file was loaded with its first byte
+    /// at `imageBase`: `address - imageBase + firstLoadVaddr` (wrapping arithmetic; pass addresses inside
+    /// the image).
+    public func vaddr(ofRuntimeAddress address: UInt64, imageBase: UInt64) -> UInt64 {
+        address &- imageBase &+ firstLoadVaddr
+    }
+
+    /// The runtime address for an ELF virtual address: the inverse of ``vaddr(ofRuntimeAddress:imageBase:)``.
+    public func runtimeAddress(ofVaddr vaddr: UInt64, imageBase: UInt64) -> UInt64 {
+        vaddr &- firstLoadVaddr &+ imageBase
+    }
+
+    /// The symbol whose `[st_value, st_value + st_size)` contains the ELF virtual address `vaddr`, looking
+    /// in `.symtab` first and then `.dynsym`. Only defined `STT_FUNC` symbols and `STT_NOTYPE` symbols with
+    /// a non-zero size count. When several contain `vaddr`, the one starting closest below it wins, then
+    /// GLOBAL over WEAK over LOCAL binding, then table order.
+    /// - Returns: the symbol, or `nil` when no symbol contains `vaddr`.
+    public func symbol(containing vaddr: UInt64) -> ElfSymbol? {
+        for table in [symtab, dynsym] {
+            if let entry = ElfFile.find(vaddr, in: table),
+               let name = elf_strptr(elf, table.stringSection, Int(entry.nameOffset)) {
+                return ElfSymbol(name: String(cString: name), address: entry.value, size: entry.size)
+            }
+        }
+        return nil
+    }
+
+    /// The bytes of the first page (up to 4096 bytes) of the `.text` section, for
+    /// ``DebugID/fromTextSection(_:)`` when the file has no build ID; empty when there is no `.text`
+    /// with contents.
+    public func firstTextPage() -> [UInt8] {
+        var shstrndx = 0
+        guard elf_getshdrstrndx(elf, &shstrndx) == 0 else { return [] }
+        var scn: OpaquePointer? = elf_nextscn(elf, nil)
+        while let section = scn {
+            var shdr = GElf_Shdr()
+            if gelf_getshdr(section, &shdr) != nil, shdr.sh_type != UInt32(SHT_NOBITS),
+               let name = elf_strptr(elf, shstrndx, Int(shdr.sh_name)), String(cString: name) == ".text" {
+                guard let data = elf_getdata(section, nil), let buffer = data.pointee.d_buf else { return [] }
+                let count = min(data.pointee.d_size, 4096)
+                return Array(UnsafeRawBufferPointer(start: buffer, count: count))
+            }
+            scn = elf_nextscn(elf, section)
+        }
+        return []
+    }
+
+    // MARK: - Reading
+
+    private static func lastError() -> String {
+        if let message = elf_errmsg(-1) { return String(cString: message) }
+        return "unknown libelf error"
+    }
+
+    private static func programHeaders(_ elf: OpaquePointer) -> [GElf_Phdr] {
+        var count = 0
+        guard elf_getphdrnum(elf, &count) == 0 else { return [] }
+        var result: [GElf_Phdr] = []
+        for index in 0..<count {
+            var phdr = GElf_Phdr()
+            if gelf_getphdr(elf, Int32(clamping: index), &phdr) != nil { result.append(phdr) }
+        }
+        return result
+    }
+
+    private static func findBuildID(_ elf: OpaquePointer, segments: [GElf_Phdr]) -> String? {
+        var scn: OpaquePointer? = elf_nextscn(elf, nil)
+        while let section = scn {
+            var shdr = GElf_Shdr()
+            if gelf_getshdr(section, &shdr) != nil, shdr.sh_type == UInt32(SHT_NOTE),
+               let data = elf_getdata(section, nil), let id = buildID(inNotes: data) {
+                return id
+            }
+            scn = elf_nextscn(elf, section)
+        }
+        for segment in segments where segment.p_type == UInt32(PT_NOTE) && segment.p_filesz > 0 {
+            if let data = elf_getdata_rawchunk(elf, Int64(clamping: segment.p_offset), Int(clamping: segment.p_filesz),
+                                               ELF_T_NHDR),
+               let id = buildID(inNotes: data) {
+                return id
+            }
+        }
+        return nil
+    }
+
+    private static func buildID(inNotes data: UnsafeMutablePointer<Elf_Data>) -> String? {
+        guard let base = data.pointee.d_buf else { return nil }
+        let size = data.pointee.d_size
+        var offset = 0
+        while offset < size {
+            var header = GElf_Nhdr()
+            var nameOffset = 0
+            var descOffset = 0
+            let next = gelf_getnote(data, offset, &header, &nameOffset, &descOffset)
+            if next == 0 || next <= offset { break }
+            offset = next
+            guard header.n_type == UInt32(NT_GNU_BUILD_ID), header.n_namesz == 4,
+                  nameOffset + 4 <= size, Int(header.n_descsz) > 0, descOffset + Int(header.n_descsz) <= size else {
+                continue
+            }
+            let name = UnsafeRawBufferPointer(start: base + nameOffset, count: 4)
+            guard Array(name) == Array("GNU\0".utf8) else { continue }
+            return DebugID.hexString(UnsafeRawBufferPointer(start: base + descOffset, count: Int(header.n_descsz)))
+        }
+        return nil
+    }
+
+    private static func readSymbols(_ section: OpaquePointer, _ shdr: GElf_Shdr) -> SymbolTable {
+        var table = SymbolTable()
+        table.stringSection = Int(shdr.sh_link)
+        guard shdr.sh_entsize > 0, let data = elf_getdata(section, nil) else { return table }
+        let count = Int(clamping: shdr.sh_size / shdr.sh_entsize)
+        table.entries.reserveCapacity(count)
+        for index in 0..<count {
+            var sym = GElf_Sym()
+            guard gelf_getsym(data, Int32(clamping: index), &sym) != nil else { break }
+            let type = Int32(sym.st_info & 0xf)
+            let binding = Int32(sym.st_info >> 4)
+            guard sym.st_shndx != UInt16(SHN_UNDEF), sym.st_size > 0, sym.st_name != 0,
+                  type == STT_FUNC || type == STT_NOTYPE else { continue }
+            let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
+            table.entries.append(SymbolEntry(value: sym.st_value, size: sym.st_size, nameOffset: sym.st_name, rank: rank))
+            table.maxSize = max(table.maxSize, sym.st_size)
+        }
+        // Stable order: by address, then preferred binding, then table order.
+        table.entries = table.entries.enumerated().sorted { lhs, rhs in
+            if lhs.element.value != rhs.element.value { return lhs.element.value < rhs.element.value }
+            if lhs.element.rank != rhs.element.rank { return lhs.element.rank < rhs.element.rank }
+            return lhs.offset < rhs.offset
+        }.map(\.element)
+        return table
+    }
+
+    private static func find(_ vaddr: UInt64, in table: SymbolTable) -> SymbolEntry? {
+        let entries = table.entries
+        // Index of the first entry with value > vaddr.
+        var low = 0
+        var high = entries.count
+        while low < high {
+            let mid = (low + high) / 2
+            if entries[mid].value <= vaddr { low = mid + 1 } else { high = mid }
+        }
+        var index = low - 1
+        var best: SymbolEntry?
+        while index >= 0 {
+            let entry = entries[index]
+            if let found = best {
+                // Same start address: lower indexes have the preferred binding.
+                if entry.value != found.value { break }
+            } else if vaddr - entry.value >= table.maxSize {
+                break  // no symbol this far below can reach vaddr
+            }
+            if vaddr - entry.value < entry.size { best = entry }
+            index -= 1
+        }
+        return best
+    }
+}

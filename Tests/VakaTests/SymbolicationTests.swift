@@ -1,0 +1,147 @@
+import Foundation
+import XCTest
+import VakaSymbolication
+
+/// A C-callable function with a known name in the test executable, for symbol lookups.
+@_cdecl("vaka_test_marker_function")
+@inline(never)
+public func vakaTestMarkerFunction(_ value: Int32) -> Int32 {
+    value &* 3 &+ 1
+}
+
+/// The runtime address of `vaka_test_marker_function`.
+func markerFunctionAddress() -> UInt64 {
+    let function: @convention(c) (Int32) -> Int32 = vakaTestMarkerFunction
+    return UInt64(UInt(bitPattern: unsafeBitCast(function, to: UnsafeRawPointer.self)))
+}
+
+/// The runtime address of an exported symbol, from `dlsym(RTLD_DEFAULT, name)`.
+func exportedSymbolAddress(_ name: String) -> UInt64? {
+    guard let address = dlsym(nil, name) else { return nil }
+    return UInt64(UInt(bitPattern: address))
+}
+
+final class DebugIDTests: XCTestCase {
+    func testDebugIDVectorsFromTheNotes() {
+        XCTAssertEqual(DebugID.fromBuildID("68220ae2c65d65c1b6aaa12fa6765a6ec2f5f434"), "e20a2268-5dc6-c165-b6aa-a12fa6765a6e")
+        XCTAssertEqual(DebugID.fromBuildID("6e4250d99632b8031d64f7107b94ff9c4737db1a"), "d950426e-3296-03b8-1d64-f7107b94ff9c")
+        XCTAssertEqual(DebugID.fromBuildID("6E4250D99632B8031D64F7107B94FF9C4737DB1A"), "d950426e-3296-03b8-1d64-f7107b94ff9c")
+    }
+
+    func testShortBuildIDsArePaddedWithZeros() {
+        XCTAssertEqual(DebugID.fromBuildID("0102030405060708"), "04030201-0605-0807-0000-000000000000")
+        XCTAssertEqual(DebugID.fromBuildID("ab"), "000000ab-0000-0000-0000-000000000000")
+    }
+
+    func testBadBuildIDsGiveNil() {
+        XCTAssertNil(DebugID.fromBuildID(""))
+        XCTAssertNil(DebugID.fromBuildID("abc"))
+        XCTAssertNil(DebugID.fromBuildID("zz"))
+    }
+
+    func testTextSectionHashXorsSixteenByteChunks() {
+        var text = [UInt8](repeating: 0, count: 32)
+        text[0] = 0x01; text[16] = 0x03   // byte 0: 1 ^ 3 = 2
+        text[15] = 0xff
+        XCTAssertEqual(DebugID.fromTextSection(text), "00000002-0000-0000-0000-0000000000ff")
+        // Only the first page counts.
+        XCTAssertEqual(DebugID.fromTextSection(text + [UInt8](repeating: 0, count: 4096 - 32) + [0x55]),
+                       DebugID.fromTextSection(text))
+        XCTAssertNil(DebugID.fromTextSection([UInt8]()))
+    }
+}
+
+final class ElfFileTests: XCTestCase {
+    func testBuildIDOfTheTestExecutableEqualsReadelf() throws {
+        let path = TestSupport.selfExecutable
+        let expected = try XCTUnwrap(try TestSupport.readelfBuildID(path), "readelf -n shows no build ID for \(path)")
+        let file = try ElfFile(path: path)
+        XCTAssertEqual(file.buildID, expected)
+        XCTAssertGreaterThan(file.loadSpan, 0)
+        XCTAssertTrue(file.hasSymtab, "debug test executable should not be stripped")
+    }
+
+    func testBuildIDOfLibcEqualsReadelf() throws {
+        let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
+        let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
+        let expected = try XCTUnwrap(try TestSupport.readelfBuildID(libc.path))
+        XCTAssertEqual(try ElfFile(path: libc.path).buildID, expected)
+    }
+
+    func testFindsAFunctionOfTheTestExecutableByRuntimeAddress() throws {
+        let address = markerFunctionAddress()
+        XCTAssertEqual(vakaTestMarkerFunction(2), 7)
+        let image = try XCTUnwrap(try TestSupport.image(containing: address))
+        XCTAssertEqual(image.path, TestSupport.selfExecutable)
+        let file = try ElfFile(path: image.path)
+        for offset: UInt64 in [0, 1, 4] {
+            let symbol = try XCTUnwrap(file.symbol(containing: file.vaddr(ofRuntimeAddress: address + offset, imageBase: image.base)))
+            XCTAssertEqual(symbol.name, "vaka_test_marker_function")
+            XCTAssertEqual(file.runtimeAddress(ofVaddr: symbol.address, imageBase: image.base), address)
+            XCTAssertGreaterThan(symbol.size, offset)
+        }
+    }
+
+    func testFallsBackToDynsymForStrippedLibc() throws {
+        let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
+        let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
+        let symbolicator = Symbolicator()
+        let buildID = try XCTUnwrap(try ElfFile(path: libc.path).buildID)
+        let info = try XCTUnwrap(symbolicator.lookup(address: getpid + 1, imagePath: libc.path, imageBase: libc.base, buildID: buildID))
+        XCTAssertTrue(["getpid", "__getpid"].contains(info.symbol), info.symbol)
+        XCTAssertEqual(info.function, info.symbol)
+        XCTAssertEqual(info.symbolAddress, getpid)
+    }
+
+    func testSymbolicatorNeedsTheSameBuildIDAndOpensEachFileOnce() throws {
+        let address = markerFunctionAddress()
+        let image = try XCTUnwrap(try TestSupport.image(containing: address))
+        let symbolicator = Symbolicator()
+        let buildID = try XCTUnwrap(try ElfFile(path: image.path).buildID)
+        let info = try XCTUnwrap(symbolicator.lookup(address: address + 2, imagePath: image.path, imageBase: image.base,
+                                                     buildID: buildID.uppercased()))
+        XCTAssertEqual(info, SymbolInfo(symbol: "vaka_test_marker_function", function: "vaka_test_marker_function",
+                                        symbolAddress: address))
+        XCTAssertNil(symbolicator.lookup(address: address, imagePath: image.path, imageBase: image.base,
+                                         buildID: "00" + buildID.dropFirst(2)))
+        XCTAssertNil(symbolicator.lookup(address: address, imagePath: "/nonexistent/file", imageBase: image.base, buildID: buildID))
+        XCTAssertNil(symbolicator.lookup(address: address, imagePath: "/nonexistent/file", imageBase: image.base, buildID: buildID))
+        XCTAssertEqual(symbolicator.openedFileCount, 2)
+    }
+
+    func testRefusesFilesThatAreNotELF() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let file = dir.appendingPathComponent("not-elf")
+        try Data("hello, this is not ELF".utf8).write(to: file)
+        XCTAssertThrowsError(try ElfFile(path: file.path)) { error in
+            guard case .notELF? = error as? ElfError else { return XCTFail("\(error)") }
+        }
+        XCTAssertThrowsError(try ElfFile(path: dir.path)) { error in
+            XCTAssertEqual(error as? ElfError, .notARegularFile(path: dir.path))
+        }
+        XCTAssertThrowsError(try ElfFile(path: dir.appendingPathComponent("missing").path)) { error in
+            XCTAssertEqual(error as? ElfError, .cannotOpen(path: dir.appendingPathComponent("missing").path, errno: ENOENT))
+        }
+    }
+}
+
+final class DemanglerTests: XCTestCase {
+    func testDemanglesSwiftNamesWithTheSwiftRuntime() {
+        XCTAssertEqual(Demangler.demangle("$s4demo9crashHereySiSaySiGF"), "demo.crashHere(Swift.Array<Swift.Int>) -> Swift.Int")
+        XCTAssertEqual(Demangler.demangleSwift("$sSS5countSivg"), "Swift.String.count.getter : Swift.Int")
+    }
+
+    func testLeavesCNamesAlone() {
+        XCTAssertEqual(Demangler.demangle("main"), "main")
+        XCTAssertEqual(Demangler.demangle("crashme_null_deref"), "crashme_null_deref")
+        XCTAssertNil(Demangler.demangleSwift("$notmangled"))
+    }
+
+    func testDemanglesCxxNamesWhenTheCxxRuntimeIsLoaded() throws {
+        guard dlsym(nil, "__cxa_demangle") != nil else {
+            throw XCTSkip("no C++ runtime loaded in this process")
+        }
+        XCTAssertEqual(Demangler.demangle("_ZN3foo3barEi"), "foo::bar(int)")
+        XCTAssertEqual(Demangler.demangle("_Zgarbage"), "_Zgarbage")
+    }
+}
