@@ -1,2 +1,88 @@
+// vaka-crashme: the crash harness. Starts Vaka (unless --no-vaka) and crashes in the named scenario.
+// Exit statuses when it does not die by a signal: 0 --list/--help, 2 usage error, 3 the scenario returned
+// without crashing, 4 the scenario could not set its fault up (errno printed).
+import Foundation
 import Vaka
-import VakaCrashmeC
+
+let usage = """
+    usage: vaka-crashme SCENARIO --storage DIR [--no-vaka]
+           vaka-crashme --list
+           vaka-crashme --help
+
+    Crashes this process in the named way. Unless --no-vaka is given, Vaka is started first with storage
+    directory DIR, so the crash report is written to DIR/crashes/<run-id>.crash (convert it with
+    `vaka report convert FILE`). With --no-vaka the same crash happens without Vaka, for comparison: the
+    process must end the same way in both cases. --storage is optional with --no-vaka (default: $TMPDIR or
+    /tmp; only bus-error uses it then). Core dumps are turned off (RLIMIT_CORE 0).
+
+    Exit status: killed by the scenario's signal; 2 for a usage error or an unknown scenario; 3 when the
+    scenario returned without crashing; 4 when it could not set its fault up.
+
+    Scenarios:
+    """
+
+func fail(_ message: String, status: Int32) -> Never {
+    FileHandle.standardError.write(Data("vaka-crashme: \(message)\n".utf8))
+    exit(status)
+}
+
+var scenarioName: String?
+var storagePath: String?
+var startVaka = true
+var arguments = CommandLine.arguments.dropFirst()
+while let argument = arguments.popFirst() {
+    switch argument {
+    case "--list":
+        print(scenarios.map(\.name).joined(separator: "\n"))
+        exit(0)
+    case "--help", "-h":
+        let width = scenarios.map(\.name.count).max() ?? 0
+        print(usage)
+        for scenario in scenarios {
+            print("  \(scenario.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(scenario.summary)")
+        }
+        exit(0)
+    case "--no-vaka":
+        startVaka = false
+    case "--storage":
+        guard let value = arguments.popFirst() else { fail("--storage needs a directory", status: 2) }
+        storagePath = value
+    case _ where argument.hasPrefix("--storage="):
+        storagePath = String(argument.dropFirst("--storage=".count))
+    case _ where argument.hasPrefix("-"):
+        fail("unknown option \(argument) (see --help)", status: 2)
+    default:
+        guard scenarioName == nil else { fail("only one scenario at a time (see --help)", status: 2) }
+        scenarioName = argument
+    }
+}
+
+guard let scenarioName else { fail("no scenario given (see --help, --list)", status: 2) }
+guard let scenario = scenarios.first(where: { $0.name == scenarioName }) else {
+    fail("unknown scenario '\(scenarioName)' (see --list)", status: 2)
+}
+if startVaka && storagePath == nil { fail("--storage DIR is required unless --no-vaka is given", status: 2) }
+let storage = URL(fileURLWithPath: storagePath ?? ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp",
+                  isDirectory: true)
+do {
+    try FileManager.default.createDirectory(at: storage, withIntermediateDirectories: true)
+} catch {
+    fail("cannot create storage directory \(storage.path): \(error)", status: 4)
+}
+
+var noCore = rlimit(rlim_cur: 0, rlim_max: 0)
+_ = getrlimit(Int32(RLIMIT_CORE.rawValue), &noCore)
+noCore.rlim_cur = 0
+_ = setrlimit(Int32(RLIMIT_CORE.rawValue), &noCore)
+
+if startVaka {
+    Vaka.start(Vaka.Options(storageDirectory: storage))
+}
+
+let result = scenario.trigger(storage.path)
+
+// Only reached when the scenario did not kill the process.
+if result != 0 {
+    fail("\(scenario.name): could not set up the fault: \(String(cString: strerror(result)))", status: 4)
+}
+fail("\(scenario.name): returned without crashing", status: 3)

@@ -1,1 +1,119 @@
-void vaka_crashme_placeholder(void);
+/*
+ * vaka-crashme C scenarios: functions that crash the calling process in one precise way each.
+ *
+ * Every scenario function is named `crashme_<scenario>` (the scenario name with '-' replaced by '_'),
+ * is never inlined, and the C target is compiled with -O0 -fno-omit-frame-pointer, so the crashing
+ * frame (or the newest frame in this image, when the fault happens inside libc) carries the scenario's
+ * name after symbolication. The crash tests rely on that.
+ *
+ * A scenario function that returns did NOT crash: it returns 0 when the fault did not happen, or an
+ * errno value when setting the fault up failed (e.g. mkstemp, mmap, prctl). The caller reports that and
+ * exits with a non-signal status.
+ *
+ * Nothing here is meant for production code.
+ */
+#ifndef VAKA_CRASHME_H
+#define VAKA_CRASHME_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * Address written by `crashme_wild_write()`: 0xdeadbeef008 (about 15 TiB).
+ *
+ * It is a canonical x86_64 user-space address (below 2^47) that nothing maps: PIE executables, the heap,
+ * shared libraries and stacks all live far higher (0x55..., 0x7f...), and bottom-up mmap starts at
+ * TASK_SIZE/3 (~47 TiB). So the write faults with SIGSEGV / SEGV_MAPERR and si_addr equal to exactly this
+ * value (not rounded to a page: the low bits 0x008 show the exact address is kept).
+ *
+ * Why not a "wilder" address such as 0xdead0000beef0: that one is above 2^47, i.e. non-canonical on CPUs
+ * without 5-level paging, and a non-canonical access raises #GP instead of a page fault: the kernel then
+ * sends SIGSEGV with si_code SI_KERNEL and si_addr 0, losing the address.
+ */
+#define VAKA_CRASHME_WILD_ADDRESS ((uintptr_t)0xdeadbeef008ULL)
+
+/**
+ * Name given to the thread that crashes in `crashme_background_thread()` (with pthread_setname_np;
+ * at most 15 bytes, the kernel's limit). Reports show it as the crashed thread's name.
+ */
+#define VAKA_CRASHME_THREAD_NAME "crashme-bg"
+
+/**
+ * Value of the first syscall argument that the seccomp filter of `crashme_bad_syscall()` traps, together
+ * with the syscall number of getppid. Only `syscall(SYS_getppid, VAKA_CRASHME_SECCOMP_MAGIC)` traps;
+ * any other getppid call (which ignores its arguments) still works. ("VAKA" in ASCII.)
+ */
+#define VAKA_CRASHME_SECCOMP_MAGIC 0x56414b41u
+
+/** Reads an int through a NULL pointer. Expect SIGSEGV, SEGV_MAPERR, fault address 0x0. */
+int crashme_null_deref(void);
+
+/** Writes an int to VAKA_CRASHME_WILD_ADDRESS. Expect SIGSEGV, SEGV_MAPERR, fault address = that constant. */
+int crashme_wild_write(void);
+
+/** Calls abort(). Expect SIGABRT, si_code SI_TKILL (glibc raises it with tgkill). */
+int crashme_abort(void);
+
+/**
+ * Integer division by zero (operands are volatile, so the compiler cannot fold or remove it).
+ * Expect SIGFPE, FPE_INTDIV, fault address = the address of the idiv instruction.
+ */
+int crashme_divide_by_zero(void);
+
+/** Executes `ud2` (x86_64) / `udf #0` (aarch64). Expect SIGILL, ILL_ILLOPN on x86_64. */
+int crashme_illegal_instruction(void);
+
+/**
+ * Executes `int3` (x86_64) / `brk #0` (aarch64). On x86_64 Linux the kernel sends SIGTRAP with si_code
+ * SI_KERNEL (128) and si_addr 0 for int3, and the saved PC is the instruction AFTER int3: returning from a
+ * handler continues execution. The Swift runtime's backtracer does return (after printing its backtrace and
+ * resetting SIGTRAP to SIG_DFL), so this function executes int3 in a loop until the process dies: the first
+ * trap reaches the handlers, a later one the default action. Expect termination by SIGTRAP.
+ */
+int crashme_breakpoint(void);
+
+/**
+ * Maps two pages of a fresh file (mkstemp in `dir`, unlinked right away), shrinks the file to one page, then
+ * writes to the second page, which now lies past the end of the file. Expect SIGBUS, BUS_ADRERR, fault
+ * address = the start of the second page. `dir` must be an existing writable directory.
+ * @return an errno value if the file or mapping cannot be set up.
+ */
+int crashme_bus_error(const char *dir);
+
+/**
+ * Installs a seccomp BPF filter (prctl PR_SET_NO_NEW_PRIVS, then PR_SET_SECCOMP / SECCOMP_MODE_FILTER) that
+ * returns SECCOMP_RET_TRAP for getppid called with first argument VAKA_CRASHME_SECCOMP_MAGIC and allows
+ * everything else, then makes exactly that call through syscall(2). Expect SIGSYS, SYS_SECCOMP.
+ * Like int3, a trapped syscall is skipped and a handler that returns resumes after it, so the call is
+ * repeated in a loop until the process dies (by SIGSYS once the handler has restored SIG_DFL).
+ * @return an errno value if prctl fails (e.g. seccomp unavailable).
+ */
+int crashme_bad_syscall(void);
+
+/**
+ * Starts a pthread that names itself VAKA_CRASHME_THREAD_NAME and reads through a NULL pointer in
+ * `crashme_background_thread_fault()`, while the calling (main) thread waits in pthread_join.
+ * Expect SIGSEGV, SEGV_MAPERR, fault address 0x0, crashed thread = that thread (its tid differs from the pid).
+ * @return an errno value if the thread cannot be created.
+ */
+int crashme_background_thread(void);
+
+/** The background thread's body: names the thread, then reads through NULL. Not called directly. */
+void *crashme_background_thread_fault(void *unused);
+
+/**
+ * Unbounded recursion on the calling thread, each level holding a 512-byte volatile array (so the
+ * recursion is neither turned into a loop nor optimised away) until the stack's guard page is hit.
+ * Expect SIGSEGV, SEGV_MAPERR (fault address just below the stack).
+ * @param depth the recursion depth so far; call with 0.
+ */
+int crashme_stack_overflow(unsigned long depth);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VAKA_CRASHME_H */

@@ -1,0 +1,72 @@
+import VakaCrashmeC
+
+/// One way to crash the process, as offered by `vaka-crashme SCENARIO`.
+///
+/// The function that crashes carries the scenario's name (ignoring case, `-` and `_`): `crashme_null_deref`
+/// in C, `swiftForceUnwrap` in Swift, so a symbolicated report points at it.
+struct Scenario {
+    /// The name on the command line, e.g. `null-deref`.
+    let name: String
+    /// One line for `--help`: what it does and which signal / si_code it is expected to die with.
+    let summary: String
+    /// Crashes the process. Returns only when the crash did not happen: 0 when the faulting operation
+    /// completed (e.g. a handler swallowed the signal), else an errno value from setting the fault up.
+    /// The argument is the storage directory (an existing, writable, absolute path).
+    let trigger: (_ storageDirectory: String) -> Int32
+}
+
+/// All scenarios, in the order `--list` prints them (the issue 2 set).
+let scenarios: [Scenario] = [
+    Scenario(name: "null-deref", summary: "C read through NULL: SIGSEGV SEGV_MAPERR at 0x0",
+             trigger: { _ in crashme_null_deref() }),
+    Scenario(name: "wild-write", summary: "C write to 0xdeadbeef008 (unmapped): SIGSEGV SEGV_MAPERR at that address",
+             trigger: { _ in crashme_wild_write() }),
+    Scenario(name: "abort", summary: "abort(): SIGABRT SI_TKILL",
+             trigger: { _ in crashme_abort() }),
+    Scenario(name: "swift-fatal-error", summary: "fatalError(\"boom 42\"): SIGILL ILL_ILLOPN (x86_64), message \"boom 42\"",
+             trigger: { _ in swiftFatalError() }),
+    Scenario(name: "swift-force-unwrap", summary: "force-unwrap of nil: SIGILL, \"Unexpectedly found nil\" (debug builds)",
+             trigger: { _ in swiftForceUnwrap() }),
+    Scenario(name: "swift-index-out-of-range", summary: "array index out of range: SIGILL, \"Index out of range\" (debug builds)",
+             trigger: { _ in swiftIndexOutOfRange() }),
+    Scenario(name: "divide-by-zero", summary: "C integer division by zero: SIGFPE FPE_INTDIV",
+             trigger: { _ in crashme_divide_by_zero() }),
+    Scenario(name: "illegal-instruction", summary: "ud2 in C: SIGILL ILL_ILLOPN",
+             trigger: { _ in crashme_illegal_instruction() }),
+    Scenario(name: "breakpoint", summary: "int3 in C: SIGTRAP (si_code SI_KERNEL on x86_64 Linux)",
+             trigger: { _ in crashme_breakpoint() }),
+    Scenario(name: "bus-error", summary: "touch a mapped page past the end of a truncated file: SIGBUS BUS_ADRERR",
+             trigger: { storage in crashme_bus_error(storage) }),
+    Scenario(name: "bad-syscall", summary: "seccomp filter traps getppid(0x56414b41), then calls it: SIGSYS SYS_SECCOMP",
+             trigger: { _ in crashme_bad_syscall() }),
+    Scenario(name: "background-thread", summary: "NULL read on a pthread named \"crashme-bg\": SIGSEGV on that thread",
+             trigger: { _ in crashme_background_thread() }),
+    Scenario(name: "stack-overflow", summary: "unbounded C recursion on the main thread: SIGSEGV",
+             trigger: { _ in crashme_stack_overflow(0) }),
+]
+
+// MARK: - Swift scenarios (debug builds: the runtime checks give their messages)
+
+/// Returns its argument through a call the optimiser cannot see into, so checks are not folded away.
+@inline(never)
+func opaque<T>(_ value: T) -> T { value }
+
+/// `fatalError("boom 42")`: SIGILL (ud2) on x86_64; the runtime's fatal message ends in "Fatal error: boom 42".
+@inline(never)
+func swiftFatalError() -> Int32 {
+    fatalError("boom \(opaque(42))")
+}
+
+/// Force-unwraps a nil `Int?`: SIGILL; message "Unexpectedly found nil while unwrapping an Optional value".
+@inline(never)
+func swiftForceUnwrap() -> Int32 {
+    let value: Int? = opaque(nil)
+    return Int32(truncatingIfNeeded: value!)
+}
+
+/// Reads index 3 of a 3-element array: SIGILL; message "Index out of range".
+@inline(never)
+func swiftIndexOutOfRange() -> Int32 {
+    let numbers = opaque([1, 2, 3])
+    return Int32(truncatingIfNeeded: numbers[opaque(numbers.count)])
+}

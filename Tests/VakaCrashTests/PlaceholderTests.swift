@@ -1,2 +1,0 @@
-import XCTest
-final class PlaceholderCrashTests: XCTestCase { func testNothing() {} }

@@ -1,0 +1,241 @@
+import Foundation
+import XCTest
+
+// Helpers for the crash tests: where the built binaries are, running a child process with a timeout,
+// reading the build ID with readelf, deriving the debug_id, and digging into decoded JSON.
+
+/// Paths the crash tests need.
+enum Paths {
+    /// The build products directory (`.build/<triple>/debug`): the test bundle `VakaPackageTests.xctest`
+    /// is an executable there, next to `vaka-crashme` and `vaka`. Taken from `/proc/self/exe` (resolved),
+    /// or from `$VAKA_PRODUCTS_DIR` when set.
+    static let productsDirectory: URL = {
+        if let dir = ProcessInfo.processInfo.environment["VAKA_PRODUCTS_DIR"], !dir.isEmpty {
+            return URL(fileURLWithPath: dir, isDirectory: true)
+        }
+        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            return URL(fileURLWithPath: exe).deletingLastPathComponent()
+        }
+        return Bundle.main.bundleURL.deletingLastPathComponent()
+    }()
+
+    /// The crash harness executable.
+    static let harness = productsDirectory.appendingPathComponent("vaka-crashme")
+    /// The `vaka` command-line tool.
+    static let cli = productsDirectory.appendingPathComponent("vaka")
+    /// The repository root (three levels above this source file), or `$VAKA_REPO_ROOT`.
+    static let repositoryRoot: URL = {
+        if let dir = ProcessInfo.processInfo.environment["VAKA_REPO_ROOT"], !dir.isEmpty {
+            return URL(fileURLWithPath: dir, isDirectory: true)
+        }
+        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+    }()
+
+    /// A fresh directory for this test process, removed at exit unless `VAKA_KEEP_TEST_FILES=1`.
+    static let scratchRoot: URL = {
+        let root = FileManager.default.temporaryDirectory
+            .appendingPathComponent("vaka-crash-tests-\(getpid())-\(UUID().uuidString.prefix(8))", isDirectory: true)
+        try? FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        scratchRootPath = root.path
+        if ProcessInfo.processInfo.environment["VAKA_KEEP_TEST_FILES"] != "1" {
+            atexit { if let path = scratchRootPath { try? FileManager.default.removeItem(atPath: path) } }
+        }
+        return root
+    }()
+
+    /// A new empty directory under ``scratchRoot``, named after `label`.
+    static func freshDirectory(_ label: String) -> URL {
+        let dir = scratchRoot.appendingPathComponent("\(label)-\(UUID().uuidString.prefix(8))", isDirectory: true)
+        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
+    /// `path` with symbolic links resolved, for comparing paths from reports with ours.
+    static func resolved(_ path: String) -> String {
+        URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+    }
+}
+
+private nonisolated(unsafe) var scratchRootPath: String?
+
+/// A value shared between threads, guarded by a lock.
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    /// Runs `body` with exclusive access to the value.
+    func withLock<R>(_ body: (inout Value) -> R) -> R {
+        lock.lock(); defer { lock.unlock() }
+        return body(&value)
+    }
+}
+
+/// How a child process ended, and what it wrote.
+struct ChildResult {
+    /// The command line, for messages.
+    var command: String
+    /// `.exit` or `.uncaughtSignal`.
+    var reason: Process.TerminationReason
+    /// Exit status, or the signal number when `reason` is `.uncaughtSignal`.
+    var status: Int32
+    /// Whether the child was killed (SIGKILL) because it ran longer than the timeout.
+    var timedOut: Bool
+    /// Its standard output (written to a file, so a chatty child never blocks on a pipe).
+    var stdout: Data
+    /// Its standard error.
+    var stderr: Data
+    /// File holding its standard output.
+    var stdoutFile: URL
+
+    var stderrText: String { String(decoding: stderr, as: UTF8.self) }
+
+    /// True when the child was ended by a signal (a crash, or our SIGKILL on timeout).
+    var diedBySignal: Bool { reason == .uncaughtSignal }
+
+    /// "exit 3" / "signal 11 (SIGSEGV)" / "timed out".
+    var outcome: String {
+        if timedOut { return "timed out (killed)" }
+        return reason == .uncaughtSignal ? "signal \(status) (\(signalName(status)))" : "exit \(status)"
+    }
+
+    /// The last `bytes` bytes of stderr, for failure messages.
+    func stderrTail(_ bytes: Int = 1500) -> String {
+        String(decoding: stderr.suffix(bytes), as: UTF8.self)
+    }
+}
+
+/// Errors setting up a child process.
+struct ChildError: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// Runs `executable` with `arguments` and waits at most `timeout` seconds (then SIGKILLs it and marks the
+/// result timed out). stdout/stderr go to files in `outputDirectory`, named after `label`.
+/// - Throws: ``ChildError`` when the executable is missing or cannot be started.
+func runChild(_ executable: URL, _ arguments: [String], label: String, outputDirectory: URL,
+              environment: [String: String] = [:], timeout: TimeInterval = 30) throws -> ChildResult {
+    let command = ([executable.path] + arguments).joined(separator: " ")
+    guard FileManager.default.isExecutableFile(atPath: executable.path) else {
+        throw ChildError(description: "\(executable.path) is missing or not executable (is the package built?)")
+    }
+    let outURL = outputDirectory.appendingPathComponent("\(label).stdout")
+    let errURL = outputDirectory.appendingPathComponent("\(label).stderr")
+    _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+    _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
+    let outHandle = try FileHandle(forWritingTo: outURL)
+    let errHandle = try FileHandle(forWritingTo: errURL)
+    defer { try? outHandle.close(); try? errHandle.close() }
+
+    let process = Process()
+    process.executableURL = executable
+    process.arguments = arguments
+    process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+    process.standardInput = FileHandle.nullDevice
+    process.standardOutput = outHandle
+    process.standardError = errHandle
+    let finished = DispatchSemaphore(value: 0)
+    process.terminationHandler = { _ in finished.signal() }
+    do {
+        try process.run()
+    } catch {
+        throw ChildError(description: "cannot start \(command): \(error)")
+    }
+    var timedOut = false
+    if finished.wait(timeout: .now() + timeout) == .timedOut {
+        timedOut = true
+        kill(process.processIdentifier, SIGKILL)
+        finished.wait()
+    }
+    process.waitUntilExit()
+    return ChildResult(command: command, reason: process.terminationReason, status: process.terminationStatus,
+                       timedOut: timedOut,
+                       stdout: (try? Data(contentsOf: outURL)) ?? Data(),
+                       stderr: (try? Data(contentsOf: errURL)) ?? Data(),
+                       stdoutFile: outURL)
+}
+
+/// "SIGSEGV" for 11 and so on (Linux numbers), "signal N" otherwise.
+func signalName(_ number: Int32) -> String {
+    let names: [Int32: String] = [
+        SIGHUP: "SIGHUP", SIGINT: "SIGINT", SIGQUIT: "SIGQUIT", SIGILL: "SIGILL", SIGTRAP: "SIGTRAP",
+        SIGABRT: "SIGABRT", SIGBUS: "SIGBUS", SIGFPE: "SIGFPE", SIGKILL: "SIGKILL", SIGSEGV: "SIGSEGV",
+        SIGPIPE: "SIGPIPE", SIGALRM: "SIGALRM", SIGTERM: "SIGTERM", SIGSYS: "SIGSYS",
+    ]
+    return names[number] ?? "signal \(number)"
+}
+
+/// The GNU build ID of the ELF file at `path` as lower-case hex, read from `readelf -n` (binutils).
+/// - Throws: ``ChildError`` when readelf fails or prints no `Build ID:` line.
+func readelfBuildID(_ path: URL, scratch: URL) throws -> String {
+    let readelf = ["/usr/bin/readelf", "/bin/readelf"].first { FileManager.default.isExecutableFile(atPath: $0) }
+    guard let readelf else { throw ChildError(description: "readelf not found (install binutils: scripts/bootstrap)") }
+    let result = try runChild(URL(fileURLWithPath: readelf), ["-n", path.path], label: "readelf-\(UUID().uuidString.prefix(8))",
+                              outputDirectory: scratch)
+    guard result.reason == .exit, result.status == 0 else {
+        throw ChildError(description: "readelf -n \(path.path): \(result.outcome): \(result.stderrTail())")
+    }
+    for line in String(decoding: result.stdout, as: UTF8.self).split(separator: "\n") {
+        let trimmed = line.trimmingCharacters(in: .whitespaces)
+        if trimmed.hasPrefix("Build ID:") {
+            return trimmed.dropFirst("Build ID:".count).trimmingCharacters(in: .whitespaces).lowercased()
+        }
+    }
+    throw ChildError(description: "readelf -n \(path.path) shows no Build ID")
+}
+
+/// Sentry's debug_id for an ELF build ID, derived here independently of the code under test: the first
+/// 16 bytes of the build ID (zero-padded when shorter) read as a little-endian GUID, i.e. bytes 0-3, 4-5
+/// and 6-7 reversed, printed 8-4-4-4-12 in lower-case hex. `nil` for an empty or malformed hex string.
+func debugID(fromBuildID hex: String) -> String? {
+    let digits = Array(hex.lowercased())
+    guard !digits.isEmpty, digits.count % 2 == 0 else { return nil }
+    var bytes: [UInt8] = []
+    for index in stride(from: 0, to: digits.count, by: 2) {
+        guard let byte = UInt8(String(digits[index...index + 1]), radix: 16) else { return nil }
+        bytes.append(byte)
+    }
+    bytes = Array((bytes + [UInt8](repeating: 0, count: 16)).prefix(16))
+    bytes[0..<4].reverse()
+    bytes[4..<6].reverse()
+    bytes[6..<8].reverse()
+    let text = bytes.map { String(format: "%02x", $0) }.joined()
+    let groups = [0..<8, 8..<12, 12..<16, 16..<20, 20..<32].map { range in
+        String(Array(text)[range])
+    }
+    return groups.joined(separator: "-")
+}
+
+/// Lower-cases and removes `-` and `_`, for matching function names against scenario names.
+func normalizedName(_ text: String) -> String {
+    String(text.lowercased().filter { $0 != "-" && $0 != "_" })
+}
+
+/// Walks decoded JSON (`JSONSerialization` output): a `String` key indexes a dictionary, an `Int` an array
+/// (negative counts from the end). `nil` when any step is missing or of the wrong kind.
+func dig(_ root: Any?, _ path: Any...) -> Any? {
+    var current = root
+    for step in path {
+        if let key = step as? String {
+            current = (current as? [String: Any])?[key]
+        } else if let index = step as? Int {
+            guard let array = current as? [Any] else { return nil }
+            let position = index < 0 ? array.count + index : index
+            current = array.indices.contains(position) ? array[position] : nil
+        } else {
+            return nil
+        }
+    }
+    return current
+}
+
+/// Parses a `0x`-prefixed hex string (as Sentry addresses are written).
+func parseHexAddress(_ value: Any?) -> UInt64? {
+    guard let text = value as? String, text.lowercased().hasPrefix("0x") else { return nil }
+    return UInt64(text.dropFirst(2), radix: 16)
+}
+
+/// Decodes `data` as a JSON object, or returns `nil`.
+func decodeJSONObject(_ data: Data) -> [String: Any]? {
+    (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+}
