@@ -1,0 +1,243 @@
+import Foundation
+
+/// Sends the envelopes of a ``PersistentQueue``, one POST per envelope, and applies the server's answer.
+///
+/// One ``pump()`` seals the open batch, then walks the sealed batch files oldest first and their envelopes in
+/// order. For each envelope:
+/// - items whose rate-limit category is limited (``RateLimits``) are held: an envelope with only held items
+///   is skipped; one with some is split, the rest sent now and the held items kept in its place;
+/// - the rest is POSTed to ``DSN/envelopeURL`` with `Content-Type: application/x-sentry-envelope`,
+///   `Content-Encoding: gzip`, `X-Sentry-Auth` and `User-Agent: vaka.swift/0.1.0`, its header's `sent_at` set
+///   to the send time;
+/// - the answer decides (`X-Sentry-Rate-Limits` is recorded from every answer):
+///   - **2xx**: the envelope is removed from its batch file (the file is deleted when empty); backoff reset.
+///   - **401**: sending stops for the life of this uploader (until the next launch); files kept.
+///   - **413**: the envelope's items are split into two halves which replace it and are sent in turn; a
+///     single-item envelope that still gets 413 is dropped (``Stats/droppedTooLarge``).
+///   - **429**: limits from `X-Sentry-Rate-Limits`, else `Retry-After`, else 60 s for all categories; the
+///     envelope is held while its categories are limited and other categories keep flowing. When the
+///     answer does not limit the envelope's own categories, it counts as a failure (below).
+///   - **other 4xx** (not 408): permanent rejection; the envelope is removed (``Stats/droppedRejected``).
+///   - **5xx, 408, 1xx/3xx, no answer** (offline, refused, timed out, garbage): exponential ``Backoff``
+///     (5, 10, 20, ... 300 s), nothing is sent before it passes; the pump stops.
+///
+/// Not reentrant: calls to ``pump()`` are serialised by an internal lock.
+final class Uploader {
+    /// What a pump ended with.
+    enum Outcome: Equatable {
+        /// Everything queued when the pump ran was settled.
+        case idle
+        /// Some envelopes are held by rate limits; the earliest limit ends at `until`.
+        case held(until: Date)
+        /// A failure: no sending before `until` (backoff or a global rate limit).
+        case waiting(until: Date)
+        /// A 401 stopped sending until the next launch.
+        case stopped
+    }
+
+    /// Counters for debug output and tests.
+    struct Stats: Equatable {
+        /// Envelopes (or split parts) answered with 2xx.
+        var sent = 0
+        /// Envelopes dropped because of a permanent 4xx.
+        var droppedRejected = 0
+        /// Single-item envelopes dropped because the server still answered 413.
+        var droppedTooLarge = 0
+        /// Records in batch files that were not parsable envelopes (dropped).
+        var droppedUnreadable = 0
+        /// Requests that failed (5xx, 408, no answer...).
+        var failures = 0
+        /// Requests sent.
+        var requests = 0
+    }
+
+    let queue: PersistentQueue
+    let dsn: DSN
+    let transport: HTTPTransport
+    let clock: DeliveryClock
+    /// Bound on each request, seconds (15 in the SDK).
+    let requestTimeout: TimeInterval
+
+    private let lock = NSLock()  // serialises pump(); also guards the state below
+    private var _rateLimits = RateLimits()
+    private var _backoff = Backoff()
+    private var _stopped = false
+    private var _notBefore: Date?  // a 5xx's Retry-After, when longer than the backoff
+    private var _stats = Stats()
+    private let log: (String) -> Void
+
+    /// - Parameters:
+    ///   - queue: where the envelopes are.
+    ///   - dsn: where to send them and with which key.
+    ///   - transport: the HTTP client (``URLSessionTransport`` in the SDK, scripted in tests).
+    ///   - clock: time source for backoff and rate limits.
+    ///   - requestTimeout: bound on each request, seconds.
+    ///   - log: debug sink; never given the key.
+    init(queue: PersistentQueue, dsn: DSN, transport: HTTPTransport, clock: DeliveryClock,
+         requestTimeout: TimeInterval = 15, log: @escaping (String) -> Void = { _ in }) {
+        self.queue = queue
+        self.dsn = dsn
+        self.transport = transport
+        self.clock = clock
+        self.requestTimeout = requestTimeout
+        self.log = log
+    }
+
+    /// Current rate limits.
+    var rateLimits: RateLimits { lock.lock(); defer { lock.unlock() }; return _rateLimits }
+    /// Current backoff state.
+    var backoff: Backoff { lock.lock(); defer { lock.unlock() }; return _backoff }
+    /// Whether a 401 stopped sending.
+    var isStopped: Bool { lock.lock(); defer { lock.unlock() }; return _stopped }
+    /// Counters.
+    var stats: Stats { lock.lock(); defer { lock.unlock() }; return _stats }
+
+    /// Sends what may be sent now (see the type's documentation). Blocks for the network exchanges.
+    func pump() -> Outcome {
+        lock.lock(); defer { lock.unlock() }
+        if _stopped { return .stopped }
+        if let until = blockedUntil(clock.now) { return .waiting(until: until) }
+        do { try queue.seal() } catch { log("could not write the open batch: \(error)") }
+
+        for ref in queue.sealedBatches() {
+            guard var records = queue.records(of: ref) else { continue }
+            var i = 0
+            fileLoop: while i < records.count {
+                let now = clock.now
+                if let until = blockedUntil(now) { return .waiting(until: until) }  // e.g. 429 limiting all
+                let envelope: Envelope
+                do {
+                    envelope = try Envelope(data: records[i])
+                } catch {
+                    _stats.droppedUnreadable += 1
+                    log("dropping unreadable envelope in \(ref.name): \(error)")
+                    records.remove(at: i)
+                    guard commit(ref, records) else { break fileLoop }
+                    continue
+                }
+                let sendable = envelope.items.filter { !_rateLimits.isLimited(RateLimits.category(for: $0.type), at: now) }
+                if sendable.isEmpty { i += 1; continue }  // held by rate limits
+                let held = envelope.items.filter { _rateLimits.isLimited(RateLimits.category(for: $0.type), at: now) }
+                let part = held.isEmpty ? envelope : envelope.with(items: sendable)
+                let rest: [Data] = held.isEmpty ? [] : [envelope.with(items: held).serialized()]
+
+                switch send(part, now: now) {
+                case .delivered, .rejected:
+                    records.replaceSubrange(i...i, with: rest)
+                    if !rest.isEmpty { i += 1 }
+                    guard commit(ref, records) else { break fileLoop }
+                case .tooLarge:
+                    if part.items.count <= 1 {
+                        _stats.droppedTooLarge += 1
+                        log("dropping a single-item \(part.items.first?.type.rawValue ?? "empty") envelope (\(part.header.eventID ?? "-")): 413 even alone")
+                        records.replaceSubrange(i...i, with: rest)
+                        if !rest.isEmpty { i += 1 }
+                    } else {
+                        let half = part.items.count / 2
+                        let halves = [part.with(items: Array(part.items[..<half])).serialized(),
+                                      part.with(items: Array(part.items[half...])).serialized()]
+                        log("413: splitting a \(part.items.count)-item envelope into \(half) + \(part.items.count - half)")
+                        records.replaceSubrange(i...i, with: halves + rest)
+                    }
+                    guard commit(ref, records) else { break fileLoop }
+                case .rateLimited:
+                    let after = clock.now
+                    if part.items.contains(where: { _rateLimits.isLimited(RateLimits.category(for: $0.type), at: after) }) {
+                        continue  // re-evaluated: now held
+                    }
+                    return fail(reason: "429 without a limit on this envelope's categories", retryAfter: nil)
+                case .unauthorized:
+                    _stopped = true
+                    log("401 Unauthorized: sending stopped until the next launch; \(queue.fileCount) batch file(s) kept")
+                    return .stopped
+                case .retry(let reason, let retryAfter):
+                    return fail(reason: reason, retryAfter: retryAfter)
+                }
+            }
+        }
+        let now = clock.now
+        if queue.sealedBatches().isEmpty { return .idle }
+        if let until = _rateLimits.nextExpiry(after: now) { return .held(until: until) }
+        return .idle
+    }
+
+    /// The time before which nothing may be sent (backoff, or a rate limit on all categories), if any.
+    func blockedUntil(_ now: Date) -> Date? {
+        let b = _backoff.isWaiting(at: now) ? _backoff.nextAttempt : nil
+        let r = _rateLimits.deadlines[RateLimits.all].flatMap { $0 > now ? $0 : nil }
+        let n = _notBefore.flatMap { $0 > now ? $0 : nil }
+        return [b, r, n].compactMap { $0 }.max()
+    }
+
+    private func fail(reason: String, retryAfter: TimeInterval?) -> Outcome {
+        _stats.failures += 1
+        let now = clock.now
+        var until = _backoff.recordFailure(now: now)
+        if let r = retryAfter { until = max(until, now.addingTimeInterval(r)) }
+        _notBefore = until
+        until = max(until, blockedUntil(now) ?? until)
+        log("send failed (\(reason)); next attempt in \(Int(until.timeIntervalSince(now).rounded())) s")
+        return .waiting(until: until)
+    }
+
+    private func commit(_ ref: PersistentQueue.BatchRef, _ records: [Data]) -> Bool {
+        do {
+            return try queue.commit(ref, records: records)
+        } catch {
+            log("could not rewrite \(ref.name): \(error)")
+            return false
+        }
+    }
+
+    private enum Verdict {
+        case delivered, rejected, tooLarge, rateLimited, unauthorized
+        case retry(String, retryAfter: TimeInterval?)
+    }
+
+    private func send(_ envelope: Envelope, now: Date) -> Verdict {
+        var e = envelope
+        e.header.sentAt = now
+        let raw = e.serialized()
+        let body: Data
+        do {
+            body = try Gzip.compress(raw)
+        } catch {
+            return .retry("gzip: \(error)", retryAfter: nil)
+        }
+        let request = HTTPRequest(url: dsn.envelopeURL, headers: [
+            ("Content-Type", "application/x-sentry-envelope"),
+            ("Content-Encoding", "gzip"),
+            ("X-Sentry-Auth", dsn.authHeader),
+            ("User-Agent", DSN.clientName),
+        ], body: body, timeout: requestTimeout)
+        _stats.requests += 1
+        let what = "\(e.items.map(\.type.rawValue).joined(separator: "+")) envelope \(e.header.eventID ?? "-") (\(raw.count) B, \(body.count) B gzip)"
+        switch transport.sendSynchronously(request) {
+        case .failure(let error):
+            log("\(what): no answer: \(error)")
+            return .retry("no answer: \(error)", retryAfter: nil)
+        case .success(let response):
+            let after = clock.now
+            _rateLimits.update(status: response.status, headers: response.headers, now: after)
+            log("\(what) → \(response.status)")
+            // Retry-After on a 5xx/408 (standard HTTP) lengthens the backoff; on 429 it is a rate limit.
+            let retryAfter = response.headers["retry-after"].flatMap { RateLimits.parseRetryAfter($0, now: after) }
+            switch response.status {
+            case 200..<300:
+                _backoff.reset()
+                _notBefore = nil
+                _stats.sent += 1
+                return .delivered
+            case 401: return .unauthorized
+            case 413: return .tooLarge
+            case 429: return .rateLimited
+            case 408: return .retry("HTTP 408", retryAfter: retryAfter)
+            case 400..<500:
+                _stats.droppedRejected += 1
+                log("dropping \(what): permanent \(response.status)")
+                return .rejected
+            default: return .retry("HTTP \(response.status)", retryAfter: retryAfter)
+            }
+        }
+    }
+}
