@@ -38,6 +38,15 @@ final class DeliveryTests: XCTestCase {
         XCTAssertTrue(log.lines.contains { $0.contains("http://***@127.0.0.1") }, "\(log.lines)")
     }
 
+    func testFlushIgnoresLimitsOnCategoriesItDoesNotSend() throws {
+        // as Bugsink does on every answer
+        for _ in 0..<20 { server.enqueue(.status(200, headers: ["X-Sentry-Rate-Limits": "86400:transaction;span:organization"])) }
+        let d = try make(storage: dirs.make(), dsn: server.dsn, maxBatchSize: 2)
+        for n in 0..<9 { try d.submit(eventEnvelope(n), durable: n % 2 == 0) }
+        XCTAssertTrue(d.flush(timeout: 30))
+        XCTAssertEqual(server.requests.count, 9)
+    }
+
     func testFullBatchTriggersASendWithoutFlush() throws {
         let storage = dirs.make()
         let d = try make(storage: storage, dsn: server.dsn, flushInterval: 3600, maxBatchSize: 3)

@@ -131,7 +131,7 @@ final class UploaderTests: XCTestCase {
         try q.enqueue(eventEnvelope(3))
         let t0 = clock.now
         server.enqueue(.status(429, headers: ["X-Sentry-Rate-Limits": "60:error:project:quota, 5:transaction:org", "Retry-After": "999"]))
-        XCTAssertEqual(u.pump(), .held(until: t0 + 5))
+        XCTAssertEqual(u.pump(), .held(until: t0 + 60), "held until the error limit ends (the transaction limit holds nothing)")
         // event 1 refused, session 2 sent, event 3 held without a request
         XCTAssertEqual(receivedEventIDs(server), [eventID(1), nil])
         XCTAssertEqual(q.records(of: q.sealedBatches()[0])?.compactMap { try? Envelope(data: $0).header.eventID }, [eventID(1), eventID(3)])
@@ -160,6 +160,30 @@ final class UploaderTests: XCTestCase {
         let third = try XCTUnwrap(receivedEnvelope(server.requests[2]))
         XCTAssertEqual(third.items.map(\.type), [.session])
         XCTAssertNil(third.header.eventID)
+    }
+
+    func testLimitsOnUnusedCategoriesHoldNothing() throws {
+        // Bugsink answers every envelope with `X-Sentry-Rate-Limits: 86400:transaction;span:organization`.
+        // An envelope queued while a pump runs must not make the pump report "held for a day".
+        let storage = dirs.make()
+        let q = try PersistentQueue(storageDirectory: storage, log: log.sink)
+        let hook = HookTransport(URLSessionTransport(timeout: 2))
+        let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: hook, clock: clock, requestTimeout: 2)
+        var injected = false
+        hook.beforeSend = {
+            guard !injected else { return }
+            injected = true
+            try! q.enqueue(eventEnvelope(2))  // a concurrent submit...
+            try! q.seal()                      // ...that filled its batch
+        }
+        server.enqueue(.status(200, headers: ["X-Sentry-Rate-Limits": "86400:transaction;span:organization"]))
+        try q.enqueue(eventEnvelope(1))
+        XCTAssertEqual(u.pump(), .idle)
+        XCTAssertTrue(u.rateLimits.isLimited("transaction", at: clock.now))
+        XCTAssertFalse(q.isEmpty, "the envelope queued during the pump waits for the next one")
+        XCTAssertEqual(u.pump(), .idle)
+        XCTAssertTrue(q.isEmpty)
+        XCTAssertEqual(receivedEventIDs(server), [eventID(1), eventID(2)])
     }
 
     func test401StopsUntilRelaunchAndKeepsFiles() throws {
@@ -276,5 +300,16 @@ final class UploaderTests: XCTestCase {
         XCTAssertEqual(u.pump(), .idle)
         XCTAssertEqual(receivedEventIDs(server), [eventID(1)])
         XCTAssertEqual(u.stats.droppedUnreadable, 1)
+    }
+}
+
+/// Forwards to another transport after running `beforeSend` (to act during a pump).
+final class HookTransport: HTTPTransport {
+    let inner: HTTPTransport
+    var beforeSend: () -> Void = {}
+    init(_ inner: HTTPTransport) { self.inner = inner }
+    func send(_ request: HTTPRequest, completion: @escaping (Result<HTTPResponse, TransportError>) -> Void) {
+        beforeSend()
+        inner.send(request, completion: completion)
     }
 }

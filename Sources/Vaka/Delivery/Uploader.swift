@@ -99,6 +99,7 @@ final class Uploader {
         if let until = blockedUntil(clock.now) { return .waiting(until: until) }
         do { try queue.seal() } catch { log("could not write the open batch: \(error)") }
 
+        var heldUntil: Date? = nil  // earliest end of a limit that held an item in this pump
         for ref in queue.sealedBatches() {
             guard var records = queue.records(of: ref) else { continue }
             var i = 0
@@ -116,8 +117,13 @@ final class Uploader {
                     continue
                 }
                 let sendable = envelope.items.filter { !_rateLimits.isLimited(RateLimits.category(for: $0.type), at: now) }
-                if sendable.isEmpty { i += 1; continue }  // held by rate limits
                 let held = envelope.items.filter { _rateLimits.isLimited(RateLimits.category(for: $0.type), at: now) }
+                for item in held {
+                    if let d = _rateLimits.limitedUntil(RateLimits.category(for: item.type), at: now) {
+                        heldUntil = min(heldUntil ?? d, d)
+                    }
+                }
+                if sendable.isEmpty { i += 1; continue }  // held by rate limits
                 let part = held.isEmpty ? envelope : envelope.with(items: sendable)
                 let rest: [Data] = held.isEmpty ? [] : [envelope.with(items: held).serialized()]
 
@@ -155,10 +161,9 @@ final class Uploader {
                 }
             }
         }
-        let now = clock.now
-        if queue.sealedBatches().isEmpty { return .idle }
-        if let until = _rateLimits.nextExpiry(after: now) { return .held(until: until) }
-        return .idle
+        // Limits on categories that nothing queued uses (Bugsink always limits `transaction;span` for a day)
+        // do not count: only items actually held make the outcome `held`.
+        return heldUntil.map { .held(until: $0) } ?? .idle
     }
 
     /// The time before which nothing may be sent (backoff, or a rate limit on all categories), if any.
