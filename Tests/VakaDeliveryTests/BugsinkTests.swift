@@ -24,7 +24,7 @@ final class BugsinkTests: XCTestCase {
 
     override class func tearDown() {
         if let dir = startedDir, let script = script {
-            _ = run(script, ["stop", dir.path])
+            _ = runTool(script, ["stop", dir.path])
             try? FileManager.default.removeItem(at: dir)
         }
         startedDir = nil
@@ -51,7 +51,7 @@ final class BugsinkTests: XCTestCase {
         let dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("vaka-bugsink-\(UUID().uuidString)")
         BugsinkTests.script = script
         BugsinkTests.startedDir = dir
-        let (status, out) = BugsinkTests.run(script, ["start", dir.path])
+        let (status, out) = runTool(script, ["start", dir.path])
         var values: [String: String] = [:]
         for line in out.split(separator: "\n") {
             guard let eq = line.firstIndex(of: "=") else { continue }
@@ -64,28 +64,6 @@ final class BugsinkTests: XCTestCase {
         }
         BugsinkTests.peer = Peer(url: url, dsn: dsn, token: token, project: project)
         return BugsinkTests.peer!
-    }
-
-    /// Runs a script and returns its exit status and stdout. Uses posix_spawn + waitpid rather than
-    /// Foundation's `Process`, whose exit monitoring never fires when the script leaves a server running
-    /// (the server inherits Process's internal descriptors); stdout goes through a temporary file for the
-    /// same reason.
-    static func run(_ path: String, _ args: [String]) -> (Int32, String) {
-        let out = NSTemporaryDirectory() + "vaka-bugsink-out-\(UUID().uuidString)"
-        defer { unlink(out) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        let argv: [UnsafeMutablePointer<CChar>?] = ([path] + args).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var pid: pid_t = 0
-        guard posix_spawn(&pid, path, &actions, nil, argv, environ) == 0 else { return (-1, "") }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
-        let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
-        return (code, (try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
     }
 
     /// GET {url}/api/canonical/0/events/lookup/?project=ID&event_id=HEX with the Bearer token.

@@ -1,5 +1,8 @@
 import Foundation
 import XCTest
+#if canImport(Glibc)
+import Glibc
+#endif
 @testable import Vaka
 
 /// A fresh directory under the system temp dir; removed by `removeTemporaryDirectories()`.
@@ -61,4 +64,26 @@ final class LogSink {
     var lines: [String] { lock.lock(); defer { lock.unlock() }; return _lines }
     func callAsFunction(_ s: String) { lock.lock(); _lines.append(s); lock.unlock() }
     var sink: (String) -> Void { { [self] in self($0) } }
+}
+
+/// Runs a script and returns its exit status and stdout. Uses posix_spawn + waitpid rather than
+/// Foundation's `Process`, whose exit monitoring never fires when the script leaves a server running
+/// (the server inherits Process's internal descriptors); stdout goes through a temporary file for the
+/// same reason.
+func runTool(_ path: String, _ args: [String]) -> (Int32, String) {
+    let out = NSTemporaryDirectory() + "vaka-tool-out-\(UUID().uuidString)"
+    defer { unlink(out) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    let argv: [UnsafeMutablePointer<CChar>?] = ([path] + args).map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    guard posix_spawn(&pid, path, &actions, nil, argv, environ) == 0 else { return (-1, "") }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+    let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
+    return (code, (try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
 }

@@ -38,6 +38,7 @@ final class TestHTTPServer {
     private var openFDs: Set<Int32> = []
     private var stopped = false
     private var acceptThread: Thread?
+    private let acceptDone = DispatchSemaphore(value: 0)
 
     /// Starts listening. - Throws: when socket/bind/listen fail.
     init() throws {
@@ -60,7 +61,7 @@ final class TestHTTPServer {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listenFD, $0, &len) }
         }
         port = UInt16(bigEndian: bound.sin_port)
-        let t = Thread { [unowned self] in self.acceptLoop() }
+        let t = Thread { self.acceptLoop() }  // strong: the server lives until stop()
         t.name = "test-http-server"
         acceptThread = t
         t.start()
@@ -92,21 +93,27 @@ final class TestHTTPServer {
         return _requests
     }
 
-    /// Stops accepting and closes every connection (also silent ones).
+    /// Stops accepting and shuts every connection down (also silent ones). The listening socket is closed
+    /// by the accept thread itself, and this waits for it: a descriptor number is never freed while a thread
+    /// of this server may still use it (otherwise the next test's server could reuse the number and have
+    /// its connections stolen by this one).
     func stop() {
         lock.lock()
         if stopped { lock.unlock(); return }
         stopped = true
-        let fds = openFDs
+        shutdown(listenFD, Int32(SHUT_RDWR))  // wakes accept()
+        for fd in openFDs { shutdown(fd, Int32(SHUT_RDWR)) }
         lock.unlock()
-        shutdown(listenFD, Int32(SHUT_RDWR))
-        close(listenFD)
-        for fd in fds { shutdown(fd, Int32(SHUT_RDWR)) }
+        acceptDone.wait()
     }
 
     deinit { stop() }
 
     private func acceptLoop() {
+        defer {
+            close(listenFD)
+            acceptDone.signal()
+        }
         while true {
             let fd = accept(listenFD, nil, nil)
             if fd < 0 {
@@ -117,15 +124,14 @@ final class TestHTTPServer {
             if stopped { lock.unlock(); close(fd); return }
             openFDs.insert(fd)
             lock.unlock()
-            let t = Thread { [unowned self] in self.serve(fd) }
+            let t = Thread { self.serve(fd) }
             t.start()
         }
     }
 
     private func serve(_ fd: Int32) {
         defer {
-            lock.lock(); openFDs.remove(fd); lock.unlock()
-            close(fd)
+            lock.lock(); openFDs.remove(fd); close(fd); lock.unlock()
         }
         guard let request = readRequest(fd) else { return }
         lock.lock()

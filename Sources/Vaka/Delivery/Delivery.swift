@@ -158,6 +158,7 @@ final class Delivery {
     func close(timeout: TimeInterval) -> Bool {
         guard let queue = queue else { return true }
         let sent = flush(timeout: timeout)
+        uploader?.cancel()
         cond.lock()
         closed = true
         cond.broadcast()

@@ -21,7 +21,8 @@ import Foundation
 ///   - **5xx, 408, 1xx/3xx, no answer** (offline, refused, timed out, garbage): exponential ``Backoff``
 ///     (5, 10, 20, ... 300 s), nothing is sent before it passes; the pump stops.
 ///
-/// Not reentrant: calls to ``pump()`` are serialised by an internal lock.
+/// Thread-safe: calls to ``pump()`` are serialised; the state getters never wait for a pump in progress.
+/// ``cancel()`` makes a running pump stop before its next request.
 final class Uploader {
     /// What a pump ended with.
     enum Outcome: Equatable {
@@ -58,7 +59,9 @@ final class Uploader {
     /// Bound on each request, seconds (15 in the SDK).
     let requestTimeout: TimeInterval
 
-    private let lock = NSLock()  // serialises pump(); also guards the state below
+    private let pumpLock = NSLock()   // serialises pump()
+    private let stateLock = NSLock()  // guards the state below: written only by pump(), read by anyone
+    private var _cancelled = false
     private var _rateLimits = RateLimits()
     private var _backoff = Backoff()
     private var _stopped = false
@@ -84,18 +87,32 @@ final class Uploader {
     }
 
     /// Current rate limits.
-    var rateLimits: RateLimits { lock.lock(); defer { lock.unlock() }; return _rateLimits }
+    var rateLimits: RateLimits { stateLock.lock(); defer { stateLock.unlock() }; return _rateLimits }
     /// Current backoff state.
-    var backoff: Backoff { lock.lock(); defer { lock.unlock() }; return _backoff }
+    var backoff: Backoff { stateLock.lock(); defer { stateLock.unlock() }; return _backoff }
     /// Whether a 401 stopped sending.
-    var isStopped: Bool { lock.lock(); defer { lock.unlock() }; return _stopped }
+    var isStopped: Bool { stateLock.lock(); defer { stateLock.unlock() }; return _stopped }
     /// Counters.
-    var stats: Stats { lock.lock(); defer { lock.unlock() }; return _stats }
+    var stats: Stats { stateLock.lock(); defer { stateLock.unlock() }; return _stats }
+
+    /// Makes the pump in progress (if any) and all later ones return before sending anything more
+    /// (used by `Delivery.close`). Envelopes not yet sent stay in their files.
+    func cancel() {
+        stateLock.lock(); _cancelled = true; stateLock.unlock()
+    }
+
+    private var isCancelled: Bool { stateLock.lock(); defer { stateLock.unlock() }; return _cancelled }
+
+    /// Runs `body` with the state lock held (for writes from the pump).
+    private func mutate(_ body: () -> Void) {
+        stateLock.lock(); body(); stateLock.unlock()
+    }
 
     /// Sends what may be sent now (see the type's documentation). Blocks for the network exchanges.
     func pump() -> Outcome {
-        lock.lock(); defer { lock.unlock() }
+        pumpLock.lock(); defer { pumpLock.unlock() }
         if _stopped { return .stopped }
+        if isCancelled { return .idle }
         if let until = blockedUntil(clock.now) { return .waiting(until: until) }
         do { try queue.seal() } catch { log("could not write the open batch: \(error)") }
 
@@ -106,11 +123,12 @@ final class Uploader {
             fileLoop: while i < records.count {
                 let now = clock.now
                 if let until = blockedUntil(now) { return .waiting(until: until) }  // e.g. 429 limiting all
+                if isCancelled { return .idle }
                 let envelope: Envelope
                 do {
                     envelope = try Envelope(data: records[i])
                 } catch {
-                    _stats.droppedUnreadable += 1
+                    mutate { _stats.droppedUnreadable += 1 }
                     log("dropping unreadable envelope in \(ref.name): \(error)")
                     records.remove(at: i)
                     guard commit(ref, records) else { break fileLoop }
@@ -134,7 +152,7 @@ final class Uploader {
                     guard commit(ref, records) else { break fileLoop }
                 case .tooLarge:
                     if part.items.count <= 1 {
-                        _stats.droppedTooLarge += 1
+                        mutate { _stats.droppedTooLarge += 1 }
                         log("dropping a single-item \(part.items.first?.type.rawValue ?? "empty") envelope (\(part.header.eventID ?? "-")): 413 even alone")
                         records.replaceSubrange(i...i, with: rest)
                         if !rest.isEmpty { i += 1 }
@@ -153,7 +171,7 @@ final class Uploader {
                     }
                     return fail(reason: "429 without a limit on this envelope's categories", retryAfter: nil)
                 case .unauthorized:
-                    _stopped = true
+                    mutate { _stopped = true }
                     log("401 Unauthorized: sending stopped until the next launch; \(queue.fileCount) batch file(s) kept")
                     return .stopped
                 case .retry(let reason, let retryAfter):
@@ -167,7 +185,7 @@ final class Uploader {
     }
 
     /// The time before which nothing may be sent (backoff, or a rate limit on all categories), if any.
-    func blockedUntil(_ now: Date) -> Date? {
+    private func blockedUntil(_ now: Date) -> Date? {
         let b = _backoff.isWaiting(at: now) ? _backoff.nextAttempt : nil
         let r = _rateLimits.deadlines[RateLimits.all].flatMap { $0 > now ? $0 : nil }
         let n = _notBefore.flatMap { $0 > now ? $0 : nil }
@@ -175,11 +193,14 @@ final class Uploader {
     }
 
     private func fail(reason: String, retryAfter: TimeInterval?) -> Outcome {
-        _stats.failures += 1
         let now = clock.now
-        var until = _backoff.recordFailure(now: now)
-        if let r = retryAfter { until = max(until, now.addingTimeInterval(r)) }
-        _notBefore = until
+        var until = now
+        mutate {
+            _stats.failures += 1
+            until = _backoff.recordFailure(now: now)
+            if let r = retryAfter { until = max(until, now.addingTimeInterval(r)) }
+            _notBefore = until
+        }
         until = max(until, blockedUntil(now) ?? until)
         log("send failed (\(reason)); next attempt in \(Int(until.timeIntervalSince(now).rounded())) s")
         return .waiting(until: until)
@@ -215,7 +236,7 @@ final class Uploader {
             ("X-Sentry-Auth", dsn.authHeader),
             ("User-Agent", DSN.clientName),
         ], body: body, timeout: requestTimeout)
-        _stats.requests += 1
+        mutate { _stats.requests += 1 }
         let what = "\(e.items.map(\.type.rawValue).joined(separator: "+")) envelope \(e.header.eventID ?? "-") (\(raw.count) B, \(body.count) B gzip)"
         switch transport.sendSynchronously(request) {
         case .failure(let error):
@@ -223,22 +244,24 @@ final class Uploader {
             return .retry("no answer: \(error)", retryAfter: nil)
         case .success(let response):
             let after = clock.now
-            _rateLimits.update(status: response.status, headers: response.headers, now: after)
+            mutate { _rateLimits.update(status: response.status, headers: response.headers, now: after) }
             log("\(what) → \(response.status)")
             // Retry-After on a 5xx/408 (standard HTTP) lengthens the backoff; on 429 it is a rate limit.
             let retryAfter = response.headers["retry-after"].flatMap { RateLimits.parseRetryAfter($0, now: after) }
             switch response.status {
             case 200..<300:
-                _backoff.reset()
-                _notBefore = nil
-                _stats.sent += 1
+                mutate {
+                    _backoff.reset()
+                    _notBefore = nil
+                    _stats.sent += 1
+                }
                 return .delivered
             case 401: return .unauthorized
             case 413: return .tooLarge
             case 429: return .rateLimited
             case 408: return .retry("HTTP 408", retryAfter: retryAfter)
             case 400..<500:
-                _stats.droppedRejected += 1
+                mutate { _stats.droppedRejected += 1 }
                 log("dropping \(what): permanent \(response.status)")
                 return .rejected
             default: return .retry("HTTP \(response.status)", retryAfter: retryAfter)
