@@ -14,6 +14,8 @@ let package = Package(
                        providers: [.apt(["libunwind-dev"])]),
         .systemLibrary(name: "CLibelf", path: "Sources/CLibelf", pkgConfig: "libelf",
                        providers: [.apt(["libelf-dev"])]),
+        .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
+                       providers: [.apt(["zlib1g-dev"])]),
 
         // The C crash runtime. Public headers live in the top-level include/.
         .target(
@@ -28,7 +30,7 @@ let package = Package(
         // ELF symbol tables (libelf) and demangling.
         .target(name: "VakaSymbolication", dependencies: ["CLibelf"]),
         // The Swift SDK: public API, report reader, Sentry protocol types.
-        .target(name: "Vaka", dependencies: ["VakaCrash", "VakaSymbolication"]),
+        .target(name: "Vaka", dependencies: ["VakaCrash", "VakaSymbolication", "CZlib"]),
         // The `vaka` command-line tool.
         .executableTarget(name: "vaka", dependencies: ["Vaka"]),
         // The crash harness and its C scenarios.
@@ -38,5 +40,6 @@ let package = Package(
 
         .testTarget(name: "VakaTests", dependencies: ["Vaka", "VakaSymbolication"]),
         .testTarget(name: "VakaCrashTests", dependencies: ["Vaka"]),
+        .testTarget(name: "VakaDeliveryTests", dependencies: ["Vaka"]),
     ]
 )

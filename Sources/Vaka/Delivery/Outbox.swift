@@ -1,0 +1,44 @@
+import Foundation
+
+/// The embedded default when no DSN is configured: each envelope is written to `<storage>/outbox/` as
+/// one file `<UTC timestamp>-<event_id>.envelope` (e.g. `20240501T123456.789Z-0123...cdef.envelope`),
+/// holding exactly the bytes that would have been POSTed before gzip (Sentry envelope wire format).
+/// Directory mode 0700, files 0600, written atomically. Name order is time order. `vaka outbox list|show`
+/// reads them with ``list()`` and ``read(_:)``.
+public struct Outbox {
+    /// `<storage>/outbox`.
+    public let directory: URL
+
+    /// An outbox in `<storageDirectory>/outbox` (created on first write).
+    public init(storageDirectory: URL) {
+        directory = storageDirectory.appendingPathComponent("outbox", isDirectory: true)
+    }
+
+    /// Writes `envelope` as a new file, stamped with `date` (file name only; the envelope is unchanged).
+    /// Envelopes without `event_id` are named with a random 32-hex id.
+    /// - Returns: the file's URL.
+    /// - Throws: ``DeliveryIOError`` or a `FileManager` error when the directory or file cannot be written.
+    @discardableResult
+    public func write(_ envelope: Envelope, at date: Date = Date()) throws -> URL {
+        try PrivateFiles.makeDirectory(directory)
+        let id = envelope.header.eventID ?? UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let stamp = Timestamps.rfc3339(date).replacingOccurrences(of: "-", with: "").replacingOccurrences(of: ":", with: "")
+        let safeID = String(id.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.map(Character.init))
+        let url = directory.appendingPathComponent("\(stamp)-\(safeID).envelope")
+        try PrivateFiles.writeAtomically(envelope.serialized(), to: url, sync: false)
+        return url
+    }
+
+    /// The outbox files, oldest first (by name); empty when the directory does not exist.
+    public func list() -> [URL] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        return names.filter { $0.hasSuffix(".envelope") && !$0.hasPrefix(".") }.sorted()
+            .map { directory.appendingPathComponent($0) }
+    }
+
+    /// Reads and parses one outbox file.
+    /// - Throws: a `Foundation` read error, or ``EnvelopeError`` when the bytes are not an envelope.
+    public func read(_ url: URL) throws -> Envelope {
+        try Envelope(data: Data(contentsOf: url))
+    }
+}

@@ -1,0 +1,235 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The envelopes waiting to be sent, kept in `<storage>/pending/` so that nothing is lost when the network,
+/// the server or the process fails.
+///
+/// Life of an envelope:
+/// 1. ``enqueue(_:durable:)`` appends it to the *open batch* in memory (at most `maxBatchSize` envelopes).
+///    With `durable: true` the open batch is written to its file before the call returns.
+/// 2. The open batch is written to its batch file (format: ``BatchFile``; written whole as temporary
+///    file + rename, mode 0600, directory 0700) by ``seal()``, which the uploader calls before each send,
+///    or as soon as it holds `maxBatchSize` envelopes; a sealed batch is never appended to again.
+/// 3. The uploader reads sealed batches oldest first (``sealedBatches()``, ``records(of:)``) and, after each
+///    envelope is settled, rewrites the file without it (``commit(_:records:)``; the file is deleted when
+///    nothing is left).
+///
+/// At most `maxBatchFiles` (default 200) batch files are kept: when writing a new file would exceed it, the
+/// oldest sealed files are deleted first; ``stats`` counts the files and envelopes dropped.
+/// Files left by a previous run are found at init and are sealed batches; leftover temporary files are removed.
+///
+/// File names are `<sequence, 16 digits>-<8 random hex>.batch`; the sequence continues after the highest one
+/// found in the directory, so name order is age order across runs. One process per storage directory at a time.
+///
+/// Thread-safe: every method may be called from any thread.
+final class PersistentQueue {
+    /// A batch file, ordered by age (sequence number).
+    struct BatchRef: Hashable, Comparable, CustomStringConvertible {
+        /// The file name inside ``PersistentQueue/directory``.
+        let name: String
+        /// The sequence number parsed from the name.
+        let sequence: UInt64
+        static func < (a: BatchRef, b: BatchRef) -> Bool { (a.sequence, a.name) < (b.sequence, b.name) }
+        var description: String { name }
+    }
+
+    /// Counters for debug output.
+    struct Stats: Equatable {
+        /// Batch files deleted unsent because of the `maxBatchFiles` cap.
+        var droppedBatchFiles = 0
+        /// Envelopes inside those files.
+        var droppedEnvelopes = 0
+        /// Batch files found damaged (their intact records are kept).
+        var damagedFiles = 0
+    }
+
+    /// `<storage>/pending`, mode 0700.
+    let directory: URL
+    /// Most envelopes per batch (file); `Options.maxBatchSize`, default 50. At least 1.
+    let maxBatchSize: Int
+    /// Most batch files kept; default 200. At least 1.
+    let maxBatchFiles: Int
+    /// Whether batch files are `fsync`ed before being renamed into place (survives power loss, not just
+    /// process death). Default `false`.
+    let syncWrites: Bool
+
+    private let lock = NSLock()
+    private var files: [BatchRef] = []  // on disk, sorted oldest first (includes the open batch once written)
+    private var open: (ref: BatchRef, records: [Data], written: Bool)?
+    private var nextSequence: UInt64 = 1
+    private var _stats = Stats()
+    private let log: (String) -> Void
+
+    /// Opens (creating if needed) `<storageDirectory>/pending`, and picks up batch files of previous runs.
+    /// - Parameters:
+    ///   - storageDirectory: the SDK's storage directory (`Options.storageDirectory`).
+    ///   - maxBatchSize: envelopes per batch, ≥ 1 (`Options.maxBatchSize`).
+    ///   - maxBatchFiles: batch files kept, ≥ 1 (200 in the SDK).
+    ///   - syncWrites: `fsync` each batch file before renaming it into place.
+    ///   - log: debug sink (one line per call, no trailing newline); never given secrets.
+    /// - Throws: when the directory cannot be created or listed.
+    init(storageDirectory: URL, maxBatchSize: Int = 50, maxBatchFiles: Int = 200, syncWrites: Bool = false,
+         log: @escaping (String) -> Void = { _ in }) throws {
+        directory = storageDirectory.appendingPathComponent("pending", isDirectory: true)
+        self.maxBatchSize = max(1, maxBatchSize)
+        self.maxBatchFiles = max(1, maxBatchFiles)
+        self.syncWrites = syncWrites
+        self.log = log
+        try PrivateFiles.makeDirectory(directory)
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory.path) {
+            if name.hasPrefix(".tmp-") {
+                unlink(directory.appendingPathComponent(name).path)
+            } else if let ref = PersistentQueue.ref(name) {
+                files.append(ref)
+            }
+        }
+        files.sort()
+        nextSequence = (files.last?.sequence ?? 0) + 1
+        if !files.isEmpty { log("found \(files.count) pending batch file(s) from a previous run") }
+    }
+
+    /// Adds an envelope to the open batch.
+    /// - Parameter durable: write the open batch to disk before returning (the envelope then survives a
+    ///   crash or SIGKILL of the process).
+    /// - Returns: `true` when this filled the batch to `maxBatchSize` (it was then written and sealed: time to send).
+    /// - Throws: ``DeliveryIOError`` when a required write fails; the envelope stays in memory.
+    @discardableResult
+    func enqueue(_ envelope: Envelope, durable: Bool = false) throws -> Bool {
+        let record = envelope.serialized()
+        lock.lock(); defer { lock.unlock() }
+        if open == nil {
+            let ref = BatchRef(name: String(format: "%016llu-%08x.batch", nextSequence, UInt32.random(in: .min ... .max)),
+                               sequence: nextSequence)
+            nextSequence += 1
+            open = (ref, [], false)
+        }
+        open!.records.append(record)
+        if open!.records.count >= maxBatchSize {
+            try sealLocked()
+            return true
+        }
+        if durable { try writeOpenLocked() }
+        return false
+    }
+
+    /// Writes the open batch (if it has unwritten envelopes) and seals it: later envelopes go to a new batch.
+    /// Called before each send. - Throws: ``DeliveryIOError`` when the write fails (the batch stays open).
+    func seal() throws {
+        lock.lock(); defer { lock.unlock() }
+        try sealLocked()
+    }
+
+    /// Writes the open batch to its file without sealing it (used by `close()` and durable captures).
+    /// - Throws: ``DeliveryIOError`` when the write fails.
+    func persist() throws {
+        lock.lock(); defer { lock.unlock() }
+        try writeOpenLocked()
+    }
+
+    /// Sealed batch files, oldest first.
+    func sealedBatches() -> [BatchRef] {
+        lock.lock(); defer { lock.unlock() }
+        return files.filter { $0 != open?.ref }
+    }
+
+    /// The envelopes (serialized) in a batch file, in order; `nil` when the file no longer exists (it was
+    /// dropped by the cap). A damaged file yields its intact records and is counted in ``stats``.
+    func records(of ref: BatchRef) -> [Data]? {
+        lock.lock(); defer { lock.unlock() }
+        guard files.contains(ref), let data = FileManager.default.contents(atPath: path(ref)) else { return nil }
+        let (records, damaged) = BatchFile.decode(data)
+        if damaged {
+            _stats.damagedFiles += 1
+            log("batch file \(ref.name) is damaged; keeping its \(records.count) intact envelope(s)")
+        }
+        return records
+    }
+
+    /// Replaces a sealed batch file's content with `records` (deleting the file when empty), atomically.
+    /// - Returns: `false` when the file no longer exists (dropped by the cap meanwhile); nothing is written.
+    /// - Throws: ``DeliveryIOError`` when the rewrite fails (the old file stays).
+    @discardableResult
+    func commit(_ ref: BatchRef, records: [Data]) throws -> Bool {
+        lock.lock(); defer { lock.unlock() }
+        guard files.contains(ref), ref != open?.ref else { return false }
+        if records.isEmpty {
+            unlink(path(ref))
+            files.removeAll { $0 == ref }
+        } else {
+            try PrivateFiles.writeAtomically(BatchFile.encode(records), to: URL(fileURLWithPath: path(ref)), sync: syncWrites)
+        }
+        return true
+    }
+
+    /// `true` when no envelope is waiting: the open batch is empty and no batch file exists.
+    var isEmpty: Bool {
+        lock.lock(); defer { lock.unlock() }
+        return (open?.records.isEmpty ?? true) && files.filter { $0 != open?.ref }.isEmpty
+    }
+
+    /// Envelopes in the open batch (in memory, possibly also written).
+    var openCount: Int {
+        lock.lock(); defer { lock.unlock() }
+        return open?.records.count ?? 0
+    }
+
+    /// Number of batch files on disk (sealed and open).
+    var fileCount: Int {
+        lock.lock(); defer { lock.unlock() }
+        return files.count
+    }
+
+    /// Drop counters (cap, damage).
+    var stats: Stats {
+        lock.lock(); defer { lock.unlock() }
+        return _stats
+    }
+
+    // MARK: - Private (lock held)
+
+    private func sealLocked() throws {
+        guard open != nil else { return }
+        if !open!.records.isEmpty { try writeOpenLocked() }
+        open = nil
+    }
+
+    private func writeOpenLocked() throws {
+        guard let o = open, !o.records.isEmpty else { return }
+        try PrivateFiles.writeAtomically(BatchFile.encode(o.records), to: URL(fileURLWithPath: path(o.ref)), sync: syncWrites)
+        if !o.written {
+            open!.written = true
+            files.append(o.ref)  // newest sequence: stays sorted
+            enforceCapLocked()
+        }
+    }
+
+    private func enforceCapLocked() {
+        var droppedFiles = 0, droppedEnvelopes = 0
+        while files.count > maxBatchFiles, let oldest = files.first(where: { $0 != open?.ref }) {
+            if let data = FileManager.default.contents(atPath: path(oldest)) {
+                droppedEnvelopes += BatchFile.decode(data).records.count
+            }
+            unlink(path(oldest))
+            files.removeAll { $0 == oldest }
+            droppedFiles += 1
+        }
+        if droppedFiles > 0 {
+            _stats.droppedBatchFiles += droppedFiles
+            _stats.droppedEnvelopes += droppedEnvelopes
+            log("batch file cap \(maxBatchFiles) reached: dropped \(droppedFiles) oldest file(s) holding \(droppedEnvelopes) envelope(s) (total dropped: \(_stats.droppedBatchFiles) file(s), \(_stats.droppedEnvelopes) envelope(s))")
+        }
+    }
+
+    private func path(_ ref: BatchRef) -> String { directory.appendingPathComponent(ref.name).path }
+
+    /// Parses `<16 digits>-<hex>.batch`.
+    private static func ref(_ name: String) -> BatchRef? {
+        guard name.hasSuffix(".batch"), name.count > 23 else { return nil }
+        let digits = name.prefix(16)
+        guard digits.allSatisfy({ $0.isASCII && $0.isNumber }), let seq = UInt64(digits),
+              name.dropFirst(16).first == "-" else { return nil }
+        return BatchRef(name: name, sequence: seq)
+    }
+}

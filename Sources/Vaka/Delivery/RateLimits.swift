@@ -1,0 +1,100 @@
+import Foundation
+
+/// Rate limits announced by the server, per data category, as absolute deadlines.
+///
+/// Sources (Sentry "Rate Limiting"):
+/// - `X-Sentry-Rate-Limits: retry_after:categories:scope[:reason[:namespaces]], ...` on any response:
+///   `retry_after` in seconds (integer or decimal), `categories` `;`-separated (empty = every category).
+///   When present it is authoritative and `Retry-After` is ignored.
+/// - otherwise, on 429, `Retry-After`: delay in seconds or an HTTP date; it limits every category.
+/// - 429 with neither header: every category for 60 s.
+///
+/// For each category the longest deadline wins (a shorter new limit never shortens a running one).
+/// Item types map to categories with ``category(for:)``.
+struct RateLimits: Equatable {
+    /// The pseudo-category meaning "all categories".
+    static let all = ""
+    /// Delay for a 429 without usable headers, in seconds.
+    static let default429Delay: TimeInterval = 60
+
+    /// category → time until which it is limited (`""` = all).
+    private(set) var deadlines: [String: Date] = [:]
+
+    /// The rate-limit data category for an envelope item type: `event` → `error`, `session` → `session`,
+    /// `log` → `log_item`; other types map to their own name (Sentry uses e.g. `attachment` for `attachment`).
+    static func category(for type: EnvelopeItem.ItemType) -> String {
+        switch type {
+        case .event: return "error"
+        case .session: return "session"
+        case .log: return "log_item"
+        default: return type.rawValue
+        }
+    }
+
+    /// Records the limits carried by a response received at `now`.
+    /// - Parameters:
+    ///   - status: HTTP status code.
+    ///   - headers: response headers with lower-cased names.
+    /// - Returns: `true` when any limit was recorded.
+    @discardableResult
+    mutating func update(status: Int, headers: [String: String], now: Date) -> Bool {
+        if let header = headers["x-sentry-rate-limits"], !header.trimmingCharacters(in: .whitespaces).isEmpty {
+            var any = false
+            for (delay, categories) in RateLimits.parseSentryHeader(header) {
+                for c in categories { limit(c, until: now.addingTimeInterval(delay)); any = true }
+            }
+            if any || status != 429 { return any }
+        }
+        guard status == 429 else { return false }
+        let delay = headers["retry-after"].flatMap { RateLimits.parseRetryAfter($0, now: now) } ?? RateLimits.default429Delay
+        limit(RateLimits.all, until: now.addingTimeInterval(delay))
+        return true
+    }
+
+    /// Limits `category` (`""` = all) until `deadline`, unless it is already limited longer.
+    mutating func limit(_ category: String, until deadline: Date) {
+        if let existing = deadlines[category], existing >= deadline { return }
+        deadlines[category] = deadline
+    }
+
+    /// Whether items of `category` must be held at time `at` (its own limit or the all-categories limit).
+    func isLimited(_ category: String, at: Date) -> Bool {
+        (limitedUntil(category, at: at) ?? .distantPast) > at
+    }
+
+    /// The time until which `category` is limited, or `nil` when it is not limited at `at`.
+    func limitedUntil(_ category: String, at: Date) -> Date? {
+        let d = max(deadlines[category] ?? .distantPast, deadlines[RateLimits.all] ?? .distantPast)
+        return d > at ? d : nil
+    }
+
+    /// The earliest deadline still in the future at `at` (when the next held item may become sendable).
+    func nextExpiry(after at: Date) -> Date? {
+        deadlines.values.filter { $0 > at }.min()
+    }
+
+    /// Parses a `Retry-After` value: non-negative seconds (integer or decimal) or an HTTP date.
+    /// - Returns: the delay in seconds from `now` (never negative), or `nil` when the value is neither.
+    static func parseRetryAfter(_ value: String, now: Date) -> TimeInterval? {
+        let v = value.trimmingCharacters(in: .whitespaces)
+        if let seconds = Double(v), seconds.isFinite, seconds >= 0 { return seconds }
+        if let date = Timestamps.parseHTTPDate(v) { return max(0, date.timeIntervalSince(now)) }
+        return nil
+    }
+
+    /// Parses `X-Sentry-Rate-Limits` into (delay seconds, categories) groups; an empty category list becomes
+    /// `[""]` (all). Groups with an unparsable delay are skipped. Scope, reason and namespaces are ignored.
+    static func parseSentryHeader(_ header: String) -> [(TimeInterval, [String])] {
+        var out: [(TimeInterval, [String])] = []
+        for group in header.split(separator: ",") {
+            let fields = group.split(separator: ":", omittingEmptySubsequences: false)
+                .map { $0.trimmingCharacters(in: .whitespaces) }
+            guard let delay = Double(fields[0]), delay.isFinite, delay >= 0 else { continue }
+            let cats = fields.count > 1
+                ? fields[1].split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+                : []
+            out.append((delay, cats.isEmpty ? [RateLimits.all] : cats))
+        }
+        return out
+    }
+}

@@ -1,0 +1,271 @@
+import Foundation
+
+/// Sends the envelopes of a ``PersistentQueue``, one POST per envelope, and applies the server's answer.
+///
+/// One ``pump()`` seals the open batch, then walks the sealed batch files oldest first and their envelopes in
+/// order. For each envelope:
+/// - items whose rate-limit category is limited (``RateLimits``) are held: an envelope with only held items
+///   is skipped; one with some is split, the rest sent now and the held items kept in its place;
+/// - the rest is POSTed to ``DSN/envelopeURL`` with `Content-Type: application/x-sentry-envelope`,
+///   `Content-Encoding: gzip`, `X-Sentry-Auth` and `User-Agent: vaka.swift/0.1.0`, its header's `sent_at` set
+///   to the send time;
+/// - the answer decides (`X-Sentry-Rate-Limits` is recorded from every answer):
+///   - **2xx**: the envelope is removed from its batch file (the file is deleted when empty); backoff reset.
+///   - **401**: sending stops for the life of this uploader (until the next launch); files kept.
+///   - **413**: the envelope's items are split into two halves which replace it and are sent in turn; a
+///     single-item envelope that still gets 413 is dropped (``Stats/droppedTooLarge``).
+///   - **429**: limits from `X-Sentry-Rate-Limits`, else `Retry-After`, else 60 s for all categories; the
+///     envelope is held while its categories are limited and other categories keep flowing. When the
+///     answer does not limit the envelope's own categories, it counts as a failure (below).
+///   - **other 4xx** (not 408): permanent rejection; the envelope is removed (``Stats/droppedRejected``).
+///   - **5xx, 408, 1xx/3xx, no answer** (offline, refused, timed out, garbage): exponential ``Backoff``
+///     (5, 10, 20, ... 300 s), nothing is sent before it passes; the pump stops.
+///
+/// Thread-safe: calls to ``pump()`` are serialised; the state getters never wait for a pump in progress.
+/// ``cancel()`` makes a running pump stop before its next request.
+final class Uploader {
+    /// What a pump ended with.
+    enum Outcome: Equatable {
+        /// Everything queued when the pump ran was settled.
+        case idle
+        /// Some envelopes are held by rate limits; the earliest limit ends at `until`.
+        case held(until: Date)
+        /// A failure: no sending before `until` (backoff or a global rate limit).
+        case waiting(until: Date)
+        /// A 401 stopped sending until the next launch.
+        case stopped
+    }
+
+    /// Counters for debug output and tests.
+    struct Stats: Equatable {
+        /// Envelopes (or split parts) answered with 2xx.
+        var sent = 0
+        /// Envelopes dropped because of a permanent 4xx.
+        var droppedRejected = 0
+        /// Single-item envelopes dropped because the server still answered 413.
+        var droppedTooLarge = 0
+        /// Records in batch files that were not parsable envelopes (dropped).
+        var droppedUnreadable = 0
+        /// Requests that failed (5xx, 408, no answer...).
+        var failures = 0
+        /// Requests sent.
+        var requests = 0
+    }
+
+    let queue: PersistentQueue
+    let dsn: DSN
+    let transport: HTTPTransport
+    let clock: DeliveryClock
+    /// Bound on each request, seconds (15 in the SDK).
+    let requestTimeout: TimeInterval
+
+    private let pumpLock = NSLock()   // serialises pump()
+    private let stateLock = NSLock()  // guards the state below: written only by pump(), read by anyone
+    private var _cancelled = false
+    private var _rateLimits = RateLimits()
+    private var _backoff = Backoff()
+    private var _stopped = false
+    private var _notBefore: Date?  // a 5xx's Retry-After, when longer than the backoff
+    private var _stats = Stats()
+    private let log: (String) -> Void
+
+    /// - Parameters:
+    ///   - queue: where the envelopes are.
+    ///   - dsn: where to send them and with which key.
+    ///   - transport: the HTTP client (``URLSessionTransport`` in the SDK, scripted in tests).
+    ///   - clock: time source for backoff and rate limits.
+    ///   - requestTimeout: bound on each request, seconds.
+    ///   - log: debug sink; never given the key.
+    init(queue: PersistentQueue, dsn: DSN, transport: HTTPTransport, clock: DeliveryClock,
+         requestTimeout: TimeInterval = 15, log: @escaping (String) -> Void = { _ in }) {
+        self.queue = queue
+        self.dsn = dsn
+        self.transport = transport
+        self.clock = clock
+        self.requestTimeout = requestTimeout
+        self.log = log
+    }
+
+    /// Current rate limits.
+    var rateLimits: RateLimits { stateLock.lock(); defer { stateLock.unlock() }; return _rateLimits }
+    /// Current backoff state.
+    var backoff: Backoff { stateLock.lock(); defer { stateLock.unlock() }; return _backoff }
+    /// Whether a 401 stopped sending.
+    var isStopped: Bool { stateLock.lock(); defer { stateLock.unlock() }; return _stopped }
+    /// Counters.
+    var stats: Stats { stateLock.lock(); defer { stateLock.unlock() }; return _stats }
+
+    /// Makes the pump in progress (if any) and all later ones return before sending anything more
+    /// (used by `Delivery.close`). Envelopes not yet sent stay in their files.
+    func cancel() {
+        stateLock.lock(); _cancelled = true; stateLock.unlock()
+    }
+
+    private var isCancelled: Bool { stateLock.lock(); defer { stateLock.unlock() }; return _cancelled }
+
+    /// Runs `body` with the state lock held (for writes from the pump).
+    private func mutate(_ body: () -> Void) {
+        stateLock.lock(); body(); stateLock.unlock()
+    }
+
+    /// Sends what may be sent now (see the type's documentation). Blocks for the network exchanges.
+    func pump() -> Outcome {
+        pumpLock.lock(); defer { pumpLock.unlock() }
+        if _stopped { return .stopped }
+        if isCancelled { return .idle }
+        if let until = blockedUntil(clock.now) { return .waiting(until: until) }
+        do { try queue.seal() } catch { log("could not write the open batch: \(error)") }
+
+        var heldUntil: Date? = nil  // earliest end of a limit that held an item in this pump
+        for ref in queue.sealedBatches() {
+            guard var records = queue.records(of: ref) else { continue }
+            var i = 0
+            fileLoop: while i < records.count {
+                let now = clock.now
+                if let until = blockedUntil(now) { return .waiting(until: until) }  // e.g. 429 limiting all
+                if isCancelled { return .idle }
+                let envelope: Envelope
+                do {
+                    envelope = try Envelope(data: records[i])
+                } catch {
+                    mutate { _stats.droppedUnreadable += 1 }
+                    log("dropping unreadable envelope in \(ref.name): \(error)")
+                    records.remove(at: i)
+                    guard commit(ref, records) else { break fileLoop }
+                    continue
+                }
+                let sendable = envelope.items.filter { !_rateLimits.isLimited(RateLimits.category(for: $0.type), at: now) }
+                let held = envelope.items.filter { _rateLimits.isLimited(RateLimits.category(for: $0.type), at: now) }
+                for item in held {
+                    if let d = _rateLimits.limitedUntil(RateLimits.category(for: item.type), at: now) {
+                        heldUntil = min(heldUntil ?? d, d)
+                    }
+                }
+                if sendable.isEmpty { i += 1; continue }  // held by rate limits
+                let part = held.isEmpty ? envelope : envelope.with(items: sendable)
+                let rest: [Data] = held.isEmpty ? [] : [envelope.with(items: held).serialized()]
+
+                switch send(part, now: now) {
+                case .delivered, .rejected:
+                    records.replaceSubrange(i...i, with: rest)
+                    if !rest.isEmpty { i += 1 }
+                    guard commit(ref, records) else { break fileLoop }
+                case .tooLarge:
+                    if part.items.count <= 1 {
+                        mutate { _stats.droppedTooLarge += 1 }
+                        log("dropping a single-item \(part.items.first?.type.rawValue ?? "empty") envelope (\(part.header.eventID ?? "-")): 413 even alone")
+                        records.replaceSubrange(i...i, with: rest)
+                        if !rest.isEmpty { i += 1 }
+                    } else {
+                        let half = part.items.count / 2
+                        let halves = [part.with(items: Array(part.items[..<half])).serialized(),
+                                      part.with(items: Array(part.items[half...])).serialized()]
+                        log("413: splitting a \(part.items.count)-item envelope into \(half) + \(part.items.count - half)")
+                        records.replaceSubrange(i...i, with: halves + rest)
+                    }
+                    guard commit(ref, records) else { break fileLoop }
+                case .rateLimited:
+                    let after = clock.now
+                    if part.items.contains(where: { _rateLimits.isLimited(RateLimits.category(for: $0.type), at: after) }) {
+                        continue  // re-evaluated: now held
+                    }
+                    return fail(reason: "429 without a limit on this envelope's categories", retryAfter: nil)
+                case .unauthorized:
+                    mutate { _stopped = true }
+                    log("401 Unauthorized: sending stopped until the next launch; \(queue.fileCount) batch file(s) kept")
+                    return .stopped
+                case .retry(let reason, let retryAfter):
+                    return fail(reason: reason, retryAfter: retryAfter)
+                }
+            }
+        }
+        // Limits on categories that nothing queued uses (Bugsink always limits `transaction;span` for a day)
+        // do not count: only items actually held make the outcome `held`.
+        return heldUntil.map { .held(until: $0) } ?? .idle
+    }
+
+    /// The time before which nothing may be sent (backoff, or a rate limit on all categories), if any.
+    private func blockedUntil(_ now: Date) -> Date? {
+        let b = _backoff.isWaiting(at: now) ? _backoff.nextAttempt : nil
+        let r = _rateLimits.deadlines[RateLimits.all].flatMap { $0 > now ? $0 : nil }
+        let n = _notBefore.flatMap { $0 > now ? $0 : nil }
+        return [b, r, n].compactMap { $0 }.max()
+    }
+
+    private func fail(reason: String, retryAfter: TimeInterval?) -> Outcome {
+        let now = clock.now
+        var until = now
+        mutate {
+            _stats.failures += 1
+            until = _backoff.recordFailure(now: now)
+            if let r = retryAfter { until = max(until, now.addingTimeInterval(r)) }
+            _notBefore = until
+        }
+        until = max(until, blockedUntil(now) ?? until)
+        log("send failed (\(reason)); next attempt in \(Int(until.timeIntervalSince(now).rounded())) s")
+        return .waiting(until: until)
+    }
+
+    private func commit(_ ref: PersistentQueue.BatchRef, _ records: [Data]) -> Bool {
+        do {
+            return try queue.commit(ref, records: records)
+        } catch {
+            log("could not rewrite \(ref.name): \(error)")
+            return false
+        }
+    }
+
+    private enum Verdict {
+        case delivered, rejected, tooLarge, rateLimited, unauthorized
+        case retry(String, retryAfter: TimeInterval?)
+    }
+
+    private func send(_ envelope: Envelope, now: Date) -> Verdict {
+        var e = envelope
+        e.header.sentAt = now
+        let raw = e.serialized()
+        let body: Data
+        do {
+            body = try Gzip.compress(raw)
+        } catch {
+            return .retry("gzip: \(error)", retryAfter: nil)
+        }
+        let request = HTTPRequest(url: dsn.envelopeURL, headers: [
+            ("Content-Type", "application/x-sentry-envelope"),
+            ("Content-Encoding", "gzip"),
+            ("X-Sentry-Auth", dsn.authHeader),
+            ("User-Agent", DSN.clientName),
+        ], body: body, timeout: requestTimeout)
+        mutate { _stats.requests += 1 }
+        let what = "\(e.items.map(\.type.rawValue).joined(separator: "+")) envelope \(e.header.eventID ?? "-") (\(raw.count) B, \(body.count) B gzip)"
+        switch transport.sendSynchronously(request) {
+        case .failure(let error):
+            log("\(what): no answer: \(error)")
+            return .retry("no answer: \(error)", retryAfter: nil)
+        case .success(let response):
+            let after = clock.now
+            mutate { _rateLimits.update(status: response.status, headers: response.headers, now: after) }
+            log("\(what) → \(response.status)")
+            // Retry-After on a 5xx/408 (standard HTTP) lengthens the backoff; on 429 it is a rate limit.
+            let retryAfter = response.headers["retry-after"].flatMap { RateLimits.parseRetryAfter($0, now: after) }
+            switch response.status {
+            case 200..<300:
+                mutate {
+                    _backoff.reset()
+                    _notBefore = nil
+                    _stats.sent += 1
+                }
+                return .delivered
+            case 401: return .unauthorized
+            case 413: return .tooLarge
+            case 429: return .rateLimited
+            case 408: return .retry("HTTP 408", retryAfter: retryAfter)
+            case 400..<500:
+                mutate { _stats.droppedRejected += 1 }
+                log("dropping \(what): permanent \(response.status)")
+                return .rejected
+            default: return .retry("HTTP \(response.status)", retryAfter: retryAfter)
+            }
+        }
+    }
+}

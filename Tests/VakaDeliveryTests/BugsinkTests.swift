@@ -1,0 +1,147 @@
+import XCTest
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+@testable import Vaka
+
+/// Delivery to a real Sentry-compatible server (Bugsink 2.6.2, see scripts/bugsink), verified through its
+/// read API: the event must be STORED (Bugsink answers 200 before validating, then may drop the event).
+///
+/// Server selection: BUGSINK_URL, BUGSINK_DSN, BUGSINK_TOKEN and BUGSINK_PROJECT_ID from the environment
+/// (a server someone already started); else, when VAKA_BUGSINK is set, one is started with scripts/bugsink
+/// (or with the script VAKA_BUGSINK names) and stopped afterwards. Otherwise the tests are skipped, unless
+/// VAKA_REQUIRE_PEERS=1, which turns the skip into a failure.
+final class BugsinkTests: XCTestCase {
+    struct Peer { var url: String; var dsn: String; var token: String; var project: String }
+
+    nonisolated(unsafe) static var peer: Peer?
+    nonisolated(unsafe) static var startedDir: URL?
+    nonisolated(unsafe) static var script: String?
+    nonisolated(unsafe) static var startError: String?
+
+    let dirs = TempDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    override class func tearDown() {
+        if let dir = startedDir, let script = script {
+            _ = runTool(script, ["stop", dir.path])
+            try? FileManager.default.removeItem(at: dir)
+        }
+        startedDir = nil
+        peer = nil
+    }
+
+    private func requirePeer() throws -> Peer {
+        if let p = BugsinkTests.peer { return p }
+        let env = ProcessInfo.processInfo.environment
+        if let url = env["BUGSINK_URL"], let dsn = env["BUGSINK_DSN"], let token = env["BUGSINK_TOKEN"],
+           let project = env["BUGSINK_PROJECT_ID"] {
+            BugsinkTests.peer = Peer(url: url, dsn: dsn, token: token, project: project)
+            return BugsinkTests.peer!
+        }
+        guard let flag = env["VAKA_BUGSINK"], !flag.isEmpty else {
+            if env["VAKA_REQUIRE_PEERS"] == "1" {
+                XCTFail("VAKA_REQUIRE_PEERS=1 but no Bugsink: set VAKA_BUGSINK=1 (or BUGSINK_URL/DSN/TOKEN/PROJECT_ID)")
+            }
+            throw XCTSkip("Bugsink not requested (set VAKA_BUGSINK=1)")
+        }
+        if let e = BugsinkTests.startError { throw TestServerError(e) }
+        let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let script = FileManager.default.isExecutableFile(atPath: flag) ? flag : repo.appendingPathComponent("scripts/bugsink").path
+        let dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("vaka-bugsink-\(UUID().uuidString)")
+        BugsinkTests.script = script
+        BugsinkTests.startedDir = dir
+        let (status, out) = runTool(script, ["start", dir.path])
+        var values: [String: String] = [:]
+        for line in out.split(separator: "\n") {
+            guard let eq = line.firstIndex(of: "=") else { continue }
+            values[String(line[..<eq])] = String(line[line.index(after: eq)...])
+        }
+        guard status == 0, let url = values["BUGSINK_URL"], let dsn = values["BUGSINK_DSN"],
+              let token = values["BUGSINK_TOKEN"], let project = values["BUGSINK_PROJECT_ID"] else {
+            BugsinkTests.startError = "scripts/bugsink start failed (status \(status)); see \(dir.path)/server.log"
+            throw TestServerError(BugsinkTests.startError!)
+        }
+        BugsinkTests.peer = Peer(url: url, dsn: dsn, token: token, project: project)
+        return BugsinkTests.peer!
+    }
+
+    /// GET {url}/api/canonical/0/events/lookup/?project=ID&event_id=HEX with the Bearer token.
+    private func lookup(_ peer: Peer, _ eventID: String) -> (Int, Data) {
+        var r = URLRequest(url: URL(string: "\(peer.url)/api/canonical/0/events/lookup/?project=\(peer.project)&event_id=\(eventID)")!)
+        r.setValue("Bearer \(peer.token)", forHTTPHeaderField: "Authorization")
+        r.timeoutInterval = 15
+        final class Box: @unchecked Sendable { var value: (Int, Data) = (-1, Data()) }
+        let done = DispatchSemaphore(value: 0)
+        let box = Box()
+        URLSession.shared.dataTask(with: r) { data, response, _ in
+            box.value = ((response as? HTTPURLResponse)?.statusCode ?? -1, data ?? Data())
+            done.signal()
+        }.resume()
+        _ = done.wait(timeout: .now() + 20)
+        return box.value
+    }
+
+    private func event(_ id: String, message: String) -> Data {
+        let json: [String: Any] = [
+            "event_id": id,
+            "timestamp": Date().timeIntervalSince1970,
+            "platform": "native",
+            "level": "warning",
+            "logger": "vaka.tests",
+            "logentry": ["formatted": message],
+            "release": "vaka-delivery-tests@0.1.0",
+            "environment": "test",
+            "sdk": ["name": SDKInfo.vaka.name, "version": SDKInfo.vaka.version],
+            "tags": ["suite": "BugsinkTests"],
+            "contexts": ["os": ["name": "Linux"], "device": ["arch": "x86_64"]],
+        ]
+        return try! JSONSerialization.data(withJSONObject: json, options: [.sortedKeys])
+    }
+
+    func testEventsSentThroughDeliveryAreStored() throws {
+        let peer = try requirePeer()
+        let storage = dirs.make()
+        let ids = (0..<3).map { _ in UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased() }
+        let log = LogSink()
+        let delivery = try Delivery(configuration: .init(storageDirectory: storage, dsn: try DSN(peer.dsn),
+                                                         maxBatchSize: 2, log: log.sink))
+        for (n, id) in ids.enumerated() {
+            let session = #"{"sid":"\#(UUID().uuidString.lowercased())","did":"tester","init":true,"started":"\#(Timestamps.rfc3339(Date()))","status":"ok","errors":0,"attrs":{"release":"vaka-delivery-tests@0.1.0","environment":"test"}}"#
+            let env = Envelope.event(id: id, payload: event(id, message: "Vaka delivery test \(n)"),
+                                     extraItems: n == 0 ? [.session(Data(session.utf8))] : [])
+            try delivery.submit(env, durable: n == 0)
+        }
+        XCTAssertTrue(delivery.flush(timeout: 60), log.lines.joined(separator: "\n"))
+        XCTAssertTrue(delivery.close(timeout: 5))
+        XCTAssertEqual(batchFiles(storage), [])
+        for (n, id) in ids.enumerated() {
+            let (status, body) = lookup(peer, id)
+            XCTAssertEqual(status, 200, "event \(id) not stored: \(String(decoding: body, as: UTF8.self))")
+            let text = String(decoding: body, as: UTF8.self)
+            XCTAssertTrue(text.contains("Vaka delivery test \(n)"), text)
+        }
+        XCTAssertFalse(log.lines.joined().contains(try DSN(peer.dsn).publicKey), "key never logged")
+    }
+
+    func testSchemaInvalidEventGets200ButIsNotStored() throws {
+        // Why the test above looks the events up: Bugsink answers 200, then drops events that fail the
+        // schema (here the unknown top-level key `message`). The uploader counts it as delivered.
+        let peer = try requirePeer()
+        let id = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        var json = try XCTUnwrap(JSONSerialization.jsonObject(with: event(id, message: "invalid")) as? [String: Any])
+        json["message"] = "not allowed at the top level"
+        let delivery = try Delivery(configuration: .init(storageDirectory: dirs.make(), dsn: try DSN(peer.dsn)))
+        try delivery.submit(Envelope.event(id: id, payload: try JSONSerialization.data(withJSONObject: json)))
+        XCTAssertTrue(delivery.flush(timeout: 60))
+        XCTAssertEqual(delivery.uploader?.stats.sent, 1, "ingest answered 2xx")
+        delivery.close(timeout: 5)
+        XCTAssertEqual(lookup(peer, id).0, 404, "but the event was not stored")
+    }
+
+    func testUnknownEventIsNotFound() throws {
+        // The lookup must be able to say "no": otherwise the test above could not fail.
+        let peer = try requirePeer()
+        XCTAssertEqual(lookup(peer, String(repeating: "0", count: 31) + "1").0, 404)
+    }
+}
