@@ -1,22 +1,5 @@
 import Foundation
 
-/// The SDK's name and version as sent in envelope headers, events and `sentry_client`.
-public struct SDKInfo: Codable, Equatable, Sendable {
-    /// SDK name, e.g. `vaka.swift`.
-    public var name: String
-    /// SDK version, e.g. `0.1.0`.
-    public var version: String
-
-    /// Creates an SDK description.
-    public init(name: String, version: String) {
-        self.name = name
-        self.version = version
-    }
-
-    /// This SDK: `vaka.swift` `0.1.0`.
-    public static let vaka = SDKInfo(name: "vaka.swift", version: "0.1.0")
-}
-
 /// A Sentry envelope: the unit Vaka stores, POSTs and writes to the outbox.
 ///
 /// Wire format (Sentry "Envelopes"), byte for byte as ``serialized()`` writes it:

@@ -101,6 +101,9 @@ public struct SDKInfo: Codable, Equatable, Sendable {
         self.name = name
         self.version = version
     }
+
+    /// This SDK, as named in events, envelope headers and `sentry_client`: `vaka.swift` `0.1.0`.
+    public static let vaka = SDKInfo(name: "vaka.swift", version: "0.1.0")
 }
 
 /// The `contexts` of an event: the subset Vaka fills.

@@ -23,7 +23,7 @@ import VakaSymbolication
 ///   gets the tag `vaka.report_truncated: "true"`.
 public struct FatalEventBuilder {
     /// The SDK info put in every event: `vaka.swift` `0.1.0`.
-    public static let sdk = SDKInfo(name: "vaka.swift", version: "0.1.0")
+    public static let sdk = SDKInfo.vaka
 
     /// Looks up function names in the images' ELF files; `nil` leaves `function`/`symbol` out.
     /// Reuse one symbolicator across reports of one run so each image is opened once.
