@@ -14,6 +14,8 @@ let package = Package(
                        providers: [.apt(["libunwind-dev"])]),
         .systemLibrary(name: "CLibelf", path: "Sources/CLibelf", pkgConfig: "libelf",
                        providers: [.apt(["libelf-dev"])]),
+        .systemLibrary(name: "CLibdw", path: "Sources/CLibdw", pkgConfig: "libdw",
+                       providers: [.apt(["libdw-dev"])]),
 
         // The C crash runtime. Public headers live in the top-level include/.
         .target(
@@ -25,8 +27,8 @@ let package = Package(
             cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer"])],
             linkerSettings: [.linkedLibrary("unwind")]
         ),
-        // ELF symbol tables (libelf) and demangling.
-        .target(name: "VakaSymbolication", dependencies: ["CLibelf"]),
+        // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
+        .target(name: "VakaSymbolication", dependencies: ["CLibdw"]),
         // The Swift SDK: public API, report reader, Sentry protocol types.
         .target(name: "Vaka", dependencies: ["VakaCrash", "VakaSymbolication"]),
         // The `vaka` command-line tool.
