@@ -32,7 +32,7 @@ let package = Package(
         // The Swift SDK: public API, report reader, Sentry protocol types.
         .target(name: "Vaka", dependencies: ["VakaCrash", "VakaSymbolication"]),
         // The `vaka` command-line tool.
-        .executableTarget(name: "vaka", dependencies: ["Vaka"]),
+        .executableTarget(name: "vaka", dependencies: ["Vaka", "VakaSymbolication"]),
         // The crash harness and its C scenarios.
         .target(name: "VakaCrashmeC",
                 cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer", "-O0"])]),
