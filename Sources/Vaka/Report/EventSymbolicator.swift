@@ -6,8 +6,8 @@ import VakaSymbolication
 ///
 /// Works on the JSON tree (``JSONValue``), so every field it does not touch is kept as it was. For each
 /// stack trace in `exception.values[].stacktrace` and `threads.values[].stacktrace`:
-/// - consecutive frames with the same `instruction_addr` (inlined frames of an earlier symbolication) are
-///   merged back into one, keeping the first (outermost) frame's other fields;
+/// - inlined frames of an earlier symbolication (a frame with the same `instruction_addr` as the one before
+///   it, a `function` and no `symbol_addr`) are merged back into the frame before them (the real function);
 /// - each frame's address is looked up in the image of `debug_meta.images` that contains it
 ///   (`image_addr` ≤ address < `image_addr + image_size`), found by `code_id` (GNU build ID) or, for an
 ///   image without one, by its `code_file` whose text-hash `debug_id` must match. The crash site (the last
@@ -68,7 +68,11 @@ public struct EventSymbolicator {
         for value in frames {
             guard case .object(let frame) = value else { continue }
             let address = EventSymbolicator.address(frame["instruction_addr"])
-            if let address, address == lastAddress, !merged.isEmpty { continue }
+            // Inlined frames follow their caller with the same address, a function and no symbol_addr (real frames
+            // of a recursion repeat addresses too, but have their symbol_addr).
+            if let address, address == lastAddress, !merged.isEmpty, frame["function"] != nil, frame["symbol_addr"] == nil {
+                continue
+            }
             merged.append(frame)
             lastAddress = address
         }
