@@ -42,9 +42,9 @@ public struct SourceLocation: Equatable, Sendable {
 /// The DWARF debug information of one ELF file (libdw), for address → function/file/line lookups
 /// including inlined frames.
 ///
-/// Compile units are found through a table of their address ranges (`DW_AT_ranges`, `DW_AT_low_pc` /
-/// `DW_AT_high_pc`), built on first use, so files without `.debug_aranges` (Swift and clang do not emit
-/// it) work too. Each compile unit's functions are indexed on its first lookup. Not thread-safe (the
+/// Compile units are found through `.debug_aranges` when the file has it (GCC emits it), else through a
+/// table of all units' address ranges (`DW_AT_ranges`, `DW_AT_low_pc` / `DW_AT_high_pc`), built on first
+/// use, so files without `.debug_aranges` (Swift and clang do not emit it) work too. Each compile unit's functions are indexed on its first lookup. Not thread-safe (the
 /// ``Symbolicator`` locks).
 public final class DwarfFile {
     /// The ELF file the DWARF comes from (kept open while this object lives).
@@ -76,6 +76,8 @@ public final class DwarfFile {
 
     private var units: [Unit] = []
     private var unitRanges: [UnitRange]?
+    private var hasAranges: Bool?
+    private var unitByOffset: [UInt64: Int] = [:]
 
     /// Opens the DWARF sections of `file`.
     /// - Returns: `nil` when the file has no DWARF (`.debug_info`) or libdw cannot read it.
@@ -153,9 +155,34 @@ public final class DwarfFile {
         return result
     }
 
+    /// Does the per-file setup of lookups now (reading `.debug_aranges` or building the compile-unit range
+    /// table), so the first ``locations(at:)`` is not slower than the others.
+    public func prepare() {
+        _ = unit(containing: 0)
+    }
+
     // MARK: - Compile units
 
     private func unit(containing vaddr: UInt64) -> Unit? {
+        if hasAranges == nil {
+            var aranges: OpaquePointer?
+            var count = 0
+            hasAranges = dwarf_getaranges(dwarf, &aranges, &count) == 0 && count > 0
+        }
+        if hasAranges == true {
+            // .debug_aranges (GCC emits it): libdw maps the address to its compile unit directly.
+            var die = Dwarf_Die()
+            if dwarf_addrdie(dwarf, vaddr, &die) != nil {
+                let offset = dwarf_dieoffset(&die)
+                if let index = unitByOffset[offset] { return units[index] }
+                var attribute = Dwarf_Attribute()
+                let compDir = dwarf_formstring(dwarf_attr(&die, UInt32(DW_AT_comp_dir), &attribute)).map { String(cString: $0) }
+                units.append(Unit(die: die, compDir: compDir))
+                unitByOffset[offset] = units.count - 1
+                return units[units.count - 1]
+            }
+            // Not every compile unit need be in .debug_aranges: fall back to the table of all units.
+        }
         let ranges = unitRanges ?? buildUnitRanges()
         // Last range starting at or below vaddr; ranges may nest or overlap, so look back a little.
         var low = 0

@@ -86,9 +86,10 @@ public final class Symbolicator: @unchecked Sendable {
     public let locator: DebugFileLocator
 
     /// Creates an empty cache that looks for debug files in `debugDirectories` (GNU build-ID layout or plain
-    /// trees of ELF files, see ``DebugFileLocator``) and then `/usr/lib/debug`.
-    public init(debugDirectories: [String] = []) {
-        locator = DebugFileLocator(directories: debugDirectories)
+    /// trees of ELF files, see ``DebugFileLocator``) and then in `systemDebugDirectory` (default
+    /// `/usr/lib/debug`, build-ID layout; `nil` to skip it).
+    public init(debugDirectories: [String] = [], systemDebugDirectory: String? = "/usr/lib/debug") {
+        locator = DebugFileLocator(directories: debugDirectories, systemDirectory: systemDebugDirectory)
     }
 
     /// Creates an empty cache with the given locator.
@@ -201,29 +202,94 @@ public final class Symbolicator: @unchecked Sendable {
     private func resolveLocked(imagePath: String?, buildID: String) -> ResolvedImage? {
         let key = "\(imagePath ?? "")\u{0}\(buildID)"
         if let cached = images[key] { return cached }
+        let resolved = Symbolicator.resolve(imagePath: imagePath, buildID: buildID,
+                                            candidates: { locator.candidates(forBuildID: buildID) },
+                                            open: openLocked, dwarf: dwarfLocked)
+        images[key] = .some(resolved)
+        return resolved
+    }
+
+    /// Resolves the images of a report ahead of the lookups, several at a time (one task per image on
+    /// the machine's cores): opening the files, reading their symbol tables and opening their DWARF
+    /// (decompressing compressed debug sections) are the slow part of symbolicating a report, and
+    /// independent per image. Images already resolved are skipped; lookups afterwards use the results.
+    /// - Parameter list: the images as (path from the report, GNU build ID in hex).
+    public func preload(_ list: [(imagePath: String?, buildID: String)]) {
+        struct Work {
+            var key: String
+            var imagePath: String?
+            var buildID: String
+            var candidates: [String]
+        }
+        var work: [Work] = []
+        lock.lock()
+        var seen = Set<String>()
+        for item in list {
+            let buildID = item.buildID.lowercased()
+            let key = "\(item.imagePath ?? "")\u{0}\(buildID)"
+            guard images[key] == nil, seen.insert(key).inserted else { continue }
+            work.append(Work(key: key, imagePath: item.imagePath, buildID: buildID,
+                             candidates: locator.candidates(forBuildID: buildID)))
+        }
+        lock.unlock()
+        guard !work.isEmpty else { return }
+
+        final class Slot: @unchecked Sendable {
+            var resolved: ResolvedImage?
+            var opened: [String: Result<ElfFile, ElfError>] = [:]
+            var dwarf: [String: DwarfFile?] = [:]
+        }
+        let slots = work.map { _ in Slot() }
+        DispatchQueue.concurrentPerform(iterations: work.count) { index in
+            let item = work[index]
+            let slot = slots[index]
+            let open = { (path: String) -> Result<ElfFile, ElfError> in
+                if let cached = slot.opened[path] { return cached }
+                let result = Symbolicator.open(path)
+                slot.opened[path] = result
+                return result
+            }
+            let dwarf = { (file: ElfFile) -> DwarfFile? in
+                let dwarf = DwarfFile(file: file)
+                dwarf?.prepare()
+                slot.dwarf[file.path] = .some(dwarf)
+                return dwarf
+            }
+            slot.resolved = Symbolicator.resolve(imagePath: item.imagePath, buildID: item.buildID,
+                                                 candidates: { item.candidates }, open: open, dwarf: dwarf)
+        }
+        lock.lock()
+        for (item, slot) in zip(work, slots) {
+            if images[item.key] == nil { images[item.key] = .some(slot.resolved) }
+            for (path, result) in slot.opened where cache[path] == nil {
+                cache[path] = result
+                opens += 1
+            }
+            for (path, dwarf) in slot.dwarf where dwarfByPath[path] == nil { dwarfByPath[path] = .some(dwarf) }
+        }
+        lock.unlock()
+    }
+
+    private static func resolve(imagePath: String?, buildID: String, candidates: () -> [String],
+                                open: (String) -> Result<ElfFile, ElfError>,
+                                dwarf: (ElfFile) -> DwarfFile?) -> ResolvedImage? {
         var codeFile: ElfFile?
-        if let imagePath, imagePath.hasPrefix("/"), case .success(let file) = openLocked(imagePath),
-           file.buildID == buildID {
+        if let imagePath, imagePath.hasPrefix("/"), case .success(let file) = open(imagePath), file.buildID == buildID {
             codeFile = file
         }
         var debugFiles: [ElfFile] = []
         // Debug files are needed only when the image file lacks a symbol table or DWARF.
         if codeFile == nil || !(codeFile!.hasSymtab && codeFile!.sections.hasDebugInfo) {
-            for path in locator.candidates(forBuildID: buildID) where path != imagePath {
-                if case .success(let file) = openLocked(path), file.buildID == buildID { debugFiles.append(file) }
+            for path in candidates() where path != imagePath {
+                if case .success(let file) = open(path), file.buildID == buildID { debugFiles.append(file) }
             }
         }
         let all = (codeFile.map { [$0] } ?? []) + debugFiles
-        guard !all.isEmpty else {
-            images[key] = .some(nil)
-            return nil
-        }
+        guard !all.isEmpty else { return nil }
         let symbolFile = all.first(where: \.hasSymtab) ?? all.first(where: \.hasDynsym)
-        let dwarf = all.first(where: \.sections.hasDebugInfo).flatMap(dwarfLocked)
-        let resolved = ResolvedImage(codeFile: codeFile, debugFiles: debugFiles, symbolFile: symbolFile, dwarf: dwarf,
-                                     firstLoadVaddr: (codeFile ?? all[0]).firstLoadVaddr)
-        images[key] = .some(resolved)
-        return resolved
+        let dwarfFile = all.first(where: \.sections.hasDebugInfo).flatMap(dwarf)
+        return ResolvedImage(codeFile: codeFile, debugFiles: debugFiles, symbolFile: symbolFile, dwarf: dwarfFile,
+                             firstLoadVaddr: (codeFile ?? all[0]).firstLoadVaddr)
     }
 
     private func resolveWithoutBuildIDLocked(imagePath: String, debugID: String) -> ResolvedImage? {
@@ -250,15 +316,18 @@ public final class Symbolicator: @unchecked Sendable {
     private func openLocked(_ path: String) -> Result<ElfFile, ElfError> {
         if let cached = cache[path] { return cached }
         opens += 1
-        let result: Result<ElfFile, ElfError>
-        do {
-            result = .success(try ElfFile(path: path))
-        } catch let error as ElfError {
-            result = .failure(error)
-        } catch {
-            result = .failure(.notELF(path: path, reason: "\(error)"))
-        }
+        let result = Symbolicator.open(path)
         cache[path] = result
         return result
+    }
+
+    private static func open(_ path: String) -> Result<ElfFile, ElfError> {
+        do {
+            return .success(try ElfFile(path: path))
+        } catch let error as ElfError {
+            return .failure(error)
+        } catch {
+            return .failure(.notELF(path: path, reason: "\(error)"))
+        }
     }
 }

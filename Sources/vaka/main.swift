@@ -108,7 +108,7 @@ func convert(_ arguments: ArraySlice<String>) -> Never {
 }
 
 let symbolicateUsage = """
-    Usage: vaka symbolicate FILE [--debug-dir DIR]... [--pretty] [--stats]
+    Usage: vaka symbolicate FILE [--debug-dir DIR]... [--no-system-debug-dir] [--pretty] [--stats]
 
     Prints the Sentry event for FILE with every frame resolved that can be: function (demangled), symbol,
     file, line and inlined frames. FILE is a Vaka crash report (<run-id>.crash, converted as by
@@ -120,6 +120,9 @@ let symbolicateUsage = """
 
     Options:
       --debug-dir DIR   Also look for debug files in DIR (repeatable; searched in order).
+      --no-system-debug-dir
+                        Do not look in /usr/lib/debug (distro debug packages such as libc6-dbg; their
+                        compressed DWARF is the slowest part of a symbolication).
       --pretty          Indent the JSON.
       --stats           Print one JSON line to stderr: {"frames","resolved_frames","files_opened","symbolicate_ms"}
                         (symbolicate_ms: milliseconds spent converting and resolving, files opened included).
@@ -172,7 +175,7 @@ func parseOptions(_ arguments: ArraySlice<String>, flags: Set<String>, valued: S
 }
 
 func symbolicate(_ arguments: ArraySlice<String>) -> Never {
-    let options = parseOptions(arguments, flags: ["--pretty", "--stats"], valued: ["--debug-dir"],
+    let options = parseOptions(arguments, flags: ["--pretty", "--stats", "--no-system-debug-dir"], valued: ["--debug-dir"],
                                command: "vaka symbolicate", usage: symbolicateUsage)
     guard options.files.count == 1 else {
         fail(options.files.isEmpty ? "symbolicate needs a FILE (see vaka symbolicate --help)"
@@ -181,7 +184,8 @@ func symbolicate(_ arguments: ArraySlice<String>) -> Never {
     let path = options.files[0]
     let pretty = options.flags.contains("--pretty")
     let started = DispatchTime.now().uptimeNanoseconds
-    let symbolicator = Symbolicator(debugDirectories: options.values["--debug-dir"] ?? [])
+    let symbolicator = Symbolicator(debugDirectories: options.values["--debug-dir"] ?? [],
+                                    systemDebugDirectory: options.flags.contains("--no-system-debug-dir") ? nil : "/usr/lib/debug")
     let data: Data
     do {
         data = try Data(contentsOf: URL(fileURLWithPath: path))

@@ -166,6 +166,17 @@ public struct FatalEventBuilder {
         let executable = report.executable ?? report.images.first?.path
         var frames: [Frame] = []
         frames.reserveCapacity(reportFrames.count)
+        if let symbolicator {
+            // Open the images' files (symbol tables, DWARF) several at a time before the lookups.
+            var used: [(imagePath: String?, buildID: String)] = []
+            for (index, reportFrame) in reportFrames.enumerated() {
+                if let image = image(for: FatalEventBuilder.lookupAddress(reportFrame, index: index), in: report),
+                   let buildID = image.buildID {
+                    used.append((image.path, buildID))
+                }
+            }
+            symbolicator.preload(used)
+        }
         for (index, reportFrame) in reportFrames.enumerated() {
             let lookup = FatalEventBuilder.lookupAddress(reportFrame, index: index)
             var frame = Frame(instructionAddr: HexAddress(reportFrame.address), trust: reportFrame.method, inApp: false)
