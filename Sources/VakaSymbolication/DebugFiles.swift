@@ -100,6 +100,13 @@ public enum DebugFileCollector {
         public var destination: String?
         /// Why it was skipped (no build ID, a file with the same build ID came first, copy failed); `nil` when copied.
         public var skipped: String?
+
+        /// Creates an entry; every field is described on its property.
+        public init(source: String, destination: String?, skipped: String?) {
+            self.source = source
+            self.destination = destination
+            self.skipped = skipped
+        }
     }
 
     /// Copies every ELF file with a GNU build ID under each of `inputs` (directories, searched recursively,
