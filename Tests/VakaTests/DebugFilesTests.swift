@@ -48,9 +48,11 @@ enum NativeFixture {
         return nil
     }
 
-    /// binutils `addr2line -f -i -a -e path ADDR…`: per address, (name, file, line) innermost first.
-    static func addr2line(_ path: String, _ addresses: [UInt64]) throws -> [UInt64: [String]] {
-        let result = try TestSupport.run("/usr/bin/addr2line", ["-f", "-i", "-a", "-e", path] + addresses.map { "0x" + String($0, radix: 16) })
+    /// binutils `addr2line -f -i -a -e path ADDR…` (or `tool`, e.g. elfutils' `eu-addr2line`): per address,
+    /// "name file:line" innermost first (a column is dropped; eu-addr2line's "inner inlined at … in outer"
+    /// first line counts as "inner").
+    static func addr2line(_ path: String, _ addresses: [UInt64], tool: String = "/usr/bin/addr2line") throws -> [UInt64: [String]] {
+        let result = try TestSupport.run(tool, ["-f", "-i", "-a", "-e", path] + addresses.map { "0x" + String($0, radix: 16) })
         var answers: [UInt64: [String]] = [:]
         var current: UInt64?
         var name: String?
@@ -61,9 +63,13 @@ enum NativeFixture {
                 continue
             }
             guard let address = current else { continue }
-            if name == nil { name = line; continue }
+            if name == nil { name = line.components(separatedBy: " inlined at ").first!; continue }
             var location = line
             if let range = location.range(of: " (discriminator") { location = String(location[..<range.lowerBound]) }
+            let parts = location.split(separator: ":", omittingEmptySubsequences: false)
+            if parts.count >= 3, Int(parts[parts.count - 1]) != nil, Int(parts[parts.count - 2]) != nil {
+                location = parts.dropLast().joined(separator: ":")
+            }
             answers[address, default: []].append("\(name!) \(location)")
             name = nil
         }
@@ -146,7 +152,7 @@ final class DebugFilesTests: XCTestCase {
     }
 
     /// Every address of a function with inlined code: our frames (inlined ones included) equal binutils
-    /// addr2line's, and some addresses do have inlined frames.
+    /// addr2line's and elfutils eu-addr2line's, and some addresses do have inlined frames.
     func testDwarfFileLineAndInlinedFramesAgreeWithAddr2line() throws {
         let dir = try TestSupport.temporaryDirectory(self)
         let library = try NativeFixture.compile("libinline.so", in: dir)
@@ -157,12 +163,15 @@ final class DebugFilesTests: XCTestCase {
         let imageBase: UInt64 = 0x7f00_0000_0000
         let addresses = Array(outer.value..<(outer.value + outer.size))
         let expected = try NativeFixture.addr2line(library, addresses)
+        // GCC emits .debug_aranges, so elfutils' eu-addr2line resolves this library too.
+        let elfutils = try NativeFixture.addr2line(library, addresses, tool: "/usr/bin/eu-addr2line")
         var inlined = 0
         for address in addresses {
             let frames = symbolicator.symbolicate(address: imageBase + address - file.firstLoadVaddr, imagePath: library,
                                                   imageBase: imageBase, buildID: buildID)
             let ours = frames.map { "\($0.symbol) \($0.file ?? "??"):\($0.line.map(String.init) ?? "?")" }
             XCTAssertEqual(ours, expected[address] ?? [], "address 0x\(String(address, radix: 16))")
+            XCTAssertEqual(ours, elfutils[address] ?? [], "eu-addr2line, address 0x\(String(address, radix: 16))")
             XCTAssertEqual(frames.last?.symbolAddress, imageBase + outer.value - file.firstLoadVaddr)
             XCTAssertEqual(frames.last?.isInlined, false)
             if frames.count > 1 {
