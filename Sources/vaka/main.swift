@@ -32,8 +32,9 @@ let reportUsage = """
 
     Reads a Vaka crash report (docs/report-format.md) and prints the Sentry fatal event for it as JSON on
     stdout: the signal, the crashed thread's frames (oldest first), registers, the images the frames point
-    into (code_id, debug_id), and function names from the images' ELF symbol tables when the files on this
-    machine still have the report's build IDs.
+    into (code_id, debug_id), and for each frame the function (ELF symbol tables or DWARF), file and line
+    (DWARF) and inlined frames, when the files on this machine (or debug files in /usr/lib/debug) have the
+    report's build IDs. For debug files kept elsewhere use `vaka symbolicate FILE --debug-dir DIR`.
 
     Arguments:
       FILE            The report file, e.g. ~/.local/state/vaka/<app>/crashes/<run-id>.crash.
