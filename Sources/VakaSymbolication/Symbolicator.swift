@@ -233,6 +233,15 @@ public final class Symbolicator: @unchecked Sendable {
         }
         lock.unlock()
         guard !work.isEmpty else { return }
+        // Longest first, so the slowest image does not start last: images with debug files (DWARF to open,
+        // often zlib-compressed) before the others, then by file size.
+        func size(_ path: String?) -> Int64 {
+            var info = stat()
+            guard let path, stat(path, &info) == 0 else { return 0 }
+            return Int64(info.st_size)
+        }
+        work = work.map { ($0, (!$0.candidates.isEmpty ? 1 << 40 : 0) + size($0.imagePath) + $0.candidates.map(size).reduce(0, +)) }
+            .sorted { $0.1 > $1.1 }.map(\.0)
 
         final class Slot: @unchecked Sendable {
             var resolved: ResolvedImage?

@@ -46,6 +46,8 @@ public struct EventSymbolicator {
         guard case .object(var root) = event else { return (event, Counts()) }
         var counts = Counts()
         let images = EventSymbolicator.images(in: root)
+        // Open the images' files (symbol tables, DWARF) several at a time before the lookups.
+        symbolicator.preload(images.compactMap { image in image.codeID.map { (image.codeFile, $0) } })
         for key in ["exception", "threads"] {
             guard case .object(var container)? = root[key], case .array(var values)? = container["values"] else { continue }
             for index in values.indices {
