@@ -120,6 +120,7 @@ public final class ElfFile {
         var size: UInt64
         var nameOffset: UInt32
         var rank: UInt8  // binding preference among symbols at one address: GLOBAL 0, WEAK 1, other 2
+        var index: UInt32  // position in the ELF table
     }
 
     private struct SymbolTable {
@@ -340,15 +341,17 @@ public final class ElfFile {
             guard sym.st_shndx != UInt16(SHN_UNDEF), sym.st_size > 0, sym.st_name != 0,
                   type == STT_FUNC || type == STT_NOTYPE else { continue }
             let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
-            table.entries.append(SymbolEntry(value: sym.st_value, size: sym.st_size, nameOffset: sym.st_name, rank: rank))
+            table.entries.append(SymbolEntry(value: sym.st_value, size: sym.st_size, nameOffset: sym.st_name, rank: rank,
+                                             index: UInt32(truncatingIfNeeded: index)))
             table.maxSize = max(table.maxSize, sym.st_size)
         }
-        // Stable order: by address, then preferred binding, then table order.
-        table.entries = table.entries.enumerated().sorted { lhs, rhs in
-            if lhs.element.value != rhs.element.value { return lhs.element.value < rhs.element.value }
-            if lhs.element.rank != rhs.element.rank { return lhs.element.rank < rhs.element.rank }
-            return lhs.offset < rhs.offset
-        }.map(\.element)
+        // By address, then preferred binding, then table order (the index in the table, as a tiebreaker:
+        // one key, so an unstable in-place sort gives the same order as a stable one).
+        table.entries.sort { lhs, rhs in
+            if lhs.value != rhs.value { return lhs.value < rhs.value }
+            if lhs.rank != rhs.rank { return lhs.rank < rhs.rank }
+            return lhs.index < rhs.index
+        }
         return table
     }
 

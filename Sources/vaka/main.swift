@@ -125,8 +125,9 @@ let symbolicateUsage = """
                         Do not look in /usr/lib/debug (distro debug packages such as libc6-dbg; their
                         compressed DWARF is the slowest part of a symbolication).
       --pretty          Indent the JSON.
-      --stats           Print one JSON line to stderr: {"frames","resolved_frames","files_opened","symbolicate_ms"}
-                        (symbolicate_ms: milliseconds spent converting and resolving, files opened included).
+      --stats           Print one JSON line to stderr: {"frames","resolved_frames","files_opened","symbolicate_ms",
+                        "cpu_ms"}: wall and CPU (user + system, all threads) milliseconds spent reading,
+                        converting and resolving, files opened included.
       -h, --help        Show this help.
 
     """
@@ -175,6 +176,15 @@ func parseOptions(_ arguments: ArraySlice<String>, flags: Set<String>, valued: S
     return (files, seenFlags, values)
 }
 
+/// CPU time (user + system, all threads) this process has used so far, in milliseconds.
+func cpuMilliseconds() -> Double {
+    var usage = rusage()
+    guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return 0 }
+    let user = Double(usage.ru_utime.tv_sec) * 1000 + Double(usage.ru_utime.tv_usec) / 1000
+    let system = Double(usage.ru_stime.tv_sec) * 1000 + Double(usage.ru_stime.tv_usec) / 1000
+    return user + system
+}
+
 func symbolicate(_ arguments: ArraySlice<String>) -> Never {
     let options = parseOptions(arguments, flags: ["--pretty", "--stats", "--no-system-debug-dir"], valued: ["--debug-dir"],
                                command: "vaka symbolicate", usage: symbolicateUsage)
@@ -185,6 +195,7 @@ func symbolicate(_ arguments: ArraySlice<String>) -> Never {
     let path = options.files[0]
     let pretty = options.flags.contains("--pretty")
     let started = DispatchTime.now().uptimeNanoseconds
+    let startedCPU = cpuMilliseconds()
     let symbolicator = Symbolicator(debugDirectories: options.values["--debug-dir"] ?? [],
                                     systemDebugDirectory: options.flags.contains("--no-system-debug-dir") ? nil : "/usr/lib/debug")
     let data: Data
@@ -235,11 +246,12 @@ func symbolicate(_ arguments: ArraySlice<String>) -> Never {
         }
     }
     let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1_000_000
+    let cpu = cpuMilliseconds() - startedCPU
     FileHandle.standardOutput.write(json)
     FileHandle.standardOutput.write(Data("\n".utf8))
     if options.flags.contains("--stats") {
-        let stats = String(format: "{\"frames\":%d,\"resolved_frames\":%d,\"files_opened\":%d,\"symbolicate_ms\":%.3f}\n",
-                           frames, resolved, symbolicator.openedFileCount, elapsed)
+        let stats = String(format: "{\"frames\":%d,\"resolved_frames\":%d,\"files_opened\":%d,\"symbolicate_ms\":%.3f,\"cpu_ms\":%.3f}\n",
+                           frames, resolved, symbolicator.openedFileCount, elapsed, cpu)
         FileHandle.standardError.write(Data(stats.utf8))
     }
     exit(0)
