@@ -11,10 +11,14 @@ import VakaSymbolication
 ///   `signalhandler` with `meta.signal` and `data.relevant_address` (the fault address, when recorded).
 /// - `threads.values[0]`: the crashed thread (tid, name), with the same stack trace.
 /// - Stack trace: the report's frames reversed (oldest first, crash site last). A frame gets `package`,
-///   `image_addr` and `in_app` from the image it lies in (`in_app` is true for the main executable, given by
-///   the `executable` line or else the first image, and for images in its directory), and `function`/`symbol`/`symbol_addr` from that
-///   image's ELF symbol table when the file on disk still has the report's build ID. Caller frames are
-///   looked up at `address - 1` (the call instruction), the crash site at its address.
+///   `image_addr` and `in_app` from the image it lies in (``isInApp(imagePath:executable:)``; the executable
+///   is the `executable` line or else the first image). The ``symbolicator`` finds the image's files by
+///   build ID (the file on disk if its build ID still matches, else debug files) and fills `function`
+///   (demangled), `symbol` (raw) and `symbol_addr` from the ELF symbol tables or DWARF, and `filename`,
+///   `lineno`, `colno` from DWARF; an address in inlined code becomes several frames with the same
+///   `instruction_addr`, the real function first and the innermost inlined function last (only the real
+///   function has `symbol_addr`). Caller frames are looked up at `address - 1` (the call instruction), the
+///   crash site at its address.
 /// - `debug_meta.images`: the images some frame points into, in report order, with `code_id` (build ID)
 ///   and `debug_id` (``DebugID/fromBuildID(_:)``; for an image without build ID the `.text` hash of its
 ///   file, and an image without either, such as the vDSO, is left out).
@@ -160,28 +164,80 @@ public struct FatalEventBuilder {
         }
         // The main executable: the `executable` line, else the first image (the writer lists it first).
         let executable = report.executable ?? report.images.first?.path
-        let executableDirectory = executable.map { ($0 as NSString).deletingLastPathComponent }
         var frames: [Frame] = []
         frames.reserveCapacity(reportFrames.count)
+        if let symbolicator {
+            // Open the images' files (symbol tables, DWARF) several at a time before the lookups.
+            var used: [(imagePath: String?, buildID: String)] = []
+            for (index, reportFrame) in reportFrames.enumerated() {
+                if let image = image(for: FatalEventBuilder.lookupAddress(reportFrame, index: index), in: report),
+                   let buildID = image.buildID {
+                    used.append((image.path, buildID))
+                }
+            }
+            symbolicator.preload(used)
+        }
         for (index, reportFrame) in reportFrames.enumerated() {
             let lookup = FatalEventBuilder.lookupAddress(reportFrame, index: index)
             var frame = Frame(instructionAddr: HexAddress(reportFrame.address), trust: reportFrame.method, inApp: false)
-            if let image = image(for: lookup, in: report) {
-                frame.imageAddr = HexAddress(image.base)
-                frame.package = image.path
-                if let path = image.path, let executable {
-                    frame.inApp = path == executable || (path as NSString).deletingLastPathComponent == executableDirectory
-                }
-                if let symbolicator, let path = image.path, let buildID = image.buildID,
-                   let info = symbolicator.lookup(address: lookup, imagePath: path, imageBase: image.base, buildID: buildID) {
-                    frame.function = info.function
-                    frame.symbol = info.symbol
-                    frame.symbolAddr = HexAddress(info.symbolAddress)
-                }
+            guard let image = image(for: lookup, in: report) else {
+                frames.append(frame)
+                continue
             }
-            frames.append(frame)
+            frame.imageAddr = HexAddress(image.base)
+            frame.package = image.path
+            if let path = image.path {
+                frame.inApp = FatalEventBuilder.isInApp(imagePath: path, executable: executable)
+            }
+            var symbolicated: [SymbolicatedFrame] = []
+            if let symbolicator, let path = image.path {
+                let debugID = image.buildID == nil && path.hasPrefix("/") ? symbolicator.textHashDebugID(imagePath: path) : nil
+                symbolicated = symbolicator.symbolicate(address: lookup, imagePath: path, imageBase: image.base,
+                                                        buildID: image.buildID, debugID: debugID)
+            }
+            // Newest first here (reversed below): the innermost inlined function first.
+            frames.append(contentsOf: FatalEventBuilder.expand(frame, with: symbolicated).reversed())
         }
         return frames.reversed()
+    }
+
+    /// `frame` filled in from `symbolicated` (innermost first, as ``Symbolicator/symbolicate(address:imagePath:imageBase:buildID:debugID:)``
+    /// returns it), as event frames OLDEST FIRST: the real function first, then the functions inlined into
+    /// it, the innermost last. Every frame keeps `frame`'s address, trust, package, image and in_app; only
+    /// the real function gets `symbol_addr`. `[frame]` unchanged when `symbolicated` is empty.
+    public static func expand(_ frame: Frame, with symbolicated: [SymbolicatedFrame]) -> [Frame] {
+        guard !symbolicated.isEmpty else { return [frame] }
+        return symbolicated.reversed().map { info in
+            var result = frame
+            result.function = info.function
+            result.symbol = info.symbol
+            result.symbolAddr = info.symbolAddress.map(HexAddress.init)
+            result.filename = info.file
+            result.lineno = info.line
+            result.colno = info.column
+            return result
+        }
+    }
+
+    /// Whether an image is the application's own code (`in_app`): the main executable itself, and libraries
+    /// that live in its directory or below it (the app's build or install directory), except the Swift
+    /// runtime and toolchain libraries shipped beside an app (`libswift*`, `libFoundation*`,
+    /// `lib_FoundationICU`, `libdispatch`, `libBlocksRuntime`, `libXCTest`, `libTesting`) and anything
+    /// under the system directories `/lib`, `/lib64`, `/usr/lib`, `/usr/lib64`, `/usr/libexec`. Paths are
+    /// compared as written in the report. `false` when the executable is unknown.
+    public static func isInApp(imagePath: String, executable: String?) -> Bool {
+        guard let executable, imagePath.hasPrefix("/") else { return false }
+        if imagePath == executable { return true }
+        for prefix in ["/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/libexec/"] where imagePath.hasPrefix(prefix) {
+            return false
+        }
+        let name = (imagePath as NSString).lastPathComponent
+        let runtimePrefixes = ["libswift", "libFoundation", "lib_FoundationICU", "libdispatch.", "libBlocksRuntime.",
+                               "libXCTest.", "libTesting.", "ld-linux", "libc.so", "libstdc++", "libgcc_s"]
+        if runtimePrefixes.contains(where: { name.hasPrefix($0) }) { return false }
+        let directory = (executable as NSString).deletingLastPathComponent
+        guard !directory.isEmpty, directory != "/" else { return false }
+        return imagePath.hasPrefix(directory + "/")
     }
 
     private func debugImages(_ report: CrashReport) -> [DebugImage] {
