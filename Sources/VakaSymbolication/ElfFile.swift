@@ -11,6 +11,9 @@ public enum ElfError: Error, Equatable, CustomStringConvertible {
     case notARegularFile(path: String)
     /// libelf refused the file: not ELF, or its headers are damaged. `reason` is libelf's message.
     case notELF(path: String, reason: String)
+    /// The file is larger than ``ElfFile/maxFileSize`` bytes (`size`, from `fstat`): not opened, so a crafted
+    /// or sparse file cannot make symbolication map or read without bound.
+    case tooLarge(path: String, size: UInt64)
 
     /// A one-line explanation naming the path.
     public var description: String {
@@ -18,6 +21,8 @@ public enum ElfError: Error, Equatable, CustomStringConvertible {
         case .cannotOpen(let path, let code): return "cannot open \(path): \(String(cString: strerror(code)))"
         case .notARegularFile(let path): return "\(path) is not a regular file"
         case .notELF(let path, let reason): return "\(path) is not a readable ELF file: \(reason)"
+        case .tooLarge(let path, let size):
+            return "\(path) is too large to symbolicate from (\(size) bytes, at most \(ElfFile.maxFileSize))"
         }
     }
 }
@@ -47,6 +52,14 @@ public struct ElfSymbol: Equatable, Sendable {
 /// ``vaddr(ofRuntimeAddress:imageBase:)``. The file stays open (one descriptor, one mapping) until the
 /// object is released. Not thread-safe: use one object from one thread at a time (``Symbolicator`` locks).
 public final class ElfFile {
+    /// Largest file opened, in bytes (16 GiB): far above real binaries and debug files, below what a crafted
+    /// sparse file could claim. Larger files throw ``ElfError/tooLarge(path:size:)``.
+    public static let maxFileSize: UInt64 = 16 << 30
+    /// Most entries read from one symbol table (10 million; large real binaries have a few hundred
+    /// thousand). A `.symtab`/`.dynsym` claiming more is ignored as damaged, so the memory and time spent
+    /// on a table never grow with a size field the file controls.
+    public static let maxSymbolsPerTable = 10_000_000
+
     /// The path the file was opened from.
     public let path: String
     /// The GNU build ID (`NT_GNU_BUILD_ID` note, from `SHT_NOTE` sections, else from `PT_NOTE` segments)
@@ -109,11 +122,13 @@ public final class ElfFile {
         public init() {}
     }
 
+    /// Size of the file in bytes (`fstat` at open); section extents are checked against it.
+    let fileSize: UInt64
     let fd: Int32
     /// The libelf handle (`Elf *`), valid while this object lives; DWARF reading (``DwarfFile``) shares it.
     let elf: OpaquePointer
-    private lazy var symtab: SymbolTable = ElfFile.readSymbolTable(elf, type: UInt32(SHT_SYMTAB))
-    private lazy var dynsym: SymbolTable = ElfFile.readSymbolTable(elf, type: UInt32(SHT_DYNSYM))
+    private lazy var symtab: SymbolTable = ElfFile.readSymbolTable(elf, type: UInt32(SHT_SYMTAB), fileSize: fileSize)
+    private lazy var dynsym: SymbolTable = ElfFile.readSymbolTable(elf, type: UInt32(SHT_DYNSYM), fileSize: fileSize)
 
     private struct SymbolEntry {
         var value: UInt64
@@ -129,9 +144,11 @@ public final class ElfFile {
         var maxSize: UInt64 = 0
     }
 
-    /// Opens `path` and reads its program headers, build ID and symbol tables.
-    /// - Throws: ``ElfError/cannotOpen(path:errno:)``, ``ElfError/notARegularFile(path:)``, or
-    ///   ``ElfError/notELF(path:reason:)`` when libelf cannot parse it as ELF.
+    /// Opens `path` and reads its program headers and build ID (symbol tables are read on first use, so a
+    /// caller comparing build IDs first never reads the tables of a file it rejects).
+    /// - Throws: ``ElfError/cannotOpen(path:errno:)``, ``ElfError/notARegularFile(path:)``,
+    ///   ``ElfError/tooLarge(path:size:)`` above ``maxFileSize``, or ``ElfError/notELF(path:reason:)`` when
+    ///   libelf cannot parse it as ELF.
     public init(path: String) throws {
         self.path = path
         _ = elf_version(UInt32(EV_CURRENT))
@@ -141,6 +158,11 @@ public final class ElfFile {
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
             close(fd)
             throw ElfError.notARegularFile(path: path)
+        }
+        let fileSize = UInt64(clamping: info.st_size)
+        guard fileSize <= ElfFile.maxFileSize else {
+            close(fd)
+            throw ElfError.tooLarge(path: path, size: fileSize)
         }
         guard let elf = elf_begin(fd, ELF_C_READ_MMAP, nil) else {
             let reason = ElfFile.lastError()
@@ -159,6 +181,7 @@ public final class ElfFile {
             close(fd)
             throw ElfError.notELF(path: path, reason: reason)
         }
+        self.fileSize = fileSize
         self.fd = fd
         self.elf = elf
 
@@ -315,23 +338,32 @@ public final class ElfFile {
         return summary
     }
 
-    private static func readSymbolTable(_ elf: OpaquePointer, type: UInt32) -> SymbolTable {
+    private static func readSymbolTable(_ elf: OpaquePointer, type: UInt32, fileSize: UInt64) -> SymbolTable {
         var scn: OpaquePointer? = elf_nextscn(elf, nil)
         while let section = scn {
             var shdr = GElf_Shdr()
             if gelf_getshdr(section, &shdr) != nil, shdr.sh_type == type {
-                return readSymbols(section, shdr)
+                return readSymbols(section, shdr, entrySize: UInt64(gelf_fsize(elf, ELF_T_SYM, 1, UInt32(EV_CURRENT))),
+                                   fileSize: fileSize)
             }
             scn = elf_nextscn(elf, section)
         }
         return SymbolTable()
     }
 
-    private static func readSymbols(_ section: OpaquePointer, _ shdr: GElf_Shdr) -> SymbolTable {
+    /// The symbols of one table. The header's sizes come from the file, so they are checked before any
+    /// allocation: `sh_entsize` must be the size of one `Elf32_Sym`/`Elf64_Sym` (`entrySize`), the section
+    /// must lie inside the file and hold at most ``maxSymbolsPerTable`` entries; otherwise the table is
+    /// ignored (empty).
+    private static func readSymbols(_ section: OpaquePointer, _ shdr: GElf_Shdr, entrySize: UInt64,
+                                    fileSize: UInt64) -> SymbolTable {
         var table = SymbolTable()
         table.stringSection = Int(shdr.sh_link)
-        guard shdr.sh_entsize > 0, let data = elf_getdata(section, nil) else { return table }
-        let count = Int(clamping: shdr.sh_size / shdr.sh_entsize)
+        guard entrySize > 0, shdr.sh_entsize == entrySize, shdr.sh_size % entrySize == 0,
+              shdr.sh_offset <= fileSize, shdr.sh_size <= fileSize - shdr.sh_offset,
+              shdr.sh_size / entrySize <= UInt64(maxSymbolsPerTable),
+              let data = elf_getdata(section, nil) else { return table }
+        let count = min(Int(shdr.sh_size / entrySize), data.pointee.d_size / Int(entrySize))
         table.entries.reserveCapacity(count)
         for index in 0..<count {
             var sym = GElf_Sym()

@@ -1,0 +1,86 @@
+import Foundation
+import XCTest
+@testable import Vaka
+import VakaSymbolication
+
+/// Hostile inputs found by adversarial testing: crafted ELF files and crafted reports must neither crash
+/// the converter nor make it spend memory or time in proportion to a size the input claims.
+enum Crafted {
+    /// A small shared library of the toolchain with a `.symtab` (and `.dynsym`) exporting `_Block_copy`.
+    static let blocksRuntime = "/opt/swift/usr/lib/swift/linux/libBlocksRuntime.so"
+
+    /// Copies `source` to `destination`, sets the `.symtab` section header's `sh_offset`, `sh_size` and
+    /// `sh_entsize` (ELF64 little-endian), and makes the file `length` bytes long (sparse: a hole on disk).
+    static func patchSymtab(_ source: String, to destination: URL, offset: UInt64, size: UInt64, entsize: UInt64,
+                            length: UInt64) throws {
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: source)))
+        func u64(_ at: Int) -> UInt64 { (0..<8).reduce(UInt64(0)) { $0 | UInt64(bytes[at + $1]) << (8 * UInt64($1)) } }
+        func u16(_ at: Int) -> Int { Int(bytes[at]) | Int(bytes[at + 1]) << 8 }
+        func put(_ value: UInt64, _ at: Int) { for i in 0..<8 { bytes[at + i] = UInt8(truncatingIfNeeded: value >> (8 * UInt64(i))) } }
+        let shoff = Int(u64(0x28))
+        var patched = false
+        for index in 0..<u16(0x3c) {
+            let header = shoff + index * 64
+            if bytes[header + 4] == 2 && bytes[header + 5] == 0 && bytes[header + 6] == 0 && bytes[header + 7] == 0 {
+                put(offset, header + 24); put(size, header + 32); put(entsize, header + 56)
+                patched = true
+            }
+        }
+        guard patched else { throw NSError(domain: "vaka-tests", code: 10, userInfo: [NSLocalizedDescriptionKey: "no .symtab"]) }
+        try Data(bytes).write(to: destination)
+        guard truncate(destination.path, off_t(length)) == 0 else {
+            throw NSError(domain: "vaka-tests", code: 11, userInfo: [NSLocalizedDescriptionKey: "truncate failed"])
+        }
+    }
+}
+
+final class CraftedElfTests: XCTestCase {
+    /// A `.symtab` whose `sh_entsize` is 1 over a 2.4 GB hole of a sparse file: the reader once reserved
+    /// `sh_size / sh_entsize` entries (96 GB) and aborted. It must be ignored, and `.dynsym` still used.
+    func testSymbolTableWithWrongEntrySizeIsIgnored() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let path = dir.appendingPathComponent("entsize1.so")
+        try Crafted.patchSymtab(Crafted.blocksRuntime, to: path, offset: 1 << 30, size: 24 * 100_000_000, entsize: 1,
+                                length: (1 << 30) + 24 * 100_000_000)
+        let file = try ElfFile(path: path.path)
+        XCTAssertNotNil(file.buildID)
+        XCTAssertFalse(file.hasSymtab)
+        XCTAssertTrue(file.hasDynsym)
+        XCTAssertEqual(file.symbol(containing: 0xbb0 + 4)?.name, "_Block_copy")
+    }
+
+    /// A well-formed entry size but 100 million entries (over a hole): more than ``ElfFile/maxSymbolsPerTable``,
+    /// so the table is ignored instead of read (the reader once took a minute and gigabytes on such a file).
+    func testSymbolTableLargerThanTheCapIsIgnored() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let path = dir.appendingPathComponent("entsize24.so")
+        try Crafted.patchSymtab(Crafted.blocksRuntime, to: path, offset: 1 << 30, size: 24 * 100_000_000, entsize: 24,
+                                length: (1 << 30) + 24 * 100_000_000)
+        let file = try ElfFile(path: path.path)
+        XCTAssertFalse(file.hasSymtab)
+        XCTAssertEqual(file.symbol(containing: 0xbb0)?.name, "_Block_copy")
+    }
+
+    /// A `.symtab` that claims to extend past the end of the file is ignored.
+    func testSymbolTablePastTheEndOfTheFileIsIgnored() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let path = dir.appendingPathComponent("past-end.so")
+        let length = UInt64(try FileManager.default.attributesOfItem(atPath: Crafted.blocksRuntime)[.size] as! Int)
+        try Crafted.patchSymtab(Crafted.blocksRuntime, to: path, offset: length - 48, size: 24 * 1000, entsize: 24,
+                                length: length)
+        let file = try ElfFile(path: path.path)
+        XCTAssertFalse(file.hasSymtab)
+        XCTAssertTrue(file.hasDynsym)
+    }
+
+    /// Files above ``ElfFile/maxFileSize`` (here a sparse 16 GiB + 1 byte copy of a real library) are refused.
+    func testFilesLargerThanTheCapAreRefused() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let path = dir.appendingPathComponent("huge.so")
+        try FileManager.default.copyItem(atPath: Crafted.blocksRuntime, toPath: path.path)
+        XCTAssertEqual(truncate(path.path, off_t(ElfFile.maxFileSize + 1)), 0)
+        XCTAssertThrowsError(try ElfFile(path: path.path)) { error in
+            XCTAssertEqual(error as? ElfError, .tooLarge(path: path.path, size: ElfFile.maxFileSize + 1))
+        }
+    }
+}
