@@ -49,8 +49,8 @@ public struct ElfSymbol: Equatable, Sendable {
 /// then `.dynsym` (each table is read on first use, then kept).
 ///
 /// Addresses of a running (or crashed) process map to ELF virtual addresses with
-/// ``vaddr(ofRuntimeAddress:imageBase:)``. The file stays open (one descriptor, one mapping) until the
-/// object is released. Not thread-safe: use one object from one thread at a time (``Symbolicator`` locks).
+/// ``vaddr(ofRuntimeAddress:imageBase:)``. The file stays mapped until the object is released; its
+/// descriptor is closed as soon as libelf has mapped it, so many open files never use up descriptors. Not thread-safe: use one object from one thread at a time (``Symbolicator`` locks).
 public final class ElfFile {
     /// Largest file opened, in bytes (16 GiB): far above real binaries and debug files, below what a crafted
     /// sparse file could claim. Larger files throw ``ElfError/tooLarge(path:size:)``.
@@ -124,7 +124,9 @@ public final class ElfFile {
 
     /// Size of the file in bytes (`fstat` at open); section extents are checked against it.
     let fileSize: UInt64
-    let fd: Int32
+    /// The file's identity (`st_dev`, `st_ino` from `fstat` at open): two paths naming one file give the same.
+    let device: UInt64
+    let inode: UInt64
     /// The libelf handle (`Elf *`), valid while this object lives; DWARF reading (``DwarfFile``) shares it.
     let elf: OpaquePointer
     private lazy var symtab: SymbolTable = ElfFile.readSymbolTable(elf, type: UInt32(SHT_SYMTAB), fileSize: fileSize)
@@ -181,8 +183,13 @@ public final class ElfFile {
             close(fd)
             throw ElfError.notELF(path: path, reason: reason)
         }
+        // Everything is read through libelf's mapping from here on (ELF_C_FDREAD reads the rest into memory
+        // only if mapping had failed), so the descriptor can go now.
+        _ = elf_cntl(elf, ELF_C_FDREAD)
+        close(fd)
         self.fileSize = fileSize
-        self.fd = fd
+        self.device = UInt64(info.st_dev)
+        self.inode = UInt64(info.st_ino)
         self.elf = elf
 
         let segments = ElfFile.programHeaders(elf)
@@ -205,7 +212,6 @@ public final class ElfFile {
 
     deinit {
         elf_end(elf)
-        close(fd)
     }
 
     /// The ELF virtual address for `address` in a process where this file was loaded with its first byte

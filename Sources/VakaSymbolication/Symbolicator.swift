@@ -74,13 +74,26 @@ public struct ResolvedImage {
 /// tables (`.symtab`, then `.dynsym`), file/line and inlined frames from DWARF (libdw) when one of the
 /// files has it; DWARF's function name wins over the symbol table's when both exist.
 ///
-/// One instance is a per-run cache: each file is opened at most once, successful or not, and each image
-/// resolved once. Thread-safe (one lock around the cache and lookups).
+/// One instance is a per-run cache: each path is opened at most once, successful or not, and each file
+/// (by device and inode, so `//opt/x`, `/opt/./x` and a hard link are one file) is read once; each image
+/// is resolved once per file and build ID. Opened files keep their mapping, not a descriptor.
+/// Thread-safe (one lock around the cache and lookups).
 public final class Symbolicator: @unchecked Sendable {
+    /// Most distinct images of one report (or event) that ``FatalEventBuilder`` and ``EventSymbolicator``
+    /// symbolicate (256; the crash runtime records at most 128 frames): frames in further images keep
+    /// their addresses only, so a crafted report cannot make conversion open thousands of files.
+    public static let maxImagesPerReport = 256
+
+    private struct FileIdentity: Hashable {
+        var device: UInt64
+        var inode: UInt64
+    }
+
     private let lock = NSLock()
     private var cache: [String: Result<ElfFile, ElfError>] = [:]
+    private var filesByIdentity: [FileIdentity: ElfFile] = [:]
     private var images: [String: ResolvedImage?] = [:]
-    private var dwarfByPath: [String: DwarfFile?] = [:]
+    private var dwarfByFile: [ObjectIdentifier: DwarfFile?] = [:]
     private var opens = 0
     /// Where debug files are looked up by build ID.
     public let locator: DebugFileLocator
@@ -97,7 +110,8 @@ public final class Symbolicator: @unchecked Sendable {
         self.locator = locator
     }
 
-    /// How many times a file was opened so far (each path counts once: the cache keeps failures too).
+    /// How many times a file was opened so far (each path and each file counts once: the cache keeps
+    /// failures too, and a second path to an already opened file reuses it).
     public var openedFileCount: Int {
         lock.lock(); defer { lock.unlock() }
         return opens
@@ -199,8 +213,23 @@ public final class Symbolicator: @unchecked Sendable {
         return openLocked(path)
     }
 
+    /// The cache key of an image: the file's device and inode when the path names an existing file (so
+    /// different spellings of one path share one entry), else the path; then the build ID.
+    private static func imageKey(imagePath: String?, buildID: String) -> String {
+        if let imagePath, imagePath.hasPrefix("/"), let identity = identity(ofPath: imagePath) {
+            return "file:\(identity.device):\(identity.inode)\u{0}\(buildID)"
+        }
+        return "path:\(imagePath ?? "")\u{0}\(buildID)"
+    }
+
+    private static func identity(ofPath path: String) -> FileIdentity? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
+
     private func resolveLocked(imagePath: String?, buildID: String) -> ResolvedImage? {
-        let key = "\(imagePath ?? "")\u{0}\(buildID)"
+        let key = Symbolicator.imageKey(imagePath: imagePath, buildID: buildID)
         if let cached = images[key] { return cached }
         let resolved = Symbolicator.resolve(imagePath: imagePath, buildID: buildID,
                                             candidates: { locator.candidates(forBuildID: buildID) },
@@ -224,9 +253,11 @@ public final class Symbolicator: @unchecked Sendable {
         var work: [Work] = []
         lock.lock()
         var seen = Set<String>()
+        let knownPaths = cache
+        let knownFiles = filesByIdentity
         for item in list {
             let buildID = item.buildID.lowercased()
-            let key = "\(item.imagePath ?? "")\u{0}\(buildID)"
+            let key = Symbolicator.imageKey(imagePath: item.imagePath, buildID: buildID)
             guard images[key] == nil, seen.insert(key).inserted else { continue }
             work.append(Work(key: key, imagePath: item.imagePath, buildID: buildID,
                              candidates: locator.candidates(forBuildID: buildID)))
@@ -246,14 +277,15 @@ public final class Symbolicator: @unchecked Sendable {
         final class Slot: @unchecked Sendable {
             var resolved: ResolvedImage?
             var opened: [String: Result<ElfFile, ElfError>] = [:]
-            var dwarf: [String: DwarfFile?] = [:]
+            var dwarf: [ObjectIdentifier: DwarfFile?] = [:]
         }
         let slots = work.map { _ in Slot() }
         DispatchQueue.concurrentPerform(iterations: work.count) { index in
             let item = work[index]
             let slot = slots[index]
             let open = { (path: String) -> Result<ElfFile, ElfError> in
-                if let cached = slot.opened[path] { return cached }
+                if let cached = slot.opened[path] ?? knownPaths[path] { return cached }
+                if let identity = Symbolicator.identity(ofPath: path), let file = knownFiles[identity] { return .success(file) }
                 let result = Symbolicator.open(path)
                 slot.opened[path] = result
                 return result
@@ -261,7 +293,7 @@ public final class Symbolicator: @unchecked Sendable {
             let dwarf = { (file: ElfFile) -> DwarfFile? in
                 let dwarf = DwarfFile(file: file)
                 dwarf?.prepare()
-                slot.dwarf[file.path] = .some(dwarf)
+                slot.dwarf[ObjectIdentifier(file)] = .some(dwarf)
                 return dwarf
             }
             slot.resolved = Symbolicator.resolve(imagePath: item.imagePath, buildID: item.buildID,
@@ -273,8 +305,12 @@ public final class Symbolicator: @unchecked Sendable {
             for (path, result) in slot.opened where cache[path] == nil {
                 cache[path] = result
                 opens += 1
+                if case .success(let file) = result {
+                    let identity = FileIdentity(device: file.device, inode: file.inode)
+                    if filesByIdentity[identity] == nil { filesByIdentity[identity] = file }
+                }
             }
-            for (path, dwarf) in slot.dwarf where dwarfByPath[path] == nil { dwarfByPath[path] = .some(dwarf) }
+            for (file, dwarf) in slot.dwarf where dwarfByFile[file] == nil { dwarfByFile[file] = .some(dwarf) }
         }
         lock.unlock()
     }
@@ -302,7 +338,7 @@ public final class Symbolicator: @unchecked Sendable {
     }
 
     private func resolveWithoutBuildIDLocked(imagePath: String, debugID: String) -> ResolvedImage? {
-        let key = "\(imagePath)\u{0}debug-id:\(debugID)"
+        let key = Symbolicator.imageKey(imagePath: imagePath, buildID: "debug-id:\(debugID)")
         if let cached = images[key] { return cached }
         var resolved: ResolvedImage?
         if imagePath.hasPrefix("/"), case .success(let file) = openLocked(imagePath), file.buildID == nil,
@@ -316,17 +352,25 @@ public final class Symbolicator: @unchecked Sendable {
     }
 
     private func dwarfLocked(_ file: ElfFile) -> DwarfFile? {
-        if let cached = dwarfByPath[file.path] { return cached }
+        if let cached = dwarfByFile[ObjectIdentifier(file)] { return cached }
         let dwarf = DwarfFile(file: file)
-        dwarfByPath[file.path] = .some(dwarf)
+        dwarfByFile[ObjectIdentifier(file)] = .some(dwarf)
         return dwarf
     }
 
     private func openLocked(_ path: String) -> Result<ElfFile, ElfError> {
         if let cached = cache[path] { return cached }
+        if let identity = Symbolicator.identity(ofPath: path), let file = filesByIdentity[identity] {
+            cache[path] = .success(file)
+            return .success(file)
+        }
         opens += 1
         let result = Symbolicator.open(path)
         cache[path] = result
+        if case .success(let file) = result {
+            let identity = FileIdentity(device: file.device, inode: file.inode)
+            if filesByIdentity[identity] == nil { filesByIdentity[identity] = file }
+        }
         return result
     }
 

@@ -84,3 +84,58 @@ final class CraftedElfTests: XCTestCase {
         }
     }
 }
+
+final class ManyImagesTests: XCTestCase {
+    private func openDescriptorCount() throws -> Int {
+        try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count
+    }
+
+    /// An open ``ElfFile`` keeps its mapping, not its descriptor: 64 of them alive at once add no descriptors.
+    func testOpenElfFilesDoNotKeepDescriptors() throws {
+        let before = try openDescriptorCount()
+        let files = try (0..<64).map { _ in try ElfFile(path: Crafted.blocksRuntime) }
+        XCTAssertLessThan(try openDescriptorCount(), before + 8)
+        XCTAssertEqual(files.last?.symbol(containing: 0xbb0)?.name, "_Block_copy")
+    }
+
+    /// 300 frames, each in its own image, the image paths being different spellings of one file
+    /// (`//opt/…`, `///opt/…`, `/opt/./…`): the file is opened once, at most
+    /// ``Symbolicator/maxImagesPerReport`` images are symbolicated and the rest are counted in `extra`.
+    func testImagesThatAreOneFileAreOpenedOnceAndImagesPerReportAreCapped() throws {
+        let file = try ElfFile(path: Crafted.blocksRuntime)
+        let buildID = try XCTUnwrap(file.buildID)
+        let count = 300
+        var frames = ""
+        var images = ""
+        for index in 0..<count {
+            let base: UInt64 = 0x1000_0000_0000 + UInt64(index) << 24
+            // The crash site is looked up at its address, callers at address - 1: both land in _Block_copy.
+            frames += "frame 0x\(String(base + 0xbb0 + (index == 0 ? 0 : 1), radix: 16)) cfi\n"
+            let relative = String(Crafted.blocksRuntime.dropFirst())
+            let spelling = index % 2 == 0 ? String(repeating: "/", count: 1 + index / 2) + relative
+                                          : "/" + String(repeating: "./", count: 1 + index / 2) + relative
+            images += "image 0x\(String(base, radix: 16)) 0x\(String(file.loadSpan, radix: 16)) \(buildID) \(spelling)\n"
+        }
+        let text = "VAKA-CRASH 1\nsignal 11 SIGSEGV\n" + frames + images + "end\n"
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        let event = FatalEventBuilder(symbolicator: symbolicator).event(from: try CrashReport(data: Data(text.utf8)))
+        XCTAssertEqual(symbolicator.openedFileCount, 1)
+        let eventFrames = try XCTUnwrap(event.exception?.values.first?.stacktrace?.frames)
+        XCTAssertEqual(eventFrames.count, count)
+        // Oldest first: the last 256 event frames are the first 256 report frames.
+        XCTAssertEqual(eventFrames.suffix(Symbolicator.maxImagesPerReport).filter { $0.function == "_Block_copy" }.count,
+                       Symbolicator.maxImagesPerReport)
+        XCTAssertTrue(eventFrames.prefix(count - Symbolicator.maxImagesPerReport).allSatisfy { $0.function == nil })
+        XCTAssertEqual(event.extra?["images_not_symbolicated"], .int(Int64(count - Symbolicator.maxImagesPerReport)))
+
+        // The same cap when an event JSON is symbolicated again.
+        var unsymbolicated = FatalEventBuilder(symbolicator: nil).event(from: try CrashReport(data: Data(text.utf8)))
+        unsymbolicated.threads = nil
+        let json = try JSONDecoder().decode(JSONValue.self, from: try unsymbolicated.jsonData())
+        let again = Symbolicator(systemDebugDirectory: nil)
+        let (_, counts) = EventSymbolicator(symbolicator: again).symbolicate(json)
+        XCTAssertEqual(counts.resolved, Symbolicator.maxImagesPerReport)
+        XCTAssertEqual(counts.imagesNotSymbolicated, count - Symbolicator.maxImagesPerReport)
+        XCTAssertEqual(again.openedFileCount, 1)
+    }
+}

@@ -15,6 +15,8 @@ import VakaSymbolication
 /// - a resolved frame gets `function`, `symbol`, `symbol_addr`, `filename`, `lineno`, `colno` (old values
 ///   replaced) and `package`/`image_addr` when missing, and is expanded into its inlined frames
 ///   (``FatalEventBuilder/expand(_:with:)``). Frames that cannot be resolved are left as they are.
+/// - at most ``Symbolicator/maxImagesPerReport`` distinct images are looked at (the first in frame order);
+///   frames in further images are left as they are and counted in ``Counts/imagesNotSymbolicated``.
 public struct EventSymbolicator {
     /// Finds the images' files and looks addresses up.
     public var symbolicator: Symbolicator
@@ -30,6 +32,9 @@ public struct EventSymbolicator {
         public var frames = 0
         /// Of those, frames resolved to a function.
         public var resolved = 0
+        /// Images frames point into that were not looked at: beyond the first
+        /// ``Symbolicator/maxImagesPerReport`` distinct images (in frame order).
+        public var imagesNotSymbolicated = 0
     }
 
     private struct Image {
@@ -47,23 +52,30 @@ public struct EventSymbolicator {
         var counts = Counts()
         let images = EventSymbolicator.images(in: root)
         // Open the images' files (symbol tables, DWARF) several at a time before the lookups.
-        symbolicator.preload(images.compactMap { image in image.codeID.map { (image.codeFile, $0) } })
+        symbolicator.preload(images.prefix(Symbolicator.maxImagesPerReport).compactMap { image in
+            image.codeID.map { (image.codeFile, $0) }
+        })
+        var allowed = Set<Int>()
+        var skipped = Set<Int>()
         for key in ["exception", "threads"] {
             guard case .object(var container)? = root[key], case .array(var values)? = container["values"] else { continue }
             for index in values.indices {
                 guard case .object(var value) = values[index], case .object(var stacktrace)? = value["stacktrace"],
                       case .array(let frames)? = stacktrace["frames"] else { continue }
-                stacktrace["frames"] = .array(symbolicateFrames(frames, images: images, counts: &counts))
+                stacktrace["frames"] = .array(symbolicateFrames(frames, images: images, allowed: &allowed, skipped: &skipped,
+                                                                counts: &counts))
                 value["stacktrace"] = .object(stacktrace)
                 values[index] = .object(value)
             }
             container["values"] = .array(values)
             root[key] = .object(container)
         }
+        counts.imagesNotSymbolicated = skipped.count
         return (.object(root), counts)
     }
 
-    private func symbolicateFrames(_ frames: [JSONValue], images: [Image], counts: inout Counts) -> [JSONValue] {
+    private func symbolicateFrames(_ frames: [JSONValue], images: [Image], allowed: inout Set<Int>, skipped: inout Set<Int>,
+                                   counts: inout Counts) -> [JSONValue] {
         // Merge runs of frames with the same instruction_addr (inlined frames) back into their first frame.
         var merged: [[String: JSONValue]] = []
         var lastAddress: UInt64?
@@ -88,9 +100,18 @@ public struct EventSymbolicator {
             let trust = frame["trust"]?.stringValue
             let isCrashSite = trust == "context" || (trust == nil && index == merged.count - 1)
             let lookup = isCrashSite || address == 0 ? address : address - 1
-            guard let image = images.first(where: { lookup >= $0.base && lookup - $0.base < $0.size }) else {
+            guard let imageIndex = images.firstIndex(where: { lookup >= $0.base && lookup - $0.base < $0.size }) else {
                 result.append(.object(frame))
                 continue
+            }
+            let image = images[imageIndex]
+            if !allowed.contains(imageIndex) {
+                if allowed.count >= Symbolicator.maxImagesPerReport {
+                    skipped.insert(imageIndex)
+                    result.append(.object(frame))
+                    continue
+                }
+                allowed.insert(imageIndex)
             }
             let symbolicated = symbolicator.symbolicate(address: lookup, imagePath: image.codeFile, imageBase: image.base,
                                                         buildID: image.codeID, debugID: image.debugID)

@@ -22,8 +22,11 @@ import VakaSymbolication
 /// - `debug_meta.images`: the images some frame points into, in report order, with `code_id` (build ID)
 ///   and `debug_id` (``DebugID/fromBuildID(_:)``; for an image without build ID the `.text` hash of its
 ///   file, and an image without either, such as the vDSO, is left out).
+/// - At most ``Symbolicator/maxImagesPerReport`` distinct images (the first ones in frame order) are
+///   symbolicated; frames in further images keep address, package and image only, and `extra` counts those
+///   images in `images_not_symbolicated`.
 /// - `extra`: `run_id`, `pid`, `fatal_message`, `abort_message`, `capture_ns`, `report_truncated`, and when
-///   present `frames_truncated`, `sender_pid`/`sender_uid`, `report_skipped_lines`. A truncated report also
+///   present `frames_truncated`, `sender_pid`/`sender_uid`, `report_skipped_lines`, `images_not_symbolicated`. A truncated report also
 ///   gets the tag `vaka.report_truncated: "true"`.
 public struct FatalEventBuilder {
     /// The SDK info put in every event: `vaka.swift` `0.1.0`.
@@ -40,7 +43,8 @@ public struct FatalEventBuilder {
 
     /// The fatal event for `report`. Never fails: a partial report gives a partial event, marked truncated.
     public func event(from report: CrashReport) -> Event {
-        let frames = stackFrames(report)
+        let (symbolicated, skippedImages) = FatalEventBuilder.imagesToSymbolicate(report)
+        let frames = stackFrames(report, symbolicating: symbolicated)
         let registers = Dictionary(report.registers.map { ($0.name, HexAddress($0.value)) },
                                    uniquingKeysWith: { first, _ in first })
         let stacktrace = frames.isEmpty ? nil : Stacktrace(frames: frames, registers: registers.isEmpty ? nil : registers)
@@ -72,8 +76,9 @@ public struct FatalEventBuilder {
         }
         let skipped = report.diagnostics.skippedLongLines + report.diagnostics.malformedLines
         if skipped > 0 { extra["report_skipped_lines"] = .int(Int64(skipped)) }
+        if symbolicator != nil, skippedImages > 0 { extra["images_not_symbolicated"] = .int(Int64(skippedImages)) }
 
-        let images = debugImages(report)
+        let images = debugImages(report, symbolicating: symbolicated)
         return Event(
             eventID: FatalEventBuilder.eventID(forRunID: report.runID),
             timestamp: report.timestampNs.map { Double($0) / 1_000_000_000 },
@@ -152,11 +157,34 @@ public struct FatalEventBuilder {
         index == 0 || frame.address == 0 ? frame.address : frame.address - 1
     }
 
-    private func image(for address: UInt64, in report: CrashReport) -> CrashReport.Image? {
-        report.images.first { $0.contains(address) }
+    private func image(for address: UInt64, in report: CrashReport) -> (index: Int, image: CrashReport.Image)? {
+        guard let index = report.images.firstIndex(where: { $0.contains(address) }) else { return nil }
+        return (index, report.images[index])
     }
 
-    private func stackFrames(_ report: CrashReport) -> [Frame] {
+    /// The lookup addresses of the report's frames (newest first); the PC register when there is no frame.
+    private static func lookupAddresses(_ report: CrashReport) -> [UInt64] {
+        var lookups = report.frames.enumerated().map { lookupAddress($1, index: $0) }
+        if lookups.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
+            lookups = [pc.value]
+        }
+        return lookups
+    }
+
+    /// Indexes (into `report.images`) of the images frames point into that are symbolicated: the first
+    /// ``Symbolicator/maxImagesPerReport`` in frame order; and how many further images are left out.
+    private static func imagesToSymbolicate(_ report: CrashReport) -> (Set<Int>, Int) {
+        var allowed = Set<Int>()
+        var skipped = Set<Int>()
+        for address in lookupAddresses(report) {
+            guard let index = report.images.firstIndex(where: { $0.contains(address) }) else { continue }
+            if allowed.contains(index) || skipped.contains(index) { continue }
+            if allowed.count < Symbolicator.maxImagesPerReport { allowed.insert(index) } else { skipped.insert(index) }
+        }
+        return (allowed, skipped.count)
+    }
+
+    private func stackFrames(_ report: CrashReport, symbolicating allowed: Set<Int>) -> [Frame] {
         var reportFrames = report.frames
         if reportFrames.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
             // Cut before the first frame line: the PC from the signal context is still the crash site.
@@ -170,8 +198,8 @@ public struct FatalEventBuilder {
             // Open the images' files (symbol tables, DWARF) several at a time before the lookups.
             var used: [(imagePath: String?, buildID: String)] = []
             for (index, reportFrame) in reportFrames.enumerated() {
-                if let image = image(for: FatalEventBuilder.lookupAddress(reportFrame, index: index), in: report),
-                   let buildID = image.buildID {
+                if let (imageIndex, image) = image(for: FatalEventBuilder.lookupAddress(reportFrame, index: index), in: report),
+                   allowed.contains(imageIndex), let buildID = image.buildID {
                     used.append((image.path, buildID))
                 }
             }
@@ -180,7 +208,7 @@ public struct FatalEventBuilder {
         for (index, reportFrame) in reportFrames.enumerated() {
             let lookup = FatalEventBuilder.lookupAddress(reportFrame, index: index)
             var frame = Frame(instructionAddr: HexAddress(reportFrame.address), trust: reportFrame.method, inApp: false)
-            guard let image = image(for: lookup, in: report) else {
+            guard let (imageIndex, image) = image(for: lookup, in: report) else {
                 frames.append(frame)
                 continue
             }
@@ -190,7 +218,7 @@ public struct FatalEventBuilder {
                 frame.inApp = FatalEventBuilder.isInApp(imagePath: path, executable: executable)
             }
             var symbolicated: [SymbolicatedFrame] = []
-            if let symbolicator, let path = image.path {
+            if let symbolicator, allowed.contains(imageIndex), let path = image.path {
                 let debugID = image.buildID == nil && path.hasPrefix("/") ? symbolicator.textHashDebugID(imagePath: path) : nil
                 symbolicated = symbolicator.symbolicate(address: lookup, imagePath: path, imageBase: image.base,
                                                         buildID: image.buildID, debugID: debugID)
@@ -240,13 +268,9 @@ public struct FatalEventBuilder {
         return imagePath.hasPrefix(directory + "/")
     }
 
-    private func debugImages(_ report: CrashReport) -> [DebugImage] {
-        var lookups = report.frames.enumerated().map { FatalEventBuilder.lookupAddress($1, index: $0) }
-        if lookups.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
-            lookups = [pc.value]
-        }
+    private func debugImages(_ report: CrashReport, symbolicating allowed: Set<Int>) -> [DebugImage] {
         var used = Set<Int>()
-        for address in lookups {
+        for address in FatalEventBuilder.lookupAddresses(report) {
             if let index = report.images.firstIndex(where: { $0.contains(address) }) { used.insert(index) }
         }
         var images: [DebugImage] = []
@@ -254,7 +278,7 @@ public struct FatalEventBuilder {
             var debugID: String?
             if let buildID = image.buildID {
                 debugID = DebugID.fromBuildID(buildID)
-            } else if let path = image.path, path.hasPrefix("/") {
+            } else if let path = image.path, path.hasPrefix("/"), allowed.contains(index) {
                 debugID = symbolicator?.textHashDebugID(imagePath: path)
             }
             guard let debugID else { continue }
