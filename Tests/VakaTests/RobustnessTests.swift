@@ -139,3 +139,61 @@ final class ManyImagesTests: XCTestCase {
         XCTAssertEqual(again.openedFileCount, 1)
     }
 }
+
+/// Runs `scripts/relay-validate.py` over `events` (Relay's normalizer); skipped without `VAKA_RELAY_PYTHON`
+/// unless `VAKA_REQUIRE_PEERS=1`, as in ``RelayValidationTests``.
+func assertRelayAccepts(_ events: [String: Event], in test: XCTestCase, file: StaticString = #filePath,
+                        line: UInt = #line) throws {
+    let environment = ProcessInfo.processInfo.environment
+    guard let python = environment["VAKA_RELAY_PYTHON"], !python.isEmpty else {
+        if environment["VAKA_REQUIRE_PEERS"] == "1" {
+            return XCTFail("VAKA_REQUIRE_PEERS=1 but VAKA_RELAY_PYTHON is not set", file: file, line: line)
+        }
+        throw XCTSkip("VAKA_RELAY_PYTHON is not set")
+    }
+    let dir = try TestSupport.temporaryDirectory(test)
+    var files: [String] = []
+    for (name, event) in events.sorted(by: { $0.key < $1.key }) {
+        let url = dir.appendingPathComponent("\(name).json")
+        try event.jsonData().write(to: url)
+        files.append(url.path)
+    }
+    let script = TestSupport.repoRoot.appendingPathComponent("scripts/relay-validate.py").path
+    let result = try TestSupport.run(python, [script] + files)
+    XCTAssertEqual(result.status, 0, "relay-validate found problems:\n\(result.stdoutText)\(result.stderrText)",
+                   file: file, line: line)
+    XCTAssertEqual(result.stdoutText.components(separatedBy: ": ok\n").count - 1, files.count, result.stdoutText,
+                   file: file, line: line)
+}
+
+final class UnknownImagePathTests: XCTestCase {
+    /// `executable -` and images with path `-`: the first image is still the main executable (in_app), and
+    /// images with a build ID stay in debug_meta with code_file `<unknown>` (Relay rejected the event with
+    /// `debug_meta.images.N.code_file: missing_attribute`); frames keep their instruction_addr.
+    func testImagesWithUnknownPathsGiveAnEventRelayAccepts() throws {
+        let text = """
+            VAKA-CRASH 1
+            run_id unknown-paths
+            executable -
+            signal 11 SIGSEGV
+            code 1 SEGV_MAPERR
+            fault_addr 0x0
+            frame 0x55d4c2a0b1c4 context
+            frame 0x7f3b1a229d90 cfi
+            image 0x55d4c2a00000 0x3c000 68220ae2c65d65c1b6aaa12fa6765a6ec2f5f434 -
+            image 0x7f3b1a200000 0x1e8000 6e4250d99632b8031d64f7107b94ff9c4737db1a -
+            end
+
+            """
+        let event = FatalEventBuilder(symbolicator: Symbolicator(systemDebugDirectory: nil))
+            .event(from: try CrashReport(data: Data(text.utf8)))
+        let frames = try XCTUnwrap(event.exception?.values.first?.stacktrace?.frames)
+        XCTAssertEqual(frames.map(\.instructionAddr.value), [0x7f3b1a229d90, 0x55d4c2a0b1c4])
+        XCTAssertEqual(frames.map(\.inApp), [false, true])
+        XCTAssertEqual(frames.map(\.package), [nil, nil])
+        let images = try XCTUnwrap(event.debugMeta?.images)
+        XCTAssertEqual(images.map(\.codeFile), ["<unknown>", "<unknown>"])
+        XCTAssertEqual(images.map(\.codeID), ["68220ae2c65d65c1b6aaa12fa6765a6ec2f5f434", "6e4250d99632b8031d64f7107b94ff9c4737db1a"])
+        try assertRelayAccepts(["unknown-paths": event], in: self)
+    }
+}

@@ -12,7 +12,8 @@ import VakaSymbolication
 /// - `threads.values[0]`: the crashed thread (tid, name), with the same stack trace.
 /// - Stack trace: the report's frames reversed (oldest first, crash site last). A frame gets `package`,
 ///   `image_addr` and `in_app` from the image it lies in (``isInApp(imagePath:executable:)``; the executable
-///   is the `executable` line or else the first image). The ``symbolicator`` finds the image's files by
+///   is the `executable` line or else the first image; frames in the first image are in-app also when its
+///   path is unknown). The ``symbolicator`` finds the image's files by
 ///   build ID (the file on disk if its build ID still matches, else debug files) and fills `function`
 ///   (demangled), `symbol` (raw) and `symbol_addr` from the ELF symbol tables or DWARF, and `filename`,
 ///   `lineno`, `colno` from DWARF; an address in inlined code becomes several frames with the same
@@ -21,7 +22,8 @@ import VakaSymbolication
 ///   crash site at its address.
 /// - `debug_meta.images`: the images some frame points into, in report order, with `code_id` (build ID)
 ///   and `debug_id` (``DebugID/fromBuildID(_:)``; for an image without build ID the `.text` hash of its
-///   file, and an image without either, such as the vDSO, is left out).
+///   file, and an image without either, such as the vDSO, is left out); an image with an unknown path gets
+///   `code_file` ``unknownCodeFile``.
 /// - At most ``Symbolicator/maxImagesPerReport`` distinct images (the first ones in frame order) are
 ///   symbolicated; frames in further images keep address, package and image only, and `extra` counts those
 ///   images in `images_not_symbolicated`.
@@ -31,6 +33,10 @@ import VakaSymbolication
 public struct FatalEventBuilder {
     /// The SDK info put in every event: `vaka.swift` `0.1.0`.
     public static let sdk = SDKInfo.vaka
+
+    /// The `code_file` of a `debug_meta` image whose path the report does not know (`-`): `<unknown>`
+    /// (Relay rejects native images without `code_file`).
+    public static let unknownCodeFile = "<unknown>"
 
     /// Looks up function names in the images' ELF files; `nil` leaves `function`/`symbol` out.
     /// Reuse one symbolicator across reports of one run so each image is opened once.
@@ -216,6 +222,8 @@ public struct FatalEventBuilder {
             frame.package = image.path
             if let path = image.path {
                 frame.inApp = FatalEventBuilder.isInApp(imagePath: path, executable: executable)
+            } else if imageIndex == 0 {
+                frame.inApp = true  // the writer lists the main executable first, even when its path is unknown
             }
             var symbolicated: [SymbolicatedFrame] = []
             if let symbolicator, allowed.contains(imageIndex), let path = image.path {
@@ -282,7 +290,10 @@ public struct FatalEventBuilder {
                 debugID = symbolicator?.textHashDebugID(imagePath: path)
             }
             guard let debugID else { continue }
-            images.append(DebugImage(type: "elf", codeFile: image.path, imageAddr: HexAddress(image.base),
+            // Relay requires code_file; an image whose path is unknown keeps its debug_id (a server with the
+            // debug file can still symbolicate it) under a placeholder name.
+            images.append(DebugImage(type: "elf", codeFile: image.path ?? FatalEventBuilder.unknownCodeFile,
+                                     imageAddr: HexAddress(image.base),
                                      imageSize: image.size, codeID: image.buildID, debugID: debugID, arch: report.arch))
         }
         return images
