@@ -200,8 +200,10 @@ public final class Symbolicator: @unchecked Sendable {
 
     /// The `debug_id` of the image file at `path` when it has no build ID: the hash of the first page of
     /// its `.text` section (``DebugID/fromTextSection(_:)``). `nil` when the file cannot be read, has a
-    /// build ID (use ``DebugID/fromBuildID(_:)``), or has no `.text`.
+    /// build ID (use ``DebugID/fromBuildID(_:)``), or has no `.text`, and for a relative `imagePath` (a
+    /// report's path is never opened relative to the converter's working directory).
     public func textHashDebugID(imagePath: String) -> String? {
+        guard imagePath.hasPrefix("/") else { return nil }
         lock.lock(); defer { lock.unlock() }
         guard case .success(let file) = openLocked(imagePath), file.buildID == nil else { return nil }
         return DebugID.fromTextSection(file.firstTextPage())

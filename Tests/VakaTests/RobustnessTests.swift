@@ -197,3 +197,84 @@ final class UnknownImagePathTests: XCTestCase {
         try assertRelayAccepts(["unknown-paths": event], in: self)
     }
 }
+
+final class ReportInputTests: XCTestCase {
+    /// A report with CRLF line ends reads like the original (it was refused with the misleading
+    /// `unsupported report format version "1\x0d"`); lines ended by `\r` alone get a clear error.
+    func testCRLFReportsAreReadAndCROnlyReportsGetAClearError() throws {
+        let example = try TestSupport.exampleReport()
+        let crlf = try CrashReport(data: Data(example.replacingOccurrences(of: "\n", with: "\r\n").utf8))
+        XCTAssertEqual(crlf, try CrashReport(data: Data(example.utf8)))
+        XCTAssertFalse(crlf.isTruncated)
+        XCTAssertEqual(crlf.images.last?.path, "[vdso]")
+        XCTAssertThrowsError(try CrashReport(data: Data(example.replacingOccurrences(of: "\n", with: "\r").utf8))) { error in
+            XCTAssertEqual(error as? CrashReportError, .carriageReturnLineEnds)
+            XCTAssertTrue("\(error)".contains("carriage return"), "\(error)")
+        }
+    }
+
+    /// Negative `pid`, `tid` and `frames_truncated` are malformed, not values.
+    func testNegativeCountsAndIdsAreMalformed() throws {
+        let report = try CrashReport(data: Data("VAKA-CRASH 1\npid -5\ntid -1\nsignal 11 SIGSEGV\nframes_truncated -3\nend\n".utf8))
+        XCTAssertNil(report.pid)
+        XCTAssertNil(report.tid)
+        XCTAssertNil(report.framesTruncated)
+        XCTAssertEqual(report.diagnostics.malformedLines, 3)
+        let event = FatalEventBuilder(symbolicator: nil).event(from: report)
+        XCTAssertNil(event.extra?["pid"])
+        XCTAssertNil(event.extra?["frames_truncated"])
+    }
+
+    /// A path with an escaped NUL (`\x00`) is unknown: opening it would open the file named by its first
+    /// part (here a real library, which was then used to symbolicate the frame).
+    func testPathsWithANULAreUnknown() throws {
+        let file = try ElfFile(path: Crafted.blocksRuntime)
+        let buildID = try XCTUnwrap(file.buildID)
+        let text = """
+            VAKA-CRASH 1
+            executable \(Crafted.blocksRuntime)\\x00/elsewhere
+            signal 11 SIGSEGV
+            frame 0x7f0000000bb0 context
+            image 0x7f0000000000 0x\(String(file.loadSpan, radix: 16)) \(buildID) \(Crafted.blocksRuntime)\\x00/elsewhere
+            end
+
+            """
+        let report = try CrashReport(data: Data(text.utf8))
+        XCTAssertNil(report.executable)
+        XCTAssertNil(report.images.first?.path)
+        let event = FatalEventBuilder(symbolicator: Symbolicator(systemDebugDirectory: nil)).event(from: report)
+        let frame = try XCTUnwrap(event.exception?.values.first?.stacktrace?.frames.last)
+        XCTAssertNil(frame.function)
+        XCTAssertNil(frame.package)
+        XCTAssertEqual(event.debugMeta?.images.first?.codeFile, "<unknown>")
+    }
+
+    /// A relative image path is never opened relative to the converter's working directory, not even to
+    /// compute the text-hash debug_id of an image without a build ID.
+    func testRelativeImagePathsAreNotOpened() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        // A copy of a real library whose build-ID note type is changed, so it has no build ID.
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: Crafted.blocksRuntime)))
+        let gnu: [UInt8] = [0x47, 0x4e, 0x55, 0x00]
+        var patched = false
+        for at in 12..<(bytes.count - 4) where Array(bytes[at..<(at + 4)]) == gnu && bytes[at - 4] == 3 && bytes[at - 12] == 4 {
+            bytes[at - 4] = 0x99
+            patched = true
+        }
+        XCTAssertTrue(patched)
+        try Data(bytes).write(to: dir.appendingPathComponent("nobuildid.so"))
+        XCTAssertNil(try ElfFile(path: dir.appendingPathComponent("nobuildid.so").path).buildID)
+
+        let previous = FileManager.default.currentDirectoryPath
+        XCTAssertTrue(FileManager.default.changeCurrentDirectoryPath(dir.path))
+        defer { FileManager.default.changeCurrentDirectoryPath(previous) }
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        XCTAssertNil(symbolicator.textHashDebugID(imagePath: "nobuildid.so"))
+        XCTAssertNotNil(symbolicator.textHashDebugID(imagePath: dir.appendingPathComponent("nobuildid.so").path))
+        let text = "VAKA-CRASH 1\nsignal 11 SIGSEGV\nframe 0x7f0000000bb0 context\nimage 0x7f0000000000 0x10000 - nobuildid.so\nend\n"
+        let event = FatalEventBuilder(symbolicator: Symbolicator(systemDebugDirectory: nil))
+            .event(from: try CrashReport(data: Data(text.utf8)))
+        XCTAssertNil(event.exception?.values.first?.stacktrace?.frames.last?.function)
+        XCTAssertNil(event.debugMeta)
+    }
+}
