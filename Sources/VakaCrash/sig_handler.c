@@ -259,7 +259,8 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
         vaka_w_hex(&writer, frame_ips[i]);
         vaka_w_str(&writer, frame_methods[i] == VAKA_FRAME_CONTEXT ? " context\n"
                             : frame_methods[i] == VAKA_FRAME_CFI   ? " cfi\n"
-                                                                   : " fp\n");
+                            : frame_methods[i] == VAKA_FRAME_FP    ? " fp\n"
+                                                                   : " scan\n");
     }
     if (truncated) {
         vaka_w_key(&writer, "frames_truncated");
@@ -268,6 +269,12 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     }
 
     vaka_sig_write_images(&writer, &vaka_state.reader);
+
+    /* How memory was read (after the reads: a method refused mid-capture has been replaced by then). */
+    vaka_w_key(&writer, "memory_read");
+    vaka_w_str(&writer, vaka_state.reader.method == VAKA_SAFE_READ_PVR    ? "process_vm_readv\n"
+                        : vaka_state.reader.method == VAKA_SAFE_READ_PIPE ? "pipe\n"
+                                                                          : "none\n");
 
     vaka_w_key(&writer, "capture_ns");
     vaka_w_udec(&writer, now_ns(CLOCK_MONOTONIC) - start_ns);

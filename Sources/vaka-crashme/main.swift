@@ -3,9 +3,10 @@
 // without crashing, 4 the scenario could not set its fault up (errno printed).
 import Foundation
 import Vaka
+import VakaCrashmeC
 
 let usage = """
-    usage: vaka-crashme SCENARIO --storage DIR [--no-vaka]
+    usage: vaka-crashme SCENARIO --storage DIR [--no-vaka] [--deny-process-vm-readv]
            vaka-crashme --list
            vaka-crashme --help
 
@@ -14,6 +15,8 @@ let usage = """
     `vaka report convert FILE`). With --no-vaka the same crash happens without Vaka, for comparison: the
     process must end the same way in both cases. --storage is optional with --no-vaka (default: $TMPDIR or
     /tmp; only bus-error uses it then). Core dumps are turned off (RLIMIT_CORE 0).
+    --deny-process-vm-readv installs a seccomp filter (before Vaka starts) under which process_vm_readv fails
+    with EPERM, as under some container policies, so the crash runtime must use its fallback memory reader.
 
     Exit status: killed by the scenario's signal; 2 for a usage error or an unknown scenario; 3 when the
     scenario returned without crashing; 4 when it could not set its fault up.
@@ -29,6 +32,7 @@ func fail(_ message: String, status: Int32) -> Never {
 var scenarioName: String?
 var storagePath: String?
 var startVaka = true
+var denyProcessVMReadv = false
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -44,6 +48,8 @@ while let argument = arguments.popFirst() {
         exit(0)
     case "--no-vaka":
         startVaka = false
+    case "--deny-process-vm-readv":
+        denyProcessVMReadv = true
     case "--storage":
         guard let value = arguments.popFirst() else { fail("--storage needs a directory", status: 2) }
         storagePath = value
@@ -74,6 +80,11 @@ var noCore = rlimit(rlim_cur: 0, rlim_max: 0)
 _ = getrlimit(Int32(RLIMIT_CORE.rawValue), &noCore)
 noCore.rlim_cur = 0
 _ = setrlimit(Int32(RLIMIT_CORE.rawValue), &noCore)
+
+if denyProcessVMReadv {
+    let rc = crashme_deny_process_vm_readv()
+    if rc != 0 { fail("cannot install the process_vm_readv filter: \(String(cString: strerror(rc)))", status: 4) }
+}
 
 if startVaka {
     Vaka.start(Vaka.Options(storageDirectory: storage))
