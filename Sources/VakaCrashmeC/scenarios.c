@@ -187,10 +187,19 @@ CRASHME int crashme_dlopen_plugin(const char *path) {
     return crash();
 }
 
+/* Same recursion as crashme_stack_overflow, under this scenario's name (so the newest frames carry it). */
+CRASHME static int crashme_stack_overflow_thread_recurse(unsigned long depth) {
+    volatile char frame[512];
+    frame[0] = (char)depth;
+    frame[sizeof frame - 1] = (char)(depth >> 8);
+    int below = crashme_stack_overflow_thread_recurse(depth + 1);
+    return below + frame[0] + frame[sizeof frame - 1];
+}
+
 CRASHME static void *crashme_stack_overflow_thread_body(void *unused) {
     (void)unused;
     pthread_setname_np(pthread_self(), VAKA_CRASHME_OVERFLOW_THREAD_NAME);
-    return (void *)(intptr_t)crashme_stack_overflow(0);
+    return (void *)(intptr_t)crashme_stack_overflow_thread_recurse(0);
 }
 
 CRASHME int crashme_stack_overflow_thread(void) {

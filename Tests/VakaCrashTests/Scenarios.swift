@@ -19,6 +19,24 @@ struct ScenarioExpectation {
     var threadName: String? = nil
     /// Whether the Swift runtime's backtracer handles this signal (all but SIGSYS), so its banner is on stderr.
     var swiftBacktrace: Bool = true
+    /// Whether the banner is printed with Vaka started, when that differs from ``swiftBacktrace`` (a thread
+    /// without an alternate stack: only Vaka gives it one, and then Swift's handler can run too). `nil`: same.
+    var swiftBacktraceWithVaka: Bool? = nil
+    /// How many of the newest frames may come before the scenario's own function (see
+    /// `CrashScenarioTests.newestFrameWindow`); larger where libc adds frames (assert, double free).
+    var frameWindow: Int = 6
+    /// File name (in the products directory) of the image the scenario's function lies in; `nil`: the harness.
+    var frameImage: String? = nil
+    /// The crashed thread is not the main thread (tid != pid), for scenarios whose thread has no fixed name.
+    var offMainThread: Bool = false
+    /// Text that must appear in `extra.abort_message` (glibc's abort message).
+    var abortMessage: String? = nil
+    /// Extra harness arguments (both runs) and extra child environment, for variants of a scenario.
+    var arguments: [String] = []
+    var environment: [String: String] = [:]
+    /// Key in ``ScenarioRuns/all``: the name, or `name+variant` for a variant run.
+    var variant: String? = nil
+    var key: String { variant.map { "\(name)+\($0)" } ?? name }
 }
 
 /// The banner Swift's backtracer prints to stderr on a crash (Swift 6.3, Linux), e.g.
@@ -62,7 +80,49 @@ let scenarioExpectations: [ScenarioExpectation] = [
     // The main thread's stack guard gap is unmapped (MAPERR); a PROT_NONE guard would give ACCERR.
     ScenarioExpectation(name: "stack-overflow", signal: SIGSEGV, signalName: "SIGSEGV",
                         codeNames: ["SEGV_MAPERR", "SEGV_ACCERR"]),
+    // Issue 5.
+    ScenarioExpectation(name: "write-readonly", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_ACCERR"]),
+    // abort → raise → abort → __assert_fail_base → __assert_fail → crashme_c_assert
+    ScenarioExpectation(name: "c-assert", signal: SIGABRT, signalName: "SIGABRT", codeNames: ["SI_TKILL"],
+                        frameWindow: 10, abortMessage: "Assertion `value == 42"),
+    ScenarioExpectation(name: "swift-task", signal: SIGILL, signalName: "SIGILL", codeNames: ["ILL_ILLOPN"],
+                        fatalMessage: "Unexpectedly found nil", offMainThread: true),
+    ScenarioExpectation(name: "dispatch-queue", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
+                        faultAddress: 0, offMainThread: true),
+    ScenarioExpectation(name: "dlopen-plugin", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
+                        faultAddress: 0, frameImage: pluginFileName),
+    // Without Vaka the thread has no alternate stack: the kernel kills the process before Swift's handler
+    // can run. With Vaka the pthread_create interposer gave it one, so Swift's handler runs after ours.
+    ScenarioExpectation(name: "stack-overflow-thread", signal: SIGSEGV, signalName: "SIGSEGV",
+                        codeNames: ["SEGV_MAPERR", "SEGV_ACCERR"], threadName: overflowThreadName,
+                        swiftBacktrace: false, swiftBacktraceWithVaka: true),
+    ScenarioExpectation(name: "concurrent", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
+                        faultAddress: 0, offMainThread: true),
+    // abort → raise → abort → __libc_message → malloc_printerr → _int_free → free → crashme_heap_corruption
+    ScenarioExpectation(name: "heap-corruption", signal: SIGABRT, signalName: "SIGABRT", codeNames: ["SI_TKILL"],
+                        frameWindow: 10, abortMessage: "double free"),
+    ScenarioExpectation(name: "corrupt-frame-pointer", signal: SIGSEGV, signalName: "SIGSEGV",
+                        codeNames: ["SEGV_MAPERR"], faultAddress: 0),
+    // Checked by HardeningTests.testCrashInHandler (a truncated report or none), not by checkScenario.
+    ScenarioExpectation(name: "crash-in-handler", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
+                        faultAddress: 0),
+    ScenarioExpectation(name: "locks-held", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
+                        faultAddress: 0),
 ]
+
+/// Variants: a scenario run again under a hostile condition. Not in `--list`; keyed `name+variant`.
+let variantExpectations: [ScenarioExpectation] = [
+    // process_vm_readv refused (seccomp EPERM): the plugin's build ID is read at crash time from the link
+    // map, so it can only be there if the fallback memory reader works.
+    ScenarioExpectation(name: "dlopen-plugin", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
+                        faultAddress: 0, frameImage: pluginFileName, arguments: ["--deny-process-vm-readv"],
+                        variant: "deny-process-vm-readv"),
+]
+
+/// The dlopen plugin's file name in the products directory (SwiftPM product `VakaCrashmePlugin`).
+let pluginFileName = "libVakaCrashmePlugin.so"
+/// `VAKA_CRASHME_OVERFLOW_THREAD_NAME` in vaka_crashme.h.
+let overflowThreadName = "crashme-so"
 
 /// Everything learned from running one scenario with Vaka and without it.
 struct ScenarioOutcome {
@@ -94,10 +154,10 @@ enum ScenarioRuns {
         let outcomes = Locked<[String: ScenarioOutcome]>([:])
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = max(4, ProcessInfo.processInfo.activeProcessorCount * 2)
-        for expectation in scenarioExpectations {
+        for expectation in scenarioExpectations + variantExpectations {
             queue.addOperation {
                 let outcome = runScenario(expectation)
-                outcomes.withLock { $0[expectation.name] = outcome }
+                outcomes.withLock { $0[expectation.key] = outcome }
             }
         }
         queue.waitUntilAllOperationsAreFinished()
@@ -114,17 +174,19 @@ enum ScenarioRuns {
     }
 
     static func runScenario(_ expectation: ScenarioExpectation) -> ScenarioOutcome {
-        let work = Paths.freshDirectory(expectation.name)
+        let work = Paths.freshDirectory(expectation.key)
+        let environment = childEnvironment.merging(expectation.environment) { _, new in new }
         let storage = work.appendingPathComponent("storage", isDirectory: true)
         let storageWithout = work.appendingPathComponent("storage-no-vaka", isDirectory: true)
         var outcome = ScenarioOutcome(expectation: expectation, storage: storage)
         do {
-            outcome.withVaka = try runChild(Paths.harness, [expectation.name, "--storage", storage.path],
-                                            label: "with-vaka", outputDirectory: work, environment: childEnvironment)
+            outcome.withVaka = try runChild(Paths.harness, [expectation.name, "--storage", storage.path] + expectation.arguments,
+                                            label: "with-vaka", outputDirectory: work, environment: environment)
             outcome.reports = crashFiles(in: storage)
-            outcome.withoutVaka = try runChild(Paths.harness, [expectation.name, "--storage", storageWithout.path, "--no-vaka"],
+            outcome.withoutVaka = try runChild(Paths.harness,
+                                               [expectation.name, "--storage", storageWithout.path, "--no-vaka"] + expectation.arguments,
                                                label: "without-vaka", outputDirectory: work,
-                                               environment: childEnvironment)
+                                               environment: environment)
             outcome.reportsWithoutVaka = crashFiles(in: storageWithout)
             if outcome.reports.count == 1 {
                 let convert = try runChild(Paths.cli, ["report", "convert", outcome.reports[0].path],

@@ -139,7 +139,8 @@ int crashme_c_assert(int value);
 int crashme_dlopen_plugin(const char *path);
 
 /** Starts a pthread (default attributes, no alternate stack set up by this code) named
- *  VAKA_CRASHME_OVERFLOW_THREAD_NAME that recurses without bound (crashme_stack_overflow) and waits for it.
+ *  VAKA_CRASHME_OVERFLOW_THREAD_NAME that recurses without bound (like crashme_stack_overflow, in a function
+ *  named after this scenario) and waits for it.
  *  Expect SIGSEGV on that thread (SEGV_ACCERR at glibc's PROT_NONE guard page, or SEGV_MAPERR).
  *  @return an errno value if the thread cannot be created. */
 int crashme_stack_overflow_thread(void);
