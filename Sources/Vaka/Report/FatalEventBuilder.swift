@@ -148,6 +148,14 @@ public struct FatalEventBuilder {
         index == 0 || frame.address == 0 ? frame.address : frame.address - 1
     }
 
+    /// The directory part of `path`: everything before its last `/` ("" when there is none).
+    /// Not `NSString.deletingLastPathComponent`: swift-corelibs-foundation (Swift 6.3.1) traps on a
+    /// one-character path such as "1" (found by scripts/fuzz; see Tests/VakaCrashTests/FuzzRegressionTests).
+    static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "" }
+        return String(path[..<slash])
+    }
+
     private func image(for address: UInt64, in report: CrashReport) -> CrashReport.Image? {
         report.images.first { $0.contains(address) }
     }
@@ -160,7 +168,7 @@ public struct FatalEventBuilder {
         }
         // The main executable: the `executable` line, else the first image (the writer lists it first).
         let executable = report.executable ?? report.images.first?.path
-        let executableDirectory = executable.map { ($0 as NSString).deletingLastPathComponent }
+        let executableDirectory = executable.map(FatalEventBuilder.directory(of:))
         var frames: [Frame] = []
         frames.reserveCapacity(reportFrames.count)
         for (index, reportFrame) in reportFrames.enumerated() {
@@ -170,7 +178,7 @@ public struct FatalEventBuilder {
                 frame.imageAddr = HexAddress(image.base)
                 frame.package = image.path
                 if let path = image.path, let executable {
-                    frame.inApp = path == executable || (path as NSString).deletingLastPathComponent == executableDirectory
+                    frame.inApp = path == executable || FatalEventBuilder.directory(of: path) == executableDirectory
                 }
                 if let symbolicator, let path = image.path, let buildID = image.buildID,
                    let info = symbolicator.lookup(address: lookup, imagePath: path, imageBase: image.base, buildID: buildID) {
