@@ -267,6 +267,10 @@ CRASHME int crashme_crash_in_handler(void) {
     return *pointer;
 }
 
+void crashme_arm_fault_in_handler(int stage) {
+    vaka_crash_test_fault_in_handler(stage);
+}
+
 CRASHME int crashme_locks_held(void) {
     /* Hold stdout's FILE lock and an application mutex, then fault while holding both: a handler that
      * used stdio or that lock would deadlock here. */

@@ -6,7 +6,7 @@ import Vaka
 import VakaCrashmeC
 
 let usage = """
-    usage: vaka-crashme SCENARIO --storage DIR [--no-vaka] [--deny-process-vm-readv]
+    usage: vaka-crashme SCENARIO --storage DIR [--no-vaka] [--deny-process-vm-readv] [--fault-in-handler STAGE]
            vaka-crashme --list
            vaka-crashme --help
 
@@ -17,6 +17,8 @@ let usage = """
     /tmp; only bus-error uses it then). Core dumps are turned off (RLIMIT_CORE 0).
     --deny-process-vm-readv installs a seccomp filter (before Vaka starts) under which process_vm_readv fails
     with EPERM, as under some container policies, so the crash runtime must use its fallback memory reader.
+    --fault-in-handler STAGE arms the crash runtime's test hook after start: the capture faults on purpose at
+    STAGE (1 = after the report header, 2 = while unwinding), to exercise the re-entrancy path.
 
     Exit status: killed by the scenario's signal; 2 for a usage error or an unknown scenario; 3 when the
     scenario returned without crashing; 4 when it could not set its fault up.
@@ -33,6 +35,7 @@ var scenarioName: String?
 var storagePath: String?
 var startVaka = true
 var denyProcessVMReadv = false
+var faultStage: Int32 = 0
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -50,6 +53,11 @@ while let argument = arguments.popFirst() {
         startVaka = false
     case "--deny-process-vm-readv":
         denyProcessVMReadv = true
+    case "--fault-in-handler":
+        guard let value = arguments.popFirst(), let stage = Int32(value), stage == 1 || stage == 2 else {
+            fail("--fault-in-handler needs a stage: 1 or 2", status: 2)
+        }
+        faultStage = stage
     case "--storage":
         guard let value = arguments.popFirst() else { fail("--storage needs a directory", status: 2) }
         storagePath = value
@@ -88,6 +96,7 @@ if denyProcessVMReadv {
 
 if startVaka {
     Vaka.start(Vaka.Options(storageDirectory: storage))
+    if faultStage != 0 { crashme_arm_fault_in_handler(faultStage) }
 }
 
 let result = scenario.trigger(storage.path)

@@ -68,25 +68,41 @@ extension CrashScenarioTests {
 
     /// The capture itself faults (test hook, stage 2 = while unwinding): no loop, no hang, the process dies
     /// with the original signal, and the report is either absent or recognisably truncated (no `end`).
-    func testCrashInHandler() throws {
-        let name = "crash-in-handler"
-        guard let outcome = ScenarioRuns.all[name], let withVaka = outcome.withVaka, let withoutVaka = outcome.withoutVaka else {
-            return XCTFail("\(name): \(ScenarioRuns.all[name]?.setupErrors ?? ["not run"])")
+    func testCrashInHandler() throws { try checkFaultedCapture("crash-in-handler", signal: SIGSEGV, name: "SIGSEGV") }
+    func testFaultAfterHeaderNullDeref() throws {
+        try checkFaultedCapture("null-deref+fault-stage-1", signal: SIGSEGV, name: "SIGSEGV")
+    }
+    func testFaultAfterHeaderAbort() throws { try checkFaultedCapture("abort+fault-stage-1", signal: SIGABRT, name: "SIGABRT") }
+    func testFaultWhileUnwindingAbort() throws {
+        try checkFaultedCapture("abort+fault-stage-2", signal: SIGABRT, name: "SIGABRT")
+    }
+    func testFaultWhileUnwindingBackgroundThread() throws {
+        try checkFaultedCapture("background-thread+fault-stage-2", signal: SIGSEGV, name: "SIGSEGV")
+    }
+
+    /// Checks a run whose capture faulted on purpose: ends by `signal` like the run without Vaka, did not hang,
+    /// left at most one report, and that report has its header, no `end`, no partial last line, and converts
+    /// to an event marked truncated.
+    func checkFaultedCapture(_ key: String, signal: Int32, name: String,
+                             file: StaticString = #filePath, line: UInt = #line) throws {
+        guard let outcome = ScenarioRuns.all[key], let withVaka = outcome.withVaka, let withoutVaka = outcome.withoutVaka else {
+            return XCTFail("\(key): \(ScenarioRuns.all[key]?.setupErrors ?? ["not run"])", file: file, line: line)
         }
-        XCTAssertFalse(withVaka.timedOut, "\(name): hung")
-        XCTAssertEqual(withoutVaka.outcome, "signal \(SIGSEGV) (SIGSEGV)")
-        XCTAssertEqual(withVaka.outcome, withoutVaka.outcome, "\(name): \(withVaka.stderrTail())")
-        XCTAssertLessThanOrEqual(outcome.reports.count, 1)
+        XCTAssertFalse(withVaka.timedOut, "\(key): hung", file: file, line: line)
+        XCTAssertEqual(withoutVaka.outcome, "signal \(signal) (\(name))", file: file, line: line)
+        XCTAssertEqual(withVaka.outcome, withoutVaka.outcome, "\(key): \(withVaka.stderrTail())", file: file, line: line)
+        XCTAssertLessThanOrEqual(outcome.reports.count, 1, file: file, line: line)
         guard let report = outcome.reports.first else { return }
         let text = try String(contentsOf: report, encoding: .utf8)
-        XCTAssertTrue(text.hasPrefix("VAKA-CRASH 1\n"), "\(name): header missing: \(text.prefix(200))")
-        XCTAssertFalse(text.split(separator: "\n").contains("end"), "\(name): a faulted capture wrote `end`")
-        XCTAssertTrue(text.isEmpty || text.hasSuffix("\n"), "\(name): partial last line kept")
-        XCTAssertEqual(outcome.convert?.outcome, "exit 0", outcome.convert?.stderrTail() ?? "convert did not run")
+        XCTAssertTrue(text.hasPrefix("VAKA-CRASH 1\n"), "\(key): header missing: \(text.prefix(200))", file: file, line: line)
+        XCTAssertFalse(text.split(separator: "\n").contains("end"), "\(key): a faulted capture wrote `end`", file: file, line: line)
+        XCTAssertTrue(text.isEmpty || text.hasSuffix("\n"), "\(key): partial last line kept", file: file, line: line)
+        XCTAssertEqual(outcome.convert?.outcome, "exit 0", outcome.convert?.stderrTail() ?? "convert did not run",
+                       file: file, line: line)
         let event = outcome.event
-        XCTAssertEqual(dig(event, "extra", "report_truncated") as? Bool, true)
-        XCTAssertEqual(dig(event, "tags", "vaka.report_truncated") as? String, "true")
-        XCTAssertEqual(dig(event, "exception", "values", 0, "type") as? String, "SIGSEGV")
+        XCTAssertEqual(dig(event, "extra", "report_truncated") as? Bool, true, file: file, line: line)
+        XCTAssertEqual(dig(event, "tags", "vaka.report_truncated") as? String, "true", file: file, line: line)
+        XCTAssertEqual(dig(event, "exception", "values", 0, "type") as? String, name, file: file, line: line)
     }
 
     // MARK: - Helpers

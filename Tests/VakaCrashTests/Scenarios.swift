@@ -125,6 +125,17 @@ let variantExpectations: [ScenarioExpectation] = [
     ScenarioExpectation(name: "dlopen-plugin", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
                         faultAddress: 0, frameImage: pluginFileName, arguments: ["--deny-process-vm-readv"],
                         variant: "deny-process-vm-readv"),
+    // Re-entrancy: the capture faults on purpose (test hook) right after the header (stage 1) or while
+    // unwinding (stage 2), for a hardware fault, a re-sent signal (abort) and a background thread. Checked by
+    // HardeningScenarioTests.checkFaultedCapture, not by checkScenario.
+    ScenarioExpectation(name: "null-deref", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
+                        arguments: ["--fault-in-handler", "1"], variant: "fault-stage-1"),
+    ScenarioExpectation(name: "abort", signal: SIGABRT, signalName: "SIGABRT", codeNames: ["SI_TKILL"],
+                        arguments: ["--fault-in-handler", "1"], variant: "fault-stage-1"),
+    ScenarioExpectation(name: "abort", signal: SIGABRT, signalName: "SIGABRT", codeNames: ["SI_TKILL"],
+                        arguments: ["--fault-in-handler", "2"], variant: "fault-stage-2"),
+    ScenarioExpectation(name: "background-thread", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
+                        arguments: ["--fault-in-handler", "2"], variant: "fault-stage-2"),
 ]
 
 /// The dlopen plugin's file name in the products directory (SwiftPM product `VakaCrashmePlugin`).

@@ -163,6 +163,10 @@ int crashme_corrupt_frame_pointer(void);
  *  reads through NULL. Expect SIGSEGV (the original signal) and a truncated report (no `end` line) or none. */
 int crashme_crash_in_handler(void);
 
+/** Arms the crash runtime's test hook: the next capture faults at `stage` (1 = right after the header is
+ *  flushed, 2 = while unwinding). Used by the harness option --fault-in-handler STAGE (after Vaka.start). */
+void crashme_arm_fault_in_handler(int stage);
+
 /** Locks stdout's and stderr's FILE locks (flockfile) and an application mutex, then reads through NULL
  *  while holding all three. Expect SIGSEGV SEGV_MAPERR at 0x0 and a complete report (the handler takes none
  *  of those locks). */
