@@ -7,6 +7,8 @@ let package = Package(
         .library(name: "Vaka", targets: ["Vaka"]),
         .executable(name: "vaka", targets: ["vaka"]),
         .executable(name: "vaka-crashme", targets: ["vaka-crashme"]),
+        // Test-only: the shared library the harness dlopen()s in the dlopen-plugin scenario.
+        .library(name: "VakaCrashmePlugin", type: .dynamic, targets: ["VakaCrashmePlugin"]),
     ],
     targets: [
         // C libraries from Debian, found through pkg-config (scripts/bootstrap installs them).
@@ -39,6 +41,8 @@ let package = Package(
         .target(name: "VakaCrashmeC",
                 cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer", "-O0"])]),
         .executableTarget(name: "vaka-crashme", dependencies: ["Vaka", "VakaCrashmeC"]),
+        .target(name: "VakaCrashmePlugin",
+                cSettings: [.unsafeFlags(["-fno-omit-frame-pointer", "-O0"])]),
 
         .testTarget(name: "VakaTests", dependencies: ["Vaka", "VakaSymbolication"]),
         .testTarget(name: "VakaCrashTests", dependencies: ["Vaka"]),

@@ -42,12 +42,18 @@ static int collect_one(struct dl_phdr_info *info, size_t size, void *data)
     size_t index = ctx->index++;
     if (cache->count >= VAKA_MAX_IMAGES) return 1;
 
-    uintptr_t lo = UINTPTR_MAX, hi = 0, ld = 0;
+    uintptr_t lo = UINTPTR_MAX, hi = 0, ld = 0, text_lo = 0, text_hi = 0;
+    int have_text = 0;
     for (size_t i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type == PT_LOAD) {
             if (ph->p_vaddr < lo) lo = ph->p_vaddr;
             if (ph->p_vaddr + ph->p_memsz > hi) hi = ph->p_vaddr + ph->p_memsz;
+            if (ph->p_flags & PF_X) {
+                if (!have_text || ph->p_vaddr < text_lo) text_lo = ph->p_vaddr;
+                have_text = 1;
+                if (ph->p_vaddr + ph->p_memsz > text_hi) text_hi = ph->p_vaddr + ph->p_memsz;
+            }
         } else if (ph->p_type == PT_DYNAMIC) {
             ld = info->dlpi_addr + ph->p_vaddr;
         }
@@ -62,6 +68,10 @@ static int collect_one(struct dl_phdr_info *info, size_t size, void *data)
     img->size = hi - lo;
     img->l_addr = info->dlpi_addr;
     img->l_ld = ld;
+    if (have_text && text_hi > text_lo) {
+        img->text_lo = info->dlpi_addr + text_lo;
+        img->text_hi = info->dlpi_addr + text_hi;
+    }
 
     /* Build ID: PT_NOTE segments that lie inside a PT_LOAD segment are mapped and readable. */
     for (size_t i = 0; i < info->dlpi_phnum && img->build_id_len == 0; i++) {

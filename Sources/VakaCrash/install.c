@@ -184,6 +184,7 @@ int vaka_crash_install(const vaka_crash_config *config)
     }
 
     vaka_thread_stack_set_size(config->alt_stack_size);
+    vaka_thread_stack_prepare();
     int had_ours = vaka_thread_stack_is_ours();
     rc = vaka_crash_thread_attach();
     if (rc != 0) goto out;

@@ -2,8 +2,9 @@
  * Signal path: the crash handler.
  *
  * Entry: the first thread to arrive wins a compare-and-swap on `crash_tid` and writes the report; any
- * other crashing thread waits (bounded, ~10 s) until the winner has restored the previous handlers and
- * then lets its own signal through. A second entry on the winner's thread means the capture itself
+ * other crashing thread waits (bounded, ~10 s) until the winner has restored the previous handlers, then
+ * waits another ~10 s for the winner's chained signal to end the process, and only then lets its own
+ * signal through. A second entry on the winner's thread means the capture itself
  * faulted: the partial report is left without its `end` line and the process dies with the original
  * signal.
  *
@@ -259,7 +260,8 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
         vaka_w_hex(&writer, frame_ips[i]);
         vaka_w_str(&writer, frame_methods[i] == VAKA_FRAME_CONTEXT ? " context\n"
                             : frame_methods[i] == VAKA_FRAME_CFI   ? " cfi\n"
-                                                                   : " fp\n");
+                            : frame_methods[i] == VAKA_FRAME_FP    ? " fp\n"
+                                                                   : " scan\n");
     }
     if (truncated) {
         vaka_w_key(&writer, "frames_truncated");
@@ -268,6 +270,12 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     }
 
     vaka_sig_write_images(&writer, &vaka_state.reader);
+
+    /* How memory was read (after the reads: a method refused mid-capture has been replaced by then). */
+    vaka_w_key(&writer, "memory_read");
+    vaka_w_str(&writer, vaka_state.reader.method == VAKA_SAFE_READ_PVR    ? "process_vm_readv\n"
+                        : vaka_state.reader.method == VAKA_SAFE_READ_PIPE ? "pipe\n"
+                                                                          : "none\n");
 
     vaka_w_key(&writer, "capture_ns");
     vaka_w_udec(&writer, now_ns(CLOCK_MONOTONIC) - start_ns);
@@ -339,10 +347,20 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
     } else if (expected == (int)tid) {
         die_after_nested_fault(sig, tid);
     } else {
-        /* Another thread is writing the report: wait for it, then let this signal through too. */
+        /* Another thread is writing the report: wait for it. */
         struct timespec step = { 0, VAKA_WAIT_STEP_NS };
-        for (int i = 0; i < VAKA_WAIT_STEPS && !atomic_load(&crash_done); i++) nanosleep(&step, NULL);
-        if (!atomic_load(&crash_done)) vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
+        int i = 0;
+        for (; i < VAKA_WAIT_STEPS && !atomic_load(&crash_done); i++) nanosleep(&step, NULL);
+        if (!atomic_load(&crash_done)) {
+            vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
+        } else {
+            /* The winner has chained to the previous handler, which normally ends the process (Swift's
+             * backtracer prints one backtrace, then the default action runs). Give it that time before
+             * entering the previous handler from this thread too: arriving while it runs, or after it has
+             * finished, made Swift's backtracer start a second backtrace (and, under load, run out of time).
+             * If the process survives the grace period, let this signal through as well. */
+            for (int g = 0; g < VAKA_WAIT_STEPS; g++) nanosleep(&step, NULL);
+        }
         chain(sig, info, tid);
     }
     errno = saved_errno;

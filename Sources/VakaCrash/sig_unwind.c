@@ -4,7 +4,9 @@
  * First choice: libunwind local unwinding from the interrupted context
  * (unw_init_local2(..., UNW_INIT_SIGNAL_FRAME)), which follows DWARF CFI (.eh_frame). When it yields fewer
  * than two frames (no CFI for the crash site, or a failed init/step), a frame-pointer walk with safe memory
- * reads takes over. Each frame records how it was found: `context`, `cfi` or `fp`.
+ * reads takes over; when that too yields fewer than two, a stack scan looks for return addresses (words
+ * pointing just after a call instruction in an image's executable segment). Each frame records how it was
+ * found: `context`, `cfi`, `fp` or `scan`.
  *
  * libunwind's caches take a mutex; the handler switches the local address space to UNW_CACHE_NONE
  * before unwinding (the process is about to die anyway). In libunwind 1.6 that is a field store plus an
@@ -123,5 +125,82 @@ size_t vaka_sig_unwind(ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips, uint
     ips[n] = vaka_uc_pc(uc);
     methods[n] = VAKA_FRAME_CONTEXT;
     n++;
-    return vaka_fp_walk(r, vaka_uc_fp(uc), vaka_uc_sp(uc), ips, methods, n, max, truncated);
+    n = vaka_fp_walk(r, vaka_uc_fp(uc), vaka_uc_sp(uc), ips, methods, n, max, truncated);
+    if (n >= 2) return n;
+
+    /* Last resort (e.g. a corrupt frame pointer in a function whose CFI uses it): scan the stack for
+     * return addresses. Such frames may include stale ones, hence their own method `scan`. */
+    return vaka_scan_stack(r, vaka_uc_sp(uc), ips, methods, n, max, truncated);
+}
+
+/* ------------------------------------------------------------------ stack scan */
+
+/* Words of stack read per safe read. Static: keeps the alternate stack usage small. */
+#define VAKA_SCAN_CHUNK_WORDS 512
+static uintptr_t scan_words[VAKA_SCAN_CHUNK_WORDS];
+
+/* 1 when `addr` lies in the executable segment of an image known at install. */
+static int in_text(uintptr_t addr)
+{
+    vaka_image_cache *cache = atomic_load(&vaka_state.images);
+    if (cache == NULL) return 0;
+    for (size_t i = 0; i < cache->count; i++) {
+        const vaka_image *img = &cache->images[i];
+        if (addr > img->text_lo && addr <= img->text_hi) return 1; /* a return address follows a call */
+    }
+    return 0;
+}
+
+/* 1 when the bytes before `ret` decode as a call instruction that returns to `ret`. */
+static int follows_call(vaka_safe_reader *r, uintptr_t ret)
+{
+#if defined(__x86_64__)
+    uint8_t b[8];
+    if (vaka_safe_read(r, b, ret - 8, sizeof b) != sizeof b) return 0;
+    /* b[i] is the byte at ret - 8 + i. `call rel32` is E8 + 4 bytes (starts at ret - 5). */
+    if (b[3] == 0xe8) return 1;
+    /* `call r/m64` is FF /2 (ModRM reg field 2), 2 to 7 bytes long (ModRM, SIB, displacement, REX). */
+    for (int len = 2; len <= 7; len++) {
+        int at = 8 - len;
+        if (b[at] == 0xff && ((b[at + 1] >> 3) & 7) == 2) return 1;
+        if (at > 0 && b[at - 1] >= 0x40 && b[at - 1] <= 0x4f && b[at] == 0xff && ((b[at + 1] >> 3) & 7) == 2)
+            return 1;
+    }
+    return 0;
+#elif defined(__aarch64__)
+    /* bl / blr: the instruction at ret - 4. */
+    uint32_t insn = 0;
+    if (vaka_safe_read(r, &insn, ret - 4, sizeof insn) != sizeof insn) return 0;
+    return (insn & 0xfc000000u) == 0x94000000u || (insn & 0xfffffc1fu) == 0xd63f0000u;
+#else
+    (void)r;
+    (void)ret;
+    return 1;
+#endif
+}
+
+size_t vaka_scan_stack(vaka_safe_reader *r, uintptr_t sp, uintptr_t *ips, uint8_t *methods, size_t n, size_t max,
+                       int *truncated)
+{
+    size_t added = 0;
+    sp &= ~(uintptr_t)(sizeof(uintptr_t) - 1);
+    for (uintptr_t at = sp; at - sp < VAKA_SCAN_BYTES && added < VAKA_SCAN_MAX_FRAMES;) {
+        size_t got = vaka_safe_read(r, scan_words, at, sizeof scan_words);
+        size_t words = got / sizeof(uintptr_t);
+        for (size_t i = 0; i < words && added < VAKA_SCAN_MAX_FRAMES; i++) {
+            uintptr_t w = scan_words[i];
+            if (!in_text(w) || !follows_call(r, w)) continue;
+            if (n >= max) {
+                *truncated = 1;
+                return n;
+            }
+            ips[n] = w;
+            methods[n] = VAKA_FRAME_SCAN;
+            n++;
+            added++;
+        }
+        if (got < sizeof scan_words) break; /* end of the readable stack */
+        at += got;
+    }
+    return n;
 }

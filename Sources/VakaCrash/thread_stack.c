@@ -2,10 +2,12 @@
  * Install time: per-thread alternate signal stacks, so that a stack overflow can still be reported.
  * vaka_crash_thread_attach() maps `size` bytes plus a PROT_NONE guard page below them and installs them
  * with sigaltstack, unless the thread already has an alternate stack (that one is left alone). A
- * pthread key destructor disables and unmaps the stack when the thread exits.
+ * pthread key destructor disables and unmaps the stack when the thread exits. Threads created after
+ * install get theirs automatically through the pthread_create interposer at the end of this file.
  */
 #include "vaka_internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -135,4 +137,60 @@ void vaka_thread_stack_detach(void)
     if (s == NULL) return;
     pthread_setspecific(key, NULL);
     release(s);
+}
+
+/* ------------------------------------------------------------------ threads created after install */
+
+/*
+ * pthread_create is interposed: the crash runtime is linked into the executable, whose definition of
+ * pthread_create comes first in the dynamic linker's search order, so every thread any library creates
+ * (Foundation, Dispatch, the Swift concurrency pool, the app) starts here. While the runtime is installed,
+ * the new thread first gets its alternate stack (vaka_crash_thread_attach) and then runs the caller's start
+ * routine; otherwise the call goes straight to the C library. See docs/crash-handling.md for the trade-off.
+ */
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+
+static _Atomic(pthread_create_fn) real_pthread_create_ptr;
+
+typedef struct thread_start {
+    void *(*start)(void *);
+    void *arg;
+} thread_start;
+
+static pthread_create_fn real_pthread_create(void)
+{
+    pthread_create_fn fn = atomic_load(&real_pthread_create_ptr);
+    if (fn == NULL) {
+        fn = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+        if (fn != NULL) atomic_store(&real_pthread_create_ptr, fn);
+    }
+    return fn;
+}
+
+void vaka_thread_stack_prepare(void)
+{
+    (void)real_pthread_create();
+    pthread_once(&key_once, make_key);
+}
+
+static void *thread_trampoline(void *data)
+{
+    thread_start start = *(thread_start *)data;
+    free(data);
+    (void)vaka_crash_thread_attach(); /* best effort: without it the thread still runs, just uncovered */
+    return start.start(start.arg);
+}
+
+int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg)
+{
+    pthread_create_fn real = real_pthread_create();
+    if (real == NULL) return EAGAIN; /* no C library definition: cannot happen with glibc */
+    if (!vaka_crash_is_installed()) return real(thread, attr, start, arg);
+    thread_start *data = malloc(sizeof *data);
+    if (data == NULL) return real(thread, attr, start, arg); /* uncovered, but never fail the app */
+    data->start = start;
+    data->arg = arg;
+    int rc = real(thread, attr, thread_trampoline, data);
+    if (rc != 0) free(data);
+    return rc;
 }

@@ -118,6 +118,8 @@ typedef struct vaka_image {
     uintptr_t size;        /* span of the PT_LOAD segments in bytes, page-rounded */
     uintptr_t l_addr;      /* load bias (dlpi_addr / link_map.l_addr): identity in the link map */
     uintptr_t l_ld;        /* address of the dynamic section (link_map.l_ld), 0 if none */
+    uintptr_t text_lo;     /* executable PT_LOAD segments (PF_X): lowest start address ... */
+    uintptr_t text_hi;     /* ... and highest end address (exclusive); both 0 when there is none */
     uint32_t path_off;     /* path in the cache's pool */
     uint32_t path_len;     /* 0: unknown (written as `-`) */
     uint8_t build_id_len;  /* 0: none (written as `-`) */
@@ -147,7 +149,11 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r);
 
 /* ---------------------------------------------------------------- unwinding (sig_unwind.c) */
 
-enum { VAKA_FRAME_CONTEXT = 0, VAKA_FRAME_CFI = 1, VAKA_FRAME_FP = 2 };
+enum { VAKA_FRAME_CONTEXT = 0, VAKA_FRAME_CFI = 1, VAKA_FRAME_FP = 2, VAKA_FRAME_SCAN = 3 };
+
+/** Most frames a stack scan adds, and how many bytes above the stack pointer it reads. */
+#define VAKA_SCAN_MAX_FRAMES 32
+#define VAKA_SCAN_BYTES (32u * 1024)
 
 /** Signal safe. Unwinds the interrupted context `uc` into `ips`/`methods` (newest first), at most `max`.
  *  Sets *truncated when more frames were there. Honours the stage-2 test fault. @return frame count. */
@@ -158,6 +164,12 @@ size_t vaka_sig_unwind(ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips, uint
  *  Signal safe. @return the new count. */
 size_t vaka_fp_walk(vaka_safe_reader *r, uintptr_t fp, uintptr_t sp, uintptr_t *ips, uint8_t *methods,
                     size_t n, size_t max, int *truncated);
+/** Stack scan: reads the words from `sp` upward (at most VAKA_SCAN_BYTES, safe reads) and appends each one
+ *  that looks like a return address — it points into the executable segment of an image known at install and
+ *  the bytes before it decode as a call instruction (x86_64) — as a `scan` frame, at most VAKA_SCAN_MAX_FRAMES.
+ *  Signal safe. @return the new count. */
+size_t vaka_scan_stack(vaka_safe_reader *r, uintptr_t sp, uintptr_t *ips, uint8_t *methods, size_t n, size_t max,
+                       int *truncated);
 /** Signal safe. PC, SP and frame pointer of a ucontext. */
 uintptr_t vaka_uc_pc(const ucontext_t *uc);
 uintptr_t vaka_uc_sp(const ucontext_t *uc);
@@ -211,6 +223,9 @@ void vaka_sig_test_fault(int stage);
 void vaka_thread_stack_set_size(size_t bytes);
 /** thread_stack.c: removes the alternate stack this runtime gave the calling thread, if any. */
 void vaka_thread_stack_detach(void);
+/** thread_stack.c: resolves the C library's pthread_create (dlsym RTLD_NEXT) and the thread key ahead of
+ *  the first interposed pthread_create call. */
+void vaka_thread_stack_prepare(void);
 /** thread_stack.c: 1 if the calling thread's alternate stack was created by this runtime. */
 int vaka_thread_stack_is_ours(void);
 

@@ -1,3 +1,5 @@
+import Dispatch
+import Foundation
 import VakaCrashmeC
 
 /// One way to crash the process, as offered by `vaka-crashme SCENARIO`.
@@ -15,7 +17,7 @@ struct Scenario {
     let trigger: (_ storageDirectory: String) -> Int32
 }
 
-/// All scenarios, in the order `--list` prints them (the issue 2 set).
+/// All scenarios, in the order `--list` prints them (the issue 2 set, then the issue 5 set).
 let scenarios: [Scenario] = [
     Scenario(name: "null-deref", summary: "C read through NULL: SIGSEGV SEGV_MAPERR at 0x0",
              trigger: { _ in crashme_null_deref() }),
@@ -43,7 +45,78 @@ let scenarios: [Scenario] = [
              trigger: { _ in crashme_background_thread() }),
     Scenario(name: "stack-overflow", summary: "unbounded C recursion on the main thread: SIGSEGV",
              trigger: { _ in crashme_stack_overflow(0) }),
+    Scenario(name: "write-readonly", summary: "C write into a read-only mapping: SIGSEGV SEGV_ACCERR",
+             trigger: { _ in crashme_write_readonly() }),
+    Scenario(name: "c-assert", summary: "failing C assert(): SIGABRT, glibc's assertion text as abort message",
+             trigger: { _ in crashme_c_assert(opaque(41)) }),
+    Scenario(name: "swift-task", summary: "force-unwrap of nil inside a Swift Task: SIGILL on a cooperative-pool thread",
+             trigger: { _ in swiftTask() }),
+    Scenario(name: "dispatch-queue", summary: "NULL read inside a DispatchQueue block: SIGSEGV on the queue's worker",
+             trigger: { _ in dispatchQueue() }),
+    Scenario(name: "dlopen-plugin", summary: "NULL read inside libVakaCrashmePlugin.so, dlopen'ed after start: SIGSEGV",
+             trigger: { _ in crashme_dlopen_plugin(pluginPath()) }),
+    Scenario(name: "stack-overflow-thread", summary: "unbounded C recursion on a thread started after start: SIGSEGV",
+             trigger: { _ in crashme_stack_overflow_thread() }),
+    Scenario(name: "concurrent", summary: "8 threads read through NULL at the same instant: SIGSEGV, one report",
+             trigger: { _ in crashme_concurrent() }),
+    Scenario(name: "heap-corruption", summary: "double free (glibc aborts inside free): SIGABRT with abort message",
+             trigger: { _ in crashme_heap_corruption() }),
+    Scenario(name: "corrupt-frame-pointer", summary: "NULL read after overwriting rbp with garbage: SIGSEGV",
+             trigger: { _ in crashme_corrupt_frame_pointer() }),
+    Scenario(name: "crash-in-handler", summary: "test hook faults inside the capture, then NULL read: SIGSEGV, truncated report",
+             trigger: { _ in crashme_crash_in_handler() }),
+    Scenario(name: "locks-held", summary: "NULL read while holding stdout/stderr FILE locks and a mutex: SIGSEGV",
+             trigger: { _ in crashme_locks_held() }),
 ]
+
+/// Path of the dlopen plugin: `$VAKA_CRASHME_PLUGIN`, else `libVakaCrashmePlugin.so` next to this executable
+/// (SwiftPM builds both into the same products directory).
+func pluginPath() -> String {
+    if let path = ProcessInfo.processInfo.environment["VAKA_CRASHME_PLUGIN"], !path.isEmpty { return path }
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    return URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("libVakaCrashmePlugin.so").path
+}
+
+// MARK: - Swift concurrency and Dispatch scenarios
+
+/// Starts a detached `Task` whose body force-unwraps nil (``swiftTaskBody()``) and blocks until it ends
+/// (it never does: the process dies with SIGILL on a cooperative-pool thread).
+@inline(never)
+func swiftTask() -> Int32 {
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        _ = swiftTaskBody()
+        done.signal()
+    }
+    done.wait()
+    return 0
+}
+
+/// Force-unwraps a nil `Int?` (runs inside a Task): SIGILL.
+@inline(never)
+func swiftTaskBody() -> Int32 {
+    let value: Int? = opaque(nil)
+    return Int32(truncatingIfNeeded: value!)
+}
+
+/// Runs ``dispatchQueueWork()`` on a serial `DispatchQueue` and blocks until it ends (it never does).
+@inline(never)
+func dispatchQueue() -> Int32 {
+    let queue = DispatchQueue(label: "vaka.crashme.queue")
+    let done = DispatchSemaphore(value: 0)
+    queue.async {
+        _ = dispatchQueueWork()
+        done.signal()
+    }
+    done.wait()
+    return 0
+}
+
+/// Reads through NULL (in C) from a queue's worker thread: SIGSEGV.
+@inline(never)
+func dispatchQueueWork() -> Int32 {
+    crashme_null_deref()
+}
 
 // MARK: - Swift scenarios (debug builds: the runtime checks give their messages)
 

@@ -3,9 +3,10 @@
 // without crashing, 4 the scenario could not set its fault up (errno printed).
 import Foundation
 import Vaka
+import VakaCrashmeC
 
 let usage = """
-    usage: vaka-crashme SCENARIO --storage DIR [--no-vaka]
+    usage: vaka-crashme SCENARIO --storage DIR [--no-vaka] [--deny-process-vm-readv] [--fault-in-handler STAGE]
            vaka-crashme --list
            vaka-crashme --help
 
@@ -14,6 +15,10 @@ let usage = """
     `vaka report convert FILE`). With --no-vaka the same crash happens without Vaka, for comparison: the
     process must end the same way in both cases. --storage is optional with --no-vaka (default: $TMPDIR or
     /tmp; only bus-error uses it then). Core dumps are turned off (RLIMIT_CORE 0).
+    --deny-process-vm-readv installs a seccomp filter (before Vaka starts) under which process_vm_readv fails
+    with EPERM, as under some container policies, so the crash runtime must use its fallback memory reader.
+    --fault-in-handler STAGE arms the crash runtime's test hook after start: the capture faults on purpose at
+    STAGE (1 = after the report header, 2 = while unwinding), to exercise the re-entrancy path.
 
     Exit status: killed by the scenario's signal; 2 for a usage error or an unknown scenario; 3 when the
     scenario returned without crashing; 4 when it could not set its fault up.
@@ -29,6 +34,8 @@ func fail(_ message: String, status: Int32) -> Never {
 var scenarioName: String?
 var storagePath: String?
 var startVaka = true
+var denyProcessVMReadv = false
+var faultStage: Int32 = 0
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -44,6 +51,13 @@ while let argument = arguments.popFirst() {
         exit(0)
     case "--no-vaka":
         startVaka = false
+    case "--deny-process-vm-readv":
+        denyProcessVMReadv = true
+    case "--fault-in-handler":
+        guard let value = arguments.popFirst(), let stage = Int32(value), stage == 1 || stage == 2 else {
+            fail("--fault-in-handler needs a stage: 1 or 2", status: 2)
+        }
+        faultStage = stage
     case "--storage":
         guard let value = arguments.popFirst() else { fail("--storage needs a directory", status: 2) }
         storagePath = value
@@ -75,8 +89,14 @@ _ = getrlimit(Int32(RLIMIT_CORE.rawValue), &noCore)
 noCore.rlim_cur = 0
 _ = setrlimit(Int32(RLIMIT_CORE.rawValue), &noCore)
 
+if denyProcessVMReadv {
+    let rc = crashme_deny_process_vm_readv()
+    if rc != 0 { fail("cannot install the process_vm_readv filter: \(String(cString: strerror(rc)))", status: 4) }
+}
+
 if startVaka {
     Vaka.start(Vaka.Options(storageDirectory: storage))
+    if faultStage != 0 { crashme_arm_fault_in_handler(faultStage) }
 }
 
 let result = scenario.trigger(storage.path)

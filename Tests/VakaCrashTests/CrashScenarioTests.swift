@@ -119,7 +119,7 @@ final class CrashScenarioTests: XCTestCase {
         XCTAssertEqual(bannerWithout, expected.swiftBacktrace,
                        "\(name) --no-vaka: Swift backtrace banner expected: \(expected.swiftBacktrace)",
                        file: file, line: line)
-        XCTAssertEqual(withVaka.stderrText.contains(swiftBacktraceBanner), bannerWithout,
+        XCTAssertEqual(withVaka.stderrText.contains(swiftBacktraceBanner), expected.swiftBacktraceWithVaka ?? bannerWithout,
                        "\(name): Swift's backtrace banner '\(swiftBacktraceBanner)' with Vaka vs without differs. stderr with Vaka: \(withVaka.stderrTail())",
                        file: file, line: line)
 
@@ -181,14 +181,17 @@ final class CrashScenarioTests: XCTestCase {
         XCTAssertEqual(frames.last?["trust"] as? String, "context", "\(name): last frame must be the crash site",
                        file: file, line: line)
         let harnessPath = Paths.resolved(Paths.harness.path)
-        let newest = frames.suffix(Self.newestFrameWindow)
+        let frameImagePath = expected.frameImage.map { Paths.resolved(Paths.productsDirectory.appendingPathComponent($0).path) }
+            ?? harnessPath
+        let window = max(Self.newestFrameWindow, expected.frameWindow)
+        let newest = frames.suffix(window)
         let wanted = normalizedName(name)
         let found = newest.contains { frame in
             guard let function = frame["function"] as? String, let package = frame["package"] as? String else { return false }
-            return Paths.resolved(package) == harnessPath && normalizedName(function).contains(wanted)
+            return Paths.resolved(package) == frameImagePath && normalizedName(function).contains(wanted)
         }
         let shown = newest.reversed().map { "\($0["function"] as? String ?? "?") in \($0["package"] as? String ?? "?")" }
-        XCTAssertTrue(found, "\(name): no harness frame whose function contains '\(wanted)' among the newest \(Self.newestFrameWindow) frames (newest first): \(shown)",
+        XCTAssertTrue(found, "\(name): no frame in \(frameImagePath) whose function contains '\(wanted)' among the newest \(window) frames (newest first): \(shown)",
                       file: file, line: line)
 
         // Crashed thread.
@@ -197,6 +200,17 @@ final class CrashScenarioTests: XCTestCase {
         let threadID = dig(thread, "id") as? Int
         XCTAssertNotNil(threadID, "\(name): thread id", file: file, line: line)
         XCTAssertEqual(dig(exception, "thread_id") as? Int, threadID, file: file, line: line)
+        if expected.offMainThread {
+            let pid = dig(event, "extra", "pid") as? Int
+            XCTAssertNotNil(pid, "\(name): extra.pid", file: file, line: line)
+            XCTAssertNotEqual(threadID, pid, "\(name): the crashed thread must not be the main thread (tid == pid)",
+                              file: file, line: line)
+        }
+        if let message = expected.abortMessage {
+            let abort = dig(event, "extra", "abort_message") as? String ?? ""
+            XCTAssertTrue(abort.contains(message), "\(name): abort message '\(message)' not in extra.abort_message '\(abort)'",
+                          file: file, line: line)
+        }
         if let threadName = expected.threadName {
             XCTAssertEqual(dig(thread, "name") as? String, threadName, "\(name): thread name", file: file, line: line)
             let pid = dig(event, "extra", "pid") as? Int

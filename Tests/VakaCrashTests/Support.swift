@@ -111,7 +111,11 @@ struct ChildError: Error, CustomStringConvertible {
 }
 
 /// Runs `executable` with `arguments` and waits at most `timeout` seconds (then SIGKILLs it and marks the
-/// result timed out). stdout/stderr go to files in `outputDirectory`, named after `label`.
+/// result timed out). stdout/stderr go to files in `outputDirectory`, named after `label`; stdin is /dev/null.
+/// The child starts with all signals unblocked and at their default actions.
+///
+/// Uses posix_spawn and reaps the child itself with waitpid: Foundation's `Process` occasionally missed a
+/// child's exit when many children ran concurrently (the child stayed a zombie and the test hung).
 /// - Throws: ``ChildError`` when the executable is missing or cannot be started.
 func runChild(_ executable: URL, _ arguments: [String], label: String, outputDirectory: URL,
               environment: [String: String] = [:], timeout: TimeInterval = 30) throws -> ChildResult {
@@ -121,35 +125,62 @@ func runChild(_ executable: URL, _ arguments: [String], label: String, outputDir
     }
     let outURL = outputDirectory.appendingPathComponent("\(label).stdout")
     let errURL = outputDirectory.appendingPathComponent("\(label).stderr")
-    _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
-    _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
-    let outHandle = try FileHandle(forWritingTo: outURL)
-    let errHandle = try FileHandle(forWritingTo: errURL)
-    defer { try? outHandle.close(); try? errHandle.close() }
 
-    let process = Process()
-    process.executableURL = executable
-    process.arguments = arguments
-    process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-    process.standardInput = FileHandle.nullDevice
-    process.standardOutput = outHandle
-    process.standardError = errHandle
-    let finished = DispatchSemaphore(value: 0)
-    process.terminationHandler = { _ in finished.signal() }
-    do {
-        try process.run()
-    } catch {
-        throw ChildError(description: "cannot start \(command): \(error)")
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, outURL.path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    posix_spawn_file_actions_addopen(&actions, 2, errURL.path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var noSignals = sigset_t()
+    sigemptyset(&noSignals)
+    var allSignals = sigset_t()
+    sigemptyset(&allSignals)
+    for signal in 1..<32 where signal != SIGKILL && signal != SIGSTOP { sigaddset(&allSignals, Int32(signal)) }
+    posix_spawnattr_setsigmask(&attributes, &noSignals)
+    posix_spawnattr_setsigdefault(&attributes, &allSignals)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+    let merged = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+    let argv: [UnsafeMutablePointer<CChar>?] = ([executable.path] + arguments).map { strdup($0) } + [nil]
+    let envp: [UnsafeMutablePointer<CChar>?] = merged.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer {
+        argv.forEach { free($0) }
+        envp.forEach { free($0) }
     }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, executable.path, &actions, &attributes, argv, envp)
+    guard rc == 0 else {
+        throw ChildError(description: "cannot start \(command): \(String(cString: strerror(rc)))")
+    }
+
+    // Poll for the exit (10 ms steps) until the deadline, then kill.
+    var status: Int32 = 0
     var timedOut = false
-    if finished.wait(timeout: .now() + timeout) == .timedOut {
-        timedOut = true
-        kill(process.processIdentifier, SIGKILL)
-        finished.wait()
+    let deadline = Date().addingTimeInterval(timeout)
+    while true {
+        let reaped = waitpid(pid, &status, WNOHANG)
+        if reaped == pid { break }
+        if reaped < 0 && errno != EINTR {
+            throw ChildError(description: "waitpid \(command): \(String(cString: strerror(errno)))")
+        }
+        if Date() >= deadline {
+            timedOut = true
+            kill(pid, SIGKILL)
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            break
+        }
+        usleep(10_000)
     }
-    process.waitUntilExit()
-    return ChildResult(command: command, reason: process.terminationReason, status: process.terminationStatus,
-                       timedOut: timedOut,
+    // Decode the wait status (the WIFSIGNALED/WTERMSIG/WEXITSTATUS macros are not imported into Swift).
+    let termSignal = status & 0x7f
+    let reason: Process.TerminationReason = termSignal != 0 && termSignal != 0x7f ? .uncaughtSignal : .exit
+    let code = reason == .uncaughtSignal ? termSignal : (status >> 8) & 0xff
+    return ChildResult(command: command, reason: reason, status: code, timedOut: timedOut,
                        stdout: (try? Data(contentsOf: outURL)) ?? Data(),
                        stderr: (try? Data(contentsOf: errURL)) ?? Data(),
                        stdoutFile: outURL)

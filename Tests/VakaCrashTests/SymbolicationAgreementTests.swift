@@ -118,7 +118,10 @@ final class SymbolicationAgreementTests: XCTestCase {
                 continue
             }
             let app = Self.appAddresses(event, binary: binary)
-            if app.isEmpty { disagreements.append("\(expectation.name): no app frames") }
+            // crash-in-handler faults inside the capture right after the header: its report has no frames.
+            if app.isEmpty && expectation.name != "crash-in-handler" {
+                disagreements.append("\(expectation.name): no app frames")
+            }
             let addresses = app.map(\.relative)
             let binutils = try Self.addr2line(addr2line, binary: binary, addresses: addresses, scratch: scratch)
             let elfutils = try Self.addr2line(euAddr2line, binary: binary, addresses: addresses, scratch: scratch)

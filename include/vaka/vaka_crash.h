@@ -57,7 +57,9 @@ typedef struct vaka_crash_config {
  * remembering the actions that were there before; collects the loaded images (base address, size,
  * path, GNU build ID) with dl_iterate_phdr; resolves the Swift runtime's fatal-error message buffer
  * and glibc's abort message if present; and attaches an alternate stack to the calling thread
- * (see vaka_crash_thread_attach()).
+ * (see vaka_crash_thread_attach()). While installed, every thread created with pthread_create (which this
+ * runtime interposes) attaches its own alternate stack before running its start routine, so a stack
+ * overflow on any thread created after install is reported (docs/crash-handling.md).
  *
  * Idempotent: a second call while installed keeps the saved previous actions and only takes the
  * new report directory and run id (signals and alt_stack_size of the second config are ignored).
@@ -84,6 +86,8 @@ int vaka_crash_is_installed(void);
  * Gives the calling thread its own alternate signal stack (config.alt_stack_size bytes plus a guard
  * page, from mmap) so a stack overflow on this thread can still be reported. Leaves an alternate
  * stack the thread already has alone. The stack is released when the thread exits.
+ * Threads created after vaka_crash_install() get one automatically; call this only on threads that
+ * already existed before install (the installing thread is covered by install itself).
  * @return 0 on success or when the thread already has an alternate stack; an errno value otherwise.
  */
 int vaka_crash_thread_attach(void);
@@ -113,7 +117,8 @@ size_t vaka_crash_capture_frames(uintptr_t *out, size_t max, size_t skip);
 
 /**
  * Test hook: when `stage` is non-zero, the next crash capture faults on purpose at that stage
- * (1 = after the header is written, 2 = while unwinding) to exercise the re-entrancy path.
+ * (1 = after the header is written, 2 = while unwinding) to exercise the re-entrancy path: the process
+ * then dies with the original signal and the report is left without its `end` line (truncated).
  * Never set in production code.
  */
 void vaka_crash_test_fault_in_handler(int stage);

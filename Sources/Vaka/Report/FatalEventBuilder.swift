@@ -163,6 +163,14 @@ public struct FatalEventBuilder {
         index == 0 || frame.address == 0 ? frame.address : frame.address - 1
     }
 
+    /// The directory part of `path`: everything before its last `/` ("" when there is none).
+    /// Not `NSString.deletingLastPathComponent`: swift-corelibs-foundation (Swift 6.3.1) traps on a
+    /// one-character path such as "1" (found by scripts/fuzz; see Tests/VakaCrashTests/FuzzRegressionTests).
+    static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "" }
+        return String(path[..<slash])
+    }
+
     private func image(for address: UInt64, in report: CrashReport) -> (index: Int, image: CrashReport.Image)? {
         guard let index = report.images.firstIndex(where: { $0.contains(address) }) else { return nil }
         return (index, report.images[index])
@@ -271,7 +279,7 @@ public struct FatalEventBuilder {
         let runtimePrefixes = ["libswift", "libFoundation", "lib_FoundationICU", "libdispatch.", "libBlocksRuntime.",
                                "libXCTest.", "libTesting.", "ld-linux", "libc.so", "libstdc++", "libgcc_s"]
         if runtimePrefixes.contains(where: { name.hasPrefix($0) }) { return false }
-        let directory = (executable as NSString).deletingLastPathComponent
+        let directory = FatalEventBuilder.directory(of: executable)
         guard !directory.isEmpty, directory != "/" else { return false }
         return imagePath.hasPrefix(directory + "/")
     }

@@ -112,6 +112,71 @@ void *crashme_background_thread_fault(void *unused);
  */
 int crashme_stack_overflow(unsigned long depth);
 
+
+/* ---------------------------------------------------------------- issue 5 scenarios */
+
+/** Name given to the thread that overflows its stack in `crashme_stack_overflow_thread()`. */
+#define VAKA_CRASHME_OVERFLOW_THREAD_NAME "crashme-so"
+
+/** Number of threads that fault together in `crashme_concurrent()`. */
+#define VAKA_CRASHME_CONCURRENT_THREADS 8
+
+/** Symbol the dlopen plugin (Sources/VakaCrashmePlugin, libVakaCrashmePlugin.so) exports: `int f(void)`,
+ *  which reads through NULL inside the plugin. */
+#define VAKA_CRASHME_PLUGIN_SYMBOL "crashme_dlopen_plugin_crash"
+
+/** Writes an int into a fresh read-only anonymous page. Expect SIGSEGV, SEGV_ACCERR, fault address = the page.
+ *  @return an errno value if mmap fails. */
+int crashme_write_readonly(void);
+
+/** `assert(value == 42 && ...)` with NDEBUG undefined: call with anything but 42. Expect SIGABRT (SI_TKILL) and
+ *  glibc's assertion text ("... Assertion `value == 42 && ...' failed.") as the abort message. */
+int crashme_c_assert(int value);
+
+/** dlopen()s the shared library at `path` (RTLD_NOW) and calls its VAKA_CRASHME_PLUGIN_SYMBOL, which reads
+ *  through NULL. Expect SIGSEGV, SEGV_MAPERR at 0x0, the crashing frame in the plugin image.
+ *  @return ENOENT when the library cannot be loaded, ENOSYS when the symbol is missing. */
+int crashme_dlopen_plugin(const char *path);
+
+/** Starts a pthread (default attributes, no alternate stack set up by this code) named
+ *  VAKA_CRASHME_OVERFLOW_THREAD_NAME that recurses without bound (like crashme_stack_overflow, in a function
+ *  named after this scenario) and waits for it.
+ *  Expect SIGSEGV on that thread (SEGV_ACCERR at glibc's PROT_NONE guard page, or SEGV_MAPERR).
+ *  @return an errno value if the thread cannot be created. */
+int crashme_stack_overflow_thread(void);
+
+/** Starts VAKA_CRASHME_CONCURRENT_THREADS threads (named `crashme-cc-<i>`) that wait at a barrier and then
+ *  all read through NULL at the same instant. Expect SIGSEGV SEGV_MAPERR on one of them, exactly one report.
+ *  @return an errno value if the barrier or a thread cannot be created. */
+int crashme_concurrent(void);
+
+/** Frees a 48-byte block twice. glibc detects it inside free() and aborts ("free(): double free detected
+ *  in tcache 2"). Expect SIGABRT and that message as the abort message. */
+int crashme_heap_corruption(void);
+
+/** x86_64 only: loads a garbage value into rbp, then reads through NULL. Expect SIGSEGV SEGV_MAPERR at 0x0;
+ *  the frames past the crash site cannot come from CFI or frame pointers (both use rbp here).
+ *  @return ENOSYS on other architectures. */
+int crashme_corrupt_frame_pointer(void);
+
+/** Arms the crash runtime's test hook (vaka_crash_test_fault_in_handler(2): fault while unwinding), then
+ *  reads through NULL. Expect SIGSEGV (the original signal) and a truncated report (no `end` line) or none. */
+int crashme_crash_in_handler(void);
+
+/** Arms the crash runtime's test hook: the next capture faults at `stage` (1 = right after the header is
+ *  flushed, 2 = while unwinding). Used by the harness option --fault-in-handler STAGE (after Vaka.start). */
+void crashme_arm_fault_in_handler(int stage);
+
+/** Locks stdout's and stderr's FILE locks (flockfile) and an application mutex, then reads through NULL
+ *  while holding all three. Expect SIGSEGV SEGV_MAPERR at 0x0 and a complete report (the handler takes none
+ *  of those locks). */
+int crashme_locks_held(void);
+
+/** Installs a seccomp filter under which process_vm_readv/process_vm_writev fail with EPERM (as in some
+ *  containers). Does not crash. Used by the harness option --deny-process-vm-readv before Vaka.start.
+ *  @return 0, or an errno value if prctl fails (ENOSYS on architectures without a filter here). */
+int crashme_deny_process_vm_readv(void);
+
 #ifdef __cplusplus
 }
 #endif
