@@ -1,0 +1,89 @@
+import Foundation
+import VakaCrash
+import VakaSymbolication
+
+/// Stack traces of the calling thread for handled errors: the C runtime's unwinder
+/// (`vaka_crash_capture_frames`) gives the return addresses, the loaded images come from `/proc/self/maps`
+/// (GNU build IDs read with libelf), and symbolication is the crash path's own: the addresses and images are
+/// put in a ``CrashReport`` value and turned into frames and `debug_meta.images` by ``FatalEventBuilder``, so
+/// handled and fatal frames carry exactly the same fields.
+///
+/// Thread-safe (one lock); the image list is read once and re-read when an address lies in no known image.
+final class StackCapture: @unchecked Sendable {
+    /// Most frames recorded (the C runtime's VAKA_MAX_FRAMES, 128).
+    static let maxFrames = 128
+
+    private let lock = NSLock()
+    private let symbolicator = Symbolicator()
+    private var images: [CrashReport.Image] = []
+    private let executable: String?
+    private let arch: String
+
+    /// Reads nothing yet: images are collected at the first capture.
+    init(arch: String) {
+        self.arch = arch
+        executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+    }
+
+    /// The calling thread's stack, unwound now.
+    /// - Parameter skip: frames to leave out above the caller of this method (0 = the caller is the newest frame).
+    /// - Returns: the frames oldest first (the caller of the capturing API last) and the images they point into;
+    ///   `nil` stack trace when the unwinder gave no frame.
+    @inline(never)
+    func capture(skip: Int) -> (stacktrace: Stacktrace?, images: [DebugImage]) {
+        var buffer = [UInt](repeating: 0, count: StackCapture.maxFrames)
+        // skip + 1: this method's own frame.
+        let count = buffer.withUnsafeMutableBufferPointer {
+            vaka_crash_capture_frames($0.baseAddress, StackCapture.maxFrames, skip + 1)
+        }
+        let addresses = buffer.prefix(count).map { UInt64($0) }
+        return symbolicate(addresses)
+    }
+
+    /// Frames and images for return addresses `addresses` (newest first), as the fatal event builder makes them.
+    func symbolicate(_ addresses: [UInt64]) -> (stacktrace: Stacktrace?, images: [DebugImage]) {
+        guard !addresses.isEmpty else { return (nil, []) }
+        lock.lock(); defer { lock.unlock() }
+        if images.isEmpty || addresses.contains(where: { a in !images.contains { $0.contains(a) } }) {
+            images = StackCapture.loadedImages(symbolicator: symbolicator)
+        }
+        var report = CrashReport(signal: CrashReport.Signal(number: 0, name: "none"))
+        report.arch = arch
+        report.executable = executable
+        report.images = images
+        report.frames = addresses.map { CrashReport.Frame(address: $0, method: "cfi") }
+        let event = FatalEventBuilder(symbolicator: symbolicator).event(from: report)
+        var stacktrace = event.exception?.values.first?.stacktrace
+        stacktrace?.registers = nil
+        return (stacktrace, event.debugMeta?.images ?? [])
+    }
+
+    /// The file-backed images mapped into this process, from `/proc/self/maps`: for each path, the start of
+    /// its first mapping is the base and the end of its last mapping bounds the size; build IDs from the files.
+    static func loadedImages(symbolicator: Symbolicator) -> [CrashReport.Image] {
+        guard let text = try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8) else { return [] }
+        var order: [String] = []
+        var spans: [String: (lo: UInt64, hi: UInt64)] = [:]
+        for line in text.split(separator: "\n") {
+            let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
+            guard fields.count == 6 else { continue }
+            let path = fields[5].trimmingCharacters(in: .whitespaces)
+            guard path.hasPrefix("/"), !path.hasSuffix(" (deleted)") else { continue }
+            let range = fields[0].split(separator: "-")
+            guard range.count == 2, let lo = UInt64(range[0], radix: 16), let hi = UInt64(range[1], radix: 16) else { continue }
+            if let span = spans[path] {
+                spans[path] = (min(span.lo, lo), max(span.hi, hi))
+            } else {
+                // Only a mapping at file offset 0 starts an image (skips data files mapped at an offset).
+                guard UInt64(fields[2], radix: 16) == 0 else { continue }
+                order.append(path)
+                spans[path] = (lo, hi)
+            }
+        }
+        return order.compactMap { path in
+            guard let span = spans[path] else { return nil }
+            guard case .success(let file) = symbolicator.file(atPath: path) else { return nil }
+            return CrashReport.Image(base: span.lo, size: span.hi - span.lo, buildID: file.buildID, path: path)
+        }
+    }
+}
