@@ -29,6 +29,8 @@ func fail(_ message: String, status: Int32) -> Never {
 var scenarioName: String?
 var storagePath: String?
 var startVaka = true
+var dsn = ProcessInfo.processInfo.environment["VAKA_DSN"]  // SDK: --dsn DSN or VAKA_DSN (see SDKScenarios.swift)
+var withScope = false
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -41,6 +43,7 @@ while let argument = arguments.popFirst() {
         for scenario in scenarios {
             print("  \(scenario.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(scenario.summary)")
         }
+        printSDKHelp()
         exit(0)
     case "--no-vaka":
         startVaka = false
@@ -49,6 +52,11 @@ while let argument = arguments.popFirst() {
         storagePath = value
     case _ where argument.hasPrefix("--storage="):
         storagePath = String(argument.dropFirst("--storage=".count))
+    case "--dsn":
+        guard let value = arguments.popFirst() else { fail("--dsn needs a DSN", status: 2) }
+        dsn = value
+    case "--scope":
+        withScope = true
     case _ where argument.hasPrefix("-"):
         fail("unknown option \(argument) (see --help)", status: 2)
     default:
@@ -57,6 +65,11 @@ while let argument = arguments.popFirst() {
     }
 }
 
+let sdkScenario = sdkScenarios.first { $0.name == scenarioName }
+if scenarioName == nil || sdkScenario != nil {
+    guard let storagePath else { fail("--storage DIR is required (see --help)", status: 2) }
+    runSDKScenario(sdkScenario, storage: URL(fileURLWithPath: storagePath, isDirectory: true), dsn: dsn, withScope: withScope)
+}
 guard let scenarioName else { fail("no scenario given (see --help, --list)", status: 2) }
 guard let scenario = scenarios.first(where: { $0.name == scenarioName }) else {
     fail("unknown scenario '\(scenarioName)' (see --list)", status: 2)
@@ -76,7 +89,8 @@ noCore.rlim_cur = 0
 _ = setrlimit(Int32(RLIMIT_CORE.rawValue), &noCore)
 
 if startVaka {
-    Vaka.start(Vaka.Options(storageDirectory: storage))
+    Vaka.start(Vaka.Options(dsn: dsn, storageDirectory: storage))
+    if withScope { applyHarnessScope() }
 }
 
 let result = scenario.trigger(storage.path)

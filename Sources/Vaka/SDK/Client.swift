@@ -67,7 +67,7 @@ final class Client: @unchecked Sendable {
         lock.lock()
         persistScopeLocked()
         var items: [EnvelopeItem] = []
-        if scope.session != nil, let update = scope.session?.update(.ok, now: Date(), release: scope.release, environment: scope.environment) {
+        if let update = sessionUpdateLocked(.ok) {
             items.append(.session(update.jsonData()))
             persistScopeLocked()
         }
@@ -101,6 +101,14 @@ final class Client: @unchecked Sendable {
         persistScopeLocked()
     }
 
+    /// The session update for `status` now (nil without session tracking). Call under the lock.
+    private func sessionUpdateLocked(_ status: SessionUpdate.Status) -> SessionUpdate? {
+        guard var session = scope.session else { return nil }
+        let update = session.update(status, now: Date(), release: scope.release, environment: scope.environment)
+        scope.session = session
+        return update
+    }
+
     private func persistScopeLocked() {
         guard let runDirectory else { return }
         do { try runDirectory.write(scope) } catch { log("cannot write the run scope: \(error)") }
@@ -128,7 +136,7 @@ final class Client: @unchecked Sendable {
         var items: [EnvelopeItem] = [.event(EventFactory.encode(event))]
         if scope.session != nil {
             scope.session!.errors += 1
-            if let update = scope.session?.update(.ok, now: Date(), release: scope.release, environment: scope.environment) {
+            if let update = sessionUpdateLocked(.ok) {
                 items.append(.session(update.jsonData()))
             }
             persistScopeLocked()
@@ -174,7 +182,7 @@ final class Client: @unchecked Sendable {
         if ended { lock.unlock(); return }
         ended = true
         var items: [EnvelopeItem] = []
-        if let update = scope.session?.update(.exited, now: Date(), release: scope.release, environment: scope.environment) {
+        if let update = sessionUpdateLocked(.exited) {
             items.append(.session(update.jsonData()))
             persistScopeLocked()
         }

@@ -31,12 +31,11 @@ final class StackCapture: @unchecked Sendable {
     ///   `nil` stack trace when the unwinder gave no frame.
     @inline(never)
     func capture(skip: Int) -> (stacktrace: Stacktrace?, images: [DebugImage]) {
-        var buffer = [UInt](repeating: 0, count: StackCapture.maxFrames)
-        // skip + 1: this method's own frame.
-        let count = buffer.withUnsafeMutableBufferPointer {
-            vaka_crash_capture_frames($0.baseAddress, StackCapture.maxFrames, skip + 1)
-        }
-        let addresses = buffer.prefix(count).map { UInt64($0) }
+        // A plain pointer, no closure: the only frame of ours between the unwinder and the caller is this method.
+        let buffer = UnsafeMutablePointer<UInt>.allocate(capacity: StackCapture.maxFrames)
+        defer { buffer.deallocate() }
+        let count = vaka_crash_capture_frames(buffer, StackCapture.maxFrames, skip + 1)  // + 1: this method
+        let addresses = (0..<count).map { UInt64(buffer[$0]) }
         return symbolicate(addresses)
     }
 
@@ -61,7 +60,7 @@ final class StackCapture: @unchecked Sendable {
     /// The file-backed images mapped into this process, from `/proc/self/maps`: for each path, the start of
     /// its first mapping is the base and the end of its last mapping bounds the size; build IDs from the files.
     static func loadedImages(symbolicator: Symbolicator) -> [CrashReport.Image] {
-        guard let text = try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8) else { return [] }
+        guard let text = readProcFile("/proc/self/maps") else { return [] }
         var order: [String] = []
         var spans: [String: (lo: UInt64, hi: UInt64)] = [:]
         for line in text.split(separator: "\n") {
@@ -82,8 +81,25 @@ final class StackCapture: @unchecked Sendable {
         }
         return order.compactMap { path in
             guard let span = spans[path] else { return nil }
-            guard case .success(let file) = symbolicator.file(atPath: path) else { return nil }
-            return CrashReport.Image(base: span.lo, size: span.hi - span.lo, buildID: file.buildID, path: path)
+            var buildID: String?
+            if case .success(let file) = symbolicator.file(atPath: path) { buildID = file.buildID }
+            return CrashReport.Image(base: span.lo, size: span.hi - span.lo, buildID: buildID, path: path)
         }
+    }
+
+    /// The whole content of a `/proc` file (they report size 0, so read until EOF), or `nil`.
+    static func readProcFile(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var data = [UInt8]()
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; return nil }
+            if n == 0 { break }
+            data.append(contentsOf: chunk[0..<n])
+        }
+        return String(decoding: data, as: UTF8.self)
     }
 }
