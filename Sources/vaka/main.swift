@@ -12,6 +12,7 @@ let toolUsage = """
     Commands:
       report convert FILE [--pretty]   Turn a crash report (<run-id>.crash) into a Sentry fatal event
                                        and print it as JSON to stdout.
+      outbox list|show ...             Read the envelopes written without a DSN (vaka outbox --help).
 
     Options:
       -h, --help      Show this help (also: vaka report --help).
@@ -120,5 +121,6 @@ switch command {
 case "-h", "--help", "help": printOut(toolUsage); exit(0)
 case "--version": printOut("vaka \(FatalEventBuilder.sdk.version)\n"); exit(0)
 case "report": report(arguments.dropFirst())
+case "outbox": outboxCommand(arguments.dropFirst())
 default: fail("unknown command '\(command)' (see vaka --help)", status: 2)
 }

@@ -16,6 +16,7 @@ final class StackCapture: @unchecked Sendable {
     private let lock = NSLock()
     private let symbolicator = Symbolicator()
     private var images: [CrashReport.Image] = []
+    private var withBuildID = Set<Int>()
     private let executable: String?
     private let arch: String
 
@@ -44,7 +45,15 @@ final class StackCapture: @unchecked Sendable {
         guard !addresses.isEmpty else { return (nil, []) }
         lock.lock(); defer { lock.unlock() }
         if images.isEmpty || addresses.contains(where: { a in !images.contains { $0.contains(a) } }) {
-            images = StackCapture.loadedImages(symbolicator: symbolicator)
+            images = StackCapture.loadedImages()
+            withBuildID = []
+        }
+        // Build IDs only for the images the frames point into (opening every mapped library costs ~0.1 s).
+        for (index, image) in images.enumerated() where !withBuildID.contains(index) && addresses.contains(where: image.contains) {
+            withBuildID.insert(index)
+            if let path = image.path, case .success(let file) = symbolicator.file(atPath: path) {
+                images[index].buildID = file.buildID
+            }
         }
         var report = CrashReport(signal: CrashReport.Signal(number: 0, name: "none"))
         report.arch = arch
@@ -58,8 +67,8 @@ final class StackCapture: @unchecked Sendable {
     }
 
     /// The file-backed images mapped into this process, from `/proc/self/maps`: for each path, the start of
-    /// its first mapping is the base and the end of its last mapping bounds the size; build IDs from the files.
-    static func loadedImages(symbolicator: Symbolicator) -> [CrashReport.Image] {
+    /// its first mapping is the base and the end of its last mapping bounds the size (build IDs not filled in).
+    static func loadedImages() -> [CrashReport.Image] {
         guard let text = readProcFile("/proc/self/maps") else { return [] }
         var order: [String] = []
         var spans: [String: (lo: UInt64, hi: UInt64)] = [:]
@@ -81,9 +90,7 @@ final class StackCapture: @unchecked Sendable {
         }
         return order.compactMap { path in
             guard let span = spans[path] else { return nil }
-            var buildID: String?
-            if case .success(let file) = symbolicator.file(atPath: path) { buildID = file.buildID }
-            return CrashReport.Image(base: span.lo, size: span.hi - span.lo, buildID: buildID, path: path)
+            return CrashReport.Image(base: span.lo, size: span.hi - span.lo, buildID: nil, path: path)
         }
     }
 
