@@ -80,7 +80,7 @@ public enum Vaka {
         }
     }
 
-    /// Records a screen view: a custom event `screen_view` (`message` "screen_view", `extra.screen`,
+    /// Records a screen view: a custom event `screen_view` (`logentry.formatted` "screen_view", `extra.screen`,
     /// tag `screen`) and a navigation breadcrumb (`data.from` the previous screen, `data.to` this one).
     public static func screen(_ name: String) {
         guard let client = current else { return }
@@ -97,7 +97,7 @@ public enum Vaka {
                        tags: ["vaka.event": "screen_view", "screen": name])
     }
 
-    /// Records a custom event `name` with `properties` (`message` the name, level `info`, `extra` the
+    /// Records a custom event `name` with `properties` (`logentry.formatted` the name, level `info`, `extra` the
     /// properties, tag `vaka.event` the name).
     public static func track(_ name: String, _ properties: [String: String] = [:]) {
         guard let client = current else { return }
@@ -117,7 +117,7 @@ public enum Vaka {
         client.capture(error: error, stack: stack)
     }
 
-    /// Captures a message (`message.formatted`) at `level` (default `info`).
+    /// Captures a message (`logentry.formatted`) at `level` (default `info`).
     public static func capture(message: String, level: Event.Level = .info) {
         current?.capture(message: message, level: level)
     }

@@ -96,7 +96,7 @@ private func summary(_ envelope: Envelope) -> String? {
         guard let object = try? JSONSerialization.jsonObject(with: item.payload) as? [String: Any] else { continue }
         if item.type.rawValue == "event" {
             let level = object["level"] as? String ?? "?"
-            if let message = (object["message"] as? [String: Any])?["formatted"] as? String { return "\(level): \(message)" }
+            if let message = (object["logentry"] as? [String: Any])?["formatted"] as? String { return "\(level): \(message)" }
             if let values = (object["exception"] as? [String: Any])?["values"] as? [[String: Any]], let first = values.first {
                 return "\(level): \(first["type"] as? String ?? "?"): \(first["value"] as? String ?? "")"
             }

@@ -133,6 +133,7 @@ final class Client: @unchecked Sendable {
         var event = factory.base(eventID: id, level: .error, date: Date(), scope: scope, breadcrumbs: breadcrumbs.snapshot())
         event["exception"] = .object(["values": .array([.object(exception)])])
         if !stack.images.isEmpty { event["debug_meta"] = .object(["images": EventFactory.json(stack.images)]) }
+        EventFactory.removeFrameTrust(&event)
         var items: [EnvelopeItem] = [.event(EventFactory.encode(event))]
         if scope.session != nil {
             scope.session!.errors += 1
@@ -154,7 +155,7 @@ final class Client: @unchecked Sendable {
         guard !ended else { lock.unlock(); return }
         var event = factory.base(eventID: id, level: level, date: Date(), scope: scope, breadcrumbs: breadcrumbs.snapshot())
         lock.unlock()
-        event["message"] = EventFactory.message(message)
+        event["logentry"] = EventFactory.logentry(message)
         if !extra.isEmpty { event["extra"] = .object(extra) }
         if !tags.isEmpty {
             var all: [String: JSONValue] = [:]

@@ -84,6 +84,7 @@ extension Client {
         }
         event["contexts"] = .object(contexts)
         factory.apply(scope: crashed, breadcrumbs: crumbs, to: &event)
+        EventFactory.removeFrameTrust(&event)
         var items: [EnvelopeItem] = [.event(EventFactory.encode(event))]
         if var session = crashed.session, session.status == .ok {
             let when = report.timestampNs.map { Date(timeIntervalSince1970: Double($0) / 1e9) } ?? Date()

@@ -5,7 +5,7 @@ import Glibc
 
 /// Builds the JSON of the SDK's events (handled errors, messages, custom events, and the scope added to
 /// fatal events by the crash join). Events are `[String: JSONValue]` objects so fields the ``Event`` type does
-/// not model (`message`, `breadcrumbs`, `user`, `release`, `environment`, `contexts.app`) can be added.
+/// not model (`logentry`, `breadcrumbs`, `user`, `release`, `environment`, `contexts.app`) can be added.
 ///
 /// Every event has: `event_id` (32 hex), `timestamp` (seconds since the epoch), `platform: "native"`, `level`,
 /// `sdk` (`vaka.swift` / version), `release`, `environment`, `tags` (when any), `user: {id}` (when identified),
@@ -127,8 +127,30 @@ struct EventFactory {
         (try? encoder.encode(event)) ?? Data("{}".utf8)
     }
 
-    /// `message`: the Sentry message interface `{"formatted": text}`.
-    static func message(_ text: String) -> JSONValue {
+    /// `logentry`: the Sentry message interface `{"formatted": text}` (the top-level key `message` is an alias
+    /// some servers, such as Bugsink with strict validation, reject).
+    static func logentry(_ text: String) -> JSONValue {
         .object(["formatted": .string(text)])
+    }
+
+    /// Removes the frame field `trust` (kept in `vaka report convert` output) from every stack trace of the
+    /// event: the Sentry event schema has no such frame field, and servers validating strictly against it
+    /// (Bugsink with `VALIDATE_ON_DIGEST: strict`) drop the whole event.
+    static func removeFrameTrust(_ event: inout [String: JSONValue]) {
+        for key in ["exception", "threads"] {
+            guard case .object(var list)? = event[key], case .array(var values)? = list["values"] else { continue }
+            for i in values.indices {
+                guard case .object(var value) = values[i], case .object(var stacktrace)? = value["stacktrace"],
+                      case .array(var frames)? = stacktrace["frames"] else { continue }
+                for j in frames.indices {
+                    if case .object(var frame) = frames[j] { frame["trust"] = nil; frames[j] = .object(frame) }
+                }
+                stacktrace["frames"] = .array(frames)
+                value["stacktrace"] = .object(stacktrace)
+                values[i] = .object(value)
+            }
+            list["values"] = .array(values)
+            event[key] = .object(list)
+        }
     }
 }
