@@ -97,8 +97,8 @@ func captureMany(storage: URL) {
     print("done \(total)")
 }
 
-/// `vaka-crashme bench --storage DIR`: one JSON object on stdout with `start_ms` (wall time of Vaka.start in
-/// outbox... or DSN mode as given), `capture_message_per_s` (capture(message:) calls per second, each written
+/// `vaka-crashme bench --storage DIR [--dsn DSN]`: one JSON object on stdout with `start_ms` (wall time of
+/// Vaka.start), `capture_message_per_s` (capture(message:) calls per second, each written
 /// to disk before returning: `pending/` with a DSN, `outbox/` without), `breadcrumb_ns` (addBreadcrumb ns/op).
 /// Counts: $VAKA_BENCH_CAPTURES (default 2000), $VAKA_BENCH_BREADCRUMBS (default 20000).
 func runBench(storage: URL, dsn: String?) -> Never {
@@ -126,7 +126,7 @@ func runBench(storage: URL, dsn: String?) -> Never {
 }
 
 /// Runs SDK scenario `name` (`nil`: none — just start, which sends last run's crash and pending files) with
-/// Vaka started on `storage` and `dsn`, flushes (at most 30 s) and exits 0. `withScope` applies
+/// Vaka started on `storage` and `dsn`, flushes (at most $VAKA_FLUSH_TIMEOUT s, default 30) and exits 0. `withScope` applies
 /// ``applyHarnessScope()`` first. `VAKA_DEBUG=1` turns on the SDK's debug output.
 func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withScope: Bool) -> Never {
     if scenario?.name == "bench" { runBench(storage: storage, dsn: dsn) }
@@ -134,7 +134,8 @@ func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withSc
     Vaka.start(Vaka.Options(dsn: dsn, debug: debug, storageDirectory: storage))
     if withScope { applyHarnessScope() }
     scenario?.run(storage)
-    let sent = Vaka.flush(timeout: 30)
+    let flushTimeout = Double(ProcessInfo.processInfo.environment["VAKA_FLUSH_TIMEOUT"] ?? "") ?? 30
+    let sent = Vaka.flush(timeout: flushTimeout)
     if !sent { FileHandle.standardError.write(Data("vaka-crashme: flush did not empty the queue\n".utf8)) }
     exit(0)
 }

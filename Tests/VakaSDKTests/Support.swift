@@ -197,8 +197,14 @@ func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [Strin
     let eventsDir = scratch.appendingPathComponent("events")
     try FileManager.default.createDirectory(at: eventsDir, withIntermediateDirectories: true)
     let script = """
-        import json, os, sys
+        import json, os, sys, sysconfig
         from sentry_sdk.envelope import Envelope
+        # Bugsink's own event schema (strict validation drops events that fail it), when this venv has Bugsink.
+        schema_path = os.path.join(sysconfig.get_paths()["purelib"], "api", "event.schema.altered.json")
+        validator = None
+        if os.path.exists(schema_path):
+            import jsonschema
+            validator = jsonschema.Draft7Validator(json.load(open(schema_path)))
         files = [l for l in open(sys.argv[1]).read().split("\\n") if l]
         out = sys.argv[2]; n = 0; events = 0
         for i, path in enumerate(files):
@@ -208,12 +214,19 @@ func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [Strin
             n += 1
             for j, item in enumerate(env.items):
                 if item.type not in ("event", "session"): print("PROBLEM %s: item type %s" % (path, item.type))
-                payload = item.payload.json
-                if payload is None: print("PROBLEM %s: item %d is not JSON" % (path, j)); continue
+                try:
+                    payload = json.loads(item.payload.get_bytes())
+                except ValueError:
+                    print("PROBLEM %s: item %d is not JSON" % (path, j)); continue
+                if item.headers.get("length") != len(item.payload.get_bytes()): print("PROBLEM %s: item %d length" % (path, j))
                 if item.type == "event":
                     if item.get_event() is None: print("PROBLEM %s: get_event() is None" % path)
                     if env.headers.get("event_id") != payload.get("event_id"): print("PROBLEM %s: header event_id differs" % path)
                     events += 1
+                    if validator is not None:
+                        for e in validator.iter_errors(payload):
+                            best = jsonschema.exceptions.best_match([e])
+                            print("PROBLEM %s: Bugsink schema: %s %s" % (path, best.json_path, best.message[-300:]))
                     json.dump(payload, open(os.path.join(out, "e%05d-%d.json" % (i, j)), "w"))
         print("CHECKED %d %d" % (n, events))
         """
