@@ -164,6 +164,7 @@ final class Client: @unchecked Sendable {
             event["tags"] = .object(all)
         }
         submit(Envelope(header: .init(eventID: id), items: [.event(EventFactory.encode(event))]))
+        log("captured \(level.rawValue) message as \(id)")
     }
 
     /// Hands an envelope to delivery, durably (written to disk before returning).
