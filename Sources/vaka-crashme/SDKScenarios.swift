@@ -89,9 +89,8 @@ func captureMany(storage: URL) {
     while next < total {
         Vaka.capture(message: "capture-many \(next)", level: .info, eventID: captureManyEventID(next))
         next += 1
-        let text = String(next)
-        _ = ftruncate(fd, 0)
-        _ = text.withCString { pwrite(fd, $0, strlen($0), 0) }
+        // No truncation: `next` only grows, so its digits always cover the previous value's.
+        _ = String(next).withCString { pwrite(fd, $0, strlen($0), 0) }
     }
     close(fd)
     print("done \(total)")
