@@ -211,11 +211,13 @@ public enum Vaka {
     private static let lastScreen = LockedValue<String?>(nil)
 }
 
-/// A value behind a lock.
+/// A value behind a lock (used for the last screen name of ``Vaka/screen(_:)``).
 final class LockedValue<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
+    /// Wraps `value`.
     init(_ value: Value) { self.value = value }
+    /// Runs `body` with exclusive access to the value and returns its result.
     func withLock<R>(_ body: (inout Value) -> R) -> R {
         lock.lock(); defer { lock.unlock() }
         return body(&value)
