@@ -48,6 +48,7 @@ final class BreadcrumbStore {
     let fileURL: URL?
 
     private var ring: [Breadcrumb] = []
+    private var lines: [Data] = []  // ring[i] encoded, newline-terminated (reused when compacting)
     private var linesInFile = 0
     private var fd: Int32 = -1
     private let encoder: JSONEncoder = {
@@ -68,8 +69,14 @@ final class BreadcrumbStore {
     /// A failed write is ignored (the breadcrumb stays in memory).
     func add(_ crumb: Breadcrumb) {
         ring.append(crumb)
-        if ring.count > capacity { ring.removeFirst(ring.count - capacity) }
-        guard let fileURL, var line = try? encoder.encode(crumb) else { return }
+        var line = fileURL == nil ? Data() : ((try? encoder.encode(crumb)) ?? Data())
+        if !line.isEmpty { line.append(0x0A) }
+        lines.append(line)
+        if ring.count > capacity {
+            ring.removeFirst(ring.count - capacity)
+            lines.removeFirst(lines.count - capacity)
+        }
+        guard let fileURL, !line.isEmpty else { return }
         if linesInFile + 1 >= 2 * capacity {
             compact(fileURL)
             return
@@ -78,7 +85,6 @@ final class BreadcrumbStore {
             fd = open(fileURL.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
             if fd < 0 { return }
         }
-        line.append(0x0A)
         let written = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         if written == line.count { linesInFile += 1 }
     }
@@ -90,9 +96,7 @@ final class BreadcrumbStore {
     private func compact(_ url: URL) {
         if fd >= 0 { Glibc.close(fd); fd = -1 }
         var data = Data()
-        for crumb in ring {
-            if let line = try? encoder.encode(crumb) { data.append(line); data.append(0x0A) }
-        }
+        for line in lines { data.append(line) }
         do {
             try PrivateFiles.writeAtomically(data, to: url, sync: false)
             linesInFile = ring.count
