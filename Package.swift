@@ -16,6 +16,8 @@ let package = Package(
                        providers: [.apt(["libelf-dev"])]),
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
                        providers: [.apt(["zlib1g-dev"])]),
+        .systemLibrary(name: "CLibdw", path: "Sources/CLibdw", pkgConfig: "libdw",
+                       providers: [.apt(["libdw-dev"])]),
 
         // The C crash runtime. Public headers live in the top-level include/.
         .target(
@@ -27,12 +29,12 @@ let package = Package(
             cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer"])],
             linkerSettings: [.linkedLibrary("unwind")]
         ),
-        // ELF symbol tables (libelf) and demangling.
-        .target(name: "VakaSymbolication", dependencies: ["CLibelf"]),
+        // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
+        .target(name: "VakaSymbolication", dependencies: ["CLibdw"]),
         // The Swift SDK: public API, report reader, Sentry protocol types.
         .target(name: "Vaka", dependencies: ["VakaCrash", "VakaSymbolication", "CZlib"]),
         // The `vaka` command-line tool.
-        .executableTarget(name: "vaka", dependencies: ["Vaka"]),
+        .executableTarget(name: "vaka", dependencies: ["Vaka", "VakaSymbolication"]),
         // The crash harness and its C scenarios.
         .target(name: "VakaCrashmeC",
                 cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer", "-O0"])]),

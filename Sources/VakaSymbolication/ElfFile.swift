@@ -1,4 +1,4 @@
-import CLibelf
+import CLibdw
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,6 +11,9 @@ public enum ElfError: Error, Equatable, CustomStringConvertible {
     case notARegularFile(path: String)
     /// libelf refused the file: not ELF, or its headers are damaged. `reason` is libelf's message.
     case notELF(path: String, reason: String)
+    /// The file is larger than ``ElfFile/maxFileSize`` bytes (`size`, from `fstat`): not opened, so a crafted
+    /// or sparse file cannot make symbolication map or read without bound.
+    case tooLarge(path: String, size: UInt64)
 
     /// A one-line explanation naming the path.
     public var description: String {
@@ -18,6 +21,8 @@ public enum ElfError: Error, Equatable, CustomStringConvertible {
         case .cannotOpen(let path, let code): return "cannot open \(path): \(String(cString: strerror(code)))"
         case .notARegularFile(let path): return "\(path) is not a regular file"
         case .notELF(let path, let reason): return "\(path) is not a readable ELF file: \(reason)"
+        case .tooLarge(let path, let size):
+            return "\(path) is too large to symbolicate from (\(size) bytes, at most \(ElfFile.maxFileSize))"
         }
     }
 }
@@ -41,12 +46,20 @@ public struct ElfSymbol: Equatable, Sendable {
 
 /// An ELF file on disk opened with libelf (read-only, memory-mapped), for symbolication:
 /// its GNU build ID, the layout of its `PT_LOAD` segments, and address → symbol lookups in `.symtab`
-/// then `.dynsym`.
+/// then `.dynsym` (each table is read on first use, then kept).
 ///
 /// Addresses of a running (or crashed) process map to ELF virtual addresses with
-/// ``vaddr(ofRuntimeAddress:imageBase:)``. The file stays open (one descriptor, one mapping) until the
-/// object is released. Not thread-safe: use one object from one thread at a time (``Symbolicator`` locks).
+/// ``vaddr(ofRuntimeAddress:imageBase:)``. The file stays mapped until the object is released; its
+/// descriptor is closed as soon as libelf has mapped it, so many open files never use up descriptors. Not thread-safe: use one object from one thread at a time (``Symbolicator`` locks).
 public final class ElfFile {
+    /// Largest file opened, in bytes (16 GiB): far above real binaries and debug files, below what a crafted
+    /// sparse file could claim. Larger files throw ``ElfError/tooLarge(path:size:)``.
+    public static let maxFileSize: UInt64 = 16 << 30
+    /// Most entries read from one symbol table (10 million; large real binaries have a few hundred
+    /// thousand). A `.symtab`/`.dynsym` claiming more is ignored as damaged, so the memory and time spent
+    /// on a table never grow with a size field the file controls.
+    public static let maxSymbolsPerTable = 10_000_000
+
     /// The path the file was opened from.
     public let path: String
     /// The GNU build ID (`NT_GNU_BUILD_ID` note, from `SHT_NOTE` sections, else from `PT_NOTE` segments)
@@ -58,19 +71,73 @@ public final class ElfFile {
     /// Span of the `PT_LOAD` segments in bytes, from ``firstLoadVaddr`` to the end of the last segment
     /// in memory (`p_vaddr + p_memsz`); 0 when there is none.
     public let loadSpan: UInt64
+    /// The ELF header's `e_machine` (62 for x86_64, 183 for aarch64).
+    public let machine: UInt16
+    /// The ELF header's `e_type`: 1 relocatable, 2 executable, 3 shared object (also PIE executables), 4 core.
+    public let fileType: UInt16
+    /// What the section headers say about the file's contents (names, what kind of debug data it holds).
+    public let sections: SectionSummary
     /// `true` when the file has a `.symtab` with function symbols (it is not stripped).
     public var hasSymtab: Bool { !symtab.entries.isEmpty }
+    /// `true` when the file has a `.dynsym` with defined function symbols (exported functions).
+    public var hasDynsym: Bool { !dynsym.entries.isEmpty }
 
-    private let fd: Int32
-    private let elf: OpaquePointer
-    private let symtab: SymbolTable
-    private let dynsym: SymbolTable
+    /// The Sentry / Breakpad architecture name for ``machine``: `x86_64`, `aarch64`, `x86`, `arm`,
+    /// `ppc64`, `riscv64`, …; `nil` for machines not listed here.
+    public var arch: String? {
+        switch Int32(machine) {
+        case EM_X86_64: return "x86_64"
+        case EM_AARCH64: return "arm64"
+        case EM_386: return "x86"
+        case EM_ARM: return "arm"
+        case EM_PPC64: return "ppc64"
+        case EM_PPC: return "ppc"
+        case EM_MIPS: return "mips"
+        case 243: return "riscv64"  // EM_RISCV
+        default: return nil
+        }
+    }
+
+    /// Sentry's `debug_id` for this file: from the build ID (``DebugID/fromBuildID(_:)``) when there is one,
+    /// else the hash of the first page of `.text` (``DebugID/fromTextSection(_:)``); `nil` when the file has
+    /// neither (no build ID and no `.text` bytes, e.g. a debug companion file without a build ID).
+    public var debugID: String? {
+        if let buildID { return DebugID.fromBuildID(buildID) }
+        return DebugID.fromTextSection(firstTextPage())
+    }
+
+    /// The file's section headers, condensed to what symbolication and `debug-files check` need.
+    public struct SectionSummary: Equatable, Sendable {
+        /// `true` when a `.debug_info` section has contents (not `SHT_NOBITS`, size > 0): DWARF is present.
+        public var hasDebugInfo = false
+        /// `true` when `.eh_frame` or `.debug_frame` has contents: the file carries unwind information.
+        public var hasUnwindInfo = false
+        /// `true` when `.text` exists but is `SHT_NOBITS`: a debug companion file
+        /// (`objcopy --only-keep-debug`), with no code.
+        public var textIsNoBits = false
+        /// `true` when the file has a `.gnu_debuglink` section (it was stripped with a link to a debug file).
+        public var hasDebugLink = false
+
+        /// Creates an empty summary (nothing present).
+        public init() {}
+    }
+
+    /// Size of the file in bytes (`fstat` at open); section extents are checked against it.
+    let fileSize: UInt64
+    /// The file's identity (`st_dev`, `st_ino` from `fstat` at open): two paths naming one file give the same.
+    let device: UInt64
+    let inode: UInt64
+    /// The libelf handle (`Elf *`), valid while this object lives; DWARF reading (``DwarfFile``) shares it.
+    let elf: OpaquePointer
+    private lazy var symtab: SymbolTable = ElfFile.readSymbolTable(elf, type: UInt32(SHT_SYMTAB), fileSize: fileSize)
+    private lazy var dynsym: SymbolTable = ElfFile.readSymbolTable(elf, type: UInt32(SHT_DYNSYM), fileSize: fileSize)
 
     private struct SymbolEntry {
         var value: UInt64
         var size: UInt64
         var nameOffset: UInt32
         var rank: UInt8  // binding preference among symbols at one address: GLOBAL 0, WEAK 1, other 2
+        var index: UInt32  // position in the ELF table
     }
 
     private struct SymbolTable {
@@ -79,9 +146,11 @@ public final class ElfFile {
         var maxSize: UInt64 = 0
     }
 
-    /// Opens `path` and reads its program headers, build ID and symbol tables.
-    /// - Throws: ``ElfError/cannotOpen(path:errno:)``, ``ElfError/notARegularFile(path:)``, or
-    ///   ``ElfError/notELF(path:reason:)`` when libelf cannot parse it as ELF.
+    /// Opens `path` and reads its program headers and build ID (symbol tables are read on first use, so a
+    /// caller comparing build IDs first never reads the tables of a file it rejects).
+    /// - Throws: ``ElfError/cannotOpen(path:errno:)``, ``ElfError/notARegularFile(path:)``,
+    ///   ``ElfError/tooLarge(path:size:)`` above ``maxFileSize``, or ``ElfError/notELF(path:reason:)`` when
+    ///   libelf cannot parse it as ELF.
     public init(path: String) throws {
         self.path = path
         _ = elf_version(UInt32(EV_CURRENT))
@@ -91,6 +160,11 @@ public final class ElfFile {
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
             close(fd)
             throw ElfError.notARegularFile(path: path)
+        }
+        let fileSize = UInt64(clamping: info.st_size)
+        guard fileSize <= ElfFile.maxFileSize else {
+            close(fd)
+            throw ElfError.tooLarge(path: path, size: fileSize)
         }
         guard let elf = elf_begin(fd, ELF_C_READ_MMAP, nil) else {
             let reason = ElfFile.lastError()
@@ -109,7 +183,13 @@ public final class ElfFile {
             close(fd)
             throw ElfError.notELF(path: path, reason: reason)
         }
-        self.fd = fd
+        // Everything is read through libelf's mapping from here on (ELF_C_FDREAD reads the rest into memory
+        // only if mapping had failed), so the descriptor can go now.
+        _ = elf_cntl(elf, ELF_C_FDREAD)
+        close(fd)
+        self.fileSize = fileSize
+        self.device = UInt64(info.st_dev)
+        self.inode = UInt64(info.st_ino)
         self.elf = elf
 
         let segments = ElfFile.programHeaders(elf)
@@ -125,27 +205,13 @@ public final class ElfFile {
             loadSpan = 0
         }
         buildID = ElfFile.findBuildID(elf, segments: segments)
-        var symtab = SymbolTable()
-        var dynsym = SymbolTable()
-        var scn: OpaquePointer? = elf_nextscn(elf, nil)
-        while let section = scn {
-            var shdr = GElf_Shdr()
-            if gelf_getshdr(section, &shdr) != nil {
-                if shdr.sh_type == UInt32(SHT_SYMTAB) {
-                    symtab = ElfFile.readSymbols(section, shdr)
-                } else if shdr.sh_type == UInt32(SHT_DYNSYM) {
-                    dynsym = ElfFile.readSymbols(section, shdr)
-                }
-            }
-            scn = elf_nextscn(elf, section)
-        }
-        self.symtab = symtab
-        self.dynsym = dynsym
+        machine = ehdr.e_machine
+        fileType = ehdr.e_type
+        sections = ElfFile.summarizeSections(elf)
     }
 
     deinit {
         elf_end(elf)
-        close(fd)
     }
 
     /// The ELF virtual address for `address` in a process where this file was loaded with its first byte
@@ -166,7 +232,7 @@ public final class ElfFile {
     /// GLOBAL over WEAK over LOCAL binding, then table order.
     /// - Returns: the symbol, or `nil` when no symbol contains `vaddr`.
     public func symbol(containing vaddr: UInt64) -> ElfSymbol? {
-        for table in [symtab, dynsym] {
+        for table in [symtab, dynsym] where !table.entries.isEmpty {
             if let entry = ElfFile.find(vaddr, in: table),
                let name = elf_strptr(elf, table.stringSection, Int(entry.nameOffset)) {
                 return ElfSymbol(name: String(cString: name), address: entry.value, size: entry.size)
@@ -255,11 +321,55 @@ public final class ElfFile {
         return nil
     }
 
-    private static func readSymbols(_ section: OpaquePointer, _ shdr: GElf_Shdr) -> SymbolTable {
+    private static func summarizeSections(_ elf: OpaquePointer) -> SectionSummary {
+        var summary = SectionSummary()
+        var shstrndx = 0
+        guard elf_getshdrstrndx(elf, &shstrndx) == 0 else { return summary }
+        var scn: OpaquePointer? = elf_nextscn(elf, nil)
+        while let section = scn {
+            var shdr = GElf_Shdr()
+            if gelf_getshdr(section, &shdr) != nil, let rawName = elf_strptr(elf, shstrndx, Int(shdr.sh_name)) {
+                let name = String(cString: rawName)
+                let hasBytes = shdr.sh_type != UInt32(SHT_NOBITS) && shdr.sh_size > 0
+                switch name {
+                case ".debug_info", ".zdebug_info": if hasBytes { summary.hasDebugInfo = true }
+                case ".eh_frame", ".debug_frame": if hasBytes { summary.hasUnwindInfo = true }
+                case ".text": if shdr.sh_type == UInt32(SHT_NOBITS) { summary.textIsNoBits = true }
+                case ".gnu_debuglink": summary.hasDebugLink = true
+                default: break
+                }
+            }
+            scn = elf_nextscn(elf, section)
+        }
+        return summary
+    }
+
+    private static func readSymbolTable(_ elf: OpaquePointer, type: UInt32, fileSize: UInt64) -> SymbolTable {
+        var scn: OpaquePointer? = elf_nextscn(elf, nil)
+        while let section = scn {
+            var shdr = GElf_Shdr()
+            if gelf_getshdr(section, &shdr) != nil, shdr.sh_type == type {
+                return readSymbols(section, shdr, entrySize: UInt64(gelf_fsize(elf, ELF_T_SYM, 1, UInt32(EV_CURRENT))),
+                                   fileSize: fileSize)
+            }
+            scn = elf_nextscn(elf, section)
+        }
+        return SymbolTable()
+    }
+
+    /// The symbols of one table. The header's sizes come from the file, so they are checked before any
+    /// allocation: `sh_entsize` must be the size of one `Elf32_Sym`/`Elf64_Sym` (`entrySize`), the section
+    /// must lie inside the file and hold at most ``maxSymbolsPerTable`` entries; otherwise the table is
+    /// ignored (empty).
+    private static func readSymbols(_ section: OpaquePointer, _ shdr: GElf_Shdr, entrySize: UInt64,
+                                    fileSize: UInt64) -> SymbolTable {
         var table = SymbolTable()
         table.stringSection = Int(shdr.sh_link)
-        guard shdr.sh_entsize > 0, let data = elf_getdata(section, nil) else { return table }
-        let count = Int(clamping: shdr.sh_size / shdr.sh_entsize)
+        guard entrySize > 0, shdr.sh_entsize == entrySize, shdr.sh_size % entrySize == 0,
+              shdr.sh_offset <= fileSize, shdr.sh_size <= fileSize - shdr.sh_offset,
+              shdr.sh_size / entrySize <= UInt64(maxSymbolsPerTable),
+              let data = elf_getdata(section, nil) else { return table }
+        let count = min(Int(shdr.sh_size / entrySize), data.pointee.d_size / Int(entrySize))
         table.entries.reserveCapacity(count)
         for index in 0..<count {
             var sym = GElf_Sym()
@@ -269,15 +379,17 @@ public final class ElfFile {
             guard sym.st_shndx != UInt16(SHN_UNDEF), sym.st_size > 0, sym.st_name != 0,
                   type == STT_FUNC || type == STT_NOTYPE else { continue }
             let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
-            table.entries.append(SymbolEntry(value: sym.st_value, size: sym.st_size, nameOffset: sym.st_name, rank: rank))
+            table.entries.append(SymbolEntry(value: sym.st_value, size: sym.st_size, nameOffset: sym.st_name, rank: rank,
+                                             index: UInt32(truncatingIfNeeded: index)))
             table.maxSize = max(table.maxSize, sym.st_size)
         }
-        // Stable order: by address, then preferred binding, then table order.
-        table.entries = table.entries.enumerated().sorted { lhs, rhs in
-            if lhs.element.value != rhs.element.value { return lhs.element.value < rhs.element.value }
-            if lhs.element.rank != rhs.element.rank { return lhs.element.rank < rhs.element.rank }
-            return lhs.offset < rhs.offset
-        }.map(\.element)
+        // By address, then preferred binding, then table order (the index in the table, as a tiebreaker:
+        // one key, so an unstable in-place sort gives the same order as a stable one).
+        table.entries.sort { lhs, rhs in
+            if lhs.value != rhs.value { return lhs.value < rhs.value }
+            if lhs.rank != rhs.rank { return lhs.rank < rhs.rank }
+            return lhs.index < rhs.index
+        }
         return table
     }
 

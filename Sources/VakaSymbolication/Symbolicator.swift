@@ -17,28 +17,107 @@ public struct SymbolInfo: Equatable, Sendable {
     }
 }
 
-/// Symbolicates addresses of a (crashed) process from the ELF files on disk, in another process:
-/// `dladdr` cannot help there, so each image file is opened with libelf (``ElfFile``).
+/// One frame that an address resolves to: the function, and its file and line when DWARF is available.
+/// An address inside inlined code resolves to several (see ``Symbolicator/symbolicate(address:imagePath:imageBase:buildID:)``).
+public struct SymbolicatedFrame: Equatable, Sendable {
+    /// The raw symbol: the DWARF linkage name, else the ELF symbol table's name (mangled for Swift and C++).
+    public var symbol: String
+    /// The readable name: ``symbol`` demangled by ``Demangler/demangle(_:)`` (C names unchanged).
+    public var function: String
+    /// Runtime address of the function's first byte in the crashed process; `nil` for inlined functions.
+    public var symbolAddress: UInt64?
+    /// Source file (absolute when DWARF gives the compile directory), from DWARF; `nil` without DWARF.
+    public var file: String?
+    /// Line number (1-based) from DWARF; `nil` when unknown.
+    public var line: Int?
+    /// Column (1-based) from DWARF; `nil` when unknown.
+    public var column: Int?
+    /// `true` for a function inlined at this address (no stack frame of its own).
+    public var isInlined: Bool
+
+    /// Creates a frame; every field is described on its property.
+    public init(symbol: String, function: String, symbolAddress: UInt64?, file: String? = nil, line: Int? = nil,
+                column: Int? = nil, isInlined: Bool = false) {
+        self.symbol = symbol
+        self.function = function
+        self.symbolAddress = symbolAddress
+        self.file = file
+        self.line = line
+        self.column = column
+        self.isInlined = isInlined
+    }
+}
+
+/// The files found for one image of a crash report: the image file itself when its build ID matches, and
+/// debug files found by build ID; which one gives symbols, which one DWARF.
+public struct ResolvedImage {
+    /// The image file on disk, when it exists and has the report's build ID.
+    public var codeFile: ElfFile?
+    /// Debug files with the report's build ID found in the debug directories, best first.
+    public var debugFiles: [ElfFile]
+    /// The file whose symbol table is used: the first of code file and debug files with a `.symtab`, else
+    /// the first with a `.dynsym`.
+    public var symbolFile: ElfFile?
+    /// DWARF of the first of code file and debug files that has `.debug_info`.
+    public var dwarf: DwarfFile?
+    /// The ELF virtual address of the image's first mapped byte (``ElfFile/firstLoadVaddr`` of the code
+    /// file, else of the first debug file).
+    public var firstLoadVaddr: UInt64
+}
+
+/// Symbolicates addresses of a (crashed) process from ELF files on disk, in another process (at report
+/// conversion, never in the signal handler): `dladdr` cannot help there.
 ///
-/// One instance is a per-run cache: each image path is opened at most once, successful or not.
-/// A file is used only when its GNU build ID equals the build ID the crash report recorded for the image,
-/// so a rebuilt or updated binary never yields wrong names. Thread-safe (one lock around the cache and
-/// lookups).
+/// For each image it finds, by the image's GNU build ID, the image file itself (when its build ID still
+/// matches the report's: a rebuilt or updated binary never yields wrong names) and debug files in the
+/// ``DebugFileLocator``'s directories (and `/usr/lib/debug`). Function names come from the ELF symbol
+/// tables (`.symtab`, then `.dynsym`), file/line and inlined frames from DWARF (libdw) when one of the
+/// files has it; DWARF's function name wins over the symbol table's when both exist.
+///
+/// One instance is a per-run cache: each path is opened at most once, successful or not, and each file
+/// (by device and inode, so `//opt/x`, `/opt/./x` and a hard link are one file) is read once; each image
+/// is resolved once per file and build ID. Opened files keep their mapping, not a descriptor.
+/// Thread-safe (one lock around the cache and lookups).
 public final class Symbolicator: @unchecked Sendable {
+    /// Most distinct images of one report (or event) that ``FatalEventBuilder`` and ``EventSymbolicator``
+    /// symbolicate (256; the crash runtime records at most 128 frames): frames in further images keep
+    /// their addresses only, so a crafted report cannot make conversion open thousands of files.
+    public static let maxImagesPerReport = 256
+
+    private struct FileIdentity: Hashable {
+        var device: UInt64
+        var inode: UInt64
+    }
+
     private let lock = NSLock()
     private var cache: [String: Result<ElfFile, ElfError>] = [:]
+    private var filesByIdentity: [FileIdentity: ElfFile] = [:]
+    private var images: [String: ResolvedImage?] = [:]
+    private var dwarfByFile: [ObjectIdentifier: DwarfFile?] = [:]
     private var opens = 0
+    /// Where debug files are looked up by build ID.
+    public let locator: DebugFileLocator
 
-    /// Creates an empty cache.
-    public init() {}
+    /// Creates an empty cache that looks for debug files in `debugDirectories` (GNU build-ID layout or plain
+    /// trees of ELF files, see ``DebugFileLocator``) and then in `systemDebugDirectory` (default
+    /// `/usr/lib/debug`, build-ID layout; `nil` to skip it).
+    public init(debugDirectories: [String] = [], systemDebugDirectory: String? = "/usr/lib/debug") {
+        locator = DebugFileLocator(directories: debugDirectories, systemDirectory: systemDebugDirectory)
+    }
 
-    /// How many times an image file was opened so far (each path counts once: the cache keeps failures too).
+    /// Creates an empty cache with the given locator.
+    public init(locator: DebugFileLocator) {
+        self.locator = locator
+    }
+
+    /// How many times a file was opened so far (each path and each file counts once: the cache keeps
+    /// failures too, and a second path to an already opened file reuses it).
     public var openedFileCount: Int {
         lock.lock(); defer { lock.unlock() }
         return opens
     }
 
-    /// The function containing `address`.
+    /// The function containing `address`, from the ELF symbol tables only (no DWARF).
     ///
     /// - Parameters:
     ///   - address: the runtime address to look up, in the crashed process. For a caller frame pass the
@@ -46,22 +125,85 @@ public final class Symbolicator: @unchecked Sendable {
     ///   - imagePath: path of the image file the address lies in (from the report).
     ///   - imageBase: runtime address of that image's first byte (from the report).
     ///   - buildID: the image's GNU build ID in hex as the report recorded it (either case).
-    /// - Returns: the symbol, or `nil` when the file cannot be read, its build ID differs from `buildID`,
-    ///   or no `STT_FUNC`/sized `STT_NOTYPE` symbol of `.symtab`/`.dynsym` contains the address.
+    /// - Returns: the symbol, or `nil` when no file with that build ID is found (the image file nor a debug
+    ///   file), or no `STT_FUNC`/sized `STT_NOTYPE` symbol of `.symtab`/`.dynsym` contains the address.
     public func lookup(address: UInt64, imagePath: String, imageBase: UInt64, buildID: String) -> SymbolInfo? {
         lock.lock(); defer { lock.unlock() }
-        guard case .success(let file) = openLocked(imagePath),
-              let fileBuildID = file.buildID, fileBuildID == buildID.lowercased() else { return nil }
-        let vaddr = file.vaddr(ofRuntimeAddress: address, imageBase: imageBase)
+        guard let image = resolveLocked(imagePath: imagePath, buildID: buildID.lowercased()),
+              let file = image.symbolFile else { return nil }
+        let vaddr = address &- imageBase &+ image.firstLoadVaddr
         guard let symbol = file.symbol(containing: vaddr) else { return nil }
         return SymbolInfo(symbol: symbol.name, function: Demangler.demangle(symbol.name),
-                          symbolAddress: file.runtimeAddress(ofVaddr: symbol.address, imageBase: imageBase))
+                          symbolAddress: symbol.address &- image.firstLoadVaddr &+ imageBase)
+    }
+
+    /// The frames `address` resolves to, innermost first: for inlined code the inlined functions (each with
+    /// the file/line inside it), then the real function, last, with the file/line of `address` or of the
+    /// inlined call. Without DWARF a single frame with the symbol table's name and no file/line.
+    ///
+    /// - Parameters: as ``lookup(address:imagePath:imageBase:buildID:)``; `buildID` may be `nil` for an image
+    ///   without one, then `debugID` (the text-hash `debug_id`) must match the image file's.
+    /// - Returns: an empty array when no file for the image is found or neither symbols nor DWARF cover the
+    ///   address.
+    public func symbolicate(address: UInt64, imagePath: String?, imageBase: UInt64, buildID: String?,
+                            debugID: String? = nil) -> [SymbolicatedFrame] {
+        lock.lock(); defer { lock.unlock() }
+        let resolved: ResolvedImage?
+        if let buildID {
+            resolved = resolveLocked(imagePath: imagePath, buildID: buildID.lowercased())
+        } else if let imagePath, let debugID {
+            resolved = resolveWithoutBuildIDLocked(imagePath: imagePath, debugID: debugID.lowercased())
+        } else {
+            resolved = nil
+        }
+        guard let image = resolved else { return [] }
+        let vaddr = address &- imageBase &+ image.firstLoadVaddr
+        let runtime = { (value: UInt64) in value &- image.firstLoadVaddr &+ imageBase }
+        let symbol = image.symbolFile?.symbol(containing: vaddr)
+        let locations = image.dwarf?.locations(at: vaddr) ?? []
+        guard let outer = locations.last else {
+            guard let symbol else { return [] }
+            return [SymbolicatedFrame(symbol: symbol.name, function: Demangler.demangle(symbol.name),
+                                      symbolAddress: runtime(symbol.address))]
+        }
+        var frames: [SymbolicatedFrame] = []
+        for location in locations.dropLast() {
+            let name = location.symbol ?? "??"
+            frames.append(SymbolicatedFrame(symbol: name, function: Demangler.demangle(name), symbolAddress: nil,
+                                            file: location.file, line: location.line, column: location.column,
+                                            isInlined: true))
+        }
+        // The real function: DWARF's linkage name when it has one, else the symbol table's, else DW_AT_name.
+        let dwarfName = outer.symbol
+        let name: String?
+        let start: UInt64?
+        if let dwarfName, symbol == nil || dwarfName == symbol?.name || Demangler.demangle(dwarfName) != dwarfName
+            || !(symbol?.name.hasPrefix("$s") ?? false) {
+            name = dwarfName
+            start = outer.functionStart ?? symbol.map(\.address)
+        } else {
+            name = symbol?.name ?? dwarfName
+            start = symbol?.address ?? outer.functionStart
+        }
+        guard let name else { return frames }
+        frames.append(SymbolicatedFrame(symbol: name, function: Demangler.demangle(name), symbolAddress: start.map(runtime),
+                                        file: outer.file, line: outer.line, column: outer.column))
+        return frames
+    }
+
+    /// The files found for the image at `imagePath` with GNU build ID `buildID` (see ``ResolvedImage``);
+    /// `nil` when neither the image file nor any debug file has that build ID.
+    public func resolve(imagePath: String?, buildID: String) -> ResolvedImage? {
+        lock.lock(); defer { lock.unlock() }
+        return resolveLocked(imagePath: imagePath, buildID: buildID.lowercased())
     }
 
     /// The `debug_id` of the image file at `path` when it has no build ID: the hash of the first page of
     /// its `.text` section (``DebugID/fromTextSection(_:)``). `nil` when the file cannot be read, has a
-    /// build ID (use ``DebugID/fromBuildID(_:)``), or has no `.text`.
+    /// build ID (use ``DebugID/fromBuildID(_:)``), or has no `.text`, and for a relative `imagePath` (a
+    /// report's path is never opened relative to the converter's working directory).
     public func textHashDebugID(imagePath: String) -> String? {
+        guard imagePath.hasPrefix("/") else { return nil }
         lock.lock(); defer { lock.unlock() }
         guard case .success(let file) = openLocked(imagePath), file.buildID == nil else { return nil }
         return DebugID.fromTextSection(file.firstTextPage())
@@ -73,18 +215,174 @@ public final class Symbolicator: @unchecked Sendable {
         return openLocked(path)
     }
 
+    /// The cache key of an image: the file's device and inode when the path names an existing file (so
+    /// different spellings of one path share one entry), else the path; then the build ID.
+    private static func imageKey(imagePath: String?, buildID: String) -> String {
+        if let imagePath, imagePath.hasPrefix("/"), let identity = identity(ofPath: imagePath) {
+            return "file:\(identity.device):\(identity.inode)\u{0}\(buildID)"
+        }
+        return "path:\(imagePath ?? "")\u{0}\(buildID)"
+    }
+
+    private static func identity(ofPath path: String) -> FileIdentity? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
+
+    private func resolveLocked(imagePath: String?, buildID: String) -> ResolvedImage? {
+        let key = Symbolicator.imageKey(imagePath: imagePath, buildID: buildID)
+        if let cached = images[key] { return cached }
+        let resolved = Symbolicator.resolve(imagePath: imagePath, buildID: buildID,
+                                            candidates: { locator.candidates(forBuildID: buildID) },
+                                            open: openLocked, dwarf: dwarfLocked)
+        images[key] = .some(resolved)
+        return resolved
+    }
+
+    /// Resolves the images of a report ahead of the lookups, several at a time (one task per image on
+    /// the machine's cores): opening the files, reading their symbol tables and opening their DWARF
+    /// (decompressing compressed debug sections) are the slow part of symbolicating a report, and
+    /// independent per image. Images already resolved are skipped; lookups afterwards use the results.
+    /// - Parameter list: the images as (path from the report, GNU build ID in hex).
+    public func preload(_ list: [(imagePath: String?, buildID: String)]) {
+        struct Work {
+            var key: String
+            var imagePath: String?
+            var buildID: String
+            var candidates: [String]
+        }
+        var work: [Work] = []
+        lock.lock()
+        var seen = Set<String>()
+        let knownPaths = cache
+        let knownFiles = filesByIdentity
+        for item in list {
+            let buildID = item.buildID.lowercased()
+            let key = Symbolicator.imageKey(imagePath: item.imagePath, buildID: buildID)
+            guard images[key] == nil, seen.insert(key).inserted else { continue }
+            work.append(Work(key: key, imagePath: item.imagePath, buildID: buildID,
+                             candidates: locator.candidates(forBuildID: buildID)))
+        }
+        lock.unlock()
+        guard !work.isEmpty else { return }
+        // Longest first, so the slowest image does not start last: images with debug files (DWARF to open,
+        // often zlib-compressed) before the others, then by file size.
+        func size(_ path: String?) -> Int64 {
+            var info = stat()
+            guard let path, stat(path, &info) == 0 else { return 0 }
+            return Int64(info.st_size)
+        }
+        work = work.map { ($0, (!$0.candidates.isEmpty ? 1 << 40 : 0) + size($0.imagePath) + $0.candidates.map(size).reduce(0, +)) }
+            .sorted { $0.1 > $1.1 }.map(\.0)
+
+        final class Slot: @unchecked Sendable {
+            var resolved: ResolvedImage?
+            var opened: [String: Result<ElfFile, ElfError>] = [:]
+            var dwarf: [ObjectIdentifier: DwarfFile?] = [:]
+        }
+        let slots = work.map { _ in Slot() }
+        DispatchQueue.concurrentPerform(iterations: work.count) { index in
+            let item = work[index]
+            let slot = slots[index]
+            let open = { (path: String) -> Result<ElfFile, ElfError> in
+                if let cached = slot.opened[path] ?? knownPaths[path] { return cached }
+                if let identity = Symbolicator.identity(ofPath: path), let file = knownFiles[identity] { return .success(file) }
+                let result = Symbolicator.open(path)
+                slot.opened[path] = result
+                return result
+            }
+            let dwarf = { (file: ElfFile) -> DwarfFile? in
+                let dwarf = DwarfFile(file: file)
+                dwarf?.prepare()
+                slot.dwarf[ObjectIdentifier(file)] = .some(dwarf)
+                return dwarf
+            }
+            slot.resolved = Symbolicator.resolve(imagePath: item.imagePath, buildID: item.buildID,
+                                                 candidates: { item.candidates }, open: open, dwarf: dwarf)
+        }
+        lock.lock()
+        for (item, slot) in zip(work, slots) {
+            if images[item.key] == nil { images[item.key] = .some(slot.resolved) }
+            for (path, result) in slot.opened where cache[path] == nil {
+                cache[path] = result
+                opens += 1
+                if case .success(let file) = result {
+                    let identity = FileIdentity(device: file.device, inode: file.inode)
+                    if filesByIdentity[identity] == nil { filesByIdentity[identity] = file }
+                }
+            }
+            for (file, dwarf) in slot.dwarf where dwarfByFile[file] == nil { dwarfByFile[file] = .some(dwarf) }
+        }
+        lock.unlock()
+    }
+
+    private static func resolve(imagePath: String?, buildID: String, candidates: () -> [String],
+                                open: (String) -> Result<ElfFile, ElfError>,
+                                dwarf: (ElfFile) -> DwarfFile?) -> ResolvedImage? {
+        var codeFile: ElfFile?
+        if let imagePath, imagePath.hasPrefix("/"), case .success(let file) = open(imagePath), file.buildID == buildID {
+            codeFile = file
+        }
+        var debugFiles: [ElfFile] = []
+        // Debug files are needed only when the image file lacks a symbol table or DWARF.
+        if codeFile == nil || !(codeFile!.hasSymtab && codeFile!.sections.hasDebugInfo) {
+            for path in candidates() where path != imagePath {
+                if case .success(let file) = open(path), file.buildID == buildID { debugFiles.append(file) }
+            }
+        }
+        let all = (codeFile.map { [$0] } ?? []) + debugFiles
+        guard !all.isEmpty else { return nil }
+        let symbolFile = all.first(where: \.hasSymtab) ?? all.first(where: \.hasDynsym)
+        let dwarfFile = all.first(where: \.sections.hasDebugInfo).flatMap(dwarf)
+        return ResolvedImage(codeFile: codeFile, debugFiles: debugFiles, symbolFile: symbolFile, dwarf: dwarfFile,
+                             firstLoadVaddr: (codeFile ?? all[0]).firstLoadVaddr)
+    }
+
+    private func resolveWithoutBuildIDLocked(imagePath: String, debugID: String) -> ResolvedImage? {
+        let key = Symbolicator.imageKey(imagePath: imagePath, buildID: "debug-id:\(debugID)")
+        if let cached = images[key] { return cached }
+        var resolved: ResolvedImage?
+        if imagePath.hasPrefix("/"), case .success(let file) = openLocked(imagePath), file.buildID == nil,
+           file.debugID == debugID {
+            resolved = ResolvedImage(codeFile: file, debugFiles: [],
+                                     symbolFile: file.hasSymtab || file.hasDynsym ? file : nil,
+                                     dwarf: dwarfLocked(file), firstLoadVaddr: file.firstLoadVaddr)
+        }
+        images[key] = .some(resolved)
+        return resolved
+    }
+
+    private func dwarfLocked(_ file: ElfFile) -> DwarfFile? {
+        if let cached = dwarfByFile[ObjectIdentifier(file)] { return cached }
+        let dwarf = DwarfFile(file: file)
+        dwarfByFile[ObjectIdentifier(file)] = .some(dwarf)
+        return dwarf
+    }
+
     private func openLocked(_ path: String) -> Result<ElfFile, ElfError> {
         if let cached = cache[path] { return cached }
-        opens += 1
-        let result: Result<ElfFile, ElfError>
-        do {
-            result = .success(try ElfFile(path: path))
-        } catch let error as ElfError {
-            result = .failure(error)
-        } catch {
-            result = .failure(.notELF(path: path, reason: "\(error)"))
+        if let identity = Symbolicator.identity(ofPath: path), let file = filesByIdentity[identity] {
+            cache[path] = .success(file)
+            return .success(file)
         }
+        opens += 1
+        let result = Symbolicator.open(path)
         cache[path] = result
+        if case .success(let file) = result {
+            let identity = FileIdentity(device: file.device, inode: file.inode)
+            if filesByIdentity[identity] == nil { filesByIdentity[identity] = file }
+        }
         return result
+    }
+
+    private static func open(_ path: String) -> Result<ElfFile, ElfError> {
+        do {
+            return .success(try ElfFile(path: path))
+        } catch let error as ElfError {
+            return .failure(error)
+        } catch {
+            return .failure(.notELF(path: path, reason: "\(error)"))
+        }
     }
 }

@@ -3,6 +3,7 @@
 // Exit status: 0 success; 1 the command failed (unreadable or invalid report, …); 2 usage error.
 import Foundation
 import Vaka
+import VakaSymbolication
 
 let toolUsage = """
     Usage: vaka <command> [arguments]
@@ -12,6 +13,13 @@ let toolUsage = """
     Commands:
       report convert FILE [--pretty]   Turn a crash report (<run-id>.crash) into a Sentry fatal event
                                        and print it as JSON to stdout.
+      symbolicate FILE [--debug-dir DIR]... [--pretty]
+                                       Print the event for a crash report or event JSON with every frame
+                                       resolved that the files on this machine and DIR can resolve.
+      debug-files check FILE... [--json]
+                                       Show type, arch, code_id, debug_id and features of ELF files.
+      debug-files collect DIR... --out OUTDIR
+                                       Copy every ELF file under DIR into OUTDIR/.build-id/ab/cdef….debug.
       outbox list|show ...             Read the envelopes written without a DSN (vaka outbox --help).
 
     Options:
@@ -25,8 +33,9 @@ let reportUsage = """
 
     Reads a Vaka crash report (docs/report-format.md) and prints the Sentry fatal event for it as JSON on
     stdout: the signal, the crashed thread's frames (oldest first), registers, the images the frames point
-    into (code_id, debug_id), and function names from the images' ELF symbol tables when the files on this
-    machine still have the report's build IDs.
+    into (code_id, debug_id), and for each frame the function (ELF symbol tables or DWARF), file and line
+    (DWARF) and inlined frames, when the files on this machine (or debug files in /usr/lib/debug) have the
+    report's build IDs. For debug files kept elsewhere use `vaka symbolicate FILE --debug-dir DIR`.
 
     Arguments:
       FILE            The report file, e.g. ~/.local/state/vaka/<app>/crashes/<run-id>.crash.
@@ -100,6 +109,236 @@ func convert(_ arguments: ArraySlice<String>) -> Never {
     exit(0)
 }
 
+let symbolicateUsage = """
+    Usage: vaka symbolicate FILE [--debug-dir DIR]... [--no-system-debug-dir] [--pretty] [--stats]
+
+    Prints the Sentry event for FILE with every frame resolved that can be: function (demangled), symbol,
+    file, line and inlined frames. FILE is a Vaka crash report (<run-id>.crash, converted as by
+    `vaka report convert`) or a Sentry event JSON (frames re-resolved with its debug_meta.images).
+
+    Each image is found by its GNU build ID: the image file itself when its build ID still matches, else
+    a debug file in a --debug-dir (GNU layout DIR/.build-id/ab/cdef….debug, as written by
+    `vaka debug-files collect`, or any tree of ELF files) or in /usr/lib/debug.
+
+    Options:
+      --debug-dir DIR   Also look for debug files in DIR (repeatable; searched in order).
+      --no-system-debug-dir
+                        Do not look in /usr/lib/debug (distro debug packages such as libc6-dbg; their
+                        compressed DWARF is the slowest part of a symbolication).
+      --pretty          Indent the JSON.
+      --stats           Print one JSON line to stderr: {"frames","resolved_frames","files_opened","symbolicate_ms",
+                        "cpu_ms"}: wall and CPU (user + system, all threads) milliseconds spent reading,
+                        converting and resolving, files opened included.
+      -h, --help        Show this help.
+
+    """
+
+let debugFilesUsage = """
+    Usage: vaka debug-files check FILE... [--json]
+           vaka debug-files collect DIR... --out OUTDIR
+
+    check     For each ELF file: type, arch, code_id (GNU build ID), debug_id (from the build ID, or the
+              hash of the first page of .text for files without one) and features (symtab, debug, unwind).
+              --json prints the object sentry-cli debug-files check --json prints (plus "path"); an array
+              of them for several files. Exit status 1 when a file is not a readable ELF file.
+    collect   Copies every ELF file with a build ID found under each DIR (recursively; a FILE is taken as
+              is) into OUTDIR/.build-id/ab/cdef….debug, whole, so `vaka symbolicate --debug-dir OUTDIR`
+              finds it after the shipped binaries are stripped. Prints one line per file.
+
+    """
+
+/// Options shared by the commands: positional arguments and flags; `--opt VALUE` pairs for `valued`.
+func parseOptions(_ arguments: ArraySlice<String>, flags: Set<String>, valued: Set<String>, command: String,
+                  usage: String) -> (files: [String], flags: Set<String>, values: [String: [String]]) {
+    var files: [String] = []
+    var seenFlags = Set<String>()
+    var values: [String: [String]] = [:]
+    var onlyFiles = false
+    var iterator = arguments.makeIterator()
+    while let argument = iterator.next() {
+        if onlyFiles { files.append(argument); continue }
+        if argument == "-h" || argument == "--help" { printOut(usage); exit(0) }
+        if argument == "--" { onlyFiles = true; continue }
+        if flags.contains(argument) { seenFlags.insert(argument); continue }
+        if let equals = argument.firstIndex(of: "="), valued.contains(String(argument[..<equals])) {
+            values[String(argument[..<equals]), default: []].append(String(argument[argument.index(after: equals)...]))
+            continue
+        }
+        if valued.contains(argument) {
+            guard let value = iterator.next() else { fail("\(argument) needs a value (see \(command) --help)", status: 2) }
+            values[argument, default: []].append(value)
+            continue
+        }
+        if argument.hasPrefix("-") && argument != "-" {
+            fail("unknown option \(argument) for '\(command)' (see \(command) --help)", status: 2)
+        }
+        files.append(argument)
+    }
+    return (files, seenFlags, values)
+}
+
+/// CPU time (user + system, all threads) this process has used so far, in milliseconds.
+func cpuMilliseconds() -> Double {
+    var usage = rusage()
+    guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return 0 }
+    let user = Double(usage.ru_utime.tv_sec) * 1000 + Double(usage.ru_utime.tv_usec) / 1000
+    let system = Double(usage.ru_stime.tv_sec) * 1000 + Double(usage.ru_stime.tv_usec) / 1000
+    return user + system
+}
+
+func symbolicate(_ arguments: ArraySlice<String>) -> Never {
+    let options = parseOptions(arguments, flags: ["--pretty", "--stats", "--no-system-debug-dir"], valued: ["--debug-dir"],
+                               command: "vaka symbolicate", usage: symbolicateUsage)
+    guard options.files.count == 1 else {
+        fail(options.files.isEmpty ? "symbolicate needs a FILE (see vaka symbolicate --help)"
+                                   : "symbolicate takes one FILE, got \(options.files.count)", status: 2)
+    }
+    let path = options.files[0]
+    let pretty = options.flags.contains("--pretty")
+    let started = DispatchTime.now().uptimeNanoseconds
+    let startedCPU = cpuMilliseconds()
+    let symbolicator = Symbolicator(debugDirectories: options.values["--debug-dir"] ?? [],
+                                    systemDebugDirectory: options.flags.contains("--no-system-debug-dir") ? nil : "/usr/lib/debug")
+    let data: Data
+    do {
+        data = try Data(contentsOf: URL(fileURLWithPath: path))
+    } catch {
+        fail("cannot read \(path): \(error.localizedDescription)", status: 1)
+    }
+    let json: Data
+    var frames = 0
+    var resolved = 0
+    if data.starts(with: Array("VAKA-CRASH".utf8)) {
+        let report: CrashReport
+        do {
+            report = try CrashReport(data: data)
+        } catch {
+            fail("\(path): \(error)", status: 1)
+        }
+        let event = FatalEventBuilder(symbolicator: symbolicator).event(from: report)
+        let stackFrames = event.exception?.values.first?.stacktrace?.frames ?? []
+        frames = report.frames.count
+        resolved = Set(stackFrames.filter { $0.function != nil }.map(\.instructionAddr)).count
+        do {
+            json = try event.jsonData(pretty: pretty)
+        } catch {
+            fail("\(path): cannot encode the event: \(error)", status: 1)
+        }
+        if report.isTruncated {
+            FileHandle.standardError.write(Data("vaka: warning: \(path): the report is truncated; the event is partial\n".utf8))
+        }
+    } else {
+        let event: JSONValue
+        do {
+            event = try JSONDecoder().decode(JSONValue.self, from: data)
+        } catch {
+            fail("\(path) is neither a Vaka crash report nor JSON: \(error)", status: 1)
+        }
+        guard case .object = event else { fail("\(path): the JSON is not an event object", status: 1) }
+        let (result, counts) = EventSymbolicator(symbolicator: symbolicator).symbolicate(event)
+        frames = counts.frames
+        resolved = counts.resolved
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = pretty ? [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes] : [.sortedKeys, .withoutEscapingSlashes]
+            json = try encoder.encode(result)
+        } catch {
+            fail("\(path): cannot encode the event: \(error)", status: 1)
+        }
+    }
+    let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1_000_000
+    let cpu = cpuMilliseconds() - startedCPU
+    FileHandle.standardOutput.write(json)
+    FileHandle.standardOutput.write(Data("\n".utf8))
+    if options.flags.contains("--stats") {
+        let stats = String(format: "{\"frames\":%d,\"resolved_frames\":%d,\"files_opened\":%d,\"symbolicate_ms\":%.3f,\"cpu_ms\":%.3f}\n",
+                           frames, resolved, symbolicator.openedFileCount, elapsed, cpu)
+        FileHandle.standardError.write(Data(stats.utf8))
+    }
+    exit(0)
+}
+
+func debugFilesCheck(_ arguments: ArraySlice<String>) -> Never {
+    let options = parseOptions(arguments, flags: ["--json"], valued: [], command: "vaka debug-files check",
+                               usage: debugFilesUsage)
+    guard !options.files.isEmpty else { fail("debug-files check needs a FILE (see vaka debug-files --help)", status: 2) }
+    var checks: [DebugFileCheck] = []
+    var failed = false
+    for path in options.files {
+        do {
+            checks.append(try DebugFileCheck(path: path))
+        } catch {
+            FileHandle.standardError.write(Data("vaka: \(error)\n".utf8))
+            failed = true
+        }
+    }
+    if options.flags.contains("--json") {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        let data = try? (options.files.count == 1 ? checks.first.map { try encoder.encode($0) } : encoder.encode(checks))
+        if let data { FileHandle.standardOutput.write(data + Data("\n".utf8)) }
+    } else {
+        for check in checks {
+            let variant = check.variants.first
+            printOut("""
+                \(check.path)
+                  type:     \(check.type)
+                  arch:     \(variant?.arch ?? "unknown")
+                  code_id:  \(variant?.codeID ?? "-")
+                  debug_id: \(variant?.debugID ?? "-")
+                  features: \(check.features.isEmpty ? "none" : check.features)\(check.note.map { "\n  note:     \($0)" } ?? "")\(check.problem.map { "\n  problem:  \($0)" } ?? "")
+
+                """)
+        }
+    }
+    exit(failed ? 1 : 0)
+}
+
+func debugFilesCollect(_ arguments: ArraySlice<String>) -> Never {
+    let options = parseOptions(arguments, flags: [], valued: ["--out"], command: "vaka debug-files collect",
+                               usage: debugFilesUsage)
+    guard let outputs = options.values["--out"], outputs.count == 1 else {
+        fail("debug-files collect needs one --out OUTDIR (see vaka debug-files --help)", status: 2)
+    }
+    guard !options.files.isEmpty else { fail("debug-files collect needs a DIR (see vaka debug-files --help)", status: 2) }
+    for input in options.files where !FileManager.default.fileExists(atPath: input) {
+        fail("\(input) does not exist", status: 1)
+    }
+    let entries: [DebugFileCollector.Entry]
+    do {
+        entries = try DebugFileCollector.collect(options.files, into: outputs[0])
+    } catch {
+        fail("cannot create \(outputs[0]): \(error.localizedDescription)", status: 1)
+    }
+    var copied = 0
+    var failed = false
+    for entry in entries {
+        if let destination = entry.destination {
+            copied += 1
+            printOut("\(destination) <- \(entry.source)\n")
+        } else {
+            let reason = entry.skipped ?? "skipped"
+            if reason.hasPrefix("copy failed") { failed = true }
+            printOut("skipped \(entry.source): \(reason)\n")
+        }
+    }
+    FileHandle.standardError.write(Data("vaka: collected \(copied) file(s) into \(outputs[0])\n".utf8))
+    exit(failed ? 1 : 0)
+}
+
+func debugFiles(_ arguments: ArraySlice<String>) -> Never {
+    guard let command = arguments.first else {
+        FileHandle.standardError.write(Data(debugFilesUsage.utf8))
+        exit(2)
+    }
+    switch command {
+    case "-h", "--help", "help": printOut(debugFilesUsage); exit(0)
+    case "check": debugFilesCheck(arguments.dropFirst())
+    case "collect": debugFilesCollect(arguments.dropFirst())
+    default: fail("unknown debug-files command '\(command)' (see vaka debug-files --help)", status: 2)
+    }
+}
+
 func report(_ arguments: ArraySlice<String>) -> Never {
     guard let command = arguments.first else {
         FileHandle.standardError.write(Data(reportUsage.utf8))
@@ -121,6 +360,8 @@ switch command {
 case "-h", "--help", "help": printOut(toolUsage); exit(0)
 case "--version": printOut("vaka \(FatalEventBuilder.sdk.version)\n"); exit(0)
 case "report": report(arguments.dropFirst())
+case "symbolicate": symbolicate(arguments.dropFirst())
+case "debug-files": debugFiles(arguments.dropFirst())
 case "outbox": outboxCommand(arguments.dropFirst())
 default: fail("unknown command '\(command)' (see vaka --help)", status: 2)
 }

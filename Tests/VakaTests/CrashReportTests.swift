@@ -253,7 +253,7 @@ final class CrashReportTests: XCTestCase {
 
             """)
         XCTAssertNil(report.pid)
-        XCTAssertEqual(report.tid, -1)
+        XCTAssertNil(report.tid)  // negative: malformed
         XCTAssertEqual(report.timestampNs, UInt64.max)
         XCTAssertNil(report.captureNs)
         XCTAssertNil(report.code)
@@ -262,7 +262,7 @@ final class CrashReportTests: XCTestCase {
         XCTAssertEqual(report.frames.map(\.address), [UInt64.max])
         XCTAssertTrue(report.images.isEmpty)
         XCTAssertNil(report.framesTruncated)
-        XCTAssertEqual(report.diagnostics.malformedLines, 8)
+        XCTAssertEqual(report.diagnostics.malformedLines, 9)
         let event = FatalEventBuilder(symbolicator: nil).event(from: report)
         XCTAssertNoThrow(try event.jsonData())
     }

@@ -211,7 +211,8 @@ final class FatalEventBuilderTests: XCTestCase {
             end
 
             """
-        let symbolicator = Symbolicator()
+        // Image files only: not /usr/lib/debug (libc6-dbg would give libc's DWARF names such as __GI_getpid).
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
         let event = try event(report, symbolicator: symbolicator)
         let frames = frames(event)
         XCTAssertEqual(frames.count, 5)
@@ -244,7 +245,7 @@ final class FatalEventBuilderTests: XCTestCase {
 
         // A different build ID in the report: the file on disk is not that image, so no names.
         let mismatched = report.replacingOccurrences(of: " \(exeBuildID) ", with: " 0000\(exeBuildID.dropFirst(4)) ")
-        let unnamed = self.frames(try self.event(mismatched, symbolicator: Symbolicator()))
+        let unnamed = self.frames(try self.event(mismatched, symbolicator: Symbolicator(systemDebugDirectory: nil)))
         XCTAssertNil(unnamed[4].function)
         XCTAssertNil(unnamed[4].symbol)
         XCTAssertEqual(unnamed[4].package, exe.path)

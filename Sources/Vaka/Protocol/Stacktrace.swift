@@ -33,11 +33,19 @@ public struct Frame: Codable, Equatable, Sendable {
     public var symbolAddr: HexAddress?
     /// `true` for the application's own code: the main executable and images in its directory (`in_app`).
     public var inApp: Bool?
+    /// Source file of the frame from DWARF, absolute when the compile unit names its directory
+    /// (`filename`); `nil` without debug information.
+    public var filename: String?
+    /// Line number in ``filename``, 1-based (`lineno`).
+    public var lineno: Int?
+    /// Column in ``filename``, 1-based (`colno`).
+    public var colno: Int?
 
     /// Creates a frame; every field is described on its property.
     public init(instructionAddr: HexAddress, trust: String? = nil, package: String? = nil,
                 imageAddr: HexAddress? = nil, function: String? = nil, symbol: String? = nil,
-                symbolAddr: HexAddress? = nil, inApp: Bool? = nil) {
+                symbolAddr: HexAddress? = nil, inApp: Bool? = nil, filename: String? = nil, lineno: Int? = nil,
+                colno: Int? = nil) {
         self.instructionAddr = instructionAddr
         self.trust = trust
         self.package = package
@@ -46,6 +54,9 @@ public struct Frame: Codable, Equatable, Sendable {
         self.symbol = symbol
         self.symbolAddr = symbolAddr
         self.inApp = inApp
+        self.filename = filename
+        self.lineno = lineno
+        self.colno = colno
     }
 
     /// Wire names of the fields.
@@ -56,5 +67,6 @@ public struct Frame: Codable, Equatable, Sendable {
         case function, symbol
         case symbolAddr = "symbol_addr"
         case inApp = "in_app"
+        case filename, lineno, colno
     }
 }

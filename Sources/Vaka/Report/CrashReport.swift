@@ -18,6 +18,10 @@ import Glibc
 ///   ``Diagnostics/malformedLines``. Unknown keys are ignored, as the format asks. Nothing after `end`
 ///   is read.
 /// - Invalid UTF-8 in text values is replaced with U+FFFD.
+/// - Lines ending in `\r\n` (a report that went through a Windows editor or transfer) are read like `\n`
+///   lines: the runtime never writes a raw `\r` (it is escaped as `\x0d`).
+/// - Negative `pid`, `tid` and `frames_truncated` values are malformed. A path (image or executable) that
+///   holds a NUL byte after unescaping is treated as unknown, as `-`.
 public struct CrashReport: Equatable, Sendable {
     /// The report format version this reader understands (`VAKA-CRASH 1`).
     public static let supportedVersion = 1
@@ -229,6 +233,9 @@ public enum CrashReportError: Error, Equatable, CustomStringConvertible {
     case notAReport(firstLine: String)
     /// A Vaka report, but of a version this reader does not know (the header's value as written).
     case unsupportedVersion(String)
+    /// The header line holds a carriage return (`\r`) not followed by `\n`: the file's lines end in `\r`
+    /// alone (converted by some tool); the format's lines end in `\n`.
+    case carriageReturnLineEnds
     /// No valid `signal` line: the minimum for an event is the header and the signal. `truncated` is
     /// `true` when the report also has no `end` (it was cut before the signal was written); `problem`
     /// describes a `signal` line that was there but did not parse.
@@ -247,6 +254,8 @@ public enum CrashReportError: Error, Equatable, CustomStringConvertible {
             return "not a Vaka crash report (the first line is \"\(firstLine)\", expected \"VAKA-CRASH \(CrashReport.supportedVersion)\")"
         case .unsupportedVersion(let version):
             return "unsupported report format version \"\(version)\" (this reader knows version \(CrashReport.supportedVersion))"
+        case .carriageReturnLineEnds:
+            return "the report's lines end in carriage returns (\\r); crash reports use \\n line ends"
         case .missingSignal(let truncated, let problem):
             var text = truncated ? "the report is truncated before its signal line" : "the report has no signal line"
             if let problem { text += " (\(problem))" }
@@ -355,7 +364,9 @@ private struct Parser {
         escapeForDisplay(line.prefix(40))
     }
 
-    mutating func line(_ line: UnsafeRawBufferPointer, terminated: Bool) throws {
+    mutating func line(_ raw: UnsafeRawBufferPointer, terminated: Bool) throws {
+        // A CRLF line end: the '\r' is not part of the value (the writer escapes every real '\r').
+        let line = raw.last == 0x0D ? UnsafeRawBufferPointer(rebasing: raw.dropLast()) : raw
         if !sawHeader {
             try header(line)
             return
@@ -387,6 +398,7 @@ private struct Parser {
         guard text.starts(with: magic), text.count == magic.count || text[magic.count] == 0x20 else {
             throw CrashReportError.notAReport(firstLine: preview(line))
         }
+        if text.contains(0x0D) { throw CrashReportError.carriageReturnLineEnds }
         let versionText = text.count > magic.count ? String(decoding: text[(magic.count + 1)...], as: UTF8.self) : ""
         guard let number = Int(versionText), number == CrashReport.supportedVersion,
               versionText == String(number) else {
@@ -435,21 +447,21 @@ private struct Parser {
         case "arch":
             setText(key, value) { $0.arch = $1 }
         case "executable":
-            setText(key, value) { $0.executable = $1 == "-" ? nil : $1 }
+            setText(key, value) { $0.executable = $1 == "-" || $1.contains("\u{0}") ? nil : $1 }
         case "fatal_message":
             setText(key, value) { $0.fatalMessage = $1 }
         case "abort_message":
             setText(key, value) { $0.abortMessage = $1 }
         case "pid":
-            setNumber(key, string, Int64.self) { $0.pid = $1 }
+            setNumber(key, string, Int64.self, nonNegative: true) { $0.pid = $1 }
         case "tid":
-            setNumber(key, string, Int64.self) { $0.tid = $1 }
+            setNumber(key, string, Int64.self, nonNegative: true) { $0.tid = $1 }
         case "timestamp_ns":
             setNumber(key, string, UInt64.self) { $0.timestampNs = $1 }
         case "capture_ns":
             setNumber(key, string, UInt64.self) { $0.captureNs = $1 }
         case "frames_truncated":
-            setNumber(key, string, Int.self) { $0.framesTruncated = $1 }
+            setNumber(key, string, Int.self, nonNegative: true) { $0.framesTruncated = $1 }
         case "fault_addr":
             guard once(key) else { return }
             guard let address = hex(string) else { return malformed("bad fault_addr") }
@@ -504,7 +516,12 @@ private struct Parser {
                     note("line \(lineNumber): image build ID is not hex, ignored")
                 }
             }
-            let path = Array(rest) == [0x2D] || rest.isEmpty ? nil : unescape(rest)
+            var path = Array(rest) == [0x2D] || rest.isEmpty ? nil : unescape(rest)
+            if let text = path, text.contains("\u{0}") {
+                // A NUL would cut the path short when it is opened: some other file. Unknown instead.
+                note("line \(lineNumber): image path holds a NUL byte, treated as unknown")
+                path = nil
+            }
             fields.images.append(CrashReport.Image(base: base, size: size, buildID: buildID, path: path))
         default:
             break  // unknown keys are later additions: ignore them
@@ -518,9 +535,9 @@ private struct Parser {
     }
 
     mutating func setNumber<T: FixedWidthInteger>(_ key: String, _ value: String, _ type: T.Type,
-                                                  _ apply: (inout Fields, T) -> Void) {
+                                                  nonNegative: Bool = false, _ apply: (inout Fields, T) -> Void) {
         guard once(key) else { return }
-        guard let number = T(value) else { return malformed("bad \(key) \"\(escapeForDisplay(Array(value.utf8).prefix(40)))\"") }
+        guard let number = T(value), !nonNegative || number >= 0 else { return malformed("bad \(key) \"\(escapeForDisplay(Array(value.utf8).prefix(40)))\"") }
         apply(&fields, number)
         seen.insert(key)
     }

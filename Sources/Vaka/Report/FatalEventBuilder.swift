@@ -11,19 +11,32 @@ import VakaSymbolication
 ///   `signalhandler` with `meta.signal` and `data.relevant_address` (the fault address, when recorded).
 /// - `threads.values[0]`: the crashed thread (tid, name), with the same stack trace.
 /// - Stack trace: the report's frames reversed (oldest first, crash site last). A frame gets `package`,
-///   `image_addr` and `in_app` from the image it lies in (`in_app` is true for the main executable, given by
-///   the `executable` line or else the first image, and for images in its directory), and `function`/`symbol`/`symbol_addr` from that
-///   image's ELF symbol table when the file on disk still has the report's build ID. Caller frames are
-///   looked up at `address - 1` (the call instruction), the crash site at its address.
+///   `image_addr` and `in_app` from the image it lies in (``isInApp(imagePath:executable:)``; the executable
+///   is the `executable` line or else the first image; frames in the first image are in-app also when its
+///   path is unknown). The ``symbolicator`` finds the image's files by
+///   build ID (the file on disk if its build ID still matches, else debug files) and fills `function`
+///   (demangled), `symbol` (raw) and `symbol_addr` from the ELF symbol tables or DWARF, and `filename`,
+///   `lineno`, `colno` from DWARF; an address in inlined code becomes several frames with the same
+///   `instruction_addr`, the real function first and the innermost inlined function last (only the real
+///   function has `symbol_addr`). Caller frames are looked up at `address - 1` (the call instruction), the
+///   crash site at its address.
 /// - `debug_meta.images`: the images some frame points into, in report order, with `code_id` (build ID)
 ///   and `debug_id` (``DebugID/fromBuildID(_:)``; for an image without build ID the `.text` hash of its
-///   file, and an image without either, such as the vDSO, is left out).
+///   file, and an image without either, such as the vDSO, is left out); an image with an unknown path gets
+///   `code_file` ``unknownCodeFile``.
+/// - At most ``Symbolicator/maxImagesPerReport`` distinct images (the first ones in frame order) are
+///   symbolicated; frames in further images keep address, package and image only, and `extra` counts those
+///   images in `images_not_symbolicated`.
 /// - `extra`: `run_id`, `pid`, `fatal_message`, `abort_message`, `capture_ns`, `report_truncated`, and when
-///   present `frames_truncated`, `sender_pid`/`sender_uid`, `report_skipped_lines`. A truncated report also
+///   present `frames_truncated`, `sender_pid`/`sender_uid`, `report_skipped_lines`, `images_not_symbolicated`. A truncated report also
 ///   gets the tag `vaka.report_truncated: "true"`.
 public struct FatalEventBuilder {
     /// The SDK info put in every event: `vaka.swift` `0.1.0`.
     public static let sdk = SDKInfo.vaka
+
+    /// The `code_file` of a `debug_meta` image whose path the report does not know (`-`): `<unknown>`
+    /// (Relay rejects native images without `code_file`).
+    public static let unknownCodeFile = "<unknown>"
 
     /// Looks up function names in the images' ELF files; `nil` leaves `function`/`symbol` out.
     /// Reuse one symbolicator across reports of one run so each image is opened once.
@@ -36,7 +49,8 @@ public struct FatalEventBuilder {
 
     /// The fatal event for `report`. Never fails: a partial report gives a partial event, marked truncated.
     public func event(from report: CrashReport) -> Event {
-        let frames = stackFrames(report)
+        let (symbolicated, skippedImages) = FatalEventBuilder.imagesToSymbolicate(report)
+        let frames = stackFrames(report, symbolicating: symbolicated)
         let registers = Dictionary(report.registers.map { ($0.name, HexAddress($0.value)) },
                                    uniquingKeysWith: { first, _ in first })
         let stacktrace = frames.isEmpty ? nil : Stacktrace(frames: frames, registers: registers.isEmpty ? nil : registers)
@@ -68,8 +82,9 @@ public struct FatalEventBuilder {
         }
         let skipped = report.diagnostics.skippedLongLines + report.diagnostics.malformedLines
         if skipped > 0 { extra["report_skipped_lines"] = .int(Int64(skipped)) }
+        if symbolicator != nil, skippedImages > 0 { extra["images_not_symbolicated"] = .int(Int64(skippedImages)) }
 
-        let images = debugImages(report)
+        let images = debugImages(report, symbolicating: symbolicated)
         return Event(
             eventID: FatalEventBuilder.eventID(forRunID: report.runID),
             timestamp: report.timestampNs.map { Double($0) / 1_000_000_000 },
@@ -148,11 +163,34 @@ public struct FatalEventBuilder {
         index == 0 || frame.address == 0 ? frame.address : frame.address - 1
     }
 
-    private func image(for address: UInt64, in report: CrashReport) -> CrashReport.Image? {
-        report.images.first { $0.contains(address) }
+    private func image(for address: UInt64, in report: CrashReport) -> (index: Int, image: CrashReport.Image)? {
+        guard let index = report.images.firstIndex(where: { $0.contains(address) }) else { return nil }
+        return (index, report.images[index])
     }
 
-    private func stackFrames(_ report: CrashReport) -> [Frame] {
+    /// The lookup addresses of the report's frames (newest first); the PC register when there is no frame.
+    private static func lookupAddresses(_ report: CrashReport) -> [UInt64] {
+        var lookups = report.frames.enumerated().map { lookupAddress($1, index: $0) }
+        if lookups.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
+            lookups = [pc.value]
+        }
+        return lookups
+    }
+
+    /// Indexes (into `report.images`) of the images frames point into that are symbolicated: the first
+    /// ``Symbolicator/maxImagesPerReport`` in frame order; and how many further images are left out.
+    private static func imagesToSymbolicate(_ report: CrashReport) -> (Set<Int>, Int) {
+        var allowed = Set<Int>()
+        var skipped = Set<Int>()
+        for address in lookupAddresses(report) {
+            guard let index = report.images.firstIndex(where: { $0.contains(address) }) else { continue }
+            if allowed.contains(index) || skipped.contains(index) { continue }
+            if allowed.count < Symbolicator.maxImagesPerReport { allowed.insert(index) } else { skipped.insert(index) }
+        }
+        return (allowed, skipped.count)
+    }
+
+    private func stackFrames(_ report: CrashReport, symbolicating allowed: Set<Int>) -> [Frame] {
         var reportFrames = report.frames
         if reportFrames.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
             // Cut before the first frame line: the PC from the signal context is still the crash site.
@@ -160,37 +198,87 @@ public struct FatalEventBuilder {
         }
         // The main executable: the `executable` line, else the first image (the writer lists it first).
         let executable = report.executable ?? report.images.first?.path
-        let executableDirectory = executable.map { ($0 as NSString).deletingLastPathComponent }
         var frames: [Frame] = []
         frames.reserveCapacity(reportFrames.count)
+        if let symbolicator {
+            // Open the images' files (symbol tables, DWARF) several at a time before the lookups.
+            var used: [(imagePath: String?, buildID: String)] = []
+            for (index, reportFrame) in reportFrames.enumerated() {
+                if let (imageIndex, image) = image(for: FatalEventBuilder.lookupAddress(reportFrame, index: index), in: report),
+                   allowed.contains(imageIndex), let buildID = image.buildID {
+                    used.append((image.path, buildID))
+                }
+            }
+            symbolicator.preload(used)
+        }
         for (index, reportFrame) in reportFrames.enumerated() {
             let lookup = FatalEventBuilder.lookupAddress(reportFrame, index: index)
             var frame = Frame(instructionAddr: HexAddress(reportFrame.address), trust: reportFrame.method, inApp: false)
-            if let image = image(for: lookup, in: report) {
-                frame.imageAddr = HexAddress(image.base)
-                frame.package = image.path
-                if let path = image.path, let executable {
-                    frame.inApp = path == executable || (path as NSString).deletingLastPathComponent == executableDirectory
-                }
-                if let symbolicator, let path = image.path, let buildID = image.buildID,
-                   let info = symbolicator.lookup(address: lookup, imagePath: path, imageBase: image.base, buildID: buildID) {
-                    frame.function = info.function
-                    frame.symbol = info.symbol
-                    frame.symbolAddr = HexAddress(info.symbolAddress)
-                }
+            guard let (imageIndex, image) = image(for: lookup, in: report) else {
+                frames.append(frame)
+                continue
             }
-            frames.append(frame)
+            frame.imageAddr = HexAddress(image.base)
+            frame.package = image.path
+            if let path = image.path {
+                frame.inApp = FatalEventBuilder.isInApp(imagePath: path, executable: executable)
+            } else if imageIndex == 0 {
+                frame.inApp = true  // the writer lists the main executable first, even when its path is unknown
+            }
+            var symbolicated: [SymbolicatedFrame] = []
+            if let symbolicator, allowed.contains(imageIndex), let path = image.path {
+                let debugID = image.buildID == nil && path.hasPrefix("/") ? symbolicator.textHashDebugID(imagePath: path) : nil
+                symbolicated = symbolicator.symbolicate(address: lookup, imagePath: path, imageBase: image.base,
+                                                        buildID: image.buildID, debugID: debugID)
+            }
+            // Newest first here (reversed below): the innermost inlined function first.
+            frames.append(contentsOf: FatalEventBuilder.expand(frame, with: symbolicated).reversed())
         }
         return frames.reversed()
     }
 
-    private func debugImages(_ report: CrashReport) -> [DebugImage] {
-        var lookups = report.frames.enumerated().map { FatalEventBuilder.lookupAddress($1, index: $0) }
-        if lookups.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
-            lookups = [pc.value]
+    /// `frame` filled in from `symbolicated` (innermost first, as ``Symbolicator/symbolicate(address:imagePath:imageBase:buildID:debugID:)``
+    /// returns it), as event frames OLDEST FIRST: the real function first, then the functions inlined into
+    /// it, the innermost last. Every frame keeps `frame`'s address, trust, package, image and in_app; only
+    /// the real function gets `symbol_addr`. `[frame]` unchanged when `symbolicated` is empty.
+    public static func expand(_ frame: Frame, with symbolicated: [SymbolicatedFrame]) -> [Frame] {
+        guard !symbolicated.isEmpty else { return [frame] }
+        return symbolicated.reversed().map { info in
+            var result = frame
+            result.function = info.function
+            result.symbol = info.symbol
+            result.symbolAddr = info.symbolAddress.map(HexAddress.init)
+            result.filename = info.file
+            result.lineno = info.line
+            result.colno = info.column
+            return result
         }
+    }
+
+    /// Whether an image is the application's own code (`in_app`): the main executable itself, and libraries
+    /// that live in its directory or below it (the app's build or install directory), except the Swift
+    /// runtime and toolchain libraries shipped beside an app (`libswift*`, `libFoundation*`,
+    /// `lib_FoundationICU`, `libdispatch`, `libBlocksRuntime`, `libXCTest`, `libTesting`) and anything
+    /// under the system directories `/lib`, `/lib64`, `/usr/lib`, `/usr/lib64`, `/usr/libexec`. Paths are
+    /// compared as written in the report. `false` when the executable is unknown.
+    public static func isInApp(imagePath: String, executable: String?) -> Bool {
+        guard let executable, imagePath.hasPrefix("/") else { return false }
+        if imagePath == executable { return true }
+        for prefix in ["/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/libexec/"] where imagePath.hasPrefix(prefix) {
+            return false
+        }
+        let name = (imagePath as NSString).lastPathComponent
+        let runtimePrefixes = ["libswift", "libFoundation", "lib_FoundationICU", "libdispatch.", "libBlocksRuntime.",
+                               "libXCTest.", "libTesting.", "ld-linux", "libc.so", "libstdc++", "libgcc_s"]
+        if runtimePrefixes.contains(where: { name.hasPrefix($0) }) { return false }
+        let directory = (executable as NSString).deletingLastPathComponent
+        guard !directory.isEmpty, directory != "/" else { return false }
+        return imagePath.hasPrefix(directory + "/")
+    }
+
+    private func debugImages(_ report: CrashReport, symbolicating allowed: Set<Int>) -> [DebugImage] {
         var used = Set<Int>()
-        for address in lookups {
+        for address in FatalEventBuilder.lookupAddresses(report) {
             if let index = report.images.firstIndex(where: { $0.contains(address) }) { used.insert(index) }
         }
         var images: [DebugImage] = []
@@ -198,11 +286,14 @@ public struct FatalEventBuilder {
             var debugID: String?
             if let buildID = image.buildID {
                 debugID = DebugID.fromBuildID(buildID)
-            } else if let path = image.path, path.hasPrefix("/") {
+            } else if let path = image.path, path.hasPrefix("/"), allowed.contains(index) {
                 debugID = symbolicator?.textHashDebugID(imagePath: path)
             }
             guard let debugID else { continue }
-            images.append(DebugImage(type: "elf", codeFile: image.path, imageAddr: HexAddress(image.base),
+            // Relay requires code_file; an image whose path is unknown keeps its debug_id (a server with the
+            // debug file can still symbolicate it) under a placeholder name.
+            images.append(DebugImage(type: "elf", codeFile: image.path ?? FatalEventBuilder.unknownCodeFile,
+                                     imageAddr: HexAddress(image.base),
                                      imageSize: image.size, codeID: image.buildID, debugID: debugID, arch: report.arch))
         }
         return images

@@ -1,0 +1,5 @@
+/* libelf and libdw (elfutils) for VakaSymbolication: ELF files, and DWARF line tables and scopes. */
+#include <libelf.h>
+#include <gelf.h>
+#include <elfutils/libdw.h>
+#include <dwarf.h>

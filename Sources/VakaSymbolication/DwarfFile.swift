@@ -1,0 +1,346 @@
+import CLibdw
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One source location for an address, from DWARF: the function it is in, and the file and line.
+///
+/// An address inside inlined code gives several locations (see ``DwarfFile/locations(at:)``): the inlined
+/// function at the line the address is on, then each function it was inlined into, at the line of the call.
+public struct SourceLocation: Equatable, Sendable {
+    /// The function's name as DWARF gives it: `DW_AT_linkage_name` (mangled for Swift and C++, e.g.
+    /// `$s12vaka_crashme16swiftForceUnwraps5Int32VyF`), else `DW_AT_name` (C functions), following
+    /// `DW_AT_abstract_origin` / `DW_AT_specification`. `nil` when the address is in a compile unit's line
+    /// table but in no function DIE.
+    public var symbol: String?
+    /// The source file: the line table's path, made absolute with the compile unit's `DW_AT_comp_dir` when
+    /// it is relative. `nil` when the line table does not name one.
+    public var file: String?
+    /// Line number, 1-based; `nil` when unknown (line 0 in DWARF means "no line").
+    public var line: Int?
+    /// Column, 1-based; `nil` when unknown (column 0).
+    public var column: Int?
+    /// `true` for a function that was inlined here (`DW_TAG_inlined_subroutine`): it has no frame of its own
+    /// on the real stack. The last location of a lookup is the real (outermost) function and is never inlined.
+    public var isInlined: Bool
+    /// ELF virtual address where the function starts (`DW_AT_low_pc` or the first range of its DIE);
+    /// `nil` for inlined functions and when DWARF does not say.
+    public var functionStart: UInt64?
+
+    /// Creates a location; every field is described on its property.
+    public init(symbol: String?, file: String?, line: Int?, column: Int? = nil, isInlined: Bool,
+                functionStart: UInt64? = nil) {
+        self.symbol = symbol
+        self.file = file
+        self.line = line
+        self.column = column
+        self.isInlined = isInlined
+        self.functionStart = functionStart
+    }
+}
+
+/// The DWARF debug information of one ELF file (libdw), for address → function/file/line lookups
+/// including inlined frames.
+///
+/// Compile units are found through `.debug_aranges` when the file has it (GCC emits it), else through a
+/// table of all units' address ranges (`DW_AT_ranges`, `DW_AT_low_pc` / `DW_AT_high_pc`), built on first
+/// use, so files without `.debug_aranges` (Swift and clang do not emit it) work too. Each compile unit's functions are indexed on its first lookup. Not thread-safe (the
+/// ``Symbolicator`` locks).
+public final class DwarfFile {
+    /// The ELF file the DWARF comes from (kept open while this object lives).
+    public let file: ElfFile
+    private let dwarf: OpaquePointer
+
+    private struct UnitRange {
+        var start: UInt64
+        var end: UInt64
+        var unit: Int  // index into units
+    }
+
+    private struct FunctionRange {
+        var start: UInt64
+        var end: UInt64
+        var die: Dwarf_Die
+    }
+
+    private final class Unit {
+        var die: Dwarf_Die
+        var compDir: String?
+        var functions: [FunctionRange]?
+        var files: OpaquePointer??
+        init(die: Dwarf_Die, compDir: String?) {
+            self.die = die
+            self.compDir = compDir
+        }
+    }
+
+    private var units: [Unit] = []
+    private var unitRanges: [UnitRange]?
+    private var hasAranges: Bool?
+    private var unitByOffset: [UInt64: Int] = [:]
+
+    /// Opens the DWARF sections of `file`.
+    /// - Returns: `nil` when the file has no DWARF (`.debug_info`) or libdw cannot read it.
+    public init?(file: ElfFile) {
+        guard file.sections.hasDebugInfo, let dwarf = dwarf_begin_elf(file.elf, DWARF_C_READ, nil) else { return nil }
+        self.file = file
+        self.dwarf = dwarf
+    }
+
+    deinit {
+        dwarf_end(dwarf)
+    }
+
+    /// The source locations of the ELF virtual address `vaddr`, innermost first: when the address is in
+    /// inlined code, the inlined function (at the line of `vaddr`), then each caller it was inlined into
+    /// (at the line of the call), ending with the real function. A single location when nothing is inlined.
+    /// For a caller frame pass the return address − 1 (as a virtual address).
+    /// - Returns: an empty array when no compile unit covers `vaddr`.
+    public func locations(at vaddr: UInt64) -> [SourceLocation] {
+        guard let unit = unit(containing: vaddr) else { return [] }
+        var cuDie = unit.die
+        // The line table row for the address.
+        var lineFile: String?
+        var lineNumber: Int?
+        var lineColumn: Int?
+        if let line = dwarf_getsrc_die(&cuDie, vaddr) {
+            var number: Int32 = 0
+            var column: Int32 = 0
+            if dwarf_lineno(line, &number) == 0, number > 0 { lineNumber = Int(number) }
+            if dwarf_linecol(line, &column) == 0, column > 0 { lineColumn = Int(column) }
+            if let source = dwarf_linesrc(line, nil, nil) {
+                lineFile = DwarfFile.absolute(String(cString: source), compDir: unit.compDir)
+            }
+        }
+        let chain = scopes(in: unit, at: vaddr)  // innermost first: inlined_subroutine / subprogram DIEs
+        guard !chain.isEmpty else {
+            if lineFile == nil && lineNumber == nil { return [] }
+            return [SourceLocation(symbol: nil, file: lineFile, line: lineNumber, column: lineColumn, isInlined: false)]
+        }
+        var result: [SourceLocation] = []
+        var file = lineFile
+        var line = lineNumber
+        var column = lineColumn
+        for (index, die) in chain.enumerated() {
+            var scope = die
+            let inlined = dwarf_tag(&scope) == Int32(DW_TAG_inlined_subroutine)
+            var start: UInt64?
+            if !inlined {
+                var low: Dwarf_Addr = 0
+                if dwarf_lowpc(&scope, &low) == 0 {
+                    start = low
+                } else {
+                    var base: Dwarf_Addr = 0, rangeStart: Dwarf_Addr = 0, rangeEnd: Dwarf_Addr = 0
+                    if dwarf_ranges(&scope, 0, &base, &rangeStart, &rangeEnd) > 0 { start = rangeStart }
+                }
+            }
+            result.append(SourceLocation(symbol: DwarfFile.name(of: &scope), file: file, line: line, column: column,
+                                         isInlined: inlined && index < chain.count - 1, functionStart: start))
+            guard inlined else { break }
+            // The caller's location is where this inlined call was made.
+            file = nil; line = nil; column = nil
+            var attribute = Dwarf_Attribute()
+            var value: Dwarf_Word = 0
+            if dwarf_formudata(dwarf_attr(&scope, UInt32(DW_AT_call_file), &attribute), &value) == 0,
+               let files = sourceFiles(unit), let source = dwarf_filesrc(files, Int(value), nil, nil) {
+                file = DwarfFile.absolute(String(cString: source), compDir: unit.compDir)
+            }
+            if dwarf_formudata(dwarf_attr(&scope, UInt32(DW_AT_call_line), &attribute), &value) == 0, value > 0 {
+                line = Int(value)
+            }
+            if dwarf_formudata(dwarf_attr(&scope, UInt32(DW_AT_call_column), &attribute), &value) == 0, value > 0 {
+                column = Int(value)
+            }
+        }
+        return result
+    }
+
+    /// Does the per-file setup of lookups now (reading `.debug_aranges` or building the compile-unit range
+    /// table), so the first ``locations(at:)`` is not slower than the others.
+    public func prepare() {
+        _ = unit(containing: 0)
+    }
+
+    // MARK: - Compile units
+
+    private func unit(containing vaddr: UInt64) -> Unit? {
+        if hasAranges == nil {
+            var aranges: OpaquePointer?
+            var count = 0
+            hasAranges = dwarf_getaranges(dwarf, &aranges, &count) == 0 && count > 0
+        }
+        if hasAranges == true {
+            // .debug_aranges (GCC emits it): libdw maps the address to its compile unit directly.
+            var die = Dwarf_Die()
+            if dwarf_addrdie(dwarf, vaddr, &die) != nil {
+                let offset = dwarf_dieoffset(&die)
+                if let index = unitByOffset[offset] { return units[index] }
+                var attribute = Dwarf_Attribute()
+                let compDir = dwarf_formstring(dwarf_attr(&die, UInt32(DW_AT_comp_dir), &attribute)).map { String(cString: $0) }
+                units.append(Unit(die: die, compDir: compDir))
+                unitByOffset[offset] = units.count - 1
+                return units[units.count - 1]
+            }
+            // Not every compile unit need be in .debug_aranges: fall back to the table of all units.
+        }
+        let ranges = unitRanges ?? buildUnitRanges()
+        // Last range starting at or below vaddr; ranges may nest or overlap, so look back a little.
+        var low = 0
+        var high = ranges.count
+        while low < high {
+            let mid = (low + high) / 2
+            if ranges[mid].start <= vaddr { low = mid + 1 } else { high = mid }
+        }
+        var index = low - 1
+        var checked = 0
+        while index >= 0 && checked < 64 {
+            if vaddr < ranges[index].end { return units[ranges[index].unit] }
+            index -= 1
+            checked += 1
+        }
+        return nil
+    }
+
+    private func buildUnitRanges() -> [UnitRange] {
+        var ranges: [UnitRange] = []
+        var cu: OpaquePointer?
+        var version: Dwarf_Half = 0
+        var unitType: UInt8 = 0
+        var cuDie = Dwarf_Die()
+        var subDie = Dwarf_Die()
+        while dwarf_get_units(dwarf, cu, &cu, &version, &unitType, &cuDie, &subDie) == 0 {
+            var die = cuDie
+            var attribute = Dwarf_Attribute()
+            let compDir = dwarf_formstring(dwarf_attr(&die, UInt32(DW_AT_comp_dir), &attribute)).map { String(cString: $0) }
+            var added = false
+            var offset = 0
+            var base: Dwarf_Addr = 0, start: Dwarf_Addr = 0, end: Dwarf_Addr = 0
+            while true {
+                offset = dwarf_ranges(&die, offset, &base, &start, &end)
+                if offset <= 0 { break }
+                if end > start {
+                    if !added { units.append(Unit(die: die, compDir: compDir)); added = true }
+                    ranges.append(UnitRange(start: start, end: end, unit: units.count - 1))
+                }
+            }
+        }
+        ranges.sort { $0.start < $1.start }
+        unitRanges = ranges
+        return ranges
+    }
+
+    private func sourceFiles(_ unit: Unit) -> OpaquePointer? {
+        if let cached = unit.files { return cached }
+        var files: OpaquePointer?
+        var count = 0
+        if dwarf_getsrcfiles(&unit.die, &files, &count) != 0 { files = nil }
+        unit.files = .some(files)
+        return files
+    }
+
+    // MARK: - Scopes
+
+    private static let containerTags: Set<Int32> = [
+        Int32(DW_TAG_namespace), Int32(DW_TAG_module), Int32(DW_TAG_structure_type), Int32(DW_TAG_class_type),
+        Int32(DW_TAG_union_type), Int32(DW_TAG_enumeration_type),
+    ]
+    private static let blockTags: Set<Int32> = [
+        Int32(DW_TAG_lexical_block), Int32(DW_TAG_try_block), Int32(DW_TAG_catch_block), Int32(DW_TAG_with_stmt),
+    ]
+
+    /// Functions of the unit (subprograms with code, also nested in namespaces and types) by address.
+    private func functions(of unit: Unit) -> [FunctionRange] {
+        if let functions = unit.functions { return functions }
+        var result: [FunctionRange] = []
+        func collect(_ parent: inout Dwarf_Die) {
+            var child = Dwarf_Die()
+            guard dwarf_child(&parent, &child) == 0 else { return }
+            while true {
+                let tag = dwarf_tag(&child)
+                if tag == Int32(DW_TAG_subprogram) || tag == Int32(DW_TAG_entry_point) {
+                    var offset = 0
+                    var base: Dwarf_Addr = 0, start: Dwarf_Addr = 0, end: Dwarf_Addr = 0
+                    while true {
+                        offset = dwarf_ranges(&child, offset, &base, &start, &end)
+                        if offset <= 0 { break }
+                        if end > start { result.append(FunctionRange(start: start, end: end, die: child)) }
+                    }
+                    // Functions nested in functions (local functions in some languages) have their own DIEs.
+                    collect(&child)
+                } else if DwarfFile.containerTags.contains(tag) {
+                    collect(&child)
+                }
+                var next = Dwarf_Die()
+                guard dwarf_siblingof(&child, &next) == 0 else { break }
+                child = next
+            }
+        }
+        collect(&unit.die)
+        result.sort { ($0.start, $1.end) < ($1.start, $0.end) }
+        unit.functions = result
+        return result
+    }
+
+    /// The inlined_subroutine / subprogram DIEs containing `vaddr`, innermost first.
+    private func scopes(in unit: Unit, at vaddr: UInt64) -> [Dwarf_Die] {
+        let functions = functions(of: unit)
+        var low = 0
+        var high = functions.count
+        while low < high {
+            let mid = (low + high) / 2
+            if functions[mid].start <= vaddr { low = mid + 1 } else { high = mid }
+        }
+        // The innermost (latest-starting) function range containing vaddr.
+        var index = low - 1
+        var outer: Dwarf_Die?
+        var checked = 0
+        while index >= 0 && checked < 256 {
+            if vaddr < functions[index].end { outer = functions[index].die; break }
+            index -= 1
+            checked += 1
+        }
+        guard var current = outer else { return [] }
+        var chain = [current]
+        // Descend through lexical blocks and inlined subroutines that contain vaddr.
+        descend: while true {
+            var child = Dwarf_Die()
+            guard dwarf_child(&current, &child) == 0 else { break }
+            while true {
+                let tag = dwarf_tag(&child)
+                if tag == Int32(DW_TAG_inlined_subroutine) || DwarfFile.blockTags.contains(tag) {
+                    if dwarf_haspc(&child, vaddr) == 1 {
+                        if tag == Int32(DW_TAG_inlined_subroutine) { chain.append(child) }
+                        current = child
+                        continue descend
+                    }
+                }
+                var next = Dwarf_Die()
+                guard dwarf_siblingof(&child, &next) == 0 else { break descend }
+                child = next
+            }
+        }
+        return chain.reversed()
+    }
+
+    // MARK: - Names and paths
+
+    /// `DW_AT_linkage_name` (or the older `DW_AT_MIPS_linkage_name`), else `DW_AT_name`, through
+    /// abstract origins and specifications.
+    private static func name(of die: inout Dwarf_Die) -> String? {
+        var attribute = Dwarf_Attribute()
+        for code in [UInt32(DW_AT_linkage_name), UInt32(DW_AT_MIPS_linkage_name)] {
+            if let text = dwarf_formstring(dwarf_attr_integrate(&die, code, &attribute)) {
+                return String(cString: text)
+            }
+        }
+        if let text = dwarf_formstring(dwarf_attr_integrate(&die, UInt32(DW_AT_name), &attribute)) {
+            return String(cString: text)
+        }
+        return nil
+    }
+
+    private static func absolute(_ path: String, compDir: String?) -> String {
+        guard !path.hasPrefix("/"), let compDir, !compDir.isEmpty else { return path }
+        return compDir.hasSuffix("/") ? compDir + path : compDir + "/" + path
+    }
+}

@@ -1,0 +1,218 @@
+import Foundation
+import XCTest
+
+/// Function/file/line of the harness's frames, checked against independent tools on the same addresses,
+/// and offline symbolication of a stripped copy of the harness with the collected debug files.
+///
+/// Oracles: binutils `addr2line -f -i -a -e BINARY ADDR…` (full agreement on every app frame, inlined
+/// frames included; the one exception is the name of Swift's artificial "Swift runtime failure: …" trap
+/// function, which binutils does not print), and elfutils `eu-addr2line -f -i -a -e BINARY ADDR…`. elfutils 0.188 (Debian 12)
+/// finds compile units only through `.debug_aranges`, which Swift and clang do not emit, so there it
+/// answers `??:0` with the symbol table's name; whenever it does give a location, it must agree in full,
+/// and otherwise its name must be our real (outermost) function. Addresses are file-relative (the harness
+/// is a PIE whose first `PT_LOAD` is at virtual address 0): `instruction_addr − image_addr`, minus 1 for
+/// caller frames.
+final class SymbolicationAgreementTests: XCTestCase {
+    /// One resolved location: raw symbol (mangled), file, line.
+    struct Location: Equatable, CustomStringConvertible {
+        var symbol: String?
+        var file: String?
+        var line: Int?
+        var description: String { "\(symbol ?? "??") \(file ?? "??"):\(line.map(String.init) ?? "?")" }
+    }
+
+    /// An app frame of an event with its inlined frames: the address looked up and our locations,
+    /// innermost first.
+    struct AppAddress {
+        var relative: UInt64
+        var ours: [Location]
+    }
+
+    /// The event's frames in the harness, grouped by instruction_addr (inlined frames together).
+    static func appAddresses(_ event: [String: Any], binary: String) -> [AppAddress] {
+        let frames = dig(event, "exception", "values", 0, "stacktrace", "frames") as? [[String: Any]] ?? []
+        var groups: [[[String: Any]]] = []
+        for frame in frames {
+            // An inlined frame follows its caller with the same instruction_addr, a function and no symbol_addr
+            // (recursion repeats addresses too, but every real frame has its symbol_addr).
+            if let last = groups.last?.last, last["instruction_addr"] as? String == frame["instruction_addr"] as? String,
+               frame["function"] != nil, frame["symbol_addr"] == nil {
+                groups[groups.count - 1].append(frame)
+            } else {
+                groups.append([frame])
+            }
+        }
+        var result: [AppAddress] = []
+        for group in groups {
+            let first = group[0]
+            guard let package = first["package"] as? String, Paths.resolved(package) == Paths.resolved(binary),
+                  let address = parseHexAddress(first["instruction_addr"]), let base = parseHexAddress(first["image_addr"])
+            else { continue }
+            let relative = address - base - (first["trust"] as? String == "context" ? 0 : 1)
+            let ours = group.reversed().map {
+                Location(symbol: $0["symbol"] as? String, file: $0["filename"] as? String, line: $0["lineno"] as? Int)
+            }
+            result.append(AppAddress(relative: relative, ours: ours))
+        }
+        return result
+    }
+
+    /// Runs an addr2line-like tool with `-f -i -a` and parses its answer: per address, the locations
+    /// innermost first (`??` / `?` / `0` become `nil`).
+    static func addr2line(_ tool: String, binary: String, addresses: [UInt64], scratch: URL) throws -> [UInt64: [Location]] {
+        let arguments = ["-f", "-i", "-a", "-e", binary] + addresses.map { "0x" + String($0, radix: 16) }
+        let result = try runChild(URL(fileURLWithPath: tool), arguments, label: "\((tool as NSString).lastPathComponent)-\(UUID().uuidString.prefix(6))",
+                                  outputDirectory: scratch)
+        // eu-addr2line exits with status 1 when some address had no source location; its answer still counts.
+        guard result.outcome == "exit 0" || (result.outcome == "exit 1" && !result.stdout.isEmpty) else { throw ChildError(description: "\(tool): \(result.outcome) \(result.stderrTail())") }
+        var answers: [UInt64: [Location]] = [:]
+        var current: UInt64?
+        var pendingName: String?
+        for line in String(decoding: result.stdout, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false) {
+            let text = String(line)
+            if text.hasPrefix("0x"), pendingName == nil, let address = UInt64(text.dropFirst(2), radix: 16) {
+                current = address
+                answers[address] = []
+                continue
+            }
+            guard let address = current, !text.isEmpty else { continue }
+            if pendingName == nil {
+                // eu-addr2line prints "inner inlined at FILE:LINE in outer" for the first name of inlined code.
+                pendingName = text.components(separatedBy: " inlined at ").first.map { $0.components(separatedBy: " inlined from ").first! }
+                continue
+            }
+            var location = text
+            if let range = location.range(of: " (discriminator") { location = String(location[..<range.lowerBound]) }
+            var parts = location.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+            // FILE:LINE or FILE:LINE:COLUMN.
+            if parts.count >= 3, Int(parts[parts.count - 1]) != nil, Int(parts[parts.count - 2]) != nil { parts.removeLast() }
+            let lineNumber = parts.count >= 2 ? Int(parts.removeLast()) : nil
+            let file = parts.joined(separator: ":")
+            let name = pendingName == "??" ? nil : pendingName
+            answers[address, default: []].append(Location(symbol: name, file: file == "??" || file.isEmpty ? nil : file,
+                                                          line: lineNumber == 0 ? nil : lineNumber))
+            pendingName = nil
+        }
+        return answers
+    }
+
+    static func tool(_ name: String) -> String? {
+        ["/usr/bin/\(name)", "/bin/\(name)"].first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    /// Every app frame of every scenario: our function/file/line (with inlined frames) equal binutils
+    /// addr2line's; eu-addr2line agrees wherever it resolves a location and otherwise names our function.
+    func testAppFramesAgreeWithAddr2line() throws {
+        guard let addr2line = Self.tool("addr2line") else { return XCTFail("addr2line not found (binutils: scripts/bootstrap)") }
+        guard let euAddr2line = Self.tool("eu-addr2line") else { return XCTFail("eu-addr2line not found (elfutils: scripts/bootstrap)") }
+        let binary = Paths.harness.path
+        let scratch = Paths.freshDirectory("addr2line")
+        var checked = 0
+        var agreed = 0
+        var withLines = 0
+        var euResolved = 0
+        var disagreements: [String] = []
+        for expectation in scenarioExpectations {
+            guard let event = ScenarioRuns.all[expectation.name]?.event else {
+                disagreements.append("\(expectation.name): no event")
+                continue
+            }
+            let app = Self.appAddresses(event, binary: binary)
+            if app.isEmpty { disagreements.append("\(expectation.name): no app frames") }
+            let addresses = app.map(\.relative)
+            let binutils = try Self.addr2line(addr2line, binary: binary, addresses: addresses, scratch: scratch)
+            let elfutils = try Self.addr2line(euAddr2line, binary: binary, addresses: addresses, scratch: scratch)
+            for frame in app {
+                checked += 1
+                let where_ = "\(expectation.name) 0x\(String(frame.relative, radix: 16))"
+                var ok = true
+                var expected = binutils[frame.relative] ?? []
+                // Swift emits a runtime trap's reason as an artificial function inlined at the trap
+                // ("Swift runtime failure: Index out of range"; lldb and the Swift backtracer show it too).
+                // binutils prints the enclosing function's name for that entry instead: compare its file/line.
+                if let first = frame.ours.first, first.symbol?.hasPrefix("Swift runtime failure: ") == true,
+                   !expected.isEmpty {
+                    expected[0].symbol = first.symbol
+                }
+                if expected != frame.ours {
+                    ok = false
+                    disagreements.append("\(where_): ours \(frame.ours) vs addr2line \(expected)")
+                }
+                let eu = elfutils[frame.relative] ?? []
+                if eu.contains(where: { $0.line != nil }) {
+                    euResolved += 1
+                    if eu != frame.ours {
+                        ok = false
+                        disagreements.append("\(where_): ours \(frame.ours) vs eu-addr2line \(eu)")
+                    }
+                } else if eu.first?.symbol != frame.ours.last?.symbol {
+                    ok = false
+                    disagreements.append("\(where_): eu-addr2line names \(eu.first?.symbol ?? "nothing"), our function is \(frame.ours.last?.symbol ?? "nothing")")
+                }
+                if frame.ours.last?.line != nil { withLines += 1 }
+                if ok { agreed += 1 }
+            }
+        }
+        XCTAssertGreaterThan(checked, scenarioExpectations.count, "too few app frames checked")
+        XCTAssertGreaterThan(withLines, checked / 2, "most app frames should have a line (DWARF): \(withLines)/\(checked)")
+        XCTAssertTrue(disagreements.isEmpty, "agreement \(agreed)/\(checked) app frames (eu-addr2line gave a location for \(euResolved)):\n"
+                      + disagreements.joined(separator: "\n"))
+        print("symbolication agreement: \(agreed)/\(checked) app frames agree with addr2line; \(withLines) with file/line; eu-addr2line resolved \(euResolved)")
+    }
+
+    /// A stripped copy of the harness crashes; without debug files its report has no file/line for app
+    /// frames; `vaka symbolicate --debug-dir` with the collected debug files gives the same
+    /// function/file/line as the unstripped build's event.
+    func testStrippedHarnessSymbolicatesWithCollectedDebugFiles() throws {
+        guard let objcopy = Self.tool("objcopy") else { return XCTFail("objcopy not found (binutils)") }
+        let work = Paths.freshDirectory("stripped")
+        let stripped = work.appendingPathComponent("vaka-crashme-stripped")
+        let strip = try runChild(URL(fileURLWithPath: objcopy), ["--strip-all", Paths.harness.path, stripped.path],
+                                 label: "objcopy", outputDirectory: work)
+        XCTAssertEqual(strip.outcome, "exit 0", strip.stderrTail())
+        let collected = work.appendingPathComponent("debug-files")
+        let collect = try runChild(Paths.cli, ["debug-files", "collect", Paths.harness.path, "--out", collected.path],
+                                   label: "collect", outputDirectory: work)
+        XCTAssertEqual(collect.outcome, "exit 0", collect.stderrTail())
+
+        for name in ["null-deref", "swift-force-unwrap", "background-thread"] {
+            guard let unstrippedEvent = ScenarioRuns.all[name]?.event else { XCTFail("\(name): no event"); continue }
+            let storage = work.appendingPathComponent("storage-\(name)")
+            let run = try runChild(stripped, [name, "--storage", storage.path], label: "crash-\(name)", outputDirectory: work,
+                                   environment: ScenarioRuns.childEnvironment)
+            XCTAssertTrue(run.diedBySignal, "\(name): stripped harness did not crash: \(run.outcome)")
+            let reports = ScenarioRuns.crashFiles(in: storage)
+            guard reports.count == 1 else { XCTFail("\(name): \(reports.count) reports"); continue }
+
+            let convert = try runChild(Paths.cli, ["report", "convert", reports[0].path], label: "convert-\(name)", outputDirectory: work)
+            guard let plain = decodeJSONObject(convert.stdout) else { XCTFail("\(name): convert: \(convert.stderrTail())"); continue }
+            let plainApp = Self.appAddresses(plain, binary: stripped.path)
+            XCTAssertFalse(plainApp.isEmpty, "\(name): no app frames in the stripped build's event")
+            for frame in plainApp {
+                XCTAssertTrue(frame.ours.allSatisfy { $0.file == nil && $0.line == nil },
+                              "\(name): stripped build without debug files has file/line: \(frame.ours)")
+            }
+
+            let symbolicate = try runChild(Paths.cli, ["symbolicate", reports[0].path, "--debug-dir", collected.path],
+                                           label: "symbolicate-\(name)", outputDirectory: work)
+            guard let resolved = decodeJSONObject(symbolicate.stdout) else {
+                XCTFail("\(name): symbolicate: \(symbolicate.stderrTail())"); continue
+            }
+            let expected = Self.appAddresses(unstrippedEvent, binary: Paths.harness.path)
+            let got = Self.appAddresses(resolved, binary: stripped.path)
+            XCTAssertEqual(got.map(\.relative), expected.map(\.relative), "\(name): app frame addresses differ")
+            XCTAssertEqual(got.map { $0.ours.description }, expected.map { $0.ours.description },
+                           "\(name): stripped + debug files vs unstripped")
+            XCTAssertTrue(got.contains { $0.ours.contains { $0.line != nil } }, "\(name): no file/line after symbolicate")
+
+            // The event JSON (made without debug files) re-symbolicated gives the same frames again.
+            let eventFile = work.appendingPathComponent("\(name)-plain.json")
+            try convert.stdout.write(to: eventFile)
+            let again = try runChild(Paths.cli, ["symbolicate", eventFile.path, "--debug-dir", collected.path],
+                                     label: "resymbolicate-\(name)", outputDirectory: work)
+            guard let againEvent = decodeJSONObject(again.stdout) else { XCTFail("\(name): symbolicate JSON: \(again.stderrTail())"); continue }
+            XCTAssertEqual(Self.appAddresses(againEvent, binary: stripped.path).map { $0.ours.description },
+                           expected.map { $0.ours.description }, "\(name): event JSON re-symbolicated")
+        }
+    }
+}
