@@ -14,7 +14,9 @@ final class StackCapture: @unchecked Sendable {
     static let maxFrames = 128
 
     private let lock = NSLock()
-    private let symbolicator = Symbolicator()
+    // No /usr/lib/debug here: inflating a distro debug file (e.g. libc6-dbg) would cost the capturing
+    // process hundreds of ms; names still come from the images' own symbol tables and DWARF.
+    private let symbolicator = Symbolicator(systemDebugDirectory: nil)
     private var images: [CrashReport.Image] = []
     private var withBuildID = Set<Int>()
     private let executable: String?
