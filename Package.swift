@@ -47,5 +47,6 @@ let package = Package(
         .testTarget(name: "VakaTests", dependencies: ["Vaka", "VakaSymbolication"]),
         .testTarget(name: "VakaCrashTests", dependencies: ["Vaka"]),
         .testTarget(name: "VakaDeliveryTests", dependencies: ["Vaka"]),
+        .testTarget(name: "VakaSDKTests", dependencies: ["Vaka"]),
     ]
 )

@@ -1,48 +1,48 @@
 import Foundation
 import VakaCrash
+import VakaSymbolication
 
-/// The Vaka SDK facade: crash capture and event reporting for Swift programs on Linux.
+/// The Vaka SDK facade: crash capture and event reporting for Swift programs on Linux, delivered to a
+/// server that speaks the Sentry envelope protocol (or written to `<storage>/outbox/` without a DSN).
 ///
-/// Call ``start(_:)`` once, as early as possible in `main`. From then on every fatal signal
-/// (SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS, Swift runtime traps) is recorded
-/// by the C crash runtime into `<storageDirectory>/crashes/<run-id>.crash`.
+/// Call ``start(_:)`` once, as early as possible in `main`. Every other call is thread-safe and does nothing
+/// before `start` (or after ``close()``, or with `enabled: false`).
+///
+/// What `start` does, in order: creates the storage directory (0700); installs the C crash runtime under a
+/// fresh run id (a random UUID), so a fatal signal writes `<storage>/crashes/<run-id>.crash`; opens delivery
+/// (pending files of earlier runs are sent at once); turns each earlier run's crash report into its fatal
+/// event with that run's scope and `crashed` session (the crash join, see docs/ingest.md) and sends
+/// `abnormal` for runs that were killed; starts this run's session; registers an `atexit` hook that ends the
+/// session as `exited` and flushes (like ``close()``).
 public enum Vaka {
-    /// Settings for ``Vaka/start(_:)``.
-    public struct Options: Sendable {
-        /// Where Vaka keeps its files (crash reports in `crashes/`). `nil` selects the default:
-        /// `$XDG_STATE_HOME/vaka/<executable name>`, else `~/.local/state/vaka/<executable name>`.
-        /// Directories are created with mode 0700.
-        public var storageDirectory: URL?
-        /// Install the crash handlers. Default `true`.
-        public var crashReporting: Bool
-        /// Log what the SDK does to stderr. Default `false`.
-        public var debug: Bool
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var client: Client?
+    nonisolated(unsafe) private static var atexitRegistered = false
 
-        /// Creates options; every parameter has the default described on its property.
-        public init(storageDirectory: URL? = nil, crashReporting: Bool = true, debug: Bool = false) {
-            self.storageDirectory = storageDirectory
-            self.crashReporting = crashReporting
-            self.debug = debug
-        }
+    /// The started client, or `nil`.
+    private static var current: Client? {
+        lock.lock(); defer { lock.unlock() }
+        return client
     }
 
-    private static let lock = NSLock()
-    nonisolated(unsafe) private static var state: (options: Options, storage: URL, runID: String)?
-
-    /// Starts Vaka: creates the storage directory and installs the crash handlers under a fresh run id
-    /// (a random UUID). Calling it again while started does nothing. Never throws: failures are
-    /// logged to stderr when `options.debug` is set, and leave crash capture off.
+    /// Starts Vaka (see the type's documentation). Calling it again while started does nothing.
+    /// Never throws: problems are logged to stderr when `options.debug` is set (an invalid DSN is always
+    /// reported on stderr, and gives outbox mode); a storage directory that cannot be created leaves Vaka off.
     public static func start(_ options: Options) {
+        guard options.enabled else { return }
         lock.lock(); defer { lock.unlock() }
-        guard state == nil else { return }
+        guard client == nil else { return }
+        let log: ((String) -> Void)? = options.debug ? { line in
+            FileHandle.standardError.write(Data("[vaka] \(line)\n".utf8))
+        } : nil
         let storage = options.storageDirectory ?? defaultStorageDirectory()
         let runID = UUID().uuidString
         let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
         do {
-            try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+            try PrivateFiles.makeDirectory(storage)
+            try PrivateFiles.makeDirectory(crashes)
         } catch {
-            log(options, "cannot create \(crashes.path): \(error)")
+            log?("cannot create \(crashes.path): \(error)")
             return
         }
         if options.crashReporting {
@@ -54,34 +54,126 @@ public enum Vaka {
                 }
             }
             if rc != 0 {
-                log(options, "crash handlers not installed: \(String(cString: strerror(rc)))")
+                log?("crash handlers not installed: \(String(cString: strerror(rc)))")
             } else {
-                log(options, "crash handlers installed; reports go to \(crashes.path)/\(runID).crash")
+                log?("crash handlers installed; reports go to \(crashes.path)/\(runID).crash")
             }
         }
-        state = (options, storage, runID)
+        var dsn: DSN?
+        do {
+            dsn = try options.parsedDSN()
+        } catch {
+            FileHandle.standardError.write(Data("[vaka] invalid DSN (\(error)); writing envelopes to the outbox instead\n".utf8))
+        }
+        do {
+            let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log)
+            started.begin()
+            client = started
+        } catch {
+            log?("cannot start delivery: \(error)")
+            _ = vaka_crash_uninstall()
+            return
+        }
+        if !atexitRegistered {
+            atexitRegistered = true
+            atexit { Vaka.end(timeout: 2, uninstall: false) }
+        }
     }
 
-    /// Stops Vaka: restores the signal handlers that were installed before ``start(_:)``.
-    /// Does nothing when not started.
-    public static func close() {
-        lock.lock(); defer { lock.unlock() }
-        guard state != nil else { return }
-        _ = vaka_crash_uninstall()
-        state = nil
+    /// Records a screen view: a custom event `screen_view` (`logentry.formatted` "screen_view", `extra.screen`,
+    /// tag `screen`) and a navigation breadcrumb (`data.from` the previous screen, `data.to` this one).
+    public static func screen(_ name: String) {
+        guard let client = current else { return }
+        let previous = lastScreen.withLock { last -> String? in
+            let p = last
+            last = name
+            return p
+        }
+        var data = ["to": name]
+        data["from"] = previous
+        client.addBreadcrumb(Breadcrumb(timestamp: Date().timeIntervalSince1970, type: "navigation",
+                                        category: "navigation", message: name, data: data))
+        client.capture(message: "screen_view", level: .info, extra: ["screen": .string(name)],
+                       tags: ["vaka.event": "screen_view", "screen": name])
+    }
+
+    /// Records a custom event `name` with `properties` (`logentry.formatted` the name, level `info`, `extra` the
+    /// properties, tag `vaka.event` the name).
+    public static func track(_ name: String, _ properties: [String: String] = [:]) {
+        guard let client = current else { return }
+        client.capture(message: name, level: .info, extra: properties.mapValues(JSONValue.string),
+                       tags: ["vaka.event": name])
+    }
+
+    /// Captures a handled error: level `error`, `exception.values[0]` with `type` the error's Swift type
+    /// (`String(reflecting:)`, e.g. `MyApp.CheckoutError`), `value` its description (`String(describing:)`),
+    /// `mechanism {type: "swift.error", handled: true}`, and the calling thread's frames (oldest first, the
+    /// caller of `capture` last), symbolicated like crash frames, with `debug_meta.images`. Counts one error in
+    /// the session.
+    @inline(never)
+    public static func capture(_ error: Error) {
+        guard let client = current else { return }
+        let stack = client.stacks.capture(skip: 1)  // skip capture(_:) itself
+        client.capture(error: error, stack: stack)
+    }
+
+    /// Captures a message (`logentry.formatted`) at `level` (default `info`).
+    public static func capture(message: String, level: Event.Level = .info) {
+        current?.capture(message: message, level: level)
+    }
+
+    /// ``capture(message:level:)`` with a caller-chosen `event_id` (32 lower-case hex digits): capturing
+    /// twice with one id gives one stored event. For tests (the kill test) and tools.
+    @_spi(Testing)
+    public static func capture(message: String, level: Event.Level = .info, eventID: String) {
+        current?.capture(message: message, level: level, eventID: eventID)
+    }
+
+    /// Adds a breadcrumb (type `default`, level `info`) to later events and to this run's crash; the last 100 are kept.
+    public static func addBreadcrumb(category: String, message: String) {
+        current?.addBreadcrumb(Breadcrumb(timestamp: Date().timeIntervalSince1970, category: category, message: message))
+    }
+
+    /// Sets the user id (`user.id`) of later events and of this run's crash; `nil` removes it. Opt-in: Vaka
+    /// sends no user id unless given one.
+    public static func identify(_ userID: String?) {
+        current?.identify(userID)
+    }
+
+    /// Sets a tag on later events and on this run's crash; `nil` removes it.
+    public static func setTag(_ key: String, _ value: String?) {
+        current?.setTag(key, value)
+    }
+
+    /// Sends everything queued, waiting at most `timeout` seconds (default 10).
+    /// - Returns: `true` when nothing is left to send (always `true` in outbox mode and before start).
+    @discardableResult
+    public static func flush(timeout: TimeInterval = 10) -> Bool {
+        current?.flush(timeout: timeout) ?? true
+    }
+
+    /// Ends this run: session `exited`, flush (at most `timeout` seconds, default 5; what is left stays in
+    /// `pending/` for the next launch), delivery stopped, crash handlers restored to those before ``start(_:)``.
+    /// Later calls are no-ops until the next ``start(_:)``. Also run automatically at process exit.
+    public static func close(timeout: TimeInterval = 5) {
+        end(timeout: timeout, uninstall: true)
+    }
+
+    private static func end(timeout: TimeInterval, uninstall: Bool) {
+        lock.lock()
+        let ending = client
+        client = nil
+        lock.unlock()
+        guard let ending else { return }
+        ending.end(timeout: timeout)
+        if uninstall { _ = vaka_crash_uninstall() }
     }
 
     /// The id of the current run (a UUID string, also the crash report's file name), or `nil` before start.
-    public static var runID: String? {
-        lock.lock(); defer { lock.unlock() }
-        return state?.runID
-    }
+    public static var runID: String? { current?.runID }
 
     /// The storage directory in use, or `nil` before start.
-    public static var storageDirectory: URL? {
-        lock.lock(); defer { lock.unlock() }
-        return state?.storage
-    }
+    public static var storageDirectory: URL? { current?.storage }
 
     /// Gives the calling thread its own alternate signal stack so a stack overflow on it is still
     /// reported. Threads other than the one that called ``start(_:)`` need this (see docs/crash-handling.md).
@@ -91,7 +183,22 @@ public enum Vaka {
         vaka_crash_thread_attach() == 0
     }
 
-    static func defaultStorageDirectory() -> URL {
+    /// The default release: `$VAKA_RELEASE` when set and non-empty; else `<executable name>@0.0.0+<first 12 hex
+    /// digits of the executable's GNU build ID>` (read with libelf from `/proc/self/exe`), so each build is its
+    /// own release; else `<executable name>@0.0.0`.
+    public static func defaultRelease() -> String {
+        if let env = ProcessInfo.processInfo.environment["VAKA_RELEASE"], !env.isEmpty { return env }
+        let path = EventFactory.executablePath()
+        let name = (path as NSString).lastPathComponent
+        if let file = try? ElfFile(path: path), let id = file.buildID, !id.isEmpty {
+            return "\(name)@0.0.0+\(id.prefix(12))"
+        }
+        return "\(name)@0.0.0"
+    }
+
+    /// The default storage directory: `$XDG_STATE_HOME/vaka/<executable name>` when `XDG_STATE_HOME` is an
+    /// absolute path, else `$HOME/.local/state/vaka/<executable name>`.
+    public static func defaultStorageDirectory() -> URL {
         let env = ProcessInfo.processInfo.environment
         let app = URL(fileURLWithPath: CommandLine.arguments.first ?? "app").lastPathComponent
         if let xdg = env["XDG_STATE_HOME"], xdg.hasPrefix("/") {
@@ -101,8 +208,18 @@ public enum Vaka {
         return URL(fileURLWithPath: home).appendingPathComponent(".local/state/vaka").appendingPathComponent(app)
     }
 
-    private static func log(_ options: Options, _ message: String) {
-        guard options.debug else { return }
-        FileHandle.standardError.write(Data("[vaka] \(message)\n".utf8))
+    private static let lastScreen = LockedValue<String?>(nil)
+}
+
+/// A value behind a lock (used for the last screen name of ``Vaka/screen(_:)``).
+final class LockedValue<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    /// Wraps `value`.
+    init(_ value: Value) { self.value = value }
+    /// Runs `body` with exclusive access to the value and returns its result.
+    func withLock<R>(_ body: (inout Value) -> R) -> R {
+        lock.lock(); defer { lock.unlock() }
+        return body(&value)
     }
 }

@@ -36,6 +36,8 @@ var storagePath: String?
 var startVaka = true
 var denyProcessVMReadv = false
 var faultStage: Int32 = 0
+var dsn = ProcessInfo.processInfo.environment["VAKA_DSN"]  // SDK: --dsn DSN or VAKA_DSN (see SDKScenarios.swift)
+var withScope = false
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -48,6 +50,7 @@ while let argument = arguments.popFirst() {
         for scenario in scenarios {
             print("  \(scenario.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(scenario.summary)")
         }
+        printSDKHelp()
         exit(0)
     case "--no-vaka":
         startVaka = false
@@ -63,6 +66,11 @@ while let argument = arguments.popFirst() {
         storagePath = value
     case _ where argument.hasPrefix("--storage="):
         storagePath = String(argument.dropFirst("--storage=".count))
+    case "--dsn":
+        guard let value = arguments.popFirst() else { fail("--dsn needs a DSN", status: 2) }
+        dsn = value
+    case "--scope":
+        withScope = true
     case _ where argument.hasPrefix("-"):
         fail("unknown option \(argument) (see --help)", status: 2)
     default:
@@ -71,6 +79,11 @@ while let argument = arguments.popFirst() {
     }
 }
 
+let sdkScenario = sdkScenarios.first { $0.name == scenarioName }
+if scenarioName == nil || sdkScenario != nil {
+    guard let storagePath else { fail("--storage DIR is required (see --help)", status: 2) }
+    runSDKScenario(sdkScenario, storage: URL(fileURLWithPath: storagePath, isDirectory: true), dsn: dsn, withScope: withScope)
+}
 guard let scenarioName else { fail("no scenario given (see --help, --list)", status: 2) }
 guard let scenario = scenarios.first(where: { $0.name == scenarioName }) else {
     fail("unknown scenario '\(scenarioName)' (see --list)", status: 2)
@@ -95,7 +108,8 @@ if denyProcessVMReadv {
 }
 
 if startVaka {
-    Vaka.start(Vaka.Options(storageDirectory: storage))
+    Vaka.start(Vaka.Options(dsn: dsn, storageDirectory: storage))
+    if withScope { applyHarnessScope() }
     if faultStage != 0 { crashme_arm_fault_in_handler(faultStage) }
 }
 

@@ -20,6 +20,7 @@ let toolUsage = """
                                        Show type, arch, code_id, debug_id and features of ELF files.
       debug-files collect DIR... --out OUTDIR
                                        Copy every ELF file under DIR into OUTDIR/.build-id/ab/cdef….debug.
+      outbox list|show ...             Read the envelopes written without a DSN (vaka outbox --help).
 
     Options:
       -h, --help      Show this help (also: vaka report --help).
@@ -361,5 +362,6 @@ case "--version": printOut("vaka \(FatalEventBuilder.sdk.version)\n"); exit(0)
 case "report": report(arguments.dropFirst())
 case "symbolicate": symbolicate(arguments.dropFirst())
 case "debug-files": debugFiles(arguments.dropFirst())
+case "outbox": outboxCommand(arguments.dropFirst())
 default: fail("unknown command '\(command)' (see vaka --help)", status: 2)
 }

@@ -13,9 +13,9 @@ import Glibc
 /// <envelope bytes>\n
 /// ```
 /// Each record is one envelope, which is one POST. Records are length-prefixed because envelopes contain
-/// newlines. Files are written whole (temporary file + rename), so a reader sees an old or a new version,
-/// never a torn one; a damaged tail (bad length line, short record, missing newline) is still detected and
-/// the records before it are kept.
+/// newlines. Files are created whole (temporary file + rename); while a batch is open, durable envelopes are
+/// appended to its file. A damaged tail (bad length line, short record, missing newline; e.g. an append cut
+/// short by process death) is detected and the records before it are kept.
 public enum BatchFile {
     /// The first line of every batch file, without its newline.
     public static let magic = "VAKA-BATCH 1"
@@ -24,6 +24,13 @@ public enum BatchFile {
     public static func encode(_ records: [Data]) -> Data {
         var out = Data(capacity: records.reduce(16) { $0 + $1.count + 12 })
         out.append(contentsOf: Array((magic + "\n").utf8))
+        out.append(encodeRecords(records[...]))
+        return out
+    }
+
+    /// Encodes records without the magic line: the bytes appended to an existing batch file.
+    public static func encodeRecords(_ records: ArraySlice<Data>) -> Data {
+        var out = Data(capacity: records.reduce(0) { $0 + $1.count + 12 })
         for r in records {
             out.append(contentsOf: Array("\(r.count)\n".utf8))
             out.append(r)
@@ -67,6 +74,26 @@ enum PrivateFiles {
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         if chmod(url.path, 0o700) != 0 { throw DeliveryIOError(operation: "chmod", path: url.path, code: errno) }
+    }
+
+    /// Appends `data` to the existing file at `path` with one `write(2)` loop (`O_APPEND`).
+    /// - Returns: `false` when the file cannot be opened or a write fails (the caller rewrites the file whole).
+    static func append(_ data: Data, to path: String) -> Bool {
+        let fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return data.withUnsafeBytes { raw -> Bool in
+            var off = 0
+            while off < raw.count {
+                let n = write(fd, raw.baseAddress! + off, raw.count - off)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return false
+                }
+                off += n
+            }
+            return true
+        }
     }
 
     /// Writes `data` to `url` atomically: a temporary file `.tmp-<uuid>` in the same directory, mode 0600,

@@ -57,7 +57,8 @@ final class PersistentQueue {
 
     private let lock = NSLock()
     private var files: [BatchRef] = []  // on disk, sorted oldest first (includes the open batch once written)
-    private var open: (ref: BatchRef, records: [Data], written: Bool)?
+    // `persisted`: how many of `records` the file already holds (appends add only the rest).
+    private var open: (ref: BatchRef, records: [Data], written: Bool, persisted: Int)?
     private var nextSequence: UInt64 = 1
     private var _stats = Stats()
     private let log: (String) -> Void
@@ -103,7 +104,7 @@ final class PersistentQueue {
             let ref = BatchRef(name: String(format: "%016llu-%08x.batch", nextSequence, UInt32.random(in: .min ... .max)),
                                sequence: nextSequence)
             nextSequence += 1
-            open = (ref, [], false)
+            open = (ref, [], false, 0)
         }
         open!.records.append(record)
         if open!.records.count >= maxBatchSize {
@@ -196,8 +197,18 @@ final class PersistentQueue {
     }
 
     private func writeOpenLocked() throws {
-        guard let o = open, !o.records.isEmpty else { return }
+        guard let o = open, !o.records.isEmpty, o.persisted < o.records.count else { return }
+        // The open batch's file only grows while open: append the new records (one write(2)) instead of
+        // rewriting the whole file for every durable envelope. A failed or short append falls back to the
+        // whole-file rewrite; a tail torn by process death is cut off by the reader (BatchFile.decode) and
+        // the file is never appended to again (it is a sealed batch for the next process).
+        if o.written, o.persisted > 0, !syncWrites,
+           PrivateFiles.append(BatchFile.encodeRecords(o.records[o.persisted...]), to: path(o.ref)) {
+            open!.persisted = o.records.count
+            return
+        }
         try PrivateFiles.writeAtomically(BatchFile.encode(o.records), to: URL(fileURLWithPath: path(o.ref)), sync: syncWrites)
+        open!.persisted = o.records.count
         if !o.written {
             open!.written = true
             files.append(o.ref)  // newest sequence: stays sorted

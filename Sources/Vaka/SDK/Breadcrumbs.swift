@@ -1,0 +1,119 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One breadcrumb (`breadcrumbs.values[]` of a Sentry event): something that happened before an event.
+public struct Breadcrumb: Codable, Equatable, Sendable {
+    /// When it happened, seconds since the Unix epoch with a fraction (`timestamp`).
+    public var timestamp: Double
+    /// Sentry breadcrumb type: `"default"`, or `"navigation"` for ``Vaka/screen(_:)`` (`type`).
+    public var type: String
+    /// Dotted category, e.g. `"cart"`, `"navigation"` (`category`).
+    public var category: String?
+    /// Human-readable text (`message`).
+    public var message: String?
+    /// Severity, `"info"` by default (`level`).
+    public var level: String?
+    /// Extra key/value strings, e.g. `{"from": "Cart", "to": "Checkout"}` for navigation (`data`).
+    public var data: [String: String]?
+
+    /// Creates a breadcrumb; every field is described on its property.
+    public init(timestamp: Double, type: String = "default", category: String? = nil, message: String? = nil,
+                level: String? = "info", data: [String: String]? = nil) {
+        self.timestamp = timestamp
+        self.type = type
+        self.category = category
+        self.message = message
+        self.level = level
+        self.data = data
+    }
+}
+
+/// The breadcrumbs of one run: the last ``capacity`` (100) in memory, and on disk so that they survive a
+/// crash of the run (the crash join on the next launch reads them back with ``load(runDirectory:capacity:)``).
+///
+/// Storage: `<run directory>/breadcrumbs.jsonl`, one JSON breadcrumb per line, appended with one `write(2)`
+/// per breadcrumb (file mode 0600); when the file holds 2 × capacity lines it is rewritten atomically with the
+/// last `capacity`. A line cut short by process death is skipped when reading.
+///
+/// This is the only type that knows where breadcrumbs live: a crash-safe memory-mapped ring can replace it
+/// without touching its callers (`add`, `snapshot`, `load`). Not thread-safe: the SDK calls it under its lock.
+final class BreadcrumbStore {
+    /// Most breadcrumbs kept (and put on an event): 100.
+    static let defaultCapacity = 100
+    /// Most breadcrumbs kept.
+    let capacity: Int
+    /// `<run directory>/breadcrumbs.jsonl`, or `nil` for a memory-only store.
+    let fileURL: URL?
+
+    private var ring: [Breadcrumb] = []
+    private var lines: [Data] = []  // ring[i] encoded, newline-terminated (reused when compacting)
+    private var linesInFile = 0
+    private var fd: Int32 = -1
+    private let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return e
+    }()
+
+    /// A store writing to `<runDirectory>/breadcrumbs.jsonl` (`nil`: memory only).
+    init(runDirectory: URL?, capacity: Int = BreadcrumbStore.defaultCapacity) {
+        self.capacity = max(1, capacity)
+        fileURL = runDirectory?.appendingPathComponent("breadcrumbs.jsonl")
+    }
+
+    deinit { if fd >= 0 { Glibc.close(fd) } }
+
+    /// Adds one breadcrumb (dropping the oldest beyond ``capacity``) and appends it to the file.
+    /// A failed write is ignored (the breadcrumb stays in memory).
+    func add(_ crumb: Breadcrumb) {
+        ring.append(crumb)
+        var line = fileURL == nil ? Data() : ((try? encoder.encode(crumb)) ?? Data())
+        if !line.isEmpty { line.append(0x0A) }
+        lines.append(line)
+        if ring.count > capacity {
+            ring.removeFirst(ring.count - capacity)
+            lines.removeFirst(lines.count - capacity)
+        }
+        guard let fileURL, !line.isEmpty else { return }
+        if linesInFile + 1 >= 2 * capacity {
+            compact(fileURL)
+            return
+        }
+        if fd < 0 {
+            fd = open(fileURL.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+            if fd < 0 { return }
+        }
+        let written = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        if written == line.count { linesInFile += 1 }
+    }
+
+    /// The breadcrumbs held, oldest first (at most ``capacity``).
+    func snapshot() -> [Breadcrumb] { ring }
+
+    /// Rewrites the file with the ring only (atomic rename), and reopens it for appending.
+    private func compact(_ url: URL) {
+        if fd >= 0 { Glibc.close(fd); fd = -1 }
+        var data = Data()
+        for line in lines { data.append(line) }
+        do {
+            try PrivateFiles.writeAtomically(data, to: url, sync: false)
+            linesInFile = ring.count
+        } catch {
+            linesInFile = 0
+        }
+    }
+
+    /// The last `capacity` breadcrumbs a run left in `runDirectory` (oldest first); empty when there is no file.
+    /// Lines that are not a whole JSON breadcrumb (e.g. cut short by a crash) are skipped.
+    static func load(runDirectory: URL, capacity: Int = BreadcrumbStore.defaultCapacity) -> [Breadcrumb] {
+        guard let data = try? Data(contentsOf: runDirectory.appendingPathComponent("breadcrumbs.jsonl")) else { return [] }
+        let decoder = JSONDecoder()
+        var crumbs: [Breadcrumb] = []
+        for line in data.split(separator: 0x0A) where !line.isEmpty {
+            if let crumb = try? decoder.decode(Breadcrumb.self, from: Data(line)) { crumbs.append(crumb) }
+        }
+        return Array(crumbs.suffix(capacity))
+    }
+}

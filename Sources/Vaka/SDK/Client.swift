@@ -1,0 +1,211 @@
+import Foundation
+import VakaCrash
+import VakaSymbolication
+
+/// The started SDK: one per ``Vaka/start(_:)``. Holds the scope of the current run (persisted in its
+/// ``RunDirectory``), the breadcrumbs, the session and the ``Delivery``. Thread-safe: scope changes and event
+/// building run under one lock; unwinding and delivery happen outside it.
+final class Client: @unchecked Sendable {
+    /// The options given to start.
+    let options: Vaka.Options
+    /// The storage directory (created, 0700).
+    let storage: URL
+    /// This run's id (UUID string).
+    let runID: String
+    /// Delivery (queue + uploader, or outbox).
+    let delivery: Delivery
+    /// Machine/app contexts and event JSON helpers.
+    let factory: EventFactory
+    /// Handled-error stack traces.
+    let stacks: StackCapture
+
+    private let lock = NSLock()
+    private var scope: RunScope
+    private let runDirectory: RunDirectory?
+    private let breadcrumbs: BreadcrumbStore
+    private var ended = false
+    private let logSink: ((String) -> Void)?
+
+    /// Starts everything except the crash handlers (``Vaka/start(_:)`` installs those first).
+    /// - Throws: when the storage directory or `pending/` cannot be created.
+    init(options: Vaka.Options, storage: URL, runID: String, dsn: DSN?, log: ((String) -> Void)?) throws {
+        self.options = options
+        self.storage = storage
+        self.runID = runID
+        self.logSink = log
+        let now = Date()
+        let release = options.release ?? Vaka.defaultRelease()
+        factory = EventFactory(release: release, startTime: now)
+        stacks = StackCapture(arch: factory.arch)
+        delivery = try Delivery(configuration: Delivery.Configuration(
+            storageDirectory: storage, dsn: dsn, flushInterval: options.flushInterval,
+            maxBatchSize: options.maxBatchSize, log: log))
+        var session: SessionState?
+        if options.sessionTracking { session = SessionState(did: Client.anonID(storage: storage, log: log), started: now) }
+        scope = RunScope(runID: runID, release: release, environment: options.environment, tags: options.tags,
+                         userID: nil, session: session)
+        var dir: RunDirectory?
+        do { dir = try RunDirectory(storage: storage, runID: runID) } catch { log?("cannot create the run directory: \(error)") }
+        runDirectory = dir
+        breadcrumbs = BreadcrumbStore(runDirectory: dir?.url)
+    }
+
+    private func log(_ message: @autoclosure () -> String) { logSink?(message()) }
+
+    /// Writes one debug line (when `debug` is on).
+    func logLine(_ message: String) { logSink?(message) }
+
+    /// The release of this run.
+    var currentRelease: String {
+        lock.lock(); defer { lock.unlock() }
+        return scope.release
+    }
+
+    /// Crash join and leftover sessions of earlier runs, then this run's first session update.
+    func begin() {
+        joinPreviousRuns()
+        lock.lock()
+        persistScopeLocked()
+        var items: [EnvelopeItem] = []
+        if let update = sessionUpdateLocked(.ok) {
+            items.append(.session(update.jsonData()))
+            persistScopeLocked()
+        }
+        lock.unlock()
+        if !items.isEmpty { submit(Envelope(items: items)) }
+        delivery.wake()
+    }
+
+    // MARK: - Scope
+
+    /// Adds a breadcrumb (persisted for the crash join).
+    func addBreadcrumb(_ crumb: Breadcrumb) {
+        lock.lock(); defer { lock.unlock() }
+        guard !ended else { return }
+        breadcrumbs.add(crumb)
+    }
+
+    /// Sets (or with `nil` removes) a tag on all later events and on this run's crash.
+    func setTag(_ key: String, _ value: String?) {
+        lock.lock(); defer { lock.unlock() }
+        guard !ended, scope.tags[key] != value else { return }
+        scope.tags[key] = value
+        persistScopeLocked()
+    }
+
+    /// Sets or clears `user.id`.
+    func identify(_ userID: String?) {
+        lock.lock(); defer { lock.unlock() }
+        guard !ended, scope.userID != userID else { return }
+        scope.userID = userID
+        persistScopeLocked()
+    }
+
+    /// The session update for `status` now (nil without session tracking). Call under the lock.
+    private func sessionUpdateLocked(_ status: SessionUpdate.Status) -> SessionUpdate? {
+        guard var session = scope.session else { return nil }
+        let update = session.update(status, now: Date(), release: scope.release, environment: scope.environment)
+        scope.session = session
+        return update
+    }
+
+    private func persistScopeLocked() {
+        guard let runDirectory else { return }
+        do { try runDirectory.write(scope) } catch { log("cannot write the run scope: \(error)") }
+    }
+
+    // MARK: - Events
+
+    /// Captures a handled error with the given stack trace; counts it in the session (the session update
+    /// travels in the same envelope).
+    func capture(error: Error, stack: (stacktrace: Stacktrace?, images: [DebugImage])) {
+        let type = String(reflecting: Swift.type(of: error))
+        let description = String(describing: error)
+        var exception: [String: JSONValue] = [
+            "type": .string(type),
+            "value": .string(description),
+            "mechanism": .object(["type": .string("swift.error"), "handled": .bool(true)]),
+        ]
+        if let stacktrace = stack.stacktrace { exception["stacktrace"] = EventFactory.json(stacktrace) }
+        let id = EventFactory.newEventID()
+        lock.lock()
+        guard !ended else { lock.unlock(); return }
+        var event = factory.base(eventID: id, level: .error, date: Date(), scope: scope, breadcrumbs: breadcrumbs.snapshot())
+        event["exception"] = .object(["values": .array([.object(exception)])])
+        if !stack.images.isEmpty { event["debug_meta"] = .object(["images": EventFactory.json(stack.images)]) }
+        EventFactory.removeFrameTrust(&event)
+        var items: [EnvelopeItem] = [.event(EventFactory.encode(event))]
+        if scope.session != nil {
+            scope.session!.errors += 1
+            if let update = sessionUpdateLocked(.ok) {
+                items.append(.session(update.jsonData()))
+            }
+            persistScopeLocked()
+        }
+        lock.unlock()
+        submit(Envelope(header: .init(eventID: id), items: items))
+        log("captured error \(type) as \(id)")
+    }
+
+    /// Captures a message event at `level` (`eventID` given only by tests that need a known id).
+    func capture(message: String, level: Event.Level, eventID: String? = nil, extra: [String: JSONValue] = [:],
+                 tags: [String: String] = [:]) {
+        let id = eventID ?? EventFactory.newEventID()
+        lock.lock()
+        guard !ended else { lock.unlock(); return }
+        var event = factory.base(eventID: id, level: level, date: Date(), scope: scope, breadcrumbs: breadcrumbs.snapshot())
+        lock.unlock()
+        event["logentry"] = EventFactory.logentry(message)
+        if !extra.isEmpty { event["extra"] = .object(extra) }
+        if !tags.isEmpty {
+            var all: [String: JSONValue] = [:]
+            if case .object(let existing)? = event["tags"] { all = existing }
+            for (k, v) in tags { all[k] = .string(v) }
+            event["tags"] = .object(all)
+        }
+        submit(Envelope(header: .init(eventID: id), items: [.event(EventFactory.encode(event))]))
+        log("captured \(level.rawValue) message as \(id)")
+    }
+
+    /// Hands an envelope to delivery, durably (written to disk before returning).
+    private func submit(_ envelope: Envelope) {
+        do { try delivery.submit(envelope, durable: true) } catch { log("could not persist an envelope: \(error)") }
+    }
+
+    // MARK: - End
+
+    /// Sends everything queued, waiting up to `timeout` seconds. `true` when nothing is left.
+    func flush(timeout: TimeInterval) -> Bool { delivery.flush(timeout: timeout) }
+
+    /// Ends the session (`exited`), flushes (up to `timeout` s), keeps what was not sent for the next launch,
+    /// and removes this run's directory. Idempotent.
+    func end(timeout: TimeInterval) {
+        lock.lock()
+        if ended { lock.unlock(); return }
+        ended = true
+        var items: [EnvelopeItem] = []
+        if let update = sessionUpdateLocked(.exited) {
+            items.append(.session(update.jsonData()))
+            persistScopeLocked()
+        }
+        lock.unlock()
+        if !items.isEmpty { submit(Envelope(items: items)) }
+        delivery.close(timeout: timeout)
+        log(delivery.summary)
+        runDirectory?.remove()
+    }
+
+    // MARK: - Storage
+
+    /// The anon id (`did`): a random UUID kept in `<storage>/anon_id` (mode 0600), created on first use.
+    static func anonID(storage: URL, log: ((String) -> Void)?) -> String? {
+        let url = storage.appendingPathComponent("anon_id")
+        if let text = try? String(contentsOf: url, encoding: .utf8) {
+            let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            if UUID(uuidString: id) != nil { return id.lowercased() }
+        }
+        let id = UUID().uuidString.lowercased()
+        do { try PrivateFiles.writeAtomically(Data(id.utf8), to: url, sync: false) } catch { log?("cannot write anon_id: \(error)") }
+        return id
+    }
+}

@@ -1,0 +1,94 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The scope of one run as persisted for the crash join: what the next launch needs to turn this run's crash
+/// report into a complete fatal event. Written to `<storage>/runs/<run-id>/scope.json` (atomically, mode 0600)
+/// whenever it changes; breadcrumbs live next to it (``BreadcrumbStore``).
+struct RunScope: Codable, Equatable {
+    /// The run id (a UUID string; also the crash report's file name).
+    var runID: String
+    /// `release`.
+    var release: String
+    /// `environment`.
+    var environment: String
+    /// `tags` (options' tags plus ``Vaka/setTag(_:_:)``).
+    var tags: [String: String]
+    /// `user.id` from ``Vaka/identify(_:)``, or `nil`.
+    var userID: String?
+    /// The run's session, when session tracking is on.
+    var session: SessionState?
+}
+
+/// `<storage>/runs/<run-id>/`: the persisted scope, the breadcrumbs and a lock file held (`flock`) for as
+/// long as the run's process lives, so a later launch can tell a finished run (lock free) from a live one.
+final class RunDirectory {
+    /// The directory.
+    let url: URL
+    /// The run id (directory name).
+    let runID: String
+    private var lockFD: Int32 = -1
+    private let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return e
+    }()
+
+    /// `<storage>/runs`.
+    static func root(_ storage: URL) -> URL { storage.appendingPathComponent("runs", isDirectory: true) }
+
+    /// Creates the directory (mode 0700) for `runID` and takes its lock.
+    /// - Throws: ``DeliveryIOError`` or a `FileManager` error when it cannot be created.
+    init(storage: URL, runID: String) throws {
+        self.runID = runID
+        url = RunDirectory.root(storage).appendingPathComponent(runID, isDirectory: true)
+        try PrivateFiles.makeDirectory(url)
+        lockFD = open(url.appendingPathComponent("lock").path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if lockFD >= 0 { _ = flock(lockFD, LOCK_EX | LOCK_NB) }
+    }
+
+    deinit { if lockFD >= 0 { Glibc.close(lockFD) } }
+
+    /// Writes `scope.json` atomically. Failures are returned as an error for debug logging.
+    func write(_ scope: RunScope) throws {
+        try PrivateFiles.writeAtomically(try encoder.encode(scope), to: url.appendingPathComponent("scope.json"), sync: false)
+    }
+
+    /// Deletes the directory (the run ended and everything about it was sent or queued).
+    func remove() {
+        if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
+        try? FileManager.default.removeItem(at: url)
+    }
+
+    /// A run directory left by an earlier process.
+    struct Previous {
+        /// The directory.
+        var url: URL
+        /// Its run id.
+        var runID: String
+        /// The scope it persisted, if readable.
+        var scope: RunScope?
+    }
+
+    /// The run directories under `<storage>/runs` whose process is gone (their lock can be taken), except
+    /// `current`. A directory whose lock is held belongs to a live process and is left alone.
+    static func finishedRuns(storage: URL, except current: String) -> [Previous] {
+        let root = root(storage)
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []
+        var runs: [Previous] = []
+        for name in names.sorted() where name != current && !name.hasPrefix(".") {
+            let dir = root.appendingPathComponent(name, isDirectory: true)
+            let fd = open(dir.appendingPathComponent("lock").path, O_RDWR | O_CLOEXEC)
+            if fd >= 0 {
+                let free = flock(fd, LOCK_EX | LOCK_NB) == 0
+                Glibc.close(fd)
+                if !free { continue }
+            }
+            let scope = (try? Data(contentsOf: dir.appendingPathComponent("scope.json")))
+                .flatMap { try? JSONDecoder().decode(RunScope.self, from: $0) }
+            runs.append(Previous(url: dir, runID: name, scope: scope))
+        }
+        return runs
+    }
+}

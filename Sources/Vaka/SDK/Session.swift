@@ -1,0 +1,96 @@
+import Foundation
+
+/// A release-health session update (the payload of a `session` envelope item), Sentry semantics.
+///
+/// On Linux one session covers one process run: `ok` from ``Vaka/start(_:)`` (with `init: true` on the first
+/// update), then one final status: `exited` (``Vaka/close()`` or normal exit), `crashed` (sent by the crash
+/// join of the next launch, in the envelope of the fatal event), or `abnormal` (the run ended without either,
+/// e.g. SIGKILL; sent at the next launch). `errors` counts the handled errors captured in the run.
+struct SessionUpdate: Codable, Equatable {
+    /// Session status values.
+    enum Status: String, Codable {
+        /// Running.
+        case ok
+        /// Ended normally (final).
+        case exited
+        /// Ended by a crash (final).
+        case crashed
+        /// Ended without an exit or crash being seen, e.g. killed (final).
+        case abnormal
+    }
+
+    /// `attrs`: the release (required by Sentry) and environment.
+    struct Attributes: Codable, Equatable {
+        /// `release`.
+        var release: String
+        /// `environment`.
+        var environment: String?
+    }
+
+    /// Session id: a random UUID, lower-case with dashes (`sid`).
+    var sid: String
+    /// Distinct id: the installation's anon id, a UUID kept in `<storage>/anon_id` (`did`).
+    var did: String?
+    /// Sequence number: milliseconds since the Unix epoch when the update was made, so later updates win (`seq`).
+    var seq: Int64
+    /// `true` only on the first update of the session (`init`).
+    var `init`: Bool
+    /// When the session started, RFC 3339 UTC with milliseconds (`started`).
+    var started: String
+    /// When this update was made, RFC 3339 UTC with milliseconds (`timestamp`).
+    var timestamp: String
+    /// Seconds from `started` to `timestamp`, for final updates (`duration`).
+    var duration: Double?
+    /// `status`.
+    var status: Status
+    /// Handled errors seen in the session (`errors`).
+    var errors: Int
+    /// `attrs`.
+    var attrs: Attributes
+
+    /// The JSON payload (sorted keys).
+    func jsonData() -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return (try? encoder.encode(self)) ?? Data("{}".utf8)
+    }
+}
+
+/// The session state of one run as kept in the run's `scope.json`; makes ``SessionUpdate``s.
+struct SessionState: Codable, Equatable {
+    /// `sid`.
+    var sid: String
+    /// `did`.
+    var did: String?
+    /// Start time, seconds since the Unix epoch.
+    var started: Double
+    /// Handled errors so far.
+    var errors: Int
+    /// The last status recorded (`ok` until the run ends).
+    var status: SessionUpdate.Status
+    /// Whether the `init: true` update was already made.
+    var initSent: Bool
+
+    /// A new running session.
+    init(did: String?, started: Date) {
+        sid = UUID().uuidString.lowercased()
+        self.did = did
+        self.started = started.timeIntervalSince1970
+        errors = 0
+        status = .ok
+        initSent = false
+    }
+
+    /// The update for `status` at `now`; marks `init` as sent.
+    mutating func update(_ status: SessionUpdate.Status, now: Date, release: String, environment: String?) -> SessionUpdate {
+        self.status = status
+        let first = !initSent
+        initSent = true
+        let start = Date(timeIntervalSince1970: started)
+        return SessionUpdate(sid: sid, did: did, seq: Int64(now.timeIntervalSince1970 * 1000), init: first,
+                             started: Timestamps.rfc3339(start), timestamp: Timestamps.rfc3339(now),
+                             duration: status == .ok ? nil : max(0, now.timeIntervalSince(start)),
+                             status: status, errors: errors,
+                             attrs: .init(release: release, environment: environment))
+    }
+}

@@ -1,0 +1,158 @@
+// SDK scenarios of vaka-crashme: they end normally (exit 0) after Vaka.flush(), and exercise the event API.
+import Foundation
+@_spi(Testing) import Vaka
+
+/// A scenario that uses the SDK API and exits normally.
+struct SDKScenario {
+    /// The name on the command line.
+    let name: String
+    /// One line for `--help`.
+    let summary: String
+    /// Runs after `Vaka.start`; the harness then flushes and exits 0.
+    let run: (_ storage: URL) -> Void
+}
+
+/// An error type the handled-error scenarios throw, so the event's `exception.type` is
+/// `vaka_crashme.CheckoutError` and its value names the case.
+enum CheckoutError: Error, CustomStringConvertible {
+    /// The card was declined, with the processor's code.
+    case cardDeclined(code: Int)
+    var description: String {
+        switch self {
+        case .cardDeclined(let code): return "card declined (code \(code))"
+        }
+    }
+}
+
+@inline(never)
+func chargeCard(amount: Int) throws -> Int {
+    if amount > 0 { throw CheckoutError.cardDeclined(code: 51) }
+    return amount
+}
+
+/// Throws a `CheckoutError` two calls deep and captures it with Vaka (`handledErrorScenario` and
+/// `chargeCard(amount:)` are on the captured stack).
+@inline(never)
+func handledErrorScenario() {
+    do {
+        _ = try chargeCard(amount: 42)
+    } catch {
+        Vaka.capture(error)
+    }
+}
+
+/// The tag, user and breadcrumbs `--scope` (and the `events` scenario) set: tag `flavor=free`, user
+/// `user-123`, breadcrumbs `cart: Added item 42` and `cart: Opened checkout`.
+func applyHarnessScope() {
+    Vaka.setTag("flavor", "free")
+    Vaka.identify("user-123")
+    Vaka.addBreadcrumb(category: "cart", message: "Added item 42")
+    Vaka.addBreadcrumb(category: "cart", message: "Opened checkout")
+}
+
+/// The event id of message `index` of `capture-many`: fixed, so a message captured again after a kill has
+/// the same `event_id` (`ca97` + index as 28 hex digits).
+func captureManyEventID(_ index: Int) -> String {
+    "ca97" + String(format: "%028x", index)
+}
+
+let sdkScenarios: [SDKScenario] = [
+    SDKScenario(name: "handled-error", summary: "throws CheckoutError.cardDeclined and captures it (exit 0 after flush)",
+                run: { _ in handledErrorScenario() }),
+    SDKScenario(name: "message", summary: "captures the warning message \"Cache rebuilt\" (exit 0 after flush)",
+                run: { _ in Vaka.capture(message: "Cache rebuilt", level: .warning) }),
+    SDKScenario(name: "events", summary: "screen, track, breadcrumbs, tag, identify, then a handled error (exit 0 after flush)",
+                run: { _ in
+                    Vaka.screen("Cart")
+                    Vaka.track("purchase", ["plan": "pro"])
+                    applyHarnessScope()
+                    Vaka.screen("Checkout")
+                    handledErrorScenario()
+                }),
+    SDKScenario(name: "capture-many", summary: "captures messages 0..<$VAKA_CAPTURE_COUNT (default 1000) with fixed event ids, resuming after <storage>/capture-many.progress (kill test)",
+                run: { storage in captureMany(storage: storage) }),
+    SDKScenario(name: "bench", summary: "measures Vaka.start, capture(message:) and addBreadcrumb; prints one JSON object",
+                run: { _ in }),
+]
+
+/// The kill test's child: captures messages with fixed event ids, recording after each one the next index
+/// in `<storage>/capture-many.progress` (so a restart after SIGKILL resumes; the message that was being
+/// captured is captured again with the same id). Prints `done N` when all are captured.
+func captureMany(storage: URL) {
+    let total = Int(ProcessInfo.processInfo.environment["VAKA_CAPTURE_COUNT"] ?? "") ?? 1000
+    let progress = storage.appendingPathComponent("capture-many.progress").path
+    var next = 0
+    if let text = try? String(contentsOfFile: progress, encoding: .utf8), let n = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+        next = n
+    }
+    let fd = open(progress, O_WRONLY | O_CREAT, 0o600)
+    while next < total {
+        Vaka.capture(message: "capture-many \(next)", level: .info, eventID: captureManyEventID(next))
+        next += 1
+        // No truncation: `next` only grows, so its digits always cover the previous value's.
+        _ = String(next).withCString { pwrite(fd, $0, strlen($0), 0) }
+    }
+    close(fd)
+    print("done \(total)")
+}
+
+/// `vaka-crashme bench --storage DIR [--dsn DSN]`: one JSON object on stdout with `start_ms` (wall time of
+/// Vaka.start), `capture_message_per_s` (capture(message:) calls per second, each written
+/// to disk before returning: `pending/` with a DSN, `outbox/` without), `breadcrumb_ns` (addBreadcrumb ns/op).
+/// Counts: $VAKA_BENCH_CAPTURES (default 2000), $VAKA_BENCH_BREADCRUMBS (default 20000).
+func runBench(storage: URL, dsn: String?) -> Never {
+    let env = ProcessInfo.processInfo.environment
+    let captures = Int(env["VAKA_BENCH_CAPTURES"] ?? "") ?? 2000
+    let crumbs = Int(env["VAKA_BENCH_BREADCRUMBS"] ?? "") ?? 20000
+    func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    let t0 = now()
+    // A long flush interval: the measured loop is the capture path, not the network.
+    Vaka.start(Vaka.Options(dsn: dsn, flushInterval: 3600, storageDirectory: storage))
+    let t1 = now()
+    for i in 0..<crumbs { Vaka.addBreadcrumb(category: "bench", message: "crumb \(i)") }
+    let t2 = now()
+    for i in 0..<captures { Vaka.capture(message: "bench \(i)", level: .info) }
+    let t3 = now()
+    let result: [String: Double] = [
+        "start_ms": Double(t1 - t0) / 1e6,
+        "breadcrumb_ns": Double(t2 - t1) / Double(max(crumbs, 1)),
+        "capture_message_per_s": Double(captures) / (Double(t3 - t2) / 1e9),
+    ]
+    let data = try! JSONSerialization.data(withJSONObject: result, options: [.sortedKeys])
+    print(String(decoding: data, as: UTF8.self))
+    Vaka.close(timeout: 0)
+    exit(0)
+}
+
+/// Runs SDK scenario `name` (`nil`: none — just start, which sends last run's crash and pending files) with
+/// Vaka started on `storage` and `dsn`, flushes (at most $VAKA_FLUSH_TIMEOUT s, default 30) and exits 0. `withScope` applies
+/// ``applyHarnessScope()`` first. `VAKA_DEBUG=1` turns on the SDK's debug output.
+func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withScope: Bool) -> Never {
+    if scenario?.name == "bench" { runBench(storage: storage, dsn: dsn) }
+    let debug = ProcessInfo.processInfo.environment["VAKA_DEBUG"] == "1"
+    Vaka.start(Vaka.Options(dsn: dsn, debug: debug, storageDirectory: storage))
+    if withScope { applyHarnessScope() }
+    scenario?.run(storage)
+    let flushTimeout = Double(ProcessInfo.processInfo.environment["VAKA_FLUSH_TIMEOUT"] ?? "") ?? 30
+    let sent = Vaka.flush(timeout: flushTimeout)
+    if !sent { FileHandle.standardError.write(Data("vaka-crashme: flush did not empty the queue\n".utf8)) }
+    exit(0)
+}
+
+/// The SDK part of `--help`.
+func printSDKHelp() {
+    print("""
+
+        SDK scenarios (exit 0 after Vaka.flush(); no scenario at all = just start, flush, exit 0):
+        """)
+    let width = sdkScenarios.map(\.name.count).max() ?? 0
+    for scenario in sdkScenarios {
+        print("  \(scenario.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(scenario.summary)")
+    }
+    print("""
+
+        SDK options: --dsn DSN (or $VAKA_DSN; none = envelopes go to DIR/outbox), --scope (set tag flavor=free,
+        user user-123 and two cart breadcrumbs right after start, also before a crash), $VAKA_DEBUG=1 (SDK debug
+        output on stderr).
+        """)
+}

@@ -1,0 +1,113 @@
+// `vaka outbox list|show`: reads the envelopes Vaka wrote to <storage>/outbox/ (no DSN configured).
+import Foundation
+import Vaka
+
+let outboxUsage = """
+    Usage: vaka outbox list --storage DIR
+           vaka outbox show ENVELOPE [--storage DIR]
+
+    Without a DSN, Vaka writes every envelope to DIR/outbox/<UTC time>-<event_id>.envelope instead of sending
+    it (DIR is Vaka.Options.storageDirectory; default ~/.local/state/vaka/<app>). --storage may also come from
+    $VAKA_STORAGE.
+
+      list            One line per envelope, oldest first: file name, size in bytes, item types, and the
+                      first event's level and title (message, or exception type: value).
+      show ENVELOPE   The envelope header and each item's payload as indented JSON. ENVELOPE is a path, a file
+                      name in DIR/outbox, or an index from `list` (1 = oldest; -1 = newest).
+
+    Exit status: 0 success; 1 unreadable envelope or directory; 2 usage error.
+
+    """
+
+/// Runs `vaka outbox ...`; never returns.
+func outboxCommand(_ arguments: ArraySlice<String>) -> Never {
+    var rest = arguments
+    guard let sub = rest.popFirst() else { FileHandle.standardError.write(Data(outboxUsage.utf8)); exit(2) }
+    if ["-h", "--help", "help"].contains(sub) { printOut(outboxUsage); exit(0) }
+    var storage = ProcessInfo.processInfo.environment["VAKA_STORAGE"]
+    var positional: [String] = []
+    while let argument = rest.popFirst() {
+        switch argument {
+        case "--storage":
+            guard let value = rest.popFirst() else { fail("--storage needs a directory", status: 2) }
+            storage = value
+        case "-h", "--help": printOut(outboxUsage); exit(0)
+        default:
+            if argument.hasPrefix("--storage=") { storage = String(argument.dropFirst("--storage=".count)); continue }
+            if argument.hasPrefix("-") && Int(argument) == nil { fail("unknown option \(argument) for 'outbox' (see vaka outbox --help)", status: 2) }
+            positional.append(argument)
+        }
+    }
+    let outbox = storage.map { Outbox(storageDirectory: URL(fileURLWithPath: $0, isDirectory: true)) }
+    switch sub {
+    case "list":
+        guard positional.isEmpty else { fail("outbox list takes no arguments", status: 2) }
+        guard let outbox else { fail("outbox list needs --storage DIR (or $VAKA_STORAGE)", status: 2) }
+        for url in outbox.list() {
+            let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0
+            guard let envelope = try? outbox.read(url) else {
+                printOut("\(url.lastPathComponent)  \(size) bytes  (not an envelope)\n")
+                continue
+            }
+            let types = envelope.items.map(\.type.rawValue).joined(separator: ",")
+            printOut("\(url.lastPathComponent)  \(size) bytes  \(types)\(summary(envelope).map { "  " + $0 } ?? "")\n")
+        }
+        exit(0)
+    case "show":
+        guard positional.count == 1 else { fail("outbox show takes one ENVELOPE (see vaka outbox --help)", status: 2) }
+        let url = resolve(positional[0], outbox)
+        let envelope: Envelope
+        do { envelope = try Envelope(data: Data(contentsOf: url)) } catch { fail("\(url.path): \(error)", status: 1) }
+        var header: [String: Any] = [:]
+        header["event_id"] = envelope.header.eventID
+        if let sdk = envelope.header.sdk { header["sdk"] = ["name": sdk.name, "version": sdk.version] }
+        printOut("# envelope \(url.lastPathComponent)\n\(pretty(header))\n")
+        for (index, item) in envelope.items.enumerated() {
+            printOut("# item \(index + 1): \(item.type.rawValue) (\(item.payload.count) bytes)\n")
+            if let object = try? JSONSerialization.jsonObject(with: item.payload) {
+                printOut(pretty(object) + "\n")
+            } else {
+                printOut(String(decoding: item.payload, as: UTF8.self) + "\n")
+            }
+        }
+        exit(0)
+    default:
+        fail("unknown outbox command '\(sub)' (see vaka outbox --help)", status: 2)
+    }
+}
+
+/// A path, a name in the outbox, or a 1-based index (negative from the end).
+private func resolve(_ argument: String, _ outbox: Outbox?) -> URL {
+    if let outbox {
+        let files = outbox.list()
+        if let index = Int(argument) {
+            let i = index > 0 ? index - 1 : files.count + index
+            guard files.indices.contains(i) else { fail("no envelope number \(argument) (\(files.count) in the outbox)", status: 1) }
+            return files[i]
+        }
+        if !argument.contains("/") { return outbox.directory.appendingPathComponent(argument) }
+    }
+    return URL(fileURLWithPath: argument)
+}
+
+/// `level: title` of the envelope's event, or `session <status>`.
+private func summary(_ envelope: Envelope) -> String? {
+    for item in envelope.items {
+        guard let object = try? JSONSerialization.jsonObject(with: item.payload) as? [String: Any] else { continue }
+        if item.type.rawValue == "event" {
+            let level = object["level"] as? String ?? "?"
+            if let message = (object["logentry"] as? [String: Any])?["formatted"] as? String { return "\(level): \(message)" }
+            if let values = (object["exception"] as? [String: Any])?["values"] as? [[String: Any]], let first = values.first {
+                return "\(level): \(first["type"] as? String ?? "?"): \(first["value"] as? String ?? "")"
+            }
+            return level
+        }
+        if item.type.rawValue == "session" { return "session \(object["status"] as? String ?? "?")" }
+    }
+    return nil
+}
+
+private func pretty(_ object: Any) -> String {
+    guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]) else { return "\(object)" }
+    return String(decoding: data, as: UTF8.self)
+}

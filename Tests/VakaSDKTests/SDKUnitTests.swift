@@ -1,0 +1,138 @@
+import XCTest
+@testable import Vaka
+
+/// In-process tests of the SDK's parts: breadcrumb store, sessions, run directories, options, no-ops before start.
+final class SDKUnitTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    func testBreadcrumbStoreKeepsTheLast100AndSurvivesATornLine() throws {
+        let run = dirs.make("crumbs")
+        let store = BreadcrumbStore(runDirectory: run)
+        for i in 0..<250 { store.add(Breadcrumb(timestamp: Double(i), category: "c", message: "m\(i)")) }
+        XCTAssertEqual(store.snapshot().count, 100)
+        XCTAssertEqual(store.snapshot().first?.message, "m150")
+        XCTAssertEqual(store.snapshot().last?.message, "m249")
+        // What a crashed run leaves: the file, plus a line cut short.
+        let file = run.appendingPathComponent("breadcrumbs.jsonl")
+        let handle = try FileHandle(forWritingTo: file)
+        handle.seekToEndOfFile()
+        handle.write(Data(#"{"category":"c","message":"torn","#.utf8))
+        try handle.close()
+        let loaded = BreadcrumbStore.load(runDirectory: run)
+        XCTAssertEqual(loaded.map(\.message), store.snapshot().map(\.message))
+        let mode = try FileManager.default.attributesOfItem(atPath: file.path)[.posixPermissions] as? Int
+        XCTAssertEqual(mode, 0o600)
+    }
+
+    func testSessionUpdatesFollowSentrySemantics() throws {
+        var session = SessionState(did: "d1d1d1d1-0000-4000-8000-000000000000", started: Date(timeIntervalSince1970: 1_700_000_000))
+        let first = session.update(.ok, now: Date(timeIntervalSince1970: 1_700_000_001), release: "app@1", environment: "production")
+        XCTAssertTrue(first.`init`)
+        XCTAssertNil(first.duration)
+        session.errors = 2
+        let last = session.update(.exited, now: Date(timeIntervalSince1970: 1_700_000_011), release: "app@1", environment: "production")
+        XCTAssertFalse(last.`init`)
+        XCTAssertEqual(last.duration, 11)
+        XCTAssertEqual(last.errors, 2)
+        XCTAssertGreaterThan(last.seq, first.seq)
+        let json = try XCTUnwrap(JSONSerialization.jsonObject(with: last.jsonData()) as? [String: Any])
+        XCTAssertEqual(json["status"] as? String, "exited")
+        XCTAssertEqual(json["started"] as? String, "2023-11-14T22:13:20.000Z")
+        XCTAssertEqual(json["did"] as? String, "d1d1d1d1-0000-4000-8000-000000000000")
+        XCTAssertEqual((json["attrs"] as? [String: Any])?["release"] as? String, "app@1")
+    }
+
+    func testLiveRunDirectoriesAreNotJoined() throws {
+        let storage = dirs.make("runs")
+        let live = try RunDirectory(storage: storage, runID: "LIVE")
+        try live.write(RunScope(runID: "LIVE", release: "r", environment: "e", tags: [:], userID: nil, session: nil))
+        // A run whose process is gone: directory and scope, no lock holder.
+        let deadURL = RunDirectory.root(storage).appendingPathComponent("DEAD")
+        try FileManager.default.createDirectory(at: deadURL, withIntermediateDirectories: true)
+        let scope = RunScope(runID: "DEAD", release: "r1", environment: "e1", tags: ["t": "v"], userID: "u", session: nil)
+        try JSONEncoder().encode(scope).write(to: deadURL.appendingPathComponent("scope.json"))
+        let finished = RunDirectory.finishedRuns(storage: storage, except: "CURRENT")
+        XCTAssertEqual(finished.map(\.runID), ["DEAD"])
+        XCTAssertEqual(finished.first?.scope, scope)
+        live.remove()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: live.url.path))
+    }
+
+    func testOptionsDestinations() throws {
+        XCTAssertNil(try Vaka.Options().parsedDSN())
+        let dsn = try XCTUnwrap(try Vaka.Options(dsn: "https://abc123@sentry.example.com/42").parsedDSN())
+        XCTAssertEqual(dsn.projectID, "42")
+        let keyed = try XCTUnwrap(try Vaka.Options(key: "abc123", endpoint: "https://sentry.example.com/api/42").parsedDSN())
+        XCTAssertEqual(keyed, dsn)
+        XCTAssertThrowsError(try Vaka.Options(dsn: "not a dsn").parsedDSN())
+        let o = Vaka.Options()
+        XCTAssertEqual(o.environment, "production")
+        XCTAssertEqual(o.flushInterval, 10)
+        XCTAssertEqual(o.maxBatchSize, 50)
+        XCTAssertEqual(o.sessionTimeout, 30)
+        XCTAssertTrue(o.crashReporting && o.sessionTracking && o.enabled && !o.debug)
+    }
+
+    func testDefaultReleaseAndStorage() {
+        let release = Vaka.defaultRelease()
+        XCTAssertTrue(release.contains("@0.0.0"), release)
+        XCTAssertFalse(release.contains(" "), release)
+        XCTAssertTrue(Vaka.defaultStorageDirectory().path.contains("/vaka/"))
+    }
+
+    func testOsReleaseParsing() throws {
+        let file = dirs.make("osrel").appendingPathComponent("os-release")
+        try "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\nVERSION_ID='12'\n# comment\n".write(to: file, atomically: true, encoding: .utf8)
+        let values = EventFactory.osRelease(path: file.path)
+        XCTAssertEqual(values["PRETTY_NAME"], "Debian GNU/Linux 12 (bookworm)")
+        XCTAssertEqual(values["ID"], "debian")
+        XCTAssertEqual(values["VERSION_ID"], "12")
+    }
+
+    /// Every call before start (and with enabled: false) is a no-op that writes nothing.
+    func testCallsBeforeStartAreNoOps() throws {
+        let storage = dirs.make("disabled")
+        Vaka.start(Vaka.Options(enabled: false, storageDirectory: storage))
+        Vaka.screen("S"); Vaka.track("t", ["k": "v"])
+        Vaka.capture(message: "m", level: .warning)
+        Vaka.capture(NSError(domain: "d", code: 1))
+        Vaka.addBreadcrumb(category: "c", message: "m")
+        Vaka.identify("u"); Vaka.identify(nil); Vaka.setTag("k", "v")
+        XCTAssertTrue(Vaka.flush())
+        Vaka.close()
+        XCTAssertNil(Vaka.runID)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storage.path), [])
+    }
+
+    /// The stack of a handled error: the calling function is the newest frame, named, in the test bundle image.
+    func testHandledStackTraceNamesTheCaller() throws {
+        let capture = StackCapture(arch: "x86_64")
+        let (stacktrace, images) = capture.capture(skip: 0)
+        let frames = try XCTUnwrap(stacktrace?.frames)
+        XCTAssertGreaterThan(frames.count, 2)
+        let newest = try XCTUnwrap(frames.last)
+        XCTAssertTrue(newest.function?.contains("testHandledStackTraceNamesTheCaller") ?? false, "\(newest)")
+        XCTAssertEqual(newest.inApp, true)
+        XCTAssertTrue(images.contains { $0.codeFile == newest.package && $0.codeID != nil }, "\(images)")
+    }
+
+    /// Concurrent calls from many threads neither crash nor lose breadcrumbs beyond the cap.
+    func testBreadcrumbStoreUnderTheClientLockFromManyThreads() throws {
+        let storage = dirs.make("threads")
+        let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
+                                runID: "T-\(UUID().uuidString)", dsn: nil, log: nil)
+        DispatchQueue.concurrentPerform(iterations: 8) { t in
+            for i in 0..<200 {
+                client.addBreadcrumb(Breadcrumb(timestamp: 0, category: "t\(t)", message: "\(i)"))
+                if i % 50 == 0 { client.setTag("t\(t)", "\(i)") }
+            }
+        }
+        client.capture(message: "after", level: .info)
+        client.end(timeout: 1)
+        let outbox = try readOutbox(storage)
+        let event = try XCTUnwrap(outbox.flatMap(\.events).first)
+        XCTAssertEqual((dig(event, "breadcrumbs", "values") as? [Any])?.count, 100)
+        XCTAssertEqual((event["tags"] as? [String: Any])?.count, 8)
+    }
+}

@@ -1,0 +1,290 @@
+import Foundation
+import XCTest
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+// Helpers for the SDK tests: the built harness, child processes, outbox envelopes, and the real peers
+// (sentry_sdk's envelope parser, Relay's normalizer, Bugsink) named by scripts/test's environment.
+
+enum SDKPaths {
+    /// The build products directory (next to the test bundle), or `$VAKA_PRODUCTS_DIR`.
+    static let products: URL = {
+        if let dir = ProcessInfo.processInfo.environment["VAKA_PRODUCTS_DIR"], !dir.isEmpty {
+            return URL(fileURLWithPath: dir, isDirectory: true)
+        }
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: exe).deletingLastPathComponent()
+    }()
+    static let harness = products.appendingPathComponent("vaka-crashme")
+    static let cli = products.appendingPathComponent("vaka")
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+}
+
+/// Temporary directories removed in tearDown (kept with VAKA_KEEP_TEST_FILES=1).
+final class ScratchDirs {
+    private var dirs: [URL] = []
+    func make(_ label: String) -> URL {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vaka-sdk-\(label)-\(UUID().uuidString.prefix(8))")
+        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        dirs.append(dir)
+        return dir
+    }
+    func removeAll() {
+        if ProcessInfo.processInfo.environment["VAKA_KEEP_TEST_FILES"] == "1" { return }
+        for dir in dirs { try? FileManager.default.removeItem(at: dir) }
+        dirs = []
+    }
+}
+
+/// How a child ended.
+struct Child {
+    var status: Int32
+    var signaled: Bool
+    var stdout: String
+    var stderr: String
+    var outcome: String { signaled ? "signal \(status)" : "exit \(status)" }
+}
+
+/// A started child process (for the kill test: killed from outside).
+final class RunningChild {
+    let process = Process()
+    private let done = DispatchSemaphore(value: 0)
+    let outURL: URL, errURL: URL
+
+    init(_ executable: URL, _ arguments: [String], environment: [String: String] = [:], logDirectory: URL) throws {
+        let id = UUID().uuidString.prefix(8)
+        outURL = logDirectory.appendingPathComponent("child-\(id).out")
+        errURL = logDirectory.appendingPathComponent("child-\(id).err")
+        FileManager.default.createFile(atPath: outURL.path, contents: nil)
+        FileManager.default.createFile(atPath: errURL.path, contents: nil)
+        process.executableURL = executable
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        env["SWIFT_BACKTRACE"] = "enable=no"
+        process.environment = env
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = try FileHandle(forWritingTo: outURL)
+        process.standardError = try FileHandle(forWritingTo: errURL)
+        process.terminationHandler = { [done] _ in done.signal() }
+        try process.run()
+    }
+
+    /// Waits at most `timeout` s; SIGKILLs the child when it is still running. `nil` when it had to be killed.
+    @discardableResult
+    func wait(timeout: TimeInterval) -> Child? {
+        var killed = false
+        if done.wait(timeout: .now() + timeout) == .timedOut {
+            kill(process.processIdentifier, SIGKILL)
+            done.wait()
+            killed = true
+        }
+        process.waitUntilExit()
+        let child = Child(status: process.terminationStatus, signaled: process.terminationReason == .uncaughtSignal,
+                          stdout: (try? String(contentsOf: outURL, encoding: .utf8)) ?? "",
+                          stderr: (try? String(contentsOf: errURL, encoding: .utf8)) ?? "")
+        return killed ? nil : child
+    }
+
+    func sigkill() { kill(process.processIdentifier, SIGKILL) }
+}
+
+/// Runs the harness and waits (at most `timeout` s).
+func runHarness(_ arguments: [String], environment: [String: String] = [:], logDirectory: URL,
+                timeout: TimeInterval = 60, file: StaticString = #filePath, line: UInt = #line) throws -> Child {
+    let child = try RunningChild(SDKPaths.harness, arguments, environment: environment, logDirectory: logDirectory)
+    guard let result = child.wait(timeout: timeout) else {
+        XCTFail("vaka-crashme \(arguments.joined(separator: " ")) ran longer than \(timeout) s (killed)", file: file, line: line)
+        return Child(status: -1, signaled: true, stdout: "", stderr: "")
+    }
+    return result
+}
+
+/// The envelopes in `<storage>/outbox`, oldest first, as (file, parsed JSON items).
+struct OutboxEnvelope {
+    var file: URL
+    var header: [String: Any]
+    var items: [(type: String, payload: [String: Any])]
+    var events: [[String: Any]] { items.filter { $0.type == "event" }.map(\.payload) }
+    var sessions: [[String: Any]] { items.filter { $0.type == "session" }.map(\.payload) }
+}
+
+/// Reads the outbox with an independent reader (header line, then item header + `length` bytes).
+func readOutbox(_ storage: URL) throws -> [OutboxEnvelope] {
+    let dir = storage.appendingPathComponent("outbox")
+    let names = ((try? FileManager.default.contentsOfDirectory(atPath: dir.path)) ?? []).filter { $0.hasSuffix(".envelope") }.sorted()
+    return try names.map { name in
+        let url = dir.appendingPathComponent(name)
+        return try parseEnvelope(Data(contentsOf: url), file: url)
+    }
+}
+
+struct EnvelopeParseError: Error, CustomStringConvertible { var description: String }
+
+func parseEnvelope(_ data: Data, file: URL) throws -> OutboxEnvelope {
+    let bytes = [UInt8](data)
+    var pos = 0
+    func line() -> Data {
+        let start = pos
+        while pos < bytes.count, bytes[pos] != 0x0A { pos += 1 }
+        let d = Data(bytes[start..<pos])
+        if pos < bytes.count { pos += 1 }
+        return d
+    }
+    guard let header = try JSONSerialization.jsonObject(with: line()) as? [String: Any] else {
+        throw EnvelopeParseError(description: "\(file.lastPathComponent): header is not an object")
+    }
+    var items: [(String, [String: Any])] = []
+    while pos < bytes.count {
+        guard let ih = try JSONSerialization.jsonObject(with: line()) as? [String: Any],
+              let type = ih["type"] as? String, let length = ih["length"] as? Int, pos + length <= bytes.count else {
+            throw EnvelopeParseError(description: "\(file.lastPathComponent): bad item header")
+        }
+        let payload = Data(bytes[pos..<(pos + length)])
+        pos += length
+        if pos < bytes.count, bytes[pos] == 0x0A { pos += 1 }
+        items.append((type, (try JSONSerialization.jsonObject(with: payload) as? [String: Any]) ?? [:]))
+    }
+    return OutboxEnvelope(file: file, header: header, items: items.map { (type: $0.0, payload: $0.1) })
+}
+
+/// Digs into decoded JSON by keys and indexes.
+func dig(_ root: Any?, _ path: Any...) -> Any? {
+    var current = root
+    for step in path {
+        if let key = step as? String { current = (current as? [String: Any])?[key] }
+        else if let index = step as? Int {
+            guard let array = current as? [Any] else { return nil }
+            let i = index < 0 ? array.count + index : index
+            current = array.indices.contains(i) ? array[i] : nil
+        }
+    }
+    return current
+}
+
+/// Runs a tool, returning status and stdout+stderr.
+func runTool(_ path: String, _ args: [String]) -> (Int32, String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = args
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    do { try process.run() } catch { return (-1, "\(error)") }
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// A peer from the environment (`name` = env var); skipped when absent unless VAKA_REQUIRE_PEERS=1.
+func requirePeer(_ name: String) throws -> String {
+    let env = ProcessInfo.processInfo.environment
+    if let value = env[name], !value.isEmpty { return value }
+    if env["VAKA_REQUIRE_PEERS"] == "1" {
+        XCTFail("VAKA_REQUIRE_PEERS=1 but \(name) is not set (scripts/test sets it)")
+    }
+    throw XCTSkip("\(name) not set (run through scripts/test)")
+}
+
+/// Checks every file with sentry_sdk's `Envelope.deserialize` and every event item with Relay's normalizer.
+/// Returns the problems (empty = all good) and how many envelopes/events were checked.
+func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [String], envelopes: Int, events: Int) {
+    let sentryPython = try requirePeer("VAKA_SENTRY_PYTHON")
+    let relayPython = try requirePeer("VAKA_RELAY_PYTHON")
+    let list = scratch.appendingPathComponent("envelopes.txt")
+    try files.map(\.path).joined(separator: "\n").write(to: list, atomically: true, encoding: .utf8)
+    let eventsDir = scratch.appendingPathComponent("events")
+    try FileManager.default.createDirectory(at: eventsDir, withIntermediateDirectories: true)
+    let script = """
+        import json, os, sys, sysconfig
+        from sentry_sdk.envelope import Envelope
+        # Bugsink's own event schema (strict validation drops events that fail it), when this venv has Bugsink.
+        schema_path = os.path.join(sysconfig.get_paths()["purelib"], "api", "event.schema.altered.json")
+        validator = None
+        if os.path.exists(schema_path):
+            import jsonschema
+            validator = jsonschema.Draft7Validator(json.load(open(schema_path)))
+        files = [l for l in open(sys.argv[1]).read().split("\\n") if l]
+        out = sys.argv[2]; n = 0; events = 0
+        for i, path in enumerate(files):
+            data = open(path, "rb").read()
+            env = Envelope.deserialize(data)
+            if not env.items: print("PROBLEM %s: no items" % path); continue
+            n += 1
+            for j, item in enumerate(env.items):
+                if item.type not in ("event", "session"): print("PROBLEM %s: item type %s" % (path, item.type))
+                try:
+                    payload = json.loads(item.payload.get_bytes())
+                except ValueError:
+                    print("PROBLEM %s: item %d is not JSON" % (path, j)); continue
+                if item.headers.get("length") != len(item.payload.get_bytes()): print("PROBLEM %s: item %d length" % (path, j))
+                if item.type == "event":
+                    if item.get_event() is None: print("PROBLEM %s: get_event() is None" % path)
+                    if env.headers.get("event_id") != payload.get("event_id"): print("PROBLEM %s: header event_id differs" % path)
+                    events += 1
+                    if validator is not None:
+                        for e in validator.iter_errors(payload):
+                            best = jsonschema.exceptions.best_match([e])
+                            print("PROBLEM %s: Bugsink schema: %s %s" % (path, best.json_path, best.message[-300:]))
+                    json.dump(payload, open(os.path.join(out, "e%05d-%d.json" % (i, j)), "w"))
+        print("CHECKED %d %d" % (n, events))
+        """
+    let (status, output) = runTool(sentryPython, ["-c", script, list.path, eventsDir.path])
+    var problems = output.split(separator: "\n").filter { $0.hasPrefix("PROBLEM") }.map(String.init)
+    if status != 0 { problems.append("sentry_sdk check failed (\(status)): \(output.suffix(2000))") }
+    var envelopes = 0, events = 0
+    if let checked = output.split(separator: "\n").first(where: { $0.hasPrefix("CHECKED") }) {
+        let parts = checked.split(separator: " ")
+        envelopes = Int(parts[1]) ?? 0
+        events = Int(parts[2]) ?? 0
+    }
+    let eventFiles = ((try? FileManager.default.contentsOfDirectory(atPath: eventsDir.path)) ?? []).sorted()
+        .map { eventsDir.appendingPathComponent($0).path }
+    if !eventFiles.isEmpty {
+        let (rs, ro) = runTool(relayPython, [SDKPaths.repository.appendingPathComponent("scripts/relay-validate.py").path] + eventFiles)
+        if rs != 0 { problems.append("Relay: " + ro.split(separator: "\n").filter { !$0.hasSuffix(": ok") }.prefix(20).joined(separator: "\n")) }
+    }
+    return (problems, envelopes, events)
+}
+
+/// Bugsink from scripts/test's environment.
+struct BugsinkPeer {
+    var url: String, dsn: String, token: String, project: String
+
+    static func fromEnvironment() throws -> BugsinkPeer {
+        BugsinkPeer(url: try requirePeer("BUGSINK_URL"), dsn: try requirePeer("BUGSINK_DSN"),
+                    token: try requirePeer("BUGSINK_TOKEN"), project: try requirePeer("BUGSINK_PROJECT_ID"))
+    }
+
+    /// GET /api/canonical/0/events/lookup/?project=ID&event_id=HEX: the stored event's `data`, or `nil` (404).
+    func storedEvent(_ eventID: String) -> [String: Any]? {
+        var request = URLRequest(url: URL(string: "\(url)/api/canonical/0/events/lookup/?project=\(project)&event_id=\(eventID)")!)
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        request.timeoutInterval = 15
+        final class Box: @unchecked Sendable { var value: (Int, Data) = (-1, Data()) }
+        let box = Box()
+        let done = DispatchSemaphore(value: 0)
+        URLSession.shared.dataTask(with: request) { data, response, _ in
+            box.value = ((response as? HTTPURLResponse)?.statusCode ?? -1, data ?? Data())
+            done.signal()
+        }.resume()
+        done.wait()
+        guard box.value.0 == 200, let object = try? JSONSerialization.jsonObject(with: box.value.1) as? [String: Any] else { return nil }
+        if let data = object["data"] as? [String: Any] { return data }
+        if let text = object["data"] as? String, let d = text.data(using: .utf8) {
+            return (try? JSONSerialization.jsonObject(with: d)) as? [String: Any]
+        }
+        return object
+    }
+
+    /// Polls ``storedEvent(_:)`` until found or `timeout` s pass (storage happens after the HTTP reply).
+    func waitForEvent(_ eventID: String, timeout: TimeInterval = 30) -> [String: Any]? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            if let event = storedEvent(eventID) { return event }
+            if Date() > deadline { return nil }
+            usleep(200_000)
+        }
+    }
+}
