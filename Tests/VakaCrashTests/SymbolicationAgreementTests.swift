@@ -137,7 +137,10 @@ final class SymbolicationAgreementTests: XCTestCase {
                    !expected.isEmpty {
                     expected[0].symbol = first.symbol
                 }
-                if expected != frame.ours {
+                // A file without a line is no location: binutils then names the compile unit ("X.swift.o") where
+                // the line table has no row (seen for a function merged by the optimiser, `…Tm`).
+                let fileWithLine = { (l: Location) in Location(symbol: l.symbol, file: l.line == nil ? nil : l.file, line: l.line) }
+                if expected.map(fileWithLine) != frame.ours.map(fileWithLine) {
                     ok = false
                     disagreements.append("\(where_): ours \(frame.ours) vs addr2line \(expected)")
                 }
