@@ -155,6 +155,7 @@ static void prepare_handler_state(void)
     /* glibc's `struct abort_msg_s *__abort_msg` (GLIBC_PRIVATE; may be missing in other libcs). */
     vaka_state.abort_msg = (void **)dlsym(RTLD_DEFAULT, "__abort_msg");
     vaka_state.r_debug = &_r_debug;
+    vaka_state.watchdog_signal = SIGRTMAX; /* a function call in glibc: resolved here, not in the handler */
 
     vaka_image_cache *cache = &vaka_image_caches[0];
     vaka_images_collect(cache);

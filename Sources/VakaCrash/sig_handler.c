@@ -40,6 +40,28 @@ static uintptr_t frame_ips[VAKA_MAX_FRAMES];
 static uint8_t frame_methods[VAKA_MAX_FRAMES];
 static char message_buf[VAKA_MESSAGE_MAX];
 
+/* ---- capture watchdog ----
+ * The whole capture is bounded: at crash time the winner arms two POSIX timers with raw syscalls. Timer A
+ * (VAKA_WATCHDOG_NS) is directed at the winner's thread (SIGEV_THREAD_ID): when the winner is stuck with the
+ * watchdog signal deliverable, its handler runs on the winner and takes the nested-fault path. Timer B
+ * (VAKA_WATCHDOG_NS + 1 s) is process-directed: libunwind blocks every signal around dl_iterate_phdr, so a
+ * winner stuck on the dynamic linker's lock never sees timer A; the kernel then gives timer B to another
+ * thread, which writes the frame-pointer frames the winner collected before unwinding and ends the process
+ * with the original signal (default action). */
+#define VAKA_WATCHDOG_NS 2000000000LL
+#define VAKA_WATCHDOG_COOKIE 0x56414b41 /* "VAKA" in si_value: tells our timers from foreign signals */
+enum { PHASE_IDLE = 0, PHASE_UNWINDING = 1, PHASE_WRITING = 2, PHASE_ABANDONED = 3 };
+static atomic_int capture_phase;
+static int watchdog_timers[2] = { -1, -1 };
+static struct sigaction watchdog_previous;
+static int watchdog_armed;
+/* Frames from the frame-pointer walk done before libunwind runs (written by the watchdog if it hangs). */
+static uintptr_t pre_ips[VAKA_MAX_FRAMES];
+static uint8_t pre_methods[VAKA_MAX_FRAMES];
+static size_t pre_count;
+static vaka_writer watchdog_writer;
+static void disarm_watchdog(void);
+
 /* How long a non-winning thread waits for the winner: 1000 x 10 ms. */
 #define VAKA_WAIT_STEPS 1000
 #define VAKA_WAIT_STEP_NS 10000000L
@@ -251,9 +273,25 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     vaka_sig_test_fault(1);
 
     write_registers(uc);
+    vaka_w_flush(&writer); /* the registers too: the unwinding below may hang (see the watchdog) */
+
+    /* Frame-pointer frames first, into their own buffer: if libunwind hangs, the watchdog writes these. */
+    int pre_truncated = 0;
+    pre_ips[0] = vaka_uc_pc(uc);
+    pre_methods[0] = VAKA_FRAME_CONTEXT;
+    pre_count = vaka_fp_walk(&vaka_state.reader, vaka_uc_fp(uc), vaka_uc_sp(uc), pre_ips, pre_methods, 1,
+                             VAKA_MAX_FRAMES, &pre_truncated);
+    atomic_store(&capture_phase, PHASE_UNWINDING);
 
     int truncated = 0;
     size_t n = vaka_sig_unwind(uc, &vaka_state.reader, frame_ips, frame_methods, VAKA_MAX_FRAMES, &truncated);
+    int expected_phase = PHASE_UNWINDING;
+    if (!atomic_compare_exchange_strong(&capture_phase, &expected_phase, PHASE_WRITING)) {
+        /* The watchdog gave up on us and is ending the process: write nothing more. */
+        struct timespec step = { 0, VAKA_WAIT_STEP_NS };
+        for (int i = 0; i < VAKA_WAIT_STEPS; i++) nanosleep(&step, NULL);
+        syscall(SYS_exit_group, 128 + sig);
+    }
     for (size_t i = 0; i < n; i++) {
         vaka_w_key(&writer, "frame");
         vaka_w_hex(&writer, frame_ips[i]);
@@ -309,6 +347,7 @@ __attribute__((noreturn)) static void die_after_nested_fault(int nested_sig, pid
         report_fd = -1;
     }
     writer.fd = -1;
+    disarm_watchdog();
     vaka_sig_restore_previous();
     atomic_store(&crash_done, 1);
 
@@ -330,6 +369,103 @@ __attribute__((noreturn)) static void die_after_nested_fault(int nested_sig, pid
     }
 }
 
+/* ------------------------------------------------------------------ watchdog */
+
+/* Ends the process with the original signal from a thread other than the (stuck) winner: the default
+ * action for that signal, so no previous handler runs on a thread that did not crash. */
+__attribute__((noreturn)) static void die_from_other_thread(void)
+{
+    int sig = crash_sig;
+    pid_t tid = current_tid();
+    vaka_sig_restore_previous();
+    atomic_store(&crash_done, 1);
+    struct sigaction dfl;
+    vaka_sig_zero(&dfl, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, NULL);
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, sig);
+    sigprocmask(SIG_UNBLOCK, &unblock, NULL);
+    send_self(sig, tid);
+    syscall(SYS_exit_group, 128 + sig);
+    for (;;) {
+    }
+}
+
+/* Handler of the watchdog signal, installed only during a capture. */
+static void vaka_sig_watchdog(int sig, siginfo_t *info, void *context)
+{
+    (void)context;
+    if (info == NULL || info->si_code != SI_TIMER || info->si_value.sival_int != VAKA_WATCHDOG_COOKIE) return;
+    if (atomic_load(&crash_done)) return;
+    pid_t tid = current_tid();
+    if (atomic_load(&crash_tid) == (int)tid) die_after_nested_fault(sig, tid); /* timer A on the winner */
+
+    /* Timer B on another thread: the winner cannot take signals (blocked inside libunwind). */
+    int expected = PHASE_UNWINDING;
+    if (atomic_compare_exchange_strong(&capture_phase, &expected, PHASE_ABANDONED) && report_fd >= 0) {
+        vaka_w_init(&watchdog_writer, report_fd);
+        for (size_t i = 0; i < pre_count; i++) {
+            vaka_w_key(&watchdog_writer, "frame");
+            vaka_w_hex(&watchdog_writer, pre_ips[i]);
+            vaka_w_str(&watchdog_writer, pre_methods[i] == VAKA_FRAME_CONTEXT ? " context\n" : " fp\n");
+        }
+        vaka_w_flush(&watchdog_writer);
+    }
+    die_from_other_thread();
+}
+
+static void arm_watchdog(pid_t tid)
+{
+    int wsig = vaka_state.watchdog_signal;
+    if (wsig <= 0) return;
+    struct sigaction action;
+    vaka_sig_zero(&action, sizeof action);
+    action.sa_sigaction = vaka_sig_watchdog;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigfillset(&action.sa_mask);
+    if (sigaction(wsig, &action, &watchdog_previous) != 0) return;
+    watchdog_armed = 1;
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, wsig);
+    sigprocmask(SIG_UNBLOCK, &unblock, NULL);
+
+    for (int k = 0; k < 2; k++) {
+        struct sigevent sev;
+        vaka_sig_zero(&sev, sizeof sev);
+        sev.sigev_signo = wsig;
+        sev.sigev_value.sival_int = VAKA_WATCHDOG_COOKIE;
+        if (k == 0) {
+            sev.sigev_notify = SIGEV_THREAD_ID;
+            sev._sigev_un._tid = tid;
+        } else {
+            sev.sigev_notify = SIGEV_SIGNAL;
+        }
+        int id = -1;
+        if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &sev, &id) != 0) continue;
+        watchdog_timers[k] = id;
+        struct itimerspec its;
+        vaka_sig_zero(&its, sizeof its);
+        long long ns = VAKA_WATCHDOG_NS + (k == 0 ? 0 : 1000000000LL);
+        its.it_value.tv_sec = (time_t)(ns / 1000000000LL);
+        its.it_value.tv_nsec = (long)(ns % 1000000000LL);
+        syscall(SYS_timer_settime, id, 0, &its, NULL);
+    }
+}
+
+static void disarm_watchdog(void)
+{
+    for (int k = 0; k < 2; k++) {
+        if (watchdog_timers[k] >= 0) syscall(SYS_timer_delete, watchdog_timers[k]);
+        watchdog_timers[k] = -1;
+    }
+    if (watchdog_armed) sigaction(vaka_state.watchdog_signal, &watchdog_previous, NULL);
+    watchdog_armed = 0;
+    atomic_store(&capture_phase, PHASE_IDLE);
+}
+
 void vaka_sig_handler(int sig, siginfo_t *info, void *context)
 {
     uint64_t start_ns = now_ns(CLOCK_MONOTONIC);
@@ -339,7 +475,11 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
 
     if (atomic_compare_exchange_strong(&crash_tid, &expected, (int)tid)) {
         crash_sig = sig;
-        if (atomic_load(&vaka_state.installed)) capture(sig, info, (ucontext_t *)context, start_ns, tid);
+        if (atomic_load(&vaka_state.installed)) {
+            arm_watchdog(tid);
+            capture(sig, info, (ucontext_t *)context, start_ns, tid);
+            disarm_watchdog();
+        }
         vaka_sig_restore_previous();
         atomic_store(&crash_done, 1);
         chain(sig, info, tid);

@@ -200,6 +200,7 @@ typedef struct vaka_sig_state {
     void *r_debug;                             /* &_r_debug (struct r_debug), or NULL */
     atomic_int test_fault_stage;               /* vaka_crash_test_fault_in_handler() */
     uintptr_t page_size;                       /* sysconf(_SC_PAGESIZE), bytes */
+    int watchdog_signal;                       /* SIGRTMAX (read at install): the capture watchdog's timers */
     vaka_safe_reader reader;                   /* for the handler only */
 } vaka_sig_state;
 
