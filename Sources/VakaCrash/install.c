@@ -100,6 +100,7 @@ static int make_target(vaka_report_target *t, const vaka_crash_config *config)
     memcpy(t->path, dir, dir_len);
     p += dir_len;
     if (dir_len > 1 || dir[0] != '/') t->path[p++] = '/';
+    t->dir_len = p;
     memcpy(t->path + p, config->run_id, id_len);
     p += id_len;
     memcpy(t->path + p, ".crash", 7);
@@ -192,6 +193,9 @@ int vaka_crash_install(const vaka_crash_config *config)
     gave_alt_stack = !had_ours && vaka_thread_stack_is_ours();
 
     vaka_sig_rearm();
+    vaka_state.owner_pid = getpid();
+    static int atfork_registered;
+    if (!atfork_registered && pthread_atfork(NULL, NULL, vaka_sig_after_fork_child) == 0) atfork_registered = 1;
     prepare_handler_state();
     atomic_store(&vaka_state.target, next);
     for (int i = 0; i < signal_count; i++) vaka_state.signals[i] = signals[i];

@@ -107,6 +107,41 @@ void vaka_sig_restore_previous(void)
     atomic_store(&vaka_state.installed, 0); /* our handlers are gone: a later install starts afresh */
 }
 
+void vaka_sig_after_fork_child(void)
+{
+    pid_t pid = (pid_t)syscall(SYS_getpid);
+    vaka_state.owner_pid = pid;
+    /* A crash in progress in the parent (fork from a previous handler) is not the child's. */
+    atomic_store(&crash_tid, 0);
+    atomic_store(&crash_done, 0);
+    atomic_store(&capture_phase, PHASE_IDLE);
+    report_fd = -1;
+    for (int k = 0; k < 2; k++) watchdog_timers[k] = -1; /* timers are not inherited */
+    watchdog_armed = 0;
+
+    /* The child's own report file: `<dir>/<run_id>-<pid>.crash`, so parent and child never overwrite each
+     * other's report. */
+    vaka_report_target *current = atomic_load(&vaka_state.target);
+    if (current == NULL) return;
+    vaka_report_target *next = current == &vaka_state.targets[0] ? &vaka_state.targets[1] : &vaka_state.targets[0];
+    vaka_sig_copy(next, current, sizeof *next);
+    size_t p = current->dir_len;
+    if (p == 0 || p + current->run_id_len + 1 + 10 + 6 + 1 > sizeof next->path) return;
+    vaka_sig_copy(next->path + p, current->run_id, current->run_id_len);
+    p += current->run_id_len;
+    next->path[p++] = '-';
+    char digits[10];
+    size_t nd = 0;
+    uint32_t v = (uint32_t)pid;
+    do {
+        digits[nd++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0 && nd < sizeof digits);
+    while (nd > 0) next->path[p++] = digits[--nd];
+    vaka_sig_copy(next->path + p, ".crash", 7);
+    atomic_store(&vaka_state.target, next);
+}
+
 void vaka_sig_test_fault(int stage)
 {
     if (stage != 0 && atomic_load(&vaka_state.test_fault_stage) == stage) {
@@ -466,10 +501,40 @@ static void disarm_watchdog(void)
     atomic_store(&capture_phase, PHASE_IDLE);
 }
 
+/* Puts the saved previous action of `sig` back in place (SIG_DFL if what was saved is our own handler), so
+ * that chaining reaches it even when a library re-installed our handler after the capture. */
+static void put_previous_back(int sig)
+{
+    struct sigaction action = vaka_state.previous[sig];
+    if ((action.sa_flags & SA_SIGINFO) && action.sa_sigaction == vaka_sig_handler) {
+        vaka_sig_zero(&action, sizeof action);
+        action.sa_handler = SIG_DFL;
+    }
+    sigaction(sig, &action, NULL);
+}
+
+/* The signal hit a process the state does not belong to: a vfork child (shares our memory) or a raw
+ * clone(). Touch no shared state: the default action for this signal, then let it through. */
+static void not_our_process(int sig, const siginfo_t *info)
+{
+    struct sigaction dfl;
+    vaka_sig_zero(&dfl, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, NULL);
+    int code = info != NULL ? info->si_code : 0;
+    if ((sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && code > 0) return;
+    syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+}
+
 void vaka_sig_handler(int sig, siginfo_t *info, void *context)
 {
-    uint64_t start_ns = now_ns(CLOCK_MONOTONIC);
     int saved_errno = errno;
+    if ((pid_t)syscall(SYS_getpid) != vaka_state.owner_pid) {
+        not_our_process(sig, info);
+        errno = saved_errno;
+        return;
+    }
+    uint64_t start_ns = now_ns(CLOCK_MONOTONIC);
     pid_t tid = current_tid();
     int expected = 0;
 
@@ -483,13 +548,15 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
         vaka_sig_restore_previous();
         atomic_store(&crash_done, 1);
         chain(sig, info, tid);
-    } else if (expected == (int)tid) {
+    } else if (expected == (int)tid && !atomic_load(&crash_done)) {
         die_after_nested_fault(sig, tid);
     } else {
-        /* Another thread is writing the report: wait for it, then let this signal through too. */
+        /* Another thread is writing the report (or wrote it, and our handler was put back since): wait for
+         * it, then let this signal through to the previous action, which must really be in place. */
         struct timespec step = { 0, VAKA_WAIT_STEP_NS };
         for (int i = 0; i < VAKA_WAIT_STEPS && !atomic_load(&crash_done); i++) nanosleep(&step, NULL);
         if (!atomic_load(&crash_done)) vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
+        put_previous_back(sig);
         chain(sig, info, tid);
     }
     errno = saved_errno;

@@ -24,8 +24,8 @@
 
 /* ---------------------------------------------------------------- limits */
 
-/** Longest report path: `<dir>/<run_id>.crash` plus the NUL, in bytes. */
-#define VAKA_REPORT_PATH_MAX (VAKA_REPORT_DIR_MAX + 1 + VAKA_RUN_ID_MAX + 6 + 1)
+/** Longest report path: `<dir>/<run_id>-<pid>.crash` plus the NUL, in bytes (fork children add `-<pid>`). */
+#define VAKA_REPORT_PATH_MAX (VAKA_REPORT_DIR_MAX + 1 + VAKA_RUN_ID_MAX + 1 + 10 + 6 + 1)
 /** Longest path kept for an image or the executable (bytes, without the NUL); longer ones are cut. */
 #define VAKA_PATH_MAX 4096
 /** Longest GNU build ID kept, in bytes (SHA-1 IDs are 20, some linkers emit up to 32). */
@@ -181,12 +181,14 @@ uintptr_t vaka_uc_fp(const ucontext_t *uc);
 typedef struct vaka_report_target {
     char run_id[VAKA_RUN_ID_MAX + 1];
     size_t run_id_len;
+    size_t dir_len;                            /* bytes of path up to and including the last '/' */
     char path[VAKA_REPORT_PATH_MAX];
 } vaka_report_target;
 
 /** Everything the handler reads. Written only at install/uninstall (under install.c's mutex). */
 typedef struct vaka_sig_state {
     atomic_int installed;                      /* 1 while our handlers are in place */
+    pid_t owner_pid;                           /* the process the state belongs to (install, or fork child) */
     int signals[VAKA_NSIG];                    /* handled signals */
     size_t signal_count;
     struct sigaction previous[VAKA_NSIG];      /* actions before install, indexed by signal */
@@ -212,6 +214,9 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *uc);
 void vaka_sig_restore_previous(void);
 /** Signal safe. 1 when a crash capture has started (then images must not be refreshed). */
 int vaka_sig_crash_started(void);
+/** fork() child (pthread_atfork): the state now belongs to the child; its reports go to
+ *  `<dir>/<run_id>-<pid>.crash`. Only plain memory writes and getpid. */
+void vaka_sig_after_fork_child(void);
 /** Install time: after a finished capture that the process survived (a previous handler recovered),
  *  lets a new install capture again. */
 void vaka_sig_rearm(void);

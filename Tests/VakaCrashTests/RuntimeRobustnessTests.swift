@@ -39,4 +39,89 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertNotNil(reportValue(report, "register"), "registers are flushed before unwinding")
         XCTAssertGreaterThanOrEqual(frameCount(report), 2, report)
     }
+
+    /// H2: a vfork child that crashes before exec shares our memory: it must not take the crash state (the
+    /// parent's later crash is still captured, with the parent's pid) and must die by its own signal.
+    func testVforkChildCrashLeavesParentState() throws {
+        let program = try RuntimeProgram.build("vfork", """
+        #include <sys/wait.h>
+        int main(void) {
+            vk_start("vfork");
+            pid_t c = vfork();
+            if (c == 0) { vk_null(); _exit(0); }
+            int st; waitpid(c, &st, 0);
+            printf("child=%d signal=%d installed=%d\\n", (int)c, WIFSIGNALED(st) ? WTERMSIG(st) : 0, vaka_crash_is_installed());
+            fflush(stdout);
+            vk_null();
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 20)
+        XCTAssertFalse(run.result.timedOut)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let out = String(decoding: run.result.stdout, as: UTF8.self)
+        XCTAssertTrue(out.contains("signal=11 installed=1"), out)
+        XCTAssertEqual(run.reports, ["vfork.crash"], "only the parent writes a report")
+        let report = run.onlyReport
+        XCTAssertTrue(report.hasSuffix("\nend\n"), report)
+        XCTAssertEqual(reportValue(report, "pid"), reportValue(report, "tid"), "the parent's main thread")
+        XCTAssertFalse(out.contains("child=\(reportValue(report, "pid") ?? "?")"), "report is the parent's")
+    }
+
+    /// D1/H2: a fork child writes its own report, `<run_id>-<pid>.crash`; the parent's crash afterwards
+    /// still writes `<run_id>.crash`; neither overwrites the other.
+    func testForkChildWritesItsOwnReport() throws {
+        let program = try RuntimeProgram.build("fork", """
+        #include <sys/wait.h>
+        int main(void) {
+            vk_start("forkrun");
+            pid_t c = fork();
+            if (c == 0) vk_null();
+            int st; waitpid(c, &st, 0);
+            printf("child=%d signal=%d\\n", (int)c, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+            fflush(stdout);
+            abort();
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 20)
+        XCTAssertEqual(run.result.outcome, "signal 6 (SIGABRT)", run.result.stderrTail())
+        let out = String(decoding: run.result.stdout, as: UTF8.self)
+        guard let childPID = out.split(separator: "=").dropFirst().first?.split(separator: " ").first.map(String.init) else {
+            return XCTFail("no child pid in \(out)")
+        }
+        XCTAssertTrue(out.contains("signal=11"), out)
+        XCTAssertEqual(run.reports, ["forkrun-\(childPID).crash", "forkrun.crash"])
+        let child = run.report("forkrun-\(childPID).crash"), parent = run.report("forkrun.crash")
+        XCTAssertEqual(reportValue(child, "pid"), childPID)
+        XCTAssertEqual(reportValue(child, "signal"), "11 SIGSEGV")
+        XCTAssertEqual(reportValue(child, "run_id"), "forkrun")
+        XCTAssertTrue(child.hasSuffix("\nend\n"))
+        XCTAssertEqual(reportValue(parent, "signal"), "6 SIGABRT")
+        XCTAssertNotEqual(reportValue(parent, "pid"), childPID)
+        XCTAssertTrue(parent.hasSuffix("\nend\n"))
+    }
+
+    /// H2 (t_stale2): after a capture the process survived (a previous handler recovered with siglongjmp), a
+    /// library puts our saved action back; the next fault on another thread must reach the previous action
+    /// instead of looping through our handler forever.
+    func testFaultAfterOurHandlerWasReinstalledDoesNotLoop() throws {
+        let program = try RuntimeProgram.build("stale", """
+        #include <setjmp.h>
+        static sigjmp_buf jb;
+        static volatile int armed = 1;
+        static void gc(int s, siginfo_t *i, void *u) { if (armed) { armed = 0; siglongjmp(jb, 1); } signal(s, SIG_DFL); }
+        int main(void) {
+            struct sigaction sa = {0}, vk; sa.sa_sigaction = gc; sa.sa_flags = SA_SIGINFO; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("stale");
+            sigaction(SIGSEGV, NULL, &vk);
+            if (sigsetjmp(jb, 1) == 0) vk_null();
+            sigaction(SIGSEGV, &vk, NULL);
+            pthread_t t; pthread_create(&t, NULL, (void *(*)(void *))vk_null, NULL); pthread_join(t, NULL);
+            return 3;
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 20)
+        XCTAssertFalse(run.result.timedOut, "looped")
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        XCTAssertEqual(run.reports, ["stale.crash"])
+    }
 }

@@ -38,7 +38,8 @@ extern "C" {
 typedef struct vaka_crash_config {
     /** Existing directory where the report is created; absolute path, at most VAKA_REPORT_DIR_MAX bytes. */
     const char *report_dir;
-    /** Identifier of this run (e.g. a UUID); the report file is `<report_dir>/<run_id>.crash`.
+    /** Identifier of this run (e.g. a UUID); the report file is `<report_dir>/<run_id>.crash`
+     *  (`<report_dir>/<run_id>-<pid>.crash` in a child made with fork() after install).
      *  1..VAKA_RUN_ID_MAX characters of [A-Za-z0-9._-], not starting with '.'. */
     const char *run_id;
     /** Signals to handle, or NULL to handle the default set:
@@ -93,8 +94,8 @@ int vaka_crash_is_installed(void);
 int vaka_crash_thread_attach(void);
 
 /**
- * Path of the report that a crash would write now: `<report_dir>/<run_id>.crash`,
- * or NULL when not installed. Valid until the next install/uninstall.
+ * Path of the report that a crash would write now: `<report_dir>/<run_id>.crash`
+ * (`<report_dir>/<run_id>-<pid>.crash` in a fork child), or NULL when not installed. Valid until the next install/uninstall.
  */
 const char *vaka_crash_report_path(void);
 
