@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -232,13 +233,40 @@ static int has_fault_address(int sig, int code)
     return code > 0 && (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGTRAP);
 }
 
+/* Opens the report file for writing without ever blocking: O_NONBLOCK (a FIFO at the path would block
+ * open(2) until a reader came), O_NOFOLLOW (no symlinks), and only a regular file is kept. Anything else at
+ * the path (a FIFO, a device, a socket) is unlinked and the file created afresh with O_EXCL.
+ * @return the descriptor, or -1. */
+static int open_report(const char *path)
+{
+    const int flags = O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    int fd = open(path, flags | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return fd;
+        close(fd);
+    } else if (errno != ENXIO && errno != ELOOP && errno != EISDIR && errno != ETXTBSY && errno != EWOULDBLOCK) {
+        return -1; /* e.g. ENOENT (directory gone), EACCES, EMFILE: unlinking would not help */
+    }
+    /* ENXIO: a FIFO without a reader; ELOOP: a symlink; EISDIR: a directory (unlink fails: give up). */
+    if (unlink(path) != 0) return -1;
+    fd = open(path, flags | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns, pid_t tid)
 {
     uint64_t wall_ns = now_ns(CLOCK_REALTIME);
     vaka_report_target *target = atomic_load(&vaka_state.target);
     if (target == NULL || target->path[0] == '\0') return;
 
-    int fd = open(target->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = open_report(target->path);
     if (fd < 0) return; /* nowhere to write; chaining still happens */
     report_fd = fd;
     vaka_w_init(&writer, fd);

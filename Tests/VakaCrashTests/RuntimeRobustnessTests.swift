@@ -124,4 +124,24 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
         XCTAssertEqual(run.reports, ["stale.crash"])
     }
+
+    /// H3: a FIFO at the report path used to block open(2) forever. It is replaced by a regular report.
+    func testFifoAtReportPathDoesNotBlock() throws {
+        let program = try RuntimeProgram.build("fifo", """
+        #include <sys/stat.h>
+        int main(void) {
+            vk_start("fifo");
+            char p[4096]; snprintf(p, sizeof p, "%s/fifo.crash", getenv("VK_DIR"));
+            if (mkfifo(p, 0600) != 0) { perror("mkfifo"); return 4; }
+            vk_null();
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 20)
+        XCTAssertFalse(run.result.timedOut, "open(2) blocked on the FIFO")
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        XCTAssertEqual(run.reports, ["fifo.crash"])
+        let attributes = try FileManager.default.attributesOfItem(atPath: run.directory.appendingPathComponent("fifo.crash").path)
+        XCTAssertEqual(attributes[.type] as? FileAttributeType, .typeRegular)
+        XCTAssertTrue(run.onlyReport.hasSuffix("\nend\n"), run.onlyReport)
+    }
 }
