@@ -13,7 +13,13 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
 #include <unistd.h>
 
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -143,6 +149,50 @@ static void prepare_process_facts(void)
     vaka_state.executable[vaka_state.executable_len] = '\0';
 }
 
+/* Calls once, harmlessly, every C library and libunwind function the signal path calls (the list is what
+ * `nm -u` shows for the sig_*.o files; scripts/check-signal-path keeps it to the allowlist), so lazy PLT
+ * binding is done now: the dynamic linker's resolver would otherwise run inside the handler on its first
+ * call, where it needs more stack than a small application alternate stack has (a nested fault there used to
+ * loop forever). */
+static void preresolve_signal_path_calls(void)
+{
+    int saved = errno;
+    struct timespec ts = { 0, 0 };
+    struct timespec zero = { 0, 0 };
+    nanosleep(&zero, NULL); /* before clock_gettime fills ts */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    struct stat st;
+    (void)fstat(-1, &st);
+    (void)close(-1);
+    (void)read(-1, NULL, 0);
+    (void)write(-1, NULL, 0);
+    (void)open("", O_RDONLY | O_CLOEXEC);
+    (void)unlink("");
+    char name[17] = { 0 };
+    (void)prctl(PR_GET_NAME, name, 0, 0, 0);
+    (void)syscall(SYS_getpid);
+    struct iovec local = { name, 1 }, remote = { name + 1, 1 };
+    (void)process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    sigset_t set;
+    sigemptyset(&set);
+    sigfillset(&set);
+    sigaddset(&set, SIGSEGV);
+    sigprocmask(SIG_BLOCK, NULL, &set);
+    struct sigaction old;
+    sigaction(SIGSEGV, NULL, &old);
+    /* libunwind: the cursor calls the handler makes (vaka_crash_capture_frames covers unw_init_local). */
+    unw_context_t uc;
+    unw_cursor_t cursor;
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_GLOBAL);
+    if (unw_getcontext(&uc) == 0 && unw_init_local2(&cursor, &uc, 0) == 0) {
+        unw_word_t ip = 0;
+        unw_get_reg(&cursor, UNW_REG_IP, &ip);
+        unw_step(&cursor);
+    }
+    errno = saved;
+}
+
 static void prepare_handler_state(void)
 {
     prepare_process_facts();
@@ -162,6 +212,7 @@ static void prepare_handler_state(void)
     vaka_images_collect(cache);
     atomic_store(&vaka_state.images, cache);
 
+    preresolve_signal_path_calls();
     /* Warm libunwind up (its one-time initialisation allocates) so the handler does not do it. */
     uintptr_t frames[4];
     vaka_crash_capture_frames(frames, 4, 0);

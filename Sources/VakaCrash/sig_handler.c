@@ -62,6 +62,7 @@ static uint8_t pre_methods[VAKA_MAX_FRAMES];
 static size_t pre_count;
 static vaka_writer watchdog_writer;
 static void disarm_watchdog(void);
+static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context);
 
 /* How long a non-winning thread waits for the winner: 1000 x 10 ms. */
 #define VAKA_WAIT_STEPS 1000
@@ -483,7 +484,7 @@ static void arm_watchdog(pid_t tid)
 {
     int wsig = vaka_state.watchdog_signal;
     if (wsig <= 0) return;
-    struct sigaction action;
+    static struct sigaction action; /* static: only the winner arms; keeps a small alternate stack free */
     vaka_sig_zero(&action, sizeof action);
     action.sa_sigaction = vaka_sig_watchdog;
     action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
@@ -496,7 +497,7 @@ static void arm_watchdog(pid_t tid)
     sigprocmask(SIG_UNBLOCK, &unblock, NULL);
 
     for (int k = 0; k < 2; k++) {
-        struct sigevent sev;
+        static struct sigevent sev;
         vaka_sig_zero(&sev, sizeof sev);
         sev.sigev_signo = wsig;
         sev.sigev_value.sival_int = VAKA_WATCHDOG_COOKIE;
@@ -509,7 +510,7 @@ static void arm_watchdog(pid_t tid)
         int id = -1;
         if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &sev, &id) != 0) continue;
         watchdog_timers[k] = id;
-        struct itimerspec its;
+        static struct itimerspec its;
         vaka_sig_zero(&its, sizeof its);
         long long ns = VAKA_WATCHDOG_NS + (k == 0 ? 0 : 1000000000LL);
         its.it_value.tv_sec = (time_t)(ns / 1000000000LL);
@@ -554,7 +555,47 @@ static void not_our_process(int sig, const siginfo_t *info)
     syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
 }
 
+/* The last handler entry that has not returned: signal, interrupted PC and the address of its ucontext (which
+ * tells threads apart: each runs on its own alternate stack). */
+static volatile int entry_sig;
+static volatile uintptr_t entry_pc;
+static void *volatile entry_uc;
+
+static uintptr_t context_pc(const void *context)
+{
+#if defined(__x86_64__)
+    return (uintptr_t)((const ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    return (uintptr_t)((const ucontext_t *)context)->uc_mcontext.pc;
+#else
+    (void)context;
+    return 0;
+#endif
+}
+
 void vaka_sig_handler(int sig, siginfo_t *info, void *context)
+{
+    /* A fault inside the handler that repeats itself: the handler overflowed a small alternate stack, the
+     * kernel delivered the nested fault at the top of that same stack, and it faulted at the same place again.
+     * Detected before any call or state change (this much always fits): the same signal, the same PC and the
+     * same ucontext address as an entry that has not returned. Bail out: the default action for the signal,
+     * and return to the faulting instruction, which now ends the process with that signal. */
+    uintptr_t pc = context != NULL ? context_pc(context) : 0;
+    if (entry_sig == sig && entry_pc == pc && entry_uc == context && pc != 0) {
+        struct sigaction dfl;
+        vaka_sig_zero(&dfl, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, NULL);
+        return;
+    }
+    entry_sig = sig;
+    entry_pc = pc;
+    entry_uc = context;
+    vaka_sig_handler_body(sig, info, context);
+    entry_sig = 0;
+}
+
+static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
 {
     int saved_errno = errno;
     if ((pid_t)syscall(SYS_getpid) != vaka_state.owner_pid) {

@@ -22,6 +22,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* Internal symbols are hidden: calls between the runtime's own files never go through a PLT slot (lazy binding
+ * in a signal handler runs the dynamic linker's resolver, which needs far more stack than a small alternate
+ * stack has). */
+#pragma GCC visibility push(hidden)
+
 /* ---------------------------------------------------------------- limits */
 
 /** Longest report path: `<dir>/<run_id>-<pid>.crash` plus the NUL, in bytes (fork children add `-<pid>`). */
@@ -234,5 +239,7 @@ void vaka_thread_stack_detach(void);
 void vaka_thread_stack_prepare(void);
 /** thread_stack.c: 1 if the calling thread's alternate stack was created by this runtime. */
 int vaka_thread_stack_is_ours(void);
+
+#pragma GCC visibility pop
 
 #endif /* VAKA_INTERNAL_H */

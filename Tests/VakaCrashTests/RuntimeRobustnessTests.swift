@@ -144,4 +144,33 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(attributes[.type] as? FileAttributeType, .typeRegular)
         XCTAssertTrue(run.onlyReport.hasSuffix("\nend\n"), run.onlyReport)
     }
+
+    /// H4: the application gave the thread a 4 KiB alternate stack (guard page below). The first call of a
+    /// C library function in the handler used to run the dynamic linker's lazy-binding resolver there, overflow
+    /// the stack and fault again at the same place forever. Now every such function is bound at install, and
+    /// a fault that repeats at the same PC is detected: the process ends with SIGSEGV, never hangs.
+    func testTinyAlternateStackDoesNotLoop() throws {
+        let program = try RuntimeProgram.build("smallalt", """
+        #include <sys/mman.h>
+        __attribute__((noinline)) int rec(int d) { if (d == 0) { vk_null(); return 0; } return rec(d - 1) + 1; }
+        int main(int argc, char **argv) {
+            size_t sz = (size_t)atoi(argv[1]);
+            char *m = mmap(NULL, sz + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            mprotect(m, 4096, PROT_NONE);
+            stack_t ss = { .ss_sp = m + 4096, .ss_size = sz };
+            if (sigaltstack(&ss, NULL)) { perror("sigaltstack"); return 4; }
+            vk_start("smallalt");
+            return rec(20);
+        }
+        """, extraFlags: ["-Wl,-z,lazy"])
+        for size in ["4096", "8192"] {
+            let run = try RuntimeProgram.run(program, [size], timeout: 20)
+            XCTAssertFalse(run.result.timedOut, "alternate stack of \(size) bytes: looped")
+            XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", "\(size): \(run.result.stderrTail())")
+            XCTAssertLessThanOrEqual(run.reports.count, 1)
+            if let name = run.reports.first {
+                XCTAssertEqual(reportValue(run.report(name), "signal"), "11 SIGSEGV", size)
+            }
+        }
+    }
 }
