@@ -26,7 +26,7 @@ static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 /* 1 when install gave the installing thread its alternate stack (uninstall removes it again). */
 static int gave_alt_stack;
 
-static const int default_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS };
+static const int default_signals[] = { VAKA_CRASH_SIGNALS };
 #define DEFAULT_SIGNAL_COUNT (sizeof default_signals / sizeof default_signals[0])
 
 /* ------------------------------------------------------------------ safe memory setup */
@@ -256,7 +256,12 @@ int vaka_crash_install(const vaka_crash_config *config)
     memset(&action, 0, sizeof action);
     action.sa_sigaction = vaka_sig_handler;
     action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-    sigemptyset(&action.sa_mask);
+    /* While the handler runs every asynchronous signal is blocked (SIGXFSZ from a report write over
+     * RLIMIT_FSIZE, SIGALRM, SIGTERM, SIGINT, SIGPROF, SIGCHLD...: none may end or interrupt the capture), but
+     * not the crash signals: a fault inside the capture must still enter the handler (nested-fault path). The
+     * watchdog signal is unblocked by the handler itself when it arms the watchdog. */
+    sigfillset(&action.sa_mask);
+    for (size_t i = 0; i < DEFAULT_SIGNAL_COUNT; i++) sigdelset(&action.sa_mask, default_signals[i]);
     atomic_store(&vaka_state.installed, 1); /* before the first sigaction: a crash right now is captured */
     for (int i = 0; i < signal_count; i++) {
         if (sigaction(signals[i], &action, &vaka_state.previous[signals[i]]) != 0) {

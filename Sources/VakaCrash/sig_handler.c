@@ -64,6 +64,9 @@ static vaka_writer watchdog_writer;
 static void disarm_watchdog(void);
 static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context);
 
+/* Size of the kernel's signal set (rt_sigtimedwait's last argument wants it in bytes). */
+#define VAKA_KERNEL_NSIG 64
+
 /* How long a non-winning thread waits for the winner: 1000 x 10 ms. */
 #define VAKA_WAIT_STEPS 1000
 #define VAKA_WAIT_STEP_NS 10000000L
@@ -389,6 +392,17 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     report_fd = -1;
 }
 
+/* A report write over RLIMIT_FSIZE made the kernel raise SIGXFSZ (blocked by our sa_mask). It is ours, not
+ * the application's: take it off the pending set so the process still ends with the crash signal. */
+static void discard_own_sigxfsz(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGXFSZ);
+    struct timespec zero = { 0, 0 };
+    syscall(SYS_rt_sigtimedwait, &set, NULL, &zero, (size_t)(VAKA_KERNEL_NSIG / 8));
+}
+
 /* ------------------------------------------------------------------ chaining */
 
 /* Lets the signal reach whatever was installed before us (already restored). */
@@ -613,6 +627,7 @@ static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
             arm_watchdog(tid);
             capture(sig, info, (ucontext_t *)context, start_ns, tid);
             disarm_watchdog();
+            if (writer.file_too_big) discard_own_sigxfsz();
         }
         vaka_sig_restore_previous();
         atomic_store(&crash_done, 1);

@@ -39,6 +39,8 @@
 #define VAKA_IMAGE_POOL_SIZE (128 * 1024)
 /** Cap for fatal/abort message text, in bytes (docs/report-format.md). */
 #define VAKA_MESSAGE_MAX 4096
+/** The signals the runtime can handle (vaka_crash_config.signals); never blocked while the handler runs. */
+#define VAKA_CRASH_SIGNALS SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS
 /** Highest signal number handled + 1 (classic signals only). */
 #define VAKA_NSIG 32
 
@@ -90,6 +92,7 @@ const char *vaka_si_code_name(int sig, int code);
 /** Buffered writer over a file descriptor; a single static instance is used by the handler. */
 typedef struct vaka_writer {
     int fd;            /* -1: writes are dropped */
+    int file_too_big;  /* a write failed with EFBIG (RLIMIT_FSIZE): the kernel raised SIGXFSZ */
     size_t len;        /* bytes buffered */
     size_t written;    /* bytes handed to write(2) so far */
     char buf[8192];

@@ -173,4 +173,32 @@ final class RuntimeRobustnessTests: XCTestCase {
             }
         }
     }
+
+    /// B4: asynchronous signals are blocked while the handler runs, crash signals are not. With RLIMIT_FSIZE
+    /// at 100 bytes the report write raises SIGXFSZ, whose default action used to end the process with
+    /// SIGXFSZ in the middle of the capture; now the process ends with SIGSEGV as without Vaka.
+    func testAsyncSignalsBlockedDuringCapture() throws {
+        let program = try RuntimeProgram.build("fsize", """
+        #include <sys/resource.h>
+        int main(int argc, char **argv) {
+            vk_start("fsize");
+            struct sigaction sa;
+            sigaction(SIGSEGV, NULL, &sa);
+            int async[] = { SIGXFSZ, SIGALRM, SIGTERM, SIGINT, SIGPROF, SIGCHLD, SIGUSR1, SIGPIPE };
+            int crash[] = { SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS };
+            for (unsigned i = 0; i < sizeof async / sizeof async[0]; i++)
+                if (!sigismember(&sa.sa_mask, async[i])) { printf("async %d not blocked\\n", async[i]); return 5; }
+            for (unsigned i = 0; i < sizeof crash / sizeof crash[0]; i++)
+                if (sigismember(&sa.sa_mask, crash[i])) { printf("crash %d blocked\\n", crash[i]); return 6; }
+            struct rlimit r = { 100, 100 };
+            setrlimit(RLIMIT_FSIZE, &r);
+            vk_null();
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 20)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)",
+                       String(decoding: run.result.stdout, as: UTF8.self) + run.result.stderrTail())
+        XCTAssertEqual(run.reports, ["fsize.crash"])
+        XCTAssertTrue(run.onlyReport.hasPrefix("VAKA-CRASH 1\n"), "the first 100 bytes are written")
+    }
 }
