@@ -286,6 +286,14 @@ int vaka_crash_uninstall(void)
     if (atomic_load(&vaka_state.installed)) {
         for (size_t i = 0; i < vaka_state.signal_count; i++) {
             int sig = vaka_state.signals[i];
+            /* Only where our handler is still the current one: a handler installed after ours (by the app or
+             * a library) stays; putting back what was there before us would silently remove it. */
+            struct sigaction current;
+            if (sigaction(sig, NULL, &current) != 0) {
+                if (rc == 0) rc = errno;
+                continue;
+            }
+            if (!((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == vaka_sig_handler)) continue;
             if (sigaction(sig, &vaka_state.previous[sig], NULL) != 0 && rc == 0) rc = errno;
         }
         atomic_store(&vaka_state.installed, 0);

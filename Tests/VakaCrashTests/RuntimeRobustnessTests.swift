@@ -201,4 +201,23 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(run.reports, ["fsize.crash"])
         XCTAssertTrue(run.onlyReport.hasPrefix("VAKA-CRASH 1\n"), "the first 100 bytes are written")
     }
+
+    /// B5: the app installs its own SIGSEGV handler after Vaka, then Vaka is closed. Uninstall used to put
+    /// back the action from before Vaka (the default), silently removing the app's handler.
+    func testUninstallKeepsHandlersInstalledAfterUs() throws {
+        let program = try RuntimeProgram.build("clobber", #"""
+        static void h(int s) { write(2, "app handler ran\n", 16); _exit(42); }
+        int main(void) {
+            vk_start("clobber");
+            signal(SIGSEGV, h);
+            if (vaka_crash_uninstall() != 0) return 4;
+            struct sigaction sa; sigaction(SIGABRT, NULL, &sa);
+            if (sa.sa_handler != SIG_DFL) return 5; /* ours was still current there: restored */
+            vk_null();
+        }
+        """#)
+        let run = try RuntimeProgram.run(program, timeout: 20)
+        XCTAssertEqual(run.result.outcome, "exit 42", run.result.stderrTail())
+        XCTAssertEqual(run.reports, [])
+    }
 }

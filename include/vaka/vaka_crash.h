@@ -74,8 +74,9 @@ int vaka_crash_install(const vaka_crash_config *config);
 /**
  * Restores exactly the signal actions that were in place before vaka_crash_install() (handler,
  * sa_mask and flags; glibc adds its internal SA_RESTORER flag to every action it sets, also to a
- * restored SIG_DFL), and removes the alternate stack this runtime gave the calling thread (if it
- * gave it one).
+ * restored SIG_DFL) for every signal whose current action is still this runtime's handler; a
+ * signal whose handler was replaced after install (by the application or a library) keeps that
+ * handler. Also removes the alternate stack this runtime gave the calling thread (if it gave it one).
  * @return 0 (also when not installed), or the errno of a failed sigaction.
  */
 int vaka_crash_uninstall(void);
