@@ -405,13 +405,42 @@ static void discard_own_sigxfsz(void)
 
 /* ------------------------------------------------------------------ chaining */
 
-/* Lets the signal reach whatever was installed before us (already restored). */
-static void chain(int sig, const siginfo_t *info, pid_t tid)
+/* Lets the signal reach whatever was installed before us (already restored).
+ *
+ * A synchronous hardware fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0) simply returns: the
+ * faulting instruction runs again and reaches the previous action. Every other signal does not repeat by
+ * itself (SIGTRAP's PC is already past the trap, SIGSYS from seccomp, SIGABRT, anything sent with
+ * kill/tgkill/sigqueue, si_code <= 0):
+ *   - previous action is a handler function: call it directly with the original signal, siginfo and
+ *     ucontext (SA_SIGINFO or plain), so it sees the real si_code/si_addr and can change the context (e.g. a
+ *     seccomp SIGSYS handler that emulates the system call);
+ *   - SIG_DFL: re-send the signal to this thread with tgkill (the default action then ends the process);
+ *   - SIG_IGN: return. */
+static void chain(int sig, siginfo_t *info, void *context, pid_t tid)
 {
     int code = info != NULL ? info->si_code : 0;
-    if ((sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && code > 0)
-        return; /* a hardware fault: returning re-executes the faulting instruction */
-    send_self(sig, tid);
+    int repeats = (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && code > 0;
+    if (repeats) return;
+
+    struct sigaction prev = vaka_state.previous[sig];
+    int siginfo_handler = (prev.sa_flags & SA_SIGINFO) != 0;
+    if (siginfo_handler && (prev.sa_sigaction == vaka_sig_handler || prev.sa_sigaction == NULL)) {
+        send_self(sig, tid); /* never call ourselves */
+        return;
+    }
+    if (!siginfo_handler && prev.sa_handler == SIG_IGN) return;
+    if (!siginfo_handler && prev.sa_handler == SIG_DFL) {
+        send_self(sig, tid);
+        return;
+    }
+    if (prev.sa_flags & SA_RESETHAND) { /* what the kernel would have done on delivery */
+        struct sigaction dfl;
+        vaka_sig_zero(&dfl, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, NULL);
+    }
+    if (siginfo_handler) prev.sa_sigaction(sig, info, context);
+    else prev.sa_handler(sig);
 }
 
 /* The capture faulted (or another signal hit the winner mid-capture): keep the complete lines written
@@ -631,7 +660,7 @@ static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
         }
         vaka_sig_restore_previous();
         atomic_store(&crash_done, 1);
-        chain(sig, info, tid);
+        chain(sig, info, context, tid);
     } else if (expected == (int)tid && !atomic_load(&crash_done)) {
         die_after_nested_fault(sig, tid);
     } else {
@@ -641,7 +670,7 @@ static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
         for (int i = 0; i < VAKA_WAIT_STEPS && !atomic_load(&crash_done); i++) nanosleep(&step, NULL);
         if (!atomic_load(&crash_done)) vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
         put_previous_back(sig);
-        chain(sig, info, tid);
+        chain(sig, info, context, tid);
     }
     errno = saved_errno;
 }

@@ -220,4 +220,48 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(run.result.outcome, "exit 42", run.result.stderrTail())
         XCTAssertEqual(run.reports, [])
     }
+
+    /// B1: a seccomp filter traps getppid() with SIGSYS and the application's SA_SIGINFO handler (installed
+    /// before Vaka) emulates it by setting the return register. Re-sending the signal with tgkill gave that
+    /// handler si_code SI_TKILL and a different context; now it is called directly with the original
+    /// siginfo and ucontext, and the emulation works as without Vaka.
+    func testPreviousHandlerGetsOriginalSiginfoAndContext() throws {
+        let program = try RuntimeProgram.build("sigsys", #"""
+        #include <linux/filter.h>
+        #include <linux/seccomp.h>
+        #include <stddef.h>
+        #include <sys/prctl.h>
+        #include <sys/syscall.h>
+        #include <ucontext.h>
+        static volatile int got_code = 99;
+        static void h(int s, siginfo_t *i, void *u) {
+            got_code = i->si_code;
+            ucontext_t *uc = u;
+            if (i->si_code == 1 /* SYS_SECCOMP */) uc->uc_mcontext.gregs[REG_RAX] = 4242;
+        }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_sigaction = h; sa.sa_flags = SA_SIGINFO; sigaction(SIGSYS, &sa, NULL);
+            vk_start("sigsys");
+            struct sock_filter f[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+            };
+            struct sock_fprog p = { 4, f };
+            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p)) { perror("seccomp"); return 4; }
+            long r = syscall(SYS_getppid);
+            printf("getppid=%ld code=%d\n", r, got_code);
+            return r == 4242 && got_code == 1 ? 0 : 1;
+        }
+        """#)
+        #if arch(x86_64)
+        for vaka in [false, true] {
+            let run = try RuntimeProgram.run(program, vaka: vaka, timeout: 20)
+            XCTAssertEqual(run.result.outcome, "exit 0",
+                           "vaka=\(vaka): " + String(decoding: run.result.stdout, as: UTF8.self) + run.result.stderrTail())
+        }
+        #endif
+    }
 }
