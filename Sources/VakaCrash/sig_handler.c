@@ -407,10 +407,10 @@ static void discard_own_sigxfsz(void)
 
 /* Lets the signal reach whatever was installed before us (already restored).
  *
- * A synchronous hardware fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0) simply returns: the
- * faulting instruction runs again and reaches the previous action. Every other signal does not repeat by
- * itself (SIGTRAP's PC is already past the trap, SIGSYS from seccomp, SIGABRT, anything sent with
- * kill/tgkill/sigqueue, si_code <= 0):
+ * A synchronous hardware fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0, except the asynchronous
+ * machine-check report BUS_MCEERR_AO) simply returns: the faulting instruction runs again and reaches the
+ * previous action. Every other signal does not repeat by itself (SIGTRAP's PC is already past the trap, SIGSYS
+ * from seccomp, SIGABRT, BUS_MCEERR_AO, anything sent with kill/tgkill/sigqueue, si_code <= 0):
  *   - previous action is a handler function: call it directly with the original signal, siginfo and
  *     ucontext (SA_SIGINFO or plain), so it sees the real si_code/si_addr and can change the context (e.g. a
  *     seccomp SIGSYS handler that emulates the system call);
@@ -420,6 +420,9 @@ static void chain(int sig, siginfo_t *info, void *context, pid_t tid)
 {
     int code = info != NULL ? info->si_code : 0;
     int repeats = (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && code > 0;
+#ifdef BUS_MCEERR_AO
+    if (sig == SIGBUS && code == BUS_MCEERR_AO) repeats = 0;
+#endif
     if (repeats) return;
 
     struct sigaction prev = vaka_state.previous[sig];

@@ -264,4 +264,28 @@ final class RuntimeRobustnessTests: XCTestCase {
         }
         #endif
     }
+
+    /// B3: SIGBUS with BUS_MCEERR_AO (a machine-check report, asynchronous: no instruction repeats it) must be
+    /// re-sent, not returned from: returning left the process running although the default action ends it.
+    /// The kernel lets a process send itself a signal with a positive si_code, so rt_tgsigqueueinfo fakes it.
+    func testAsynchronousMachineCheckSigbusIsResent() throws {
+        let program = try RuntimeProgram.build("mceerr", #"""
+        #include <sys/syscall.h>
+        int main(void) {
+            vk_start("mceerr");
+            siginfo_t si; memset(&si, 0, sizeof si);
+            si.si_signo = SIGBUS; si.si_code = BUS_MCEERR_AO;
+            if (syscall(SYS_rt_tgsigqueueinfo, getpid(), (pid_t)syscall(SYS_gettid), SIGBUS, &si) != 0) { perror("sigqueue"); return 4; }
+            printf("still alive\n");
+            return 3;
+        }
+        """#)
+        for vaka in [false, true] {
+            let run = try RuntimeProgram.run(program, vaka: vaka, timeout: 20)
+            XCTAssertEqual(run.result.outcome, "signal 7 (SIGBUS)", "vaka=\(vaka): \(run.result.stderrTail())")
+            if vaka {
+                XCTAssertEqual(reportValue(run.onlyReport, "code"), "5 BUS_MCEERR_AO")
+            }
+        }
+    }
 }
