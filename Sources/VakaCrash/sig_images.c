@@ -118,6 +118,22 @@ static int image_from_memory(vaka_safe_reader *r, uintptr_t l_addr, vaka_image *
     return 1;
 }
 
+/* 1 when the link map entry's l_name (read safely) is the cached image's path. A library dlclose'd after
+ * install and another one dlopen'ed at the same address (same l_addr, and the same l_ld when the layouts
+ * match) would otherwise be written with the old library's path and build ID. */
+static int same_path(vaka_safe_reader *r, const vaka_image *img, const vaka_image_cache *cache, uintptr_t l_name)
+{
+    if (img->path_len == 0 || l_name == 0) return 1; /* nothing to compare: keep the l_addr/l_ld match */
+    size_t want = img->path_len;
+    if (want >= VAKA_PATH_MAX) return 1;
+    size_t n = vaka_safe_read_string(r, path_buf, l_name, want + 1);
+    if (n != want) return 0;
+    const char *cached = cache->pool + img->path_off;
+    for (size_t i = 0; i < n; i++)
+        if (path_buf[i] != cached[i]) return 0;
+    return 1;
+}
+
 void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
 {
     vaka_image_cache *cache = atomic_load(&vaka_state.images);
@@ -138,7 +154,7 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
                 int found = 0;
                 for (size_t i = 0; i < count; i++) {
                     vaka_image *img = &cache->images[i];
-                    if (img->l_addr == lm[0] && img->l_ld == lm[2]) {
+                    if (img->l_addr == lm[0] && img->l_ld == lm[2] && (k == 0 || same_path(r, img, cache, lm[1]))) {
                         img->seen = 1;
                         found = 1;
                         break;

@@ -79,6 +79,22 @@ enum RuntimeProgram {
         return executable
     }
 
+    /// Compiles `body` (C) into a shared library `lib<name>.so` (with a GNU build ID) in a fresh directory.
+    /// - Throws: ``ChildError`` when the compiler fails.
+    static func buildLibrary(_ name: String, _ body: String, extraFlags: [String] = []) throws -> URL {
+        guard let cc else { throw ChildError(description: "no C compiler (cc)") }
+        let dir = Paths.freshDirectory("lib-\(name)")
+        let source = dir.appendingPathComponent("\(name).c")
+        try Data(body.utf8).write(to: source)
+        let library = dir.appendingPathComponent("lib\(name).so")
+        let result = try runChild(URL(fileURLWithPath: cc),
+                                  ["-shared", "-fPIC", "-g", "-O0", "-fno-omit-frame-pointer", "-Wl,--build-id",
+                                   source.path] + extraFlags + ["-o", library.path],
+                                  label: "cc", outputDirectory: dir, timeout: 120)
+        guard result.outcome == "exit 0" else { throw ChildError(description: "cc lib\(name): \(result.stderrTail())") }
+        return library
+    }
+
     /// One run of a program: how it ended and the files left in its report directory.
     struct Run {
         var result: ChildResult

@@ -288,4 +288,52 @@ final class RuntimeRobustnessTests: XCTestCase {
             }
         }
     }
+
+    /// The `image` lines of a report whose path ends with `suffix`: (base, build ID, path).
+    func images(_ report: String, endingWith suffix: String) -> [(base: String, buildID: String, path: String)] {
+        report.split(separator: "\n").compactMap { line in
+            let parts = line.split(separator: " ", maxSplits: 4).map(String.init)
+            guard parts.count == 5, parts[0] == "image", parts[4].hasSuffix(suffix) else { return nil }
+            return (parts[1], parts[3], parts[4])
+        }
+    }
+
+    static let pluginSource = { (letter: String) in """
+        static int *volatile np = 0;
+        __attribute__((noinline)) void plugin_\(letter)_crash(void) { *np = 1; }
+        void plugin_entry(void) { plugin_\(letter)_crash(); }
+        """ }
+
+    /// W1: libA is loaded before install (so it is in the install-time image cache), dlclose'd, and libB is
+    /// dlopen'ed at the same address with the same layout. The report used to name libA (path and build ID)
+    /// for libB's frames; the link-map path is now compared too.
+    func testLibraryReloadedAtSameAddressIsNotStale() throws {
+        let libA = try RuntimeProgram.buildLibrary("A", Self.pluginSource("A"))
+        let libB = try RuntimeProgram.buildLibrary("B", Self.pluginSource("B"))
+        let program = try RuntimeProgram.build("reload", #"""
+        #include <dlfcn.h>
+        int main(int argc, char **argv) {
+            void *a = dlopen(argv[1], RTLD_NOW);
+            if (!a) { fprintf(stderr, "%s\n", dlerror()); return 4; }
+            Dl_info da; dladdr(dlsym(a, "plugin_entry"), &da);
+            void *base_a = da.dli_fbase;
+            vk_start("reload");
+            dlclose(a);
+            void *b = dlopen(argv[2], RTLD_NOW);
+            if (!b) { fprintf(stderr, "%s\n", dlerror()); return 4; }
+            void (*e)(void) = (void (*)(void))dlsym(b, "plugin_entry");
+            Dl_info db; dladdr((void *)e, &db);
+            printf("same_address=%d\n", db.dli_fbase == base_a); fflush(stdout);
+            e();
+        }
+        """#, extraFlags: ["-ldl"])
+        let run = try RuntimeProgram.run(program, [libA.path, libB.path], timeout: 20)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let report = run.onlyReport
+        let scratch = Paths.freshDirectory("readelf-reload")
+        XCTAssertEqual(images(report, endingWith: "/libA.so").count, 0, "libA was unloaded:\n\(report)")
+        let b = images(report, endingWith: "/libB.so")
+        XCTAssertEqual(b.count, 1, report)
+        XCTAssertEqual(b.first?.buildID, try readelfBuildID(libB, scratch: scratch))
+    }
 }
