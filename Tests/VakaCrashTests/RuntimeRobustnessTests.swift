@@ -336,4 +336,35 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(b.count, 1, report)
         XCTAssertEqual(b.first?.buildID, try readelfBuildID(libB, scratch: scratch))
     }
+
+    /// W3: a library dlopen'ed after install whose first PT_LOAD has p_vaddr != 0 (linked with
+    /// -Ttext-segment) has no ELF header at its load bias; it used to be missing from the report. Its header
+    /// is now found below its dynamic section.
+    func testLateLibraryWithNonZeroFirstSegmentIsListed() throws {
+        let libC = try RuntimeProgram.buildLibrary("C", Self.pluginSource("C"), extraFlags: ["-Wl,-Ttext-segment=0x200000"])
+        let program = try RuntimeProgram.build("late", #"""
+        #include <dlfcn.h>
+        int main(int argc, char **argv) {
+            vk_start("late");
+            void *b = dlopen(argv[1], RTLD_NOW);
+            if (!b) { fprintf(stderr, "%s\n", dlerror()); return 4; }
+            void (*e)(void) = (void (*)(void))dlsym(b, "plugin_entry");
+            e();
+        }
+        """#, extraFlags: ["-ldl"])
+        let run = try RuntimeProgram.run(program, [libC.path], timeout: 20)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let report = run.onlyReport
+        let c = images(report, endingWith: "/libC.so")
+        XCTAssertEqual(c.count, 1, report)
+        XCTAssertEqual(c.first?.buildID, try readelfBuildID(libC, scratch: Paths.freshDirectory("readelf-late")))
+        // The crash site lies in that image.
+        if let base = c.first.flatMap({ UInt64($0.base.dropFirst(2), radix: 16) }),
+           let pcText = reportValue(report, "frame")?.split(separator: " ").first,
+           let pc = UInt64(pcText.dropFirst(2), radix: 16) {
+            XCTAssertTrue(pc >= base && pc < base + 0x100000, "crash pc \(pcText) not in libC at \(c.first!.base)")
+        } else {
+            XCTFail("no base or frame in\n\(report)")
+        }
+    }
 }
