@@ -625,13 +625,20 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
      * kernel delivered the nested fault at the top of that same stack, and it faulted at the same place again.
      * Detected before any call or state change (this much always fits): the same signal, the same PC and the
      * same ucontext address as an entry that has not returned. Bail out: the default action for the signal,
-     * and return to the faulting instruction, which now ends the process with that signal. */
+     * and return to the faulting instruction, which now ends the process with that signal (or, when this thread
+     * was capturing another signal, the default action for that one, re-sent). */
     uintptr_t pc = context != NULL ? context_pc(context) : 0;
     if (entry_sig == sig && entry_pc == pc && entry_uc == context && pc != 0) {
         struct sigaction dfl;
         vaka_sig_zero(&dfl, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
         sigaction(sig, &dfl, NULL);
+        /* The capture of a different signal (e.g. SIGABRT) was under way on this thread: die with that one. */
+        int orig = crash_sig;
+        if (orig != 0 && orig != sig && atomic_load(&crash_tid) == (int)syscall(SYS_gettid)) {
+            sigaction(orig, &dfl, NULL);
+            syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), orig);
+        }
         return;
     }
     entry_sig = sig;
