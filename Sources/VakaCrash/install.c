@@ -13,14 +13,20 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
 #include <unistd.h>
 
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 /* 1 when install gave the installing thread its alternate stack (uninstall removes it again). */
 static int gave_alt_stack;
 
-static const int default_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS };
+static const int default_signals[] = { VAKA_CRASH_SIGNALS };
 #define DEFAULT_SIGNAL_COUNT (sizeof default_signals / sizeof default_signals[0])
 
 /* ------------------------------------------------------------------ safe memory setup */
@@ -100,6 +106,7 @@ static int make_target(vaka_report_target *t, const vaka_crash_config *config)
     memcpy(t->path, dir, dir_len);
     p += dir_len;
     if (dir_len > 1 || dir[0] != '/') t->path[p++] = '/';
+    t->dir_len = p;
     memcpy(t->path + p, config->run_id, id_len);
     p += id_len;
     memcpy(t->path + p, ".crash", 7);
@@ -142,6 +149,50 @@ static void prepare_process_facts(void)
     vaka_state.executable[vaka_state.executable_len] = '\0';
 }
 
+/* Calls once, harmlessly, every C library and libunwind function the signal path calls (the list is what
+ * `nm -u` shows for the sig_*.o files; scripts/check-signal-path keeps it to the allowlist), so lazy PLT
+ * binding is done now: the dynamic linker's resolver would otherwise run inside the handler on its first
+ * call, where it needs more stack than a small application alternate stack has (a nested fault there used to
+ * loop forever). */
+static void preresolve_signal_path_calls(void)
+{
+    int saved = errno;
+    struct timespec ts = { 0, 0 };
+    struct timespec zero = { 0, 0 };
+    nanosleep(&zero, NULL); /* before clock_gettime fills ts */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    struct stat st;
+    (void)fstat(-1, &st);
+    (void)close(-1);
+    (void)read(-1, NULL, 0);
+    (void)write(-1, NULL, 0);
+    (void)open("", O_RDONLY | O_CLOEXEC);
+    (void)unlink("");
+    char name[17] = { 0 };
+    (void)prctl(PR_GET_NAME, name, 0, 0, 0);
+    (void)syscall(SYS_getpid);
+    struct iovec local = { name, 1 }, remote = { name + 1, 1 };
+    (void)process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    sigset_t set;
+    sigemptyset(&set);
+    sigfillset(&set);
+    sigaddset(&set, SIGSEGV);
+    sigprocmask(SIG_BLOCK, NULL, &set);
+    struct sigaction old;
+    sigaction(SIGSEGV, NULL, &old);
+    /* libunwind: the cursor calls the handler makes (vaka_crash_capture_frames covers unw_init_local). */
+    unw_context_t uc;
+    unw_cursor_t cursor;
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_GLOBAL);
+    if (unw_getcontext(&uc) == 0 && unw_init_local2(&cursor, &uc, 0) == 0) {
+        unw_word_t ip = 0;
+        unw_get_reg(&cursor, UNW_REG_IP, &ip);
+        unw_step(&cursor);
+    }
+    errno = saved;
+}
+
 static void prepare_handler_state(void)
 {
     prepare_process_facts();
@@ -155,11 +206,13 @@ static void prepare_handler_state(void)
     /* glibc's `struct abort_msg_s *__abort_msg` (GLIBC_PRIVATE; may be missing in other libcs). */
     vaka_state.abort_msg = (void **)dlsym(RTLD_DEFAULT, "__abort_msg");
     vaka_state.r_debug = &_r_debug;
+    vaka_state.watchdog_signal = SIGRTMAX; /* a function call in glibc: resolved here, not in the handler */
 
     vaka_image_cache *cache = &vaka_image_caches[0];
     vaka_images_collect(cache);
     atomic_store(&vaka_state.images, cache);
 
+    preresolve_signal_path_calls();
     /* Warm libunwind up (its one-time initialisation allocates) so the handler does not do it. */
     uintptr_t frames[4];
     vaka_crash_capture_frames(frames, 4, 0);
@@ -191,6 +244,9 @@ int vaka_crash_install(const vaka_crash_config *config)
     gave_alt_stack = !had_ours && vaka_thread_stack_is_ours();
 
     vaka_sig_rearm();
+    vaka_state.owner_pid = getpid();
+    static int atfork_registered;
+    if (!atfork_registered && pthread_atfork(NULL, NULL, vaka_sig_after_fork_child) == 0) atfork_registered = 1;
     prepare_handler_state();
     atomic_store(&vaka_state.target, next);
     for (int i = 0; i < signal_count; i++) vaka_state.signals[i] = signals[i];
@@ -200,7 +256,12 @@ int vaka_crash_install(const vaka_crash_config *config)
     memset(&action, 0, sizeof action);
     action.sa_sigaction = vaka_sig_handler;
     action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-    sigemptyset(&action.sa_mask);
+    /* While the handler runs every asynchronous signal is blocked (SIGXFSZ from a report write over
+     * RLIMIT_FSIZE, SIGALRM, SIGTERM, SIGINT, SIGPROF, SIGCHLD...: none may end or interrupt the capture), but
+     * not the crash signals: a fault inside the capture must still enter the handler (nested-fault path). The
+     * watchdog signal is unblocked by the handler itself when it arms the watchdog. */
+    sigfillset(&action.sa_mask);
+    for (size_t i = 0; i < DEFAULT_SIGNAL_COUNT; i++) sigdelset(&action.sa_mask, default_signals[i]);
     atomic_store(&vaka_state.installed, 1); /* before the first sigaction: a crash right now is captured */
     for (int i = 0; i < signal_count; i++) {
         if (sigaction(signals[i], &action, &vaka_state.previous[signals[i]]) != 0) {
@@ -225,6 +286,14 @@ int vaka_crash_uninstall(void)
     if (atomic_load(&vaka_state.installed)) {
         for (size_t i = 0; i < vaka_state.signal_count; i++) {
             int sig = vaka_state.signals[i];
+            /* Only where our handler is still the current one: a handler installed after ours (by the app or
+             * a library) stays; putting back what was there before us would silently remove it. */
+            struct sigaction current;
+            if (sigaction(sig, NULL, &current) != 0) {
+                if (rc == 0) rc = errno;
+                continue;
+            }
+            if (!((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == vaka_sig_handler)) continue;
             if (sigaction(sig, &vaka_state.previous[sig], NULL) != 0 && rc == 0) rc = errno;
         }
         atomic_store(&vaka_state.installed, 0);

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +34,8 @@ vaka_sig_state vaka_state = {
 static atomic_int crash_tid;
 /* Set once the winner has restored the previous handlers (or given up). */
 static atomic_int crash_done;
+/* CLOCK_MONOTONIC ns when the winner finished its capture and restored the previous handlers; 0 before. */
+static _Atomic uint64_t crash_done_ns;
 /* The signal the winner is handling (for the nested-fault path). */
 static int crash_sig;
 static int report_fd = -1;
@@ -40,6 +43,32 @@ static vaka_writer writer;
 static uintptr_t frame_ips[VAKA_MAX_FRAMES];
 static uint8_t frame_methods[VAKA_MAX_FRAMES];
 static char message_buf[VAKA_MESSAGE_MAX];
+
+/* ---- capture watchdog ----
+ * The whole capture is bounded: at crash time the winner arms two POSIX timers with raw syscalls. Timer A
+ * (VAKA_WATCHDOG_NS) is directed at the winner's thread (SIGEV_THREAD_ID): when the winner is stuck with the
+ * watchdog signal deliverable, its handler runs on the winner and takes the nested-fault path. Timer B
+ * (VAKA_WATCHDOG_NS + 1 s) is process-directed: libunwind blocks every signal around dl_iterate_phdr, so a
+ * winner stuck on the dynamic linker's lock never sees timer A; the kernel then gives timer B to another
+ * thread, which writes the frame-pointer frames the winner collected before unwinding and ends the process
+ * with the original signal (default action). */
+#define VAKA_WATCHDOG_NS 2000000000LL
+#define VAKA_WATCHDOG_COOKIE 0x56414b41 /* "VAKA" in si_value: tells our timers from foreign signals */
+enum { PHASE_IDLE = 0, PHASE_UNWINDING = 1, PHASE_WRITING = 2, PHASE_ABANDONED = 3 };
+static atomic_int capture_phase;
+static int watchdog_timers[2] = { -1, -1 };
+static struct sigaction watchdog_previous;
+static int watchdog_armed;
+/* Frames from the frame-pointer walk done before libunwind runs (written by the watchdog if it hangs). */
+static uintptr_t pre_ips[VAKA_MAX_FRAMES];
+static uint8_t pre_methods[VAKA_MAX_FRAMES];
+static size_t pre_count;
+static vaka_writer watchdog_writer;
+static void disarm_watchdog(void);
+static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context);
+
+/* Size of the kernel's signal set (rt_sigtimedwait's last argument wants it in bytes). */
+#define VAKA_KERNEL_NSIG 64
 
 /* How long a non-winning thread waits for the winner: 1000 x 10 ms. */
 #define VAKA_WAIT_STEPS 1000
@@ -84,6 +113,41 @@ void vaka_sig_restore_previous(void)
         sigaction(sig, &vaka_state.previous[sig], NULL);
     }
     atomic_store(&vaka_state.installed, 0); /* our handlers are gone: a later install starts afresh */
+}
+
+void vaka_sig_after_fork_child(void)
+{
+    pid_t pid = (pid_t)syscall(SYS_getpid);
+    vaka_state.owner_pid = pid;
+    /* A crash in progress in the parent (fork from a previous handler) is not the child's. */
+    atomic_store(&crash_tid, 0);
+    atomic_store(&crash_done, 0);
+    atomic_store(&capture_phase, PHASE_IDLE);
+    report_fd = -1;
+    for (int k = 0; k < 2; k++) watchdog_timers[k] = -1; /* timers are not inherited */
+    watchdog_armed = 0;
+
+    /* The child's own report file: `<dir>/<run_id>-<pid>.crash`, so parent and child never overwrite each
+     * other's report. */
+    vaka_report_target *current = atomic_load(&vaka_state.target);
+    if (current == NULL) return;
+    vaka_report_target *next = current == &vaka_state.targets[0] ? &vaka_state.targets[1] : &vaka_state.targets[0];
+    vaka_sig_copy(next, current, sizeof *next);
+    size_t p = current->dir_len;
+    if (p == 0 || p + current->run_id_len + 1 + 10 + 6 + 1 > sizeof next->path) return;
+    vaka_sig_copy(next->path + p, current->run_id, current->run_id_len);
+    p += current->run_id_len;
+    next->path[p++] = '-';
+    char digits[10];
+    size_t nd = 0;
+    uint32_t v = (uint32_t)pid;
+    do {
+        digits[nd++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0 && nd < sizeof digits);
+    while (nd > 0) next->path[p++] = digits[--nd];
+    vaka_sig_copy(next->path + p, ".crash", 7);
+    atomic_store(&vaka_state.target, next);
 }
 
 void vaka_sig_test_fault(int stage)
@@ -176,13 +240,40 @@ static int has_fault_address(int sig, int code)
     return code > 0 && (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGTRAP);
 }
 
+/* Opens the report file for writing without ever blocking: O_NONBLOCK (a FIFO at the path would block
+ * open(2) until a reader came), O_NOFOLLOW (no symlinks), and only a regular file is kept. Anything else at
+ * the path (a FIFO, a device, a socket) is unlinked and the file created afresh with O_EXCL.
+ * @return the descriptor, or -1. */
+static int open_report(const char *path)
+{
+    const int flags = O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    int fd = open(path, flags | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return fd;
+        close(fd);
+    } else if (errno != ENXIO && errno != ELOOP && errno != EISDIR && errno != ETXTBSY && errno != EWOULDBLOCK) {
+        return -1; /* e.g. ENOENT (directory gone), EACCES, EMFILE: unlinking would not help */
+    }
+    /* ENXIO: a FIFO without a reader; ELOOP: a symlink; EISDIR: a directory (unlink fails: give up). */
+    if (unlink(path) != 0) return -1;
+    fd = open(path, flags | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns, pid_t tid)
 {
     uint64_t wall_ns = now_ns(CLOCK_REALTIME);
     vaka_report_target *target = atomic_load(&vaka_state.target);
     if (target == NULL || target->path[0] == '\0') return;
 
-    int fd = open(target->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = open_report(target->path);
     if (fd < 0) return; /* nowhere to write; chaining still happens */
     report_fd = fd;
     vaka_w_init(&writer, fd);
@@ -252,9 +343,25 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     vaka_sig_test_fault(1);
 
     write_registers(uc);
+    vaka_w_flush(&writer); /* the registers too: the unwinding below may hang (see the watchdog) */
+
+    /* Frame-pointer frames first, into their own buffer: if libunwind hangs, the watchdog writes these. */
+    int pre_truncated = 0;
+    pre_ips[0] = vaka_uc_pc(uc);
+    pre_methods[0] = VAKA_FRAME_CONTEXT;
+    pre_count = vaka_fp_walk(&vaka_state.reader, vaka_uc_fp(uc), vaka_uc_sp(uc), pre_ips, pre_methods, 1,
+                             VAKA_MAX_FRAMES, &pre_truncated);
+    atomic_store(&capture_phase, PHASE_UNWINDING);
 
     int truncated = 0;
     size_t n = vaka_sig_unwind(uc, &vaka_state.reader, frame_ips, frame_methods, VAKA_MAX_FRAMES, &truncated);
+    int expected_phase = PHASE_UNWINDING;
+    if (!atomic_compare_exchange_strong(&capture_phase, &expected_phase, PHASE_WRITING)) {
+        /* The watchdog gave up on us and is ending the process: write nothing more. */
+        struct timespec step = { 0, VAKA_WAIT_STEP_NS };
+        for (int i = 0; i < VAKA_WAIT_STEPS; i++) nanosleep(&step, NULL);
+        syscall(SYS_exit_group, 128 + sig);
+    }
     for (size_t i = 0; i < n; i++) {
         vaka_w_key(&writer, "frame");
         vaka_w_hex(&writer, frame_ips[i]);
@@ -288,15 +395,58 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     report_fd = -1;
 }
 
+/* A report write over RLIMIT_FSIZE made the kernel raise SIGXFSZ (blocked by our sa_mask). It is ours, not
+ * the application's: take it off the pending set so the process still ends with the crash signal. */
+static void discard_own_sigxfsz(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGXFSZ);
+    struct timespec zero = { 0, 0 };
+    syscall(SYS_rt_sigtimedwait, &set, NULL, &zero, (size_t)(VAKA_KERNEL_NSIG / 8));
+}
+
 /* ------------------------------------------------------------------ chaining */
 
-/* Lets the signal reach whatever was installed before us (already restored). */
-static void chain(int sig, const siginfo_t *info, pid_t tid)
+/* Lets the signal reach whatever was installed before us (already restored).
+ *
+ * A synchronous hardware fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0, except the asynchronous
+ * machine-check report BUS_MCEERR_AO) simply returns: the faulting instruction runs again and reaches the
+ * previous action. Every other signal does not repeat by itself (SIGTRAP's PC is already past the trap, SIGSYS
+ * from seccomp, SIGABRT, BUS_MCEERR_AO, anything sent with kill/tgkill/sigqueue, si_code <= 0):
+ *   - previous action is a handler function: call it directly with the original signal, siginfo and
+ *     ucontext (SA_SIGINFO or plain), so it sees the real si_code/si_addr and can change the context (e.g. a
+ *     seccomp SIGSYS handler that emulates the system call);
+ *   - SIG_DFL: re-send the signal to this thread with tgkill (the default action then ends the process);
+ *   - SIG_IGN: return. */
+static void chain(int sig, siginfo_t *info, void *context, pid_t tid)
 {
     int code = info != NULL ? info->si_code : 0;
-    if ((sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && code > 0)
-        return; /* a hardware fault: returning re-executes the faulting instruction */
-    send_self(sig, tid);
+    int repeats = (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && code > 0;
+#ifdef BUS_MCEERR_AO
+    if (sig == SIGBUS && code == BUS_MCEERR_AO) repeats = 0;
+#endif
+    if (repeats) return;
+
+    struct sigaction prev = vaka_state.previous[sig];
+    int siginfo_handler = (prev.sa_flags & SA_SIGINFO) != 0;
+    if (siginfo_handler && (prev.sa_sigaction == vaka_sig_handler || prev.sa_sigaction == NULL)) {
+        send_self(sig, tid); /* never call ourselves */
+        return;
+    }
+    if (!siginfo_handler && prev.sa_handler == SIG_IGN) return;
+    if (!siginfo_handler && prev.sa_handler == SIG_DFL) {
+        send_self(sig, tid);
+        return;
+    }
+    if (prev.sa_flags & SA_RESETHAND) { /* what the kernel would have done on delivery */
+        struct sigaction dfl;
+        vaka_sig_zero(&dfl, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, NULL);
+    }
+    if (siginfo_handler) prev.sa_sigaction(sig, info, context);
+    else prev.sa_handler(sig);
 }
 
 /* The capture faulted (or another signal hit the winner mid-capture): keep the complete lines written
@@ -310,6 +460,7 @@ __attribute__((noreturn)) static void die_after_nested_fault(int nested_sig, pid
         report_fd = -1;
     }
     writer.fd = -1;
+    disarm_watchdog();
     vaka_sig_restore_previous();
     atomic_store(&crash_done, 1);
 
@@ -331,37 +482,221 @@ __attribute__((noreturn)) static void die_after_nested_fault(int nested_sig, pid
     }
 }
 
+/* ------------------------------------------------------------------ watchdog */
+
+/* Ends the process with the original signal from a thread other than the (stuck) winner: the default
+ * action for that signal, so no previous handler runs on a thread that did not crash. */
+__attribute__((noreturn)) static void die_from_other_thread(void)
+{
+    int sig = crash_sig;
+    pid_t tid = current_tid();
+    vaka_sig_restore_previous();
+    atomic_store(&crash_done, 1);
+    struct sigaction dfl;
+    vaka_sig_zero(&dfl, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, NULL);
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, sig);
+    sigprocmask(SIG_UNBLOCK, &unblock, NULL);
+    send_self(sig, tid);
+    syscall(SYS_exit_group, 128 + sig);
+    for (;;) {
+    }
+}
+
+/* Handler of the watchdog signal, installed only during a capture. */
+static void vaka_sig_watchdog(int sig, siginfo_t *info, void *context)
+{
+    (void)context;
+    if (info == NULL || info->si_code != SI_TIMER || info->si_value.sival_int != VAKA_WATCHDOG_COOKIE) return;
+    if (atomic_load(&crash_done)) return;
+    pid_t tid = current_tid();
+    if (atomic_load(&crash_tid) == (int)tid) die_after_nested_fault(sig, tid); /* timer A on the winner */
+
+    /* Timer B on another thread: the winner cannot take signals (blocked inside libunwind). */
+    int expected = PHASE_UNWINDING;
+    if (atomic_compare_exchange_strong(&capture_phase, &expected, PHASE_ABANDONED) && report_fd >= 0) {
+        vaka_w_init(&watchdog_writer, report_fd);
+        for (size_t i = 0; i < pre_count; i++) {
+            vaka_w_key(&watchdog_writer, "frame");
+            vaka_w_hex(&watchdog_writer, pre_ips[i]);
+            vaka_w_str(&watchdog_writer, pre_methods[i] == VAKA_FRAME_CONTEXT ? " context\n" : " fp\n");
+        }
+        vaka_w_flush(&watchdog_writer);
+    }
+    die_from_other_thread();
+}
+
+static void arm_watchdog(pid_t tid)
+{
+    int wsig = vaka_state.watchdog_signal;
+    if (wsig <= 0) return;
+    static struct sigaction action; /* static: only the winner arms; keeps a small alternate stack free */
+    vaka_sig_zero(&action, sizeof action);
+    action.sa_sigaction = vaka_sig_watchdog;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigfillset(&action.sa_mask);
+    if (sigaction(wsig, &action, &watchdog_previous) != 0) return;
+    watchdog_armed = 1;
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, wsig);
+    sigprocmask(SIG_UNBLOCK, &unblock, NULL);
+
+    for (int k = 0; k < 2; k++) {
+        static struct sigevent sev;
+        vaka_sig_zero(&sev, sizeof sev);
+        sev.sigev_signo = wsig;
+        sev.sigev_value.sival_int = VAKA_WATCHDOG_COOKIE;
+        if (k == 0) {
+            sev.sigev_notify = SIGEV_THREAD_ID;
+            sev._sigev_un._tid = tid;
+        } else {
+            sev.sigev_notify = SIGEV_SIGNAL;
+        }
+        int id = -1;
+        if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &sev, &id) != 0) continue;
+        watchdog_timers[k] = id;
+        static struct itimerspec its;
+        vaka_sig_zero(&its, sizeof its);
+        long long ns = VAKA_WATCHDOG_NS + (k == 0 ? 0 : 1000000000LL);
+        its.it_value.tv_sec = (time_t)(ns / 1000000000LL);
+        its.it_value.tv_nsec = (long)(ns % 1000000000LL);
+        syscall(SYS_timer_settime, id, 0, &its, NULL);
+    }
+}
+
+static void disarm_watchdog(void)
+{
+    for (int k = 0; k < 2; k++) {
+        if (watchdog_timers[k] >= 0) syscall(SYS_timer_delete, watchdog_timers[k]);
+        watchdog_timers[k] = -1;
+    }
+    if (watchdog_armed) sigaction(vaka_state.watchdog_signal, &watchdog_previous, NULL);
+    watchdog_armed = 0;
+    atomic_store(&capture_phase, PHASE_IDLE);
+}
+
+/* Puts the saved previous action of `sig` back in place (SIG_DFL if what was saved is our own handler), so
+ * that chaining reaches it even when a library re-installed our handler after the capture. */
+static void put_previous_back(int sig)
+{
+    struct sigaction action = vaka_state.previous[sig];
+    if ((action.sa_flags & SA_SIGINFO) && action.sa_sigaction == vaka_sig_handler) {
+        vaka_sig_zero(&action, sizeof action);
+        action.sa_handler = SIG_DFL;
+    }
+    sigaction(sig, &action, NULL);
+}
+
+/* The signal hit a process the state does not belong to: a vfork child (shares our memory) or a raw
+ * clone(). Touch no shared state: the default action for this signal, then let it through. */
+static void not_our_process(int sig, const siginfo_t *info)
+{
+    struct sigaction dfl;
+    vaka_sig_zero(&dfl, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, NULL);
+    int code = info != NULL ? info->si_code : 0;
+    if ((sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && code > 0) return;
+    syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+}
+
+/* The last handler entry that has not returned: signal, interrupted PC and the address of its ucontext (which
+ * tells threads apart: each runs on its own alternate stack). */
+static volatile int entry_sig;
+static volatile uintptr_t entry_pc;
+static void *volatile entry_uc;
+
+static uintptr_t context_pc(const void *context)
+{
+#if defined(__x86_64__)
+    return (uintptr_t)((const ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    return (uintptr_t)((const ucontext_t *)context)->uc_mcontext.pc;
+#else
+    (void)context;
+    return 0;
+#endif
+}
+
 void vaka_sig_handler(int sig, siginfo_t *info, void *context)
 {
-    uint64_t start_ns = now_ns(CLOCK_MONOTONIC);
+    /* A fault inside the handler that repeats itself: the handler overflowed a small alternate stack, the
+     * kernel delivered the nested fault at the top of that same stack, and it faulted at the same place again.
+     * Detected before any call or state change (this much always fits): the same signal, the same PC and the
+     * same ucontext address as an entry that has not returned. Bail out: the default action for the signal,
+     * and return to the faulting instruction, which now ends the process with that signal (or, when this thread
+     * was capturing another signal, the default action for that one, re-sent). */
+    uintptr_t pc = context != NULL ? context_pc(context) : 0;
+    if (entry_sig == sig && entry_pc == pc && entry_uc == context && pc != 0) {
+        struct sigaction dfl;
+        vaka_sig_zero(&dfl, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, NULL);
+        /* The capture of a different signal (e.g. SIGABRT) was under way on this thread: die with that one. */
+        int orig = crash_sig;
+        if (orig != 0 && orig != sig && atomic_load(&crash_tid) == (int)syscall(SYS_gettid)) {
+            sigaction(orig, &dfl, NULL);
+            syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), orig);
+        }
+        return;
+    }
+    entry_sig = sig;
+    entry_pc = pc;
+    entry_uc = context;
+    vaka_sig_handler_body(sig, info, context);
+    entry_sig = 0;
+}
+
+static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
+{
     int saved_errno = errno;
+    if ((pid_t)syscall(SYS_getpid) != vaka_state.owner_pid) {
+        not_our_process(sig, info);
+        errno = saved_errno;
+        return;
+    }
+    uint64_t start_ns = now_ns(CLOCK_MONOTONIC);
     pid_t tid = current_tid();
     int expected = 0;
 
     if (atomic_compare_exchange_strong(&crash_tid, &expected, (int)tid)) {
         crash_sig = sig;
-        if (atomic_load(&vaka_state.installed)) capture(sig, info, (ucontext_t *)context, start_ns, tid);
+        if (atomic_load(&vaka_state.installed)) {
+            arm_watchdog(tid);
+            capture(sig, info, (ucontext_t *)context, start_ns, tid);
+            disarm_watchdog();
+            if (writer.file_too_big) discard_own_sigxfsz();
+        }
         vaka_sig_restore_previous();
+        atomic_store(&crash_done_ns, now_ns(CLOCK_MONOTONIC));
         atomic_store(&crash_done, 1);
-        chain(sig, info, tid);
-    } else if (expected == (int)tid) {
+        chain(sig, info, context, tid);
+    } else if (expected == (int)tid && !atomic_load(&crash_done)) {
         die_after_nested_fault(sig, tid);
     } else {
-        /* Another thread is writing the report: wait for it. */
+        /* Another thread is writing the report (or wrote it, and our handler was put back since): wait for
+         * it. */
         struct timespec step = { 0, VAKA_WAIT_STEP_NS };
-        int i = 0;
-        for (; i < VAKA_WAIT_STEPS && !atomic_load(&crash_done); i++) nanosleep(&step, NULL);
+        for (int i = 0; i < VAKA_WAIT_STEPS && !atomic_load(&crash_done); i++) nanosleep(&step, NULL);
         if (!atomic_load(&crash_done)) {
             vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
         } else {
             /* The winner has chained to the previous handler, which normally ends the process (Swift's
-             * backtracer prints one backtrace, then the default action runs). Give it that time before
-             * entering the previous handler from this thread too: arriving while it runs, or after it has
-             * finished, made Swift's backtracer start a second backtrace (and, under load, run out of time).
-             * If the process survives the grace period, let this signal through as well. */
-            for (int g = 0; g < VAKA_WAIT_STEPS; g++) nanosleep(&step, NULL);
+             * backtracer prints one backtrace, then the default action runs). Give it that time, counted from
+             * when the winner finished, before entering the previous handler from this thread too: arriving
+             * while it runs made Swift's backtracer start a second backtrace (and, under load, run out of
+             * time). A fault long after a capture the process survived goes straight through. */
+            uint64_t done = atomic_load(&crash_done_ns);
+            while (done != 0 && now_ns(CLOCK_MONOTONIC) - done < (uint64_t)VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS)
+                nanosleep(&step, NULL);
         }
-        chain(sig, info, tid);
+        /* Then let this signal through to the previous action, which must really be in place. */
+        put_previous_back(sig);
+        chain(sig, info, context, tid);
     }
     errno = saved_errno;
 }

@@ -82,20 +82,56 @@ static void write_image_line(vaka_writer *w, const vaka_image *img, const char *
     vaka_w_nl(w);
 }
 
-/* Reads an image's layout and build ID from memory. @return 1 if its ELF header was readable. */
-static int image_from_memory(vaka_safe_reader *r, uintptr_t l_addr, vaka_image *img)
+/* Most pages searched below the dynamic section for the ELF header of an image whose first PT_LOAD does not
+ * start at p_vaddr 0 (16 MiB with 4 KiB pages). */
+#define VAKA_HEADER_SEARCH_PAGES 4096
+
+/* Reads the ELF header at `at` and its program headers into `phdrs`. @return the number of program headers
+ * read, 0 if `at` holds no valid header. */
+static size_t read_headers(vaka_safe_reader *r, uintptr_t at, vaka_ehdr *eh)
+{
+    if (vaka_safe_read(r, eh, at, sizeof *eh) != sizeof *eh) return 0;
+    if (eh->e_ident[EI_MAG0] != ELFMAG0 || eh->e_ident[EI_MAG1] != ELFMAG1 || eh->e_ident[EI_MAG2] != ELFMAG2 ||
+        eh->e_ident[EI_MAG3] != ELFMAG3 || eh->e_ident[EI_CLASS] != VAKA_ELFCLASS ||
+        eh->e_phentsize != sizeof(vaka_phdr) || eh->e_phnum == 0)
+        return 0;
+    size_t phnum = eh->e_phnum < VAKA_MAX_PHDRS ? eh->e_phnum : VAKA_MAX_PHDRS;
+    size_t bytes = phnum * sizeof(vaka_phdr);
+    if (vaka_safe_read(r, phdrs, at + eh->e_phoff, bytes) != bytes) return 0;
+    return phnum;
+}
+
+/* 1 when the program headers in `phdrs` put the dynamic section at `l_ld` for load bias `l_addr`. */
+static int dynamic_matches(size_t phnum, uintptr_t l_addr, uintptr_t l_ld)
+{
+    for (size_t i = 0; i < phnum; i++)
+        if (phdrs[i].p_type == PT_DYNAMIC) return l_addr + phdrs[i].p_vaddr == l_ld;
+    return 0;
+}
+
+/* Reads an image's layout and build ID from memory. The ELF header is mapped at l_addr + the first PT_LOAD's
+ * p_vaddr: usually l_addr itself; for an image linked at a non-zero address (e.g. -Ttext-segment) it is found
+ * by searching page by page downward from its dynamic section (l_ld), checked by its PT_DYNAMIC.
+ * @return 1 if its ELF header was readable. */
+static int image_from_memory(vaka_safe_reader *r, uintptr_t l_addr, uintptr_t l_ld, vaka_image *img)
 {
     vaka_ehdr eh;
     uintptr_t page = vaka_state.page_size ? vaka_state.page_size : 4096;
-    if (l_addr == 0) return 0;
-    if (vaka_safe_read(r, &eh, l_addr, sizeof eh) != sizeof eh) return 0;
-    if (eh.e_ident[EI_MAG0] != ELFMAG0 || eh.e_ident[EI_MAG1] != ELFMAG1 || eh.e_ident[EI_MAG2] != ELFMAG2 ||
-        eh.e_ident[EI_MAG3] != ELFMAG3 || eh.e_ident[EI_CLASS] != VAKA_ELFCLASS ||
-        eh.e_phentsize != sizeof(vaka_phdr) || eh.e_phnum == 0)
-        return 0;
-    size_t phnum = eh.e_phnum < VAKA_MAX_PHDRS ? eh.e_phnum : VAKA_MAX_PHDRS;
-    size_t bytes = phnum * sizeof(vaka_phdr);
-    if (vaka_safe_read(r, phdrs, l_addr + eh.e_phoff, bytes) != bytes) return 0;
+    /* l_addr 0: a non-PIE main program, or a library mapped exactly at its link address. */
+    size_t phnum = l_addr != 0 ? read_headers(r, l_addr, &eh) : 0;
+    if (phnum == 0 && l_ld > l_addr) {
+        uintptr_t at = l_ld & ~(page - 1);
+        for (size_t k = 0; k < VAKA_HEADER_SEARCH_PAGES && at >= l_addr && at != 0; k++, at -= page) {
+            uint8_t magic[4];
+            if (vaka_safe_read(r, magic, at, sizeof magic) != sizeof magic || magic[0] != ELFMAG0 ||
+                magic[1] != ELFMAG1 || magic[2] != ELFMAG2 || magic[3] != ELFMAG3)
+                continue;
+            phnum = read_headers(r, at, &eh);
+            if (phnum != 0 && dynamic_matches(phnum, l_addr, l_ld)) break;
+            phnum = 0;
+        }
+    }
+    if (phnum == 0) return 0;
 
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     for (size_t i = 0; i < phnum; i++) {
@@ -115,6 +151,22 @@ static int image_from_memory(vaka_safe_reader *r, uintptr_t l_addr, vaka_image *
         n = vaka_safe_read(r, note_buf, l_addr + phdrs[i].p_vaddr, n);
         img->build_id_len = (uint8_t)vaka_find_build_id(note_buf, n, phdrs[i].p_align, img->build_id);
     }
+    return 1;
+}
+
+/* 1 when the link map entry's l_name (read safely) is the cached image's path. A library dlclose'd after
+ * install and another one dlopen'ed at the same address (same l_addr, and the same l_ld when the layouts
+ * match) would otherwise be written with the old library's path and build ID. */
+static int same_path(vaka_safe_reader *r, const vaka_image *img, const vaka_image_cache *cache, uintptr_t l_name)
+{
+    if (img->path_len == 0 || l_name == 0) return 1; /* nothing to compare: keep the l_addr/l_ld match */
+    size_t want = img->path_len;
+    if (want >= VAKA_PATH_MAX) return 1;
+    size_t n = vaka_safe_read_string(r, path_buf, l_name, want + 1);
+    if (n != want) return 0;
+    const char *cached = cache->pool + img->path_off;
+    for (size_t i = 0; i < n; i++)
+        if (path_buf[i] != cached[i]) return 0;
     return 1;
 }
 
@@ -138,7 +190,7 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
                 int found = 0;
                 for (size_t i = 0; i < count; i++) {
                     vaka_image *img = &cache->images[i];
-                    if (img->l_addr == lm[0] && img->l_ld == lm[2]) {
+                    if (img->l_addr == lm[0] && img->l_ld == lm[2] && (k == 0 || same_path(r, img, cache, lm[1]))) {
                         img->seen = 1;
                         found = 1;
                         break;
@@ -165,7 +217,7 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
 
     for (size_t e = 0; e < extra_count && written < VAKA_MAX_IMAGES; e++) {
         vaka_image *img = &scratch_image;
-        if (!image_from_memory(r, extras[e].l_addr, img)) continue;
+        if (!image_from_memory(r, extras[e].l_addr, extras[e].l_ld, img)) continue;
         size_t n = 0;
         if (extras[e].l_name != 0) n = vaka_safe_read_string(r, path_buf, extras[e].l_name, VAKA_PATH_MAX);
         if (n == 0 && extras[e].first) {

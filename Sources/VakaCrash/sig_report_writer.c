@@ -8,12 +8,17 @@
 #include <errno.h>
 #include <unistd.h>
 
-static void write_all(int fd, const char *p, size_t n)
+static void write_all(vaka_writer *w, const char *p, size_t n)
 {
     while (n > 0) {
-        ssize_t k = write(fd, p, n);
+        ssize_t k = write(w->fd, p, n);
         if (k > 0) { p += k; n -= (size_t)k; continue; }
         if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EFBIG) {
+            /* RLIMIT_FSIZE reached: the kernel also raised SIGXFSZ (blocked in our handler). Write no more. */
+            w->file_too_big = 1;
+            w->fd = -1;
+        }
         return; /* disk full, EIO...: nothing more we can do from a signal handler */
     }
 }
@@ -21,6 +26,7 @@ static void write_all(int fd, const char *p, size_t n)
 void vaka_w_init(vaka_writer *w, int fd)
 {
     w->fd = fd;
+    w->file_too_big = 0;
     w->len = 0;
     w->written = 0;
 }
@@ -28,7 +34,7 @@ void vaka_w_init(vaka_writer *w, int fd)
 void vaka_w_flush(vaka_writer *w)
 {
     if (w->fd >= 0 && w->len > 0) {
-        write_all(w->fd, w->buf, w->len);
+        write_all(w, w->buf, w->len);
         w->written += w->len;
     }
     w->len = 0;
@@ -40,7 +46,7 @@ void vaka_w_flush_lines(vaka_writer *w)
     if (n > sizeof w->buf) n = sizeof w->buf; /* the writer may have been interrupted mid-update */
     while (n > 0 && w->buf[n - 1] != '\n') n--;
     if (w->fd >= 0 && n > 0) {
-        write_all(w->fd, w->buf, n);
+        write_all(w, w->buf, n);
         w->written += n;
     }
     w->len = 0;

@@ -22,10 +22,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* Internal symbols are hidden: calls between the runtime's own files never go through a PLT slot (lazy binding
+ * in a signal handler runs the dynamic linker's resolver, which needs far more stack than a small alternate
+ * stack has). */
+#pragma GCC visibility push(hidden)
+
 /* ---------------------------------------------------------------- limits */
 
-/** Longest report path: `<dir>/<run_id>.crash` plus the NUL, in bytes. */
-#define VAKA_REPORT_PATH_MAX (VAKA_REPORT_DIR_MAX + 1 + VAKA_RUN_ID_MAX + 6 + 1)
+/** Longest report path: `<dir>/<run_id>-<pid>.crash` plus the NUL, in bytes (fork children add `-<pid>`). */
+#define VAKA_REPORT_PATH_MAX (VAKA_REPORT_DIR_MAX + 1 + VAKA_RUN_ID_MAX + 1 + 10 + 6 + 1)
 /** Longest path kept for an image or the executable (bytes, without the NUL); longer ones are cut. */
 #define VAKA_PATH_MAX 4096
 /** Longest GNU build ID kept, in bytes (SHA-1 IDs are 20, some linkers emit up to 32). */
@@ -34,6 +39,8 @@
 #define VAKA_IMAGE_POOL_SIZE (128 * 1024)
 /** Cap for fatal/abort message text, in bytes (docs/report-format.md). */
 #define VAKA_MESSAGE_MAX 4096
+/** The signals the runtime can handle (vaka_crash_config.signals); never blocked while the handler runs. */
+#define VAKA_CRASH_SIGNALS SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS
 /** Highest signal number handled + 1 (classic signals only). */
 #define VAKA_NSIG 32
 
@@ -85,6 +92,7 @@ const char *vaka_si_code_name(int sig, int code);
 /** Buffered writer over a file descriptor; a single static instance is used by the handler. */
 typedef struct vaka_writer {
     int fd;            /* -1: writes are dropped */
+    int file_too_big;  /* a write failed with EFBIG (RLIMIT_FSIZE): the kernel raised SIGXFSZ */
     size_t len;        /* bytes buffered */
     size_t written;    /* bytes handed to write(2) so far */
     char buf[8192];
@@ -181,12 +189,14 @@ uintptr_t vaka_uc_fp(const ucontext_t *uc);
 typedef struct vaka_report_target {
     char run_id[VAKA_RUN_ID_MAX + 1];
     size_t run_id_len;
+    size_t dir_len;                            /* bytes of path up to and including the last '/' */
     char path[VAKA_REPORT_PATH_MAX];
 } vaka_report_target;
 
 /** Everything the handler reads. Written only at install/uninstall (under install.c's mutex). */
 typedef struct vaka_sig_state {
     atomic_int installed;                      /* 1 while our handlers are in place */
+    pid_t owner_pid;                           /* the process the state belongs to (install, or fork child) */
     int signals[VAKA_NSIG];                    /* handled signals */
     size_t signal_count;
     struct sigaction previous[VAKA_NSIG];      /* actions before install, indexed by signal */
@@ -200,6 +210,7 @@ typedef struct vaka_sig_state {
     void *r_debug;                             /* &_r_debug (struct r_debug), or NULL */
     atomic_int test_fault_stage;               /* vaka_crash_test_fault_in_handler() */
     uintptr_t page_size;                       /* sysconf(_SC_PAGESIZE), bytes */
+    int watchdog_signal;                       /* SIGRTMAX (read at install): the capture watchdog's timers */
     vaka_safe_reader reader;                   /* for the handler only */
 } vaka_sig_state;
 
@@ -211,6 +222,9 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *uc);
 void vaka_sig_restore_previous(void);
 /** Signal safe. 1 when a crash capture has started (then images must not be refreshed). */
 int vaka_sig_crash_started(void);
+/** fork() child (pthread_atfork): the state now belongs to the child; its reports go to
+ *  `<dir>/<run_id>-<pid>.crash`. Only plain memory writes and getpid. */
+void vaka_sig_after_fork_child(void);
 /** Install time: after a finished capture that the process survived (a previous handler recovered),
  *  lets a new install capture again. */
 void vaka_sig_rearm(void);
@@ -228,5 +242,7 @@ void vaka_thread_stack_detach(void);
 void vaka_thread_stack_prepare(void);
 /** thread_stack.c: 1 if the calling thread's alternate stack was created by this runtime. */
 int vaka_thread_stack_is_ours(void);
+
+#pragma GCC visibility pop
 
 #endif /* VAKA_INTERNAL_H */

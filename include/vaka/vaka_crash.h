@@ -38,7 +38,8 @@ extern "C" {
 typedef struct vaka_crash_config {
     /** Existing directory where the report is created; absolute path, at most VAKA_REPORT_DIR_MAX bytes. */
     const char *report_dir;
-    /** Identifier of this run (e.g. a UUID); the report file is `<report_dir>/<run_id>.crash`.
+    /** Identifier of this run (e.g. a UUID); the report file is `<report_dir>/<run_id>.crash`
+     *  (`<report_dir>/<run_id>-<pid>.crash` in a child made with fork() after install).
      *  1..VAKA_RUN_ID_MAX characters of [A-Za-z0-9._-], not starting with '.'. */
     const char *run_id;
     /** Signals to handle, or NULL to handle the default set:
@@ -73,8 +74,9 @@ int vaka_crash_install(const vaka_crash_config *config);
 /**
  * Restores exactly the signal actions that were in place before vaka_crash_install() (handler,
  * sa_mask and flags; glibc adds its internal SA_RESTORER flag to every action it sets, also to a
- * restored SIG_DFL), and removes the alternate stack this runtime gave the calling thread (if it
- * gave it one).
+ * restored SIG_DFL) for every signal whose current action is still this runtime's handler; a
+ * signal whose handler was replaced after install (by the application or a library) keeps that
+ * handler. Also removes the alternate stack this runtime gave the calling thread (if it gave it one).
  * @return 0 (also when not installed), or the errno of a failed sigaction.
  */
 int vaka_crash_uninstall(void);
@@ -93,8 +95,8 @@ int vaka_crash_is_installed(void);
 int vaka_crash_thread_attach(void);
 
 /**
- * Path of the report that a crash would write now: `<report_dir>/<run_id>.crash`,
- * or NULL when not installed. Valid until the next install/uninstall.
+ * Path of the report that a crash would write now: `<report_dir>/<run_id>.crash`
+ * (`<report_dir>/<run_id>-<pid>.crash` in a fork child), or NULL when not installed. Valid until the next install/uninstall.
  */
 const char *vaka_crash_report_path(void);
 

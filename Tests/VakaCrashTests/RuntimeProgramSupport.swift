@@ -1,0 +1,136 @@
+import Foundation
+import XCTest
+
+/// Small C programs compiled against the crash runtime's sources (not the SwiftPM build): every
+/// `Sources/VakaCrash/*.c` is compiled with `cc` into a static library once per test process, and each
+/// program is linked against it. Used by ``RuntimeRobustnessTests`` for situations the Swift harness cannot
+/// set up (vfork children, a thread inside dl_iterate_phdr, a FIFO at the report path, a tiny alternate
+/// stack, handlers installed after Vaka...).
+enum RuntimeProgram {
+    /// Prelude every program gets: `vk_start(run_id)` installs Vaka with reports in `$VK_DIR`, unless
+    /// `$VK_NOVAKA` is set; `vk_null()` writes through a null pointer.
+    static let prelude = """
+    #define _GNU_SOURCE
+    #include "vaka/vaka_crash.h"
+    #include <errno.h>
+    #include <pthread.h>
+    #include <signal.h>
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include <unistd.h>
+    static int NOVAKA;
+    static void vk_start(const char *id) {
+        const char *dir = getenv("VK_DIR");
+        NOVAKA = getenv("VK_NOVAKA") != NULL;
+        if (NOVAKA) return;
+        vaka_crash_config c = { .report_dir = dir, .run_id = id };
+        int rc = vaka_crash_install(&c);
+        if (rc) { fprintf(stderr, "install failed %d\\n", rc); exit(99); }
+    }
+    static int *volatile vk_nullp = 0;
+    __attribute__((noinline)) static void vk_null(void) { *vk_nullp = 1; }
+
+    """
+
+    static let cc: String? = ["/usr/bin/cc", "/usr/bin/gcc", "/usr/bin/clang"].first {
+        FileManager.default.isExecutableFile(atPath: $0)
+    }
+
+    /// The static library built from the runtime sources (once).
+    static let library: Result<URL, Error> = Result(catching: {
+        guard let cc else { throw ChildError(description: "no C compiler (cc)") }
+        let dir = Paths.freshDirectory("libvaka")
+        let sources = Paths.repositoryRoot.appendingPathComponent("Sources/VakaCrash")
+        let names = try FileManager.default.contentsOfDirectory(atPath: sources.path).filter { $0.hasSuffix(".c") }.sorted()
+        var objects: [String] = []
+        for name in names {
+            let object = dir.appendingPathComponent(name + ".o").path
+            let result = try runChild(URL(fileURLWithPath: cc),
+                                      ["-c", "-g", "-O0", "-std=gnu11", "-D_GNU_SOURCE", "-fno-omit-frame-pointer",
+                                       "-I", Paths.repositoryRoot.appendingPathComponent("include").path,
+                                       "-I", sources.path, "-o", object, sources.appendingPathComponent(name).path],
+                                      label: "cc-\(name)", outputDirectory: dir, timeout: 120)
+            guard result.outcome == "exit 0" else { throw ChildError(description: "cc \(name): \(result.stderrTail())") }
+            objects.append(object)
+        }
+        let archive = dir.appendingPathComponent("libvaka.a")
+        let ar = try runChild(URL(fileURLWithPath: "/usr/bin/ar"), ["rcs", archive.path] + objects,
+                              label: "ar", outputDirectory: dir, timeout: 60)
+        guard ar.outcome == "exit 0" else { throw ChildError(description: "ar: \(ar.stderrTail())") }
+        return archive
+    })
+
+    /// Compiles `body` (C, after ``prelude``) into an executable named `name`.
+    /// - Throws: ``ChildError`` when the compiler fails.
+    static func build(_ name: String, _ body: String, extraFlags: [String] = []) throws -> URL {
+        let library = try library.get()
+        guard let cc else { throw ChildError(description: "no C compiler (cc)") }
+        let dir = Paths.freshDirectory("prog-\(name)")
+        let source = dir.appendingPathComponent("\(name).c")
+        try Data((prelude + body).utf8).write(to: source)
+        let executable = dir.appendingPathComponent(name)
+        let result = try runChild(URL(fileURLWithPath: cc),
+                                  ["-g", "-O0", "-fno-omit-frame-pointer",
+                                   "-I", Paths.repositoryRoot.appendingPathComponent("include").path,
+                                   source.path] + extraFlags + [library.path, "-lunwind", "-lpthread", "-ldl", "-o", executable.path],
+                                  label: "cc", outputDirectory: dir, timeout: 120)
+        guard result.outcome == "exit 0" else { throw ChildError(description: "cc \(name): \(result.stderrTail())") }
+        return executable
+    }
+
+    /// Compiles `body` (C) into a shared library `lib<name>.so` (with a GNU build ID) in a fresh directory.
+    /// - Throws: ``ChildError`` when the compiler fails.
+    static func buildLibrary(_ name: String, _ body: String, extraFlags: [String] = []) throws -> URL {
+        guard let cc else { throw ChildError(description: "no C compiler (cc)") }
+        let dir = Paths.freshDirectory("lib-\(name)")
+        let source = dir.appendingPathComponent("\(name).c")
+        try Data(body.utf8).write(to: source)
+        let library = dir.appendingPathComponent("lib\(name).so")
+        let result = try runChild(URL(fileURLWithPath: cc),
+                                  ["-shared", "-fPIC", "-g", "-O0", "-fno-omit-frame-pointer", "-Wl,--build-id",
+                                   source.path] + extraFlags + ["-o", library.path],
+                                  label: "cc", outputDirectory: dir, timeout: 120)
+        guard result.outcome == "exit 0" else { throw ChildError(description: "cc lib\(name): \(result.stderrTail())") }
+        return library
+    }
+
+    /// One run of a program: how it ended and the files left in its report directory.
+    struct Run {
+        var result: ChildResult
+        var directory: URL
+        /// Names of the `*.crash` files in the report directory, sorted.
+        var reports: [String]
+        /// Text of the report named `name`.
+        func report(_ name: String) -> String {
+            (try? String(contentsOf: directory.appendingPathComponent(name), encoding: .utf8)) ?? ""
+        }
+        /// The only report's text, or "" when there is not exactly one.
+        var onlyReport: String { reports.count == 1 ? report(reports[0]) : "" }
+    }
+
+    /// Runs `executable` with `$VK_DIR` set to a fresh directory (and `$VK_NOVAKA` when `vaka` is false),
+    /// killing it after `timeout` seconds (a hang then shows as `timedOut`).
+    static func run(_ executable: URL, _ arguments: [String] = [], vaka: Bool = true, timeout: TimeInterval = 30,
+                    prepare: (URL) throws -> Void = { _ in }) throws -> Run {
+        let dir = Paths.freshDirectory("run-\(executable.lastPathComponent)")
+        let reports = dir.appendingPathComponent("reports", isDirectory: true)
+        try FileManager.default.createDirectory(at: reports, withIntermediateDirectories: true)
+        try prepare(reports)
+        var environment = ["VK_DIR": reports.path]
+        if !vaka { environment["VK_NOVAKA"] = "1" }
+        let result = try runChild(executable, arguments, label: "run", outputDirectory: dir,
+                                  environment: environment, timeout: timeout)
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: reports.path)) ?? [])
+            .filter { $0.hasSuffix(".crash") }.sorted()
+        return Run(result: result, directory: reports, reports: names)
+    }
+}
+
+/// The value of the first line `key ...` of a report (without the key), or nil.
+func reportValue(_ report: String, _ key: String) -> String? {
+    for line in report.split(separator: "\n") where line.hasPrefix(key + " ") {
+        return String(line.dropFirst(key.count + 1))
+    }
+    return nil
+}
