@@ -1,11 +1,16 @@
 import Foundation
 
 /// The embedded default when no DSN is configured: each envelope is written to `<storage>/outbox/` as
-/// one file `<UTC timestamp>-<event_id>.envelope` (e.g. `20240501T123456.789Z-0123...cdef.envelope`),
+/// one file `<UTC timestamp>-<sequence>-<event_id>.envelope` (e.g.
+/// `20240501T123456.789Z-000042-0123...cdef.envelope`; the sequence counts this process's writes, so
+/// envelopes written in the same millisecond keep their order),
 /// holding exactly the bytes that would have been POSTed before gzip (Sentry envelope wire format).
 /// Directory mode 0700, files 0600, written atomically. Name order is time order. `vaka outbox list|show`
 /// reads them with ``list()`` and ``read(_:)``.
 public struct Outbox {
+    private static let sequenceLock = NSLock()
+    nonisolated(unsafe) private static var sequence = 0
+
     /// `<storage>/outbox`.
     public let directory: URL
 
@@ -24,7 +29,11 @@ public struct Outbox {
         let id = envelope.header.eventID ?? UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
         let stamp = Timestamps.rfc3339(date).replacingOccurrences(of: "-", with: "").replacingOccurrences(of: ":", with: "")
         let safeID = String(id.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.map(Character.init))
-        let url = directory.appendingPathComponent("\(stamp)-\(safeID).envelope")
+        Outbox.sequenceLock.lock()
+        Outbox.sequence += 1
+        let number = Outbox.sequence
+        Outbox.sequenceLock.unlock()
+        let url = directory.appendingPathComponent("\(stamp)-\(String(format: "%06d", number % 1_000_000))-\(safeID).envelope")
         try PrivateFiles.writeAtomically(envelope.serialized(), to: url, sync: false)
         return url
     }
