@@ -185,13 +185,7 @@ public final class DwarfFile {
         }
         let ranges = unitRanges ?? buildUnitRanges()
         // Last range starting at or below vaddr; ranges may nest or overlap, so look back a little.
-        var low = 0
-        var high = ranges.count
-        while low < high {
-            let mid = (low + high) / 2
-            if ranges[mid].start <= vaddr { low = mid + 1 } else { high = mid }
-        }
-        var index = low - 1
+        var index = ranges.firstIndex(after: vaddr, by: \.start) - 1
         var checked = 0
         while index >= 0 && checked < 64 {
             if vaddr < ranges[index].end { return units[ranges[index].unit] }
@@ -284,14 +278,8 @@ public final class DwarfFile {
     /// The inlined_subroutine / subprogram DIEs containing `vaddr`, innermost first.
     private func scopes(in unit: Unit, at vaddr: UInt64) -> [Dwarf_Die] {
         let functions = functions(of: unit)
-        var low = 0
-        var high = functions.count
-        while low < high {
-            let mid = (low + high) / 2
-            if functions[mid].start <= vaddr { low = mid + 1 } else { high = mid }
-        }
         // The innermost (latest-starting) function range containing vaddr.
-        var index = low - 1
+        var index = functions.firstIndex(after: vaddr, by: \.start) - 1
         var outer: Dwarf_Die?
         var checked = 0
         while index >= 0 && checked < 256 {

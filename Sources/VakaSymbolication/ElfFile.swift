@@ -395,14 +395,7 @@ public final class ElfFile {
 
     private static func find(_ vaddr: UInt64, in table: SymbolTable) -> SymbolEntry? {
         let entries = table.entries
-        // Index of the first entry with value > vaddr.
-        var low = 0
-        var high = entries.count
-        while low < high {
-            let mid = (low + high) / 2
-            if entries[mid].value <= vaddr { low = mid + 1 } else { high = mid }
-        }
-        var index = low - 1
+        var index = entries.firstIndex(after: vaddr, by: \.value) - 1
         var best: SymbolEntry?
         while index >= 0 {
             let entry = entries[index]
