@@ -18,6 +18,8 @@ final class Client: @unchecked Sendable {
     let factory: EventFactory
     /// Handled-error stack traces.
     let stacks: StackCapture
+    /// The crash reports whose events are queued, deleted once the server accepts them (see CrashJoin.swift).
+    let crashLedger: CrashLedger
 
     private let lock = NSLock()
     private var scope: RunScope
@@ -37,9 +39,12 @@ final class Client: @unchecked Sendable {
         let release = options.release ?? Vaka.defaultRelease()
         factory = EventFactory(release: release, startTime: now)
         stacks = StackCapture(arch: factory.arch)
+        let ledger = CrashLedger(log: log)
+        crashLedger = ledger
         delivery = try Delivery(configuration: Delivery.Configuration(
             storageDirectory: storage, dsn: dsn, flushInterval: options.flushInterval,
-            maxBatchSize: options.maxBatchSize, log: log))
+            maxBatchSize: options.maxBatchSize, log: log,
+            onEventSettled: { id, outcome in ledger.settled(id, outcome) }))
         var session: SessionState?
         if options.sessionTracking { session = SessionState(did: Client.anonID(storage: storage, log: log), started: now) }
         scope = RunScope(runID: runID, release: release, environment: options.environment, tags: options.tags,
@@ -133,8 +138,7 @@ final class Client: @unchecked Sendable {
         var event = factory.base(eventID: id, level: .error, date: Date(), scope: scope, breadcrumbs: breadcrumbs.snapshot())
         event["exception"] = .object(["values": .array([.object(exception)])])
         if !stack.images.isEmpty { event["debug_meta"] = .object(["images": EventFactory.json(stack.images)]) }
-        EventFactory.removeFrameTrust(&event)
-        var items: [EnvelopeItem] = [.event(EventFactory.encode(event))]
+        var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: logSink))]
         if scope.session != nil {
             scope.session!.errors += 1
             if let update = sessionUpdateLocked(.ok) {
@@ -163,7 +167,7 @@ final class Client: @unchecked Sendable {
             for (k, v) in tags { all[k] = .string(v) }
             event["tags"] = .object(all)
         }
-        submit(Envelope(header: .init(eventID: id), items: [.event(EventFactory.encode(event))]))
+        submit(Envelope(header: .init(eventID: id), items: [.event(EventFactory.finalize(event, log: logSink))]))
         log("captured \(level.rawValue) message as \(id)")
     }
 
