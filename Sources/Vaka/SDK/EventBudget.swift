@@ -35,7 +35,7 @@ import Foundation
 ///
 /// What was removed is said in the event's `extra`: `breadcrumbs_omitted`, `frames_omitted` (frames taken out of
 /// the middle of the exception's stack trace, counting the 250-frame limit), `event_trimmed_from_bytes` (the
-/// JSON size before trimming). The crash's signal, exception type and mechanism are never removed.
+/// JSON size before the first trimming); a later trimming of the same event (a 413 retry) adds to the counts. The crash's signal, exception type and mechanism are never removed.
 public struct EventBudget: Sendable, Equatable {
     /// Most bytes of the event's JSON. Default 900 KiB (921 600).
     public var maxEventBytes: Int
@@ -112,10 +112,17 @@ public struct EventBudget: Sendable, Equatable {
                 return outcome  // untouched: the original bytes
             }
             do {
+                // Added to what an earlier trimming of the same event (before a 413 retry) recorded.
                 var extra = e["extra"]?.objectValue ?? [:]
-                if trace.breadcrumbs > 0 { extra["breadcrumbs_omitted"] = .int(Int64(trace.breadcrumbs)) }
-                if trace.frames > 0 { extra["frames_omitted"] = .int(Int64(trace.frames)) }
-                extra["event_trimmed_from_bytes"] = .int(Int64(original.count))
+                func add(_ key: String, _ count: Int) {
+                    guard count > 0 else { return }
+                    extra[key] = .int((extra[key]?.intValue ?? 0) + Int64(count))
+                }
+                add("breadcrumbs_omitted", trace.breadcrumbs)
+                add("frames_omitted", trace.frames)
+                if extra["event_trimmed_from_bytes"]?.intValue == nil {
+                    extra["event_trimmed_from_bytes"] = .int(Int64(original.count))
+                }
                 e["extra"] = .object(extra)
             }
             outcome.data = EventFactory.encode(e)
