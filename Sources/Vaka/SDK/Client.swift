@@ -83,15 +83,20 @@ final class Client: @unchecked Sendable {
 
     // MARK: - Scope
 
-    /// Adds a breadcrumb (persisted for the crash join).
+    /// Adds a breadcrumb (persisted for the crash join), cut to the per-field limits first
+    /// (``EventBudget/limited(_:)``) so that neither memory nor `breadcrumbs.jsonl` holds more than an event can.
     func addBreadcrumb(_ crumb: Breadcrumb) {
+        let crumb = EventBudget.limited(crumb)
         lock.lock(); defer { lock.unlock() }
         guard !ended else { return }
         breadcrumbs.add(crumb)
     }
 
-    /// Sets (or with `nil` removes) a tag on all later events and on this run's crash.
+    /// Sets (or with `nil` removes) a tag on all later events and on this run's crash. Key and value are cut to
+    /// 200 characters (``EventBudget/maxTagChars``) first, as the server would.
     func setTag(_ key: String, _ value: String?) {
+        let key = EventBudget.truncated(key, EventBudget.maxTagChars) ?? key
+        let value = value.map { EventBudget.truncated($0, EventBudget.maxTagChars) ?? $0 }
         lock.lock(); defer { lock.unlock() }
         guard !ended, scope.tags[key] != value else { return }
         scope.tags[key] = value

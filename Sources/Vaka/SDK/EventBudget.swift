@@ -383,6 +383,19 @@ public struct EventBudget: Sendable, Equatable {
         }
     }
 
+    /// `crumb` with the per-field limits applied: `message` and `category` at most 8192 Unicode scalars,
+    /// each `data` value at most 1024. Applied when a breadcrumb is added, so the breadcrumbs kept in memory and
+    /// in the run directory are never larger than what an event may carry.
+    public static func limited(_ crumb: Breadcrumb) -> Breadcrumb {
+        var c = crumb
+        if let m = c.message, let cut = truncated(m, maxMessageChars) { c.message = cut }
+        if let m = c.category, let cut = truncated(m, maxMessageChars) { c.category = cut }
+        if let data = c.data, data.values.contains(where: { $0.utf8.count > maxBreadcrumbDataChars }) {
+            c.data = data.mapValues { truncated($0, maxBreadcrumbDataChars) ?? $0 }
+        }
+        return c
+    }
+
     /// `s` cut to `cap` Unicode scalars, the last three being `...`; `nil` when it is not longer than `cap`.
     static func truncated(_ s: String, _ cap: Int) -> String? {
         if s.utf8.count <= cap { return nil }  // at least one byte per scalar
