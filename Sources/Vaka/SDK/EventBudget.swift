@@ -101,7 +101,7 @@ public struct EventBudget: Sendable, Equatable {
         var e = event
         var outcome = Outcome(data: original, originalBytes: original.count, fits: false)
         var trace = Trace()
-        EventBudget.applyFieldLimits(&e, &trace)
+        EventBudget.applyFieldLimits(&e, eventBytes: original.count, &trace)
         if trace.breadcrumbs + trace.frames + trace.strings + trace.entries == 0, within(original) {
             outcome.fits = true
             return outcome  // the common case: one encoding, nothing changed
@@ -243,15 +243,48 @@ public struct EventBudget: Sendable, Equatable {
     static let identityKeys: Set<String> = ["event_id", "timestamp", "platform", "level", "release", "environment",
                                             "dist", "sdk", "type"]
 
-    static func applyFieldLimits(_ e: inout [String: JSONValue], _ trace: inout Trace) {
+    /// Applies the per-field limits. Each field is first only read; it is rebuilt only when over a limit (the
+    /// common event is not copied). `eventBytes`: the encoded event's size, a bound on `extra`'s.
+    static func applyFieldLimits(_ e: inout [String: JSONValue], eventBytes: Int, _ trace: inout Trace) {
         for key in e.keys.sorted() where !identityKeys.contains(key) {
+            let value = e[key]!
             switch key {
-            case "tags": limitTags(&e[key]!, &trace)
-            case "extra": limitExtra(&e[key]!, &trace)
-            case "breadcrumbs": limitBreadcrumbs(&e[key]!, &trace)
-            case "exception", "threads": limitStacks(&e[key]!, &trace)
-            default: capStrings(&e[key]!, cap: maxMessageChars, &trace)
+            case "tags":
+                if exceeds(value, maxTagChars, keys: true) { limitTags(&e[key]!, &trace) }
+            case "extra":
+                if eventBytes > maxExtraBytes || exceeds(value, maxExtraValueChars) { limitExtra(&e[key]!, &trace) }
+            case "breadcrumbs":
+                let count = value.objectValue?["values"].flatMap { v -> Int? in
+                    if case .array(let a) = v { return a.count }
+                    return nil
+                } ?? 0
+                if count > maxBreadcrumbs || exceeds(value, maxBreadcrumbDataChars) { limitBreadcrumbs(&e[key]!, &trace) }
+            case "exception", "threads":
+                if exceeds(value, maxMessageChars) || hasLongStack(value) { limitStacks(&e[key]!, &trace) }
+            default:
+                if exceeds(value, maxMessageChars) { capStrings(&e[key]!, cap: maxMessageChars, &trace) }
             }
+        }
+    }
+
+    /// Whether a string inside `value` (or, with `keys`, an object key) may be longer than `cap` scalars
+    /// (judged by UTF-8 bytes, an upper bound). Read only.
+    static func exceeds(_ value: JSONValue, _ cap: Int, keys: Bool = false) -> Bool {
+        switch value {
+        case .string(let s): return s.utf8.count > cap
+        case .array(let items): return items.contains { exceeds($0, cap, keys: keys) }
+        case .object(let object):
+            return object.contains { (keys && $0.key.utf8.count > cap) || exceeds($0.value, cap, keys: keys) }
+        default: return false
+        }
+    }
+
+    /// Whether a `{values: [{stacktrace: {frames}}]}` list has a stack trace over ``maxFrames``. Read only.
+    static func hasLongStack(_ list: JSONValue) -> Bool {
+        guard case .array(let values)? = list.objectValue?["values"] else { return false }
+        return values.contains { value in
+            if case .array(let frames)? = value.objectValue?["stacktrace"]?.objectValue?["frames"] { return frames.count > maxFrames }
+            return false
         }
     }
 
