@@ -173,7 +173,7 @@ final class CrashLedger: @unchecked Sendable {
     func settled(_ eventID: String, _ outcome: Uploader.EventSettlement) {
         lock.lock()
         guard let entry = watched.removeValue(forKey: eventID) else {
-            if joining { early[eventID] = outcome }
+            if joining, early.count < 10_000 { early[eventID] = outcome }  // bounded even if the join never runs
             lock.unlock()
             return
         }
