@@ -127,11 +127,13 @@ func runBench(storage: URL, dsn: String?) -> Never {
 /// Runs SDK scenario `name` (`nil`: none — just start, which sends last run's crash and pending files) with
 /// Vaka started on `storage` and `dsn`, flushes (at most $VAKA_FLUSH_TIMEOUT s, default 30) and exits 0. `withScope` applies
 /// ``applyHarnessScope()`` first. `VAKA_DEBUG=1` turns on the SDK's debug output.
-func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withScope: Bool) -> Never {
+func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withScope: Bool,
+                    bigBreadcrumbs: BigBreadcrumbs? = nil) -> Never {
     if scenario?.name == "bench" { runBench(storage: storage, dsn: dsn) }
     let debug = ProcessInfo.processInfo.environment["VAKA_DEBUG"] == "1"
     Vaka.start(Vaka.Options(dsn: dsn, debug: debug, storageDirectory: storage))
     if withScope { applyHarnessScope() }
+    bigBreadcrumbs?.add()
     scenario?.run(storage)
     let flushTimeout = Double(ProcessInfo.processInfo.environment["VAKA_FLUSH_TIMEOUT"] ?? "") ?? 30
     let sent = Vaka.flush(timeout: flushTimeout)
@@ -152,7 +154,39 @@ func printSDKHelp() {
     print("""
 
         SDK options: --dsn DSN (or $VAKA_DSN; none = envelopes go to DIR/outbox), --scope (set tag flavor=free,
-        user user-123 and two cart breadcrumbs right after start, also before a crash), $VAKA_DEBUG=1 (SDK debug
-        output on stderr).
+        user user-123 and two cart breadcrumbs right after start, also before a crash), --big-breadcrumbs N:BYTES
+        (after --scope, add N breadcrumbs of category "big" whose message is BYTES random letters and digits,
+        text that compresses badly: e.g. 100:20000 makes a crash event of about 2 MB before the SDK trims it),
+        $VAKA_DEBUG=1 (SDK debug output on stderr).
         """)
+}
+
+/// `--big-breadcrumbs N:BYTES`: N breadcrumbs (1...10 000) of category `big`, message `#<i> ` followed by
+/// random letters and digits up to BYTES bytes (1...10 000 000), for the size-limit tests.
+struct BigBreadcrumbs {
+    /// How many breadcrumbs.
+    let count: Int
+    /// Bytes of each message.
+    let bytes: Int
+
+    /// Parses `N:BYTES`; `nil` when malformed or out of range.
+    init?(_ text: String) {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let n = Int(parts[0]), let b = Int(parts[1]),
+              (1...10_000).contains(n), (1...10_000_000).contains(b) else { return nil }
+        count = n
+        bytes = b
+    }
+
+    /// Adds the breadcrumbs with Vaka.
+    func add() {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789".utf8)
+        var generator = SystemRandomNumberGenerator()
+        for i in 0..<count {
+            var message = Array("#\(i) ".utf8.prefix(bytes))
+            message.reserveCapacity(bytes)
+            while message.count < bytes { message.append(alphabet[Int(generator.next() % UInt64(alphabet.count))]) }
+            Vaka.addBreadcrumb(category: "big", message: String(decoding: message, as: UTF8.self))
+        }
+    }
 }

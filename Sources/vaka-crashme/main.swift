@@ -7,6 +7,7 @@ import VakaCrashmeC
 
 let usage = """
     usage: vaka-crashme SCENARIO --storage DIR [--no-vaka] [--deny-process-vm-readv] [--fault-in-handler STAGE]
+                        [--dsn DSN] [--scope] [--big-breadcrumbs N:BYTES]
            vaka-crashme --list
            vaka-crashme --help
 
@@ -38,6 +39,7 @@ var denyProcessVMReadv = false
 var faultStage: Int32 = 0
 var dsn = ProcessInfo.processInfo.environment["VAKA_DSN"]  // SDK: --dsn DSN or VAKA_DSN (see SDKScenarios.swift)
 var withScope = false
+var bigBreadcrumbs: BigBreadcrumbs?
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -71,6 +73,11 @@ while let argument = arguments.popFirst() {
         dsn = value
     case "--scope":
         withScope = true
+    case "--big-breadcrumbs":
+        guard let value = arguments.popFirst(), let big = BigBreadcrumbs(value) else {
+            fail("--big-breadcrumbs needs N:BYTES (e.g. 100:20000; N 1...10000, BYTES 1...10000000)", status: 2)
+        }
+        bigBreadcrumbs = big
     case _ where argument.hasPrefix("-"):
         fail("unknown option \(argument) (see --help)", status: 2)
     default:
@@ -82,7 +89,8 @@ while let argument = arguments.popFirst() {
 let sdkScenario = sdkScenarios.first { $0.name == scenarioName }
 if scenarioName == nil || sdkScenario != nil {
     guard let storagePath else { fail("--storage DIR is required (see --help)", status: 2) }
-    runSDKScenario(sdkScenario, storage: URL(fileURLWithPath: storagePath, isDirectory: true), dsn: dsn, withScope: withScope)
+    runSDKScenario(sdkScenario, storage: URL(fileURLWithPath: storagePath, isDirectory: true), dsn: dsn, withScope: withScope,
+                   bigBreadcrumbs: bigBreadcrumbs)
 }
 guard let scenarioName else { fail("no scenario given (see --help, --list)", status: 2) }
 guard let scenario = scenarios.first(where: { $0.name == scenarioName }) else {
@@ -110,6 +118,7 @@ if denyProcessVMReadv {
 if startVaka {
     Vaka.start(Vaka.Options(dsn: dsn, storageDirectory: storage))
     if withScope { applyHarnessScope() }
+    bigBreadcrumbs?.add()
     if faultStage != 0 { crashme_arm_fault_in_handler(faultStage) }
 }
 

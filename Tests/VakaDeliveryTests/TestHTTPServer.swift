@@ -34,6 +34,7 @@ final class TestHTTPServer {
     private var listenFD: Int32 = -1
     private let lock = NSCondition()
     private var script: [Reply] = []
+    private var _responder: ((Request) -> Reply?)?
     private var _requests: [Request] = []
     private var openFDs: Set<Int32> = []
     private var stopped = false
@@ -76,6 +77,13 @@ final class TestHTTPServer {
     /// Appends replies to the script (consumed one per request, in order).
     func enqueue(_ replies: Reply...) {
         lock.lock(); script += replies; lock.unlock()
+    }
+
+    /// Decides the reply to a request when the script is empty (`nil` from it: 200 `{}`), e.g. 413 for any
+    /// envelope item over a size.
+    var responder: ((Request) -> Reply?)? {
+        get { lock.lock(); defer { lock.unlock() }; return _responder }
+        set { lock.lock(); _responder = newValue; lock.unlock() }
     }
 
     /// Requests received so far.
@@ -136,7 +144,7 @@ final class TestHTTPServer {
         guard let request = readRequest(fd) else { return }
         lock.lock()
         _requests.append(request)
-        let reply = script.isEmpty ? Reply.status(200) : script.removeFirst()
+        let reply = script.isEmpty ? (_responder?(request) ?? Reply.status(200)) : script.removeFirst()
         lock.broadcast()
         lock.unlock()
         switch reply {

@@ -46,6 +46,73 @@ final class BugsinkSDKTests: XCTestCase {
             .filter { $0.hasSuffix(".batch") }, [], "everything sent")
     }
 
+    /// Kind 4 of issue 8: a crashed run with 100 breadcrumbs of 20 KB of random text (2 MB, over Sentry's 1 MB /
+    /// 200 KB-compressed limits; each is cut to 8192 characters when added, which still makes an 830 KB event
+    /// of text that compresses badly) arrives stored, trimmed, with its breadcrumbs reduced; its
+    /// report stays while no server accepted it (a first relaunch finds nothing listening on the DSN's port)
+    /// and is gone only after Bugsink accepted it (a second relaunch sends the envelope still in pending/,
+    /// without queueing the crash twice).
+    func testBigCrashArrivesTrimmedAndItsReportIsDeletedOnlyAfterAcceptance() throws {
+        let peer = try BugsinkPeer.fromEnvironment()
+        let storage = dirs.make("bugsink-big")
+        let logs = dirs.make("bugsink-big-logs")
+        let crash = try runHarness(["null-deref", "--scope", "--big-breadcrumbs", "100:20000", "--dsn", peer.dsn,
+                                    "--storage", storage.path], logDirectory: logs)
+        XCTAssertEqual(crash.outcome, "signal 11", crash.stderr)
+        let crashes = storage.appendingPathComponent("crashes")
+        let report = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: crashes.path).first { $0.hasSuffix(".crash") })
+        let reportPath = crashes.appendingPathComponent(report).path
+        let runID = String(report.dropLast(".crash".count))
+        let eventID = runID.replacingOccurrences(of: "-", with: "").lowercased()
+        let crumbsFile = storage.appendingPathComponent("runs/\(runID)/breadcrumbs.jsonl")
+        // Each message is cut to 8192 characters when added (2 MB asked, 100 × 8 KiB kept in the run directory).
+        let recorded = (try? Data(contentsOf: crumbsFile))?.count ?? 0
+        XCTAssertGreaterThan(recorded, 100 * 8192)
+        XCTAssertLessThan(recorded, 100 * 8192 + 20_000)
+
+        // Relaunch 1: a port bound but not listening (connection refused): nothing is accepted, the report stays.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+        }
+        XCTAssertTrue(bound)
+        let deadDSN = "http://deadkey@127.0.0.1:\(UInt16(bigEndian: addr.sin_port))/1"
+        let offline = try runHarness(["--dsn", deadDSN, "--storage", storage.path],
+                                     environment: ["VAKA_DEBUG": "1", "VAKA_FLUSH_TIMEOUT": "1"], logDirectory: logs)
+        XCTAssertEqual(offline.outcome, "exit 0", offline.stderr)
+        XCTAssertTrue(offline.stderr.contains("trimmed to the size budget"), offline.stderr)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: reportPath), "not accepted yet: the report stays\n\(offline.stderr)")
+        XCTAssertNil(peer.storedEvent(eventID))
+
+        // Relaunch 2: Bugsink; the queued envelope is sent, accepted, stored; then the report is gone.
+        let online = try runHarness(["--dsn", peer.dsn, "--storage", storage.path], environment: ["VAKA_DEBUG": "1"], logDirectory: logs)
+        XCTAssertEqual(online.outcome, "exit 0", online.stderr)
+        XCTAssertTrue(online.stderr.contains("already queued as event \(eventID)"), online.stderr)
+        XCTAssertTrue(online.stderr.contains("crash event \(eventID) accepted by the server"), online.stderr)
+        XCTAssertTrue(online.stderr.contains("closed; queue empty"), online.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: reportPath), "accepted: the report is deleted")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: storage.appendingPathComponent("runs/\(runID)").path))
+
+        let event = try XCTUnwrap(peer.waitForEvent(eventID), "fatal event \(eventID) not stored by Bugsink")
+        XCTAssertEqual(event["level"] as? String, "fatal")
+        XCTAssertEqual(dig(event, "exception", "values", 0, "type") as? String, "SIGSEGV")
+        XCTAssertGreaterThan((dig(event, "exception", "values", 0, "stacktrace", "frames") as? [Any])?.count ?? 0, 3)
+        XCTAssertEqual(dig(event, "tags", "flavor") as? String, "free")
+        let crumbs = try XCTUnwrap(dig(event, "breadcrumbs", "values") as? [[String: Any]])
+        let big = crumbs.filter { $0["category"] as? String == "big" }
+        XCTAssertGreaterThan(big.count, 0)
+        XCTAssertLessThan(big.count, 100, "breadcrumbs reduced")
+        XCTAssertTrue((big.last?["message"] as? String ?? "").hasPrefix("#99 "), "the newest breadcrumbs are kept")
+        for crumb in big { XCTAssertLessThanOrEqual((crumb["message"] as? String)?.unicodeScalars.count ?? 0, 8192) }
+        XCTAssertEqual(dig(event, "extra", "breadcrumbs_omitted") as? Int, 100 - crumbs.count, "the run kept its last 100")
+        XCTAssertGreaterThan(dig(event, "extra", "event_trimmed_from_bytes") as? Int ?? 0, 100 * 8192)
+    }
+
     func testHandledErrorAndMessageAreStored() throws {
         let peer = try BugsinkPeer.fromEnvironment()
         let storage = dirs.make("bugsink-handled")

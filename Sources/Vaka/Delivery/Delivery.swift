@@ -32,11 +32,16 @@ final class Delivery {
         var syncWrites = false
         /// Debug sink (`Options.debug`): receives one line per event of note, never the key. `nil` = silent.
         var log: ((String) -> Void)?
+        /// Told (on the delivery thread) the `event_id` of each envelope with an event that the server accepted
+        /// or that was given up (``Uploader/onEventSettled``). Not called in outbox mode: there an envelope is
+        /// done once ``Delivery/submit(_:durable:)`` returns.
+        var onEventSettled: ((String, Uploader.EventSettlement) -> Void)?
 
         /// Creates a configuration; see the properties for defaults.
         init(storageDirectory: URL, dsn: DSN?, flushInterval: TimeInterval = 10, maxBatchSize: Int = 50,
              maxBatchFiles: Int = 200, requestTimeout: TimeInterval = 15, syncWrites: Bool = false,
-             log: ((String) -> Void)? = nil) {
+             log: ((String) -> Void)? = nil, onEventSettled: ((String, Uploader.EventSettlement) -> Void)? = nil) {
+            self.onEventSettled = onEventSettled
             self.storageDirectory = storageDirectory
             self.dsn = dsn
             self.flushInterval = flushInterval
@@ -95,7 +100,8 @@ final class Delivery {
         queue = q
         uploader = Uploader(queue: q, dsn: dsn,
                             transport: transport ?? URLSessionTransport(timeout: configuration.requestTimeout),
-                            clock: clock, requestTimeout: configuration.requestTimeout, log: log)
+                            clock: clock, requestTimeout: configuration.requestTimeout, log: log,
+                            onEventSettled: configuration.onEventSettled)
         log("sending to \(dsn) (envelope URL \(dsn.envelopeURL.absoluteString))")
         let t = Thread { [weak self] in self?.run() }
         t.name = "vaka.delivery"

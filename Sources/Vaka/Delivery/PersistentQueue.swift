@@ -164,6 +164,31 @@ final class PersistentQueue {
         return true
     }
 
+    /// Whether an envelope with this `event_id` is waiting (in the open batch or a batch file). Reads only the
+    /// header line of each stored envelope; used by the crash join so that a crash queued by an earlier launch
+    /// and not yet sent is not queued twice.
+    func containsEvent(_ eventID: String) -> Bool {
+        let needle = Array("\"event_id\":\"\(eventID)\"".utf8)
+        func matches(_ record: Data) -> Bool {
+            let header = record.prefix(while: { $0 != 0x0A })
+            guard header.count >= needle.count else { return false }
+            return header.withUnsafeBytes { raw -> Bool in
+                let bytes = raw.bindMemory(to: UInt8.self)
+                for start in 0...(bytes.count - needle.count) where bytes[start] == needle[0] {
+                    if needle.indices.allSatisfy({ bytes[start + $0] == needle[$0] }) { return true }
+                }
+                return false
+            }
+        }
+        lock.lock(); defer { lock.unlock() }
+        if let o = open, o.records.contains(where: matches) { return true }
+        for ref in files where ref != open?.ref {
+            guard let data = FileManager.default.contents(atPath: path(ref)) else { continue }
+            if BatchFile.decode(data).records.contains(where: matches) { return true }
+        }
+        return false
+    }
+
     /// `true` when no envelope is waiting: the open batch is empty and no batch file exists.
     var isEmpty: Bool {
         lock.lock(); defer { lock.unlock() }

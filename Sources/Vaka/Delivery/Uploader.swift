@@ -12,12 +12,18 @@ import Foundation
 /// - the answer decides (`X-Sentry-Rate-Limits` is recorded from every answer):
 ///   - **2xx**: the envelope is removed from its batch file (the file is deleted when empty); backoff reset.
 ///   - **401**: sending stops for the life of this uploader (until the next launch); files kept.
-///   - **413**: the envelope's items are split into two halves which replace it and are sent in turn; a
-///     single-item envelope that still gets 413 is dropped (``Stats/droppedTooLarge``).
+///   - **413**: the envelope's items are split into two halves which replace it and are sent in turn. A
+///     single event that still gets 413 is trimmed again (``EventBudget``) to half its JSON size and half its
+///     gzipped size, keeping its `event_id`, and sent again in its place; when half its size would be under
+///     ``EventBudget/floorBytes`` (16 KiB), or trimming cannot make it smaller, it is given up (dropped,
+///     ``Stats/droppedTooLarge``). Any other single item that gets 413 is dropped.
 ///   - **429**: limits from `X-Sentry-Rate-Limits`, else `Retry-After`, else 60 s for all categories; the
 ///     envelope is held while its categories are limited and other categories keep flowing. When the
 ///     answer does not limit the envelope's own categories, it counts as a failure (below).
 ///   - **other 4xx** (not 408): permanent rejection; the envelope is removed (``Stats/droppedRejected``).
+///
+/// Every envelope with an event that is accepted (2xx) or given up (413 at the floor, other 4xx) is reported
+/// to ``onEventSettled`` with its `event_id` (the crash join deletes or sets aside the crash report then).
 ///   - **5xx, 408, 1xx/3xx, no answer** (offline, refused, timed out, garbage): exponential ``Backoff``
 ///     (5, 10, 20, ... 300 s), nothing is sent before it passes; the pump stops.
 ///
@@ -36,6 +42,14 @@ final class Uploader {
         case stopped
     }
 
+    /// How an envelope that carried an event ended (``onEventSettled``).
+    enum EventSettlement: Equatable {
+        /// The server accepted it (2xx).
+        case accepted
+        /// It will never be sent: the reason (e.g. `413 Payload Too Large at 12345 B JSON, under the floor`).
+        case givenUp(String)
+    }
+
     /// Counters for debug output and tests.
     struct Stats: Equatable {
         /// Envelopes (or split parts) answered with 2xx.
@@ -44,6 +58,8 @@ final class Uploader {
         var droppedRejected = 0
         /// Single-item envelopes dropped because the server still answered 413.
         var droppedTooLarge = 0
+        /// Events trimmed again after a 413 (each retry counts).
+        var retrimmed = 0
         /// Records in batch files that were not parsable envelopes (dropped).
         var droppedUnreadable = 0
         /// Requests that failed (5xx, 408, no answer...).
@@ -58,6 +74,9 @@ final class Uploader {
     let clock: DeliveryClock
     /// Bound on each request, seconds (15 in the SDK).
     let requestTimeout: TimeInterval
+    /// Called on the sending thread with the `event_id` of each envelope with an event that was accepted or
+    /// given up (see the type's documentation), after its batch file was rewritten without it.
+    let onEventSettled: ((String, EventSettlement) -> Void)?
 
     private let pumpLock = NSLock()   // serialises pump()
     private let stateLock = NSLock()  // guards the state below: written only by pump(), read by anyone
@@ -76,8 +95,11 @@ final class Uploader {
     ///   - clock: time source for backoff and rate limits.
     ///   - requestTimeout: bound on each request, seconds.
     ///   - log: debug sink; never given the key.
+    ///   - onEventSettled: told when an event is accepted or given up (``onEventSettled``).
     init(queue: PersistentQueue, dsn: DSN, transport: HTTPTransport, clock: DeliveryClock,
-         requestTimeout: TimeInterval = 15, log: @escaping (String) -> Void = { _ in }) {
+         requestTimeout: TimeInterval = 15, log: @escaping (String) -> Void = { _ in },
+         onEventSettled: ((String, EventSettlement) -> Void)? = nil) {
+        self.onEventSettled = onEventSettled
         self.queue = queue
         self.dsn = dsn
         self.transport = transport
@@ -146,16 +168,37 @@ final class Uploader {
                 let rest: [Data] = held.isEmpty ? [] : [envelope.with(items: held).serialized()]
 
                 switch send(part, now: now) {
-                case .delivered, .rejected:
+                case .delivered:
                     records.replaceSubrange(i...i, with: rest)
                     if !rest.isEmpty { i += 1 }
-                    guard commit(ref, records) else { break fileLoop }
+                    let committed = commit(ref, records)
+                    settle(part, .accepted)
+                    guard committed else { break fileLoop }
+                case .rejected(let status):
+                    records.replaceSubrange(i...i, with: rest)
+                    if !rest.isEmpty { i += 1 }
+                    let committed = commit(ref, records)
+                    settle(part, .givenUp("permanently rejected with HTTP \(status)"))
+                    guard committed else { break fileLoop }
                 case .tooLarge:
                     if part.items.count <= 1 {
-                        mutate { _stats.droppedTooLarge += 1 }
-                        log("dropping a single-item \(part.items.first?.type.rawValue ?? "empty") envelope (\(part.header.eventID ?? "-")): 413 even alone")
-                        records.replaceSubrange(i...i, with: rest)
-                        if !rest.isEmpty { i += 1 }
+                        switch retrimmed(part) {
+                        case .smaller(let smaller, let note):
+                            mutate { _stats.retrimmed += 1 }
+                            log("413 for event \(part.header.eventID ?? "-"): \(note); sending it again")
+                            records.replaceSubrange(i...i, with: [smaller.serialized()] + rest)
+                            guard commit(ref, records) else { break fileLoop }
+                            continue  // the smaller envelope is next
+                        case .givenUp(let reason):
+                            mutate { _stats.droppedTooLarge += 1 }
+                            log("dropping a single-item \(part.items.first?.type.rawValue ?? "empty") envelope (\(part.header.eventID ?? "-")): \(reason)")
+                            records.replaceSubrange(i...i, with: rest)
+                            if !rest.isEmpty { i += 1 }
+                            let committed = commit(ref, records)
+                            settle(part, .givenUp(reason))
+                            guard committed else { break fileLoop }
+                            continue
+                        }
                     } else {
                         let half = part.items.count / 2
                         let halves = [part.with(items: Array(part.items[..<half])).serialized(),
@@ -206,6 +249,44 @@ final class Uploader {
         return .waiting(until: until)
     }
 
+    /// Reports an envelope's end to ``onEventSettled`` when it carried an event.
+    private func settle(_ envelope: Envelope, _ outcome: EventSettlement) {
+        guard let id = envelope.header.eventID, envelope.items.contains(where: { $0.type == .event }) else { return }
+        onEventSettled?(id, outcome)
+    }
+
+    private enum Retrim {
+        case smaller(Envelope, note: String)
+        case givenUp(String)
+    }
+
+    /// A single-event envelope that got 413, trimmed again to half its JSON size and half its gzipped size
+    /// (same header, same `event_id`); given up when half would be under ``EventBudget/floorBytes``, when the
+    /// item is not a JSON event, or when trimming cannot make it smaller.
+    private func retrimmed(_ envelope: Envelope) -> Retrim {
+        guard envelope.items.count == 1, let item = envelope.items.first, item.type == .event else {
+            return .givenUp("413 Payload Too Large even alone (\(envelope.items.first.map { "\($0.payload.count) B" } ?? "empty"), not an event: cannot be trimmed)")
+        }
+        let size = item.payload.count
+        guard size / 2 >= EventBudget.floorBytes else {
+            return .givenUp("413 Payload Too Large at \(size) B JSON; half of it is under the \(EventBudget.floorBytes) B floor")
+        }
+        guard let event = try? JSONDecoder().decode([String: JSONValue].self, from: item.payload) else {
+            return .givenUp("413 Payload Too Large at \(size) B and the event is not a JSON object")
+        }
+        let gzipped = (try? Gzip.compress(item.payload))?.count ?? size
+        let budget = EventBudget(maxEventBytes: size / 2,
+                                 maxCompressedBytes: max(EventBudget.floorBytes, min(EventBudget.standard.maxCompressedBytes, gzipped / 2)))
+        let outcome = budget.fit(event)
+        guard outcome.data.count < size else {
+            return .givenUp("413 Payload Too Large at \(size) B JSON and trimming cannot make it smaller")
+        }
+        var trimmed = item
+        trimmed.payload = outcome.data
+        return .smaller(envelope.with(items: [trimmed]),
+                        note: "trimmed again from \(size) B (\(gzipped) B gzip) to \(outcome.data.count) B (budget \(budget.maxEventBytes) B, \(budget.maxCompressedBytes) B gzip)")
+    }
+
     private func commit(_ ref: PersistentQueue.BatchRef, _ records: [Data]) -> Bool {
         do {
             return try queue.commit(ref, records: records)
@@ -216,7 +297,8 @@ final class Uploader {
     }
 
     private enum Verdict {
-        case delivered, rejected, tooLarge, rateLimited, unauthorized
+        case delivered, tooLarge, rateLimited, unauthorized
+        case rejected(Int)
         case retry(String, retryAfter: TimeInterval?)
     }
 
@@ -263,7 +345,7 @@ final class Uploader {
             case 400..<500:
                 mutate { _stats.droppedRejected += 1 }
                 log("dropping \(what): permanent \(response.status)")
-                return .rejected
+                return .rejected(response.status)
             default: return .retry("HTTP \(response.status)", retryAfter: retryAfter)
             }
         }

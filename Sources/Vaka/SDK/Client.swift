@@ -18,6 +18,8 @@ final class Client: @unchecked Sendable {
     let factory: EventFactory
     /// Handled-error stack traces.
     let stacks: StackCapture
+    /// The crash reports whose events are queued, deleted once the server accepts them (see CrashJoin.swift).
+    let crashLedger: CrashLedger
 
     private let lock = NSLock()
     private var scope: RunScope
@@ -37,9 +39,12 @@ final class Client: @unchecked Sendable {
         let release = options.release ?? Vaka.defaultRelease()
         factory = EventFactory(release: release, startTime: now)
         stacks = StackCapture(arch: factory.arch)
+        let ledger = CrashLedger(log: log)
+        crashLedger = ledger
         delivery = try Delivery(configuration: Delivery.Configuration(
             storageDirectory: storage, dsn: dsn, flushInterval: options.flushInterval,
-            maxBatchSize: options.maxBatchSize, log: log))
+            maxBatchSize: options.maxBatchSize, log: log,
+            onEventSettled: { id, outcome in ledger.settled(id, outcome) }))
         var session: SessionState?
         if options.sessionTracking { session = SessionState(did: Client.anonID(storage: storage, log: log), started: now) }
         scope = RunScope(runID: runID, release: release, environment: options.environment, tags: options.tags,
@@ -78,15 +83,20 @@ final class Client: @unchecked Sendable {
 
     // MARK: - Scope
 
-    /// Adds a breadcrumb (persisted for the crash join).
+    /// Adds a breadcrumb (persisted for the crash join), cut to the per-field limits first
+    /// (``EventBudget/limited(_:)``) so that neither memory nor `breadcrumbs.jsonl` holds more than an event can.
     func addBreadcrumb(_ crumb: Breadcrumb) {
+        let crumb = EventBudget.limited(crumb)
         lock.lock(); defer { lock.unlock() }
         guard !ended else { return }
         breadcrumbs.add(crumb)
     }
 
-    /// Sets (or with `nil` removes) a tag on all later events and on this run's crash.
+    /// Sets (or with `nil` removes) a tag on all later events and on this run's crash. Key and value are cut to
+    /// 200 characters (``EventBudget/maxTagChars``) first, as the server would.
     func setTag(_ key: String, _ value: String?) {
+        let key = EventBudget.truncated(key, EventBudget.maxTagChars) ?? key
+        let value = value.map { EventBudget.truncated($0, EventBudget.maxTagChars) ?? $0 }
         lock.lock(); defer { lock.unlock() }
         guard !ended, scope.tags[key] != value else { return }
         scope.tags[key] = value
@@ -133,8 +143,7 @@ final class Client: @unchecked Sendable {
         var event = factory.base(eventID: id, level: .error, date: Date(), scope: scope, breadcrumbs: breadcrumbs.snapshot())
         event["exception"] = .object(["values": .array([.object(exception)])])
         if !stack.images.isEmpty { event["debug_meta"] = .object(["images": EventFactory.json(stack.images)]) }
-        EventFactory.removeFrameTrust(&event)
-        var items: [EnvelopeItem] = [.event(EventFactory.encode(event))]
+        var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: logSink))]
         if scope.session != nil {
             scope.session!.errors += 1
             if let update = sessionUpdateLocked(.ok) {
@@ -163,7 +172,7 @@ final class Client: @unchecked Sendable {
             for (k, v) in tags { all[k] = .string(v) }
             event["tags"] = .object(all)
         }
-        submit(Envelope(header: .init(eventID: id), items: [.event(EventFactory.encode(event))]))
+        submit(Envelope(header: .init(eventID: id), items: [.event(EventFactory.finalize(event, log: logSink))]))
         log("captured \(level.rawValue) message as \(id)")
     }
 

@@ -7,8 +7,19 @@ import VakaSymbolication
 ///   (``FatalEventBuilder``), completed with the scope **of the run that crashed** from
 ///   `<storage>/runs/<run-id>/` (release, environment, tags, user, breadcrumbs; without it the current
 ///   release and environment), and queued with that run's session update `crashed` in the same envelope.
-///   The envelope is persisted (`pending/` or `outbox/`) before the report and the run directory are deleted;
-///   when persisting fails both stay for the next launch. A report that does not parse is renamed to
+///   Its `event_id` is the crashed run's id without dashes (``FatalEventBuilder/eventID(forRunID:)``), so it
+///   is the same at every launch. The event goes through ``EventFactory/finalize(_:budget:log:)`` (size limits).
+/// - The report and the run directory are deleted only when the event is done:
+///   - outbox mode: once the envelope is written to `outbox/`;
+///   - with a DSN: once the server accepted it (2xx), told by the uploader through ``CrashLedger``. Until
+///     then they stay; at the next launch a report whose event is still in `pending/` is not queued again
+///     (``PersistentQueue/containsEvent(_:)``), one whose event is not (accepted just before the process
+///     died, or its batch file dropped by the cap) is queued again with the same `event_id`, which servers
+///     deduplicate: a crash is re-sent at most once per launch that dies in that window.
+///   - given up (413 even at the smallest budget, or another permanent 4xx): the report is renamed to
+///     `<run-id>.crash.dropped` and the reason written to `<run-id>.crash.dropped.reason`; the run directory
+///     is deleted.
+///   When persisting fails both stay for the next launch. A report that does not parse is renamed to
 ///   `<run-id>.crash.invalid` and left alone.
 /// - A finished run directory without a report whose session never ended (status still `ok`: the process was
 ///   killed) gives a session update `abnormal`; then the directory is deleted.
@@ -32,17 +43,34 @@ extension Client {
                 continue
             }
             let previous = runs.removeValue(forKey: crashedRun)
-            let (envelope, eventID) = fatalEnvelope(report: report, previous: previous, builder: builder)
+            let eventID = FatalEventBuilder.eventID(forRunID: report.runID ?? crashedRun)
+            let entry = CrashLedger.Entry(reportPath: path, runDirectory: previous?.url)
+            if let queue = delivery.queue {
+                if let outcome = crashLedger.watch(eventID, entry) {
+                    crashLedger.resolve(eventID, entry, outcome)  // settled before the join looked
+                    continue
+                }
+                if queue.containsEvent(eventID) {
+                    logLine("the crash of run \(crashedRun) is already queued as event \(eventID); the report stays until the server accepts it")
+                    continue
+                }
+            }
+            let envelope = fatalEnvelope(report: report, previous: previous, builder: builder, eventID: eventID)
             do {
                 try delivery.submit(envelope, durable: true)
             } catch {
+                crashLedger.unwatch(eventID)
                 logLine("could not persist the crash event of run \(crashedRun): \(error); the report is kept")
                 continue
             }
-            unlink(path)
-            if let previous { try? FileManager.default.removeItem(at: previous.url) }
-            logLine("queued the crash of run \(crashedRun) as event \(eventID)")
+            if delivery.queue == nil {
+                CrashLedger.remove(entry)
+                logLine("wrote the crash of run \(crashedRun) as event \(eventID) to the outbox")
+            } else {
+                logLine("queued the crash of run \(crashedRun) as event \(eventID); the report is deleted once the server accepts it")
+            }
         }
+        crashLedger.finishJoin()
         for run in runs.values.sorted(by: { $0.runID < $1.runID }) {
             if var session = run.scope?.session, session.status == .ok, let scope = run.scope {
                 let update = session.update(.abnormal, now: Date(), release: scope.release, environment: scope.environment)
@@ -58,11 +86,14 @@ extension Client {
         }
     }
 
-    /// The envelope for one crash: the fatal event with the crashed run's scope, and its `crashed` session update.
-    func fatalEnvelope(report: CrashReport, previous: RunDirectory.Previous?, builder: FatalEventBuilder) -> (Envelope, String) {
-        let fatal = builder.event(from: report)
+    /// The envelope for one crash: the fatal event (`event_id` `eventID`) with the crashed run's scope, within
+    /// the size budget, and its `crashed` session update.
+    func fatalEnvelope(report: CrashReport, previous: RunDirectory.Previous?, builder: FatalEventBuilder,
+                       eventID: String) -> Envelope {
+        var fatal = builder.event(from: report)
+        fatal.eventID = eventID
         guard case .object(var event) = EventFactory.json(fatal) else {
-            return (Envelope.event(id: fatal.eventID, payload: (try? fatal.jsonData()) ?? Data()), fatal.eventID)
+            return Envelope.event(id: eventID, payload: (try? fatal.jsonData()) ?? Data())
         }
         let crashed = previous?.scope ?? RunScope(runID: report.runID ?? "", release: currentRelease,
                                                   environment: options.environment, tags: [:], userID: nil, session: nil)
@@ -84,13 +115,98 @@ extension Client {
         }
         event["contexts"] = .object(contexts)
         factory.apply(scope: crashed, breadcrumbs: crumbs, to: &event)
-        EventFactory.removeFrameTrust(&event)
-        var items: [EnvelopeItem] = [.event(EventFactory.encode(event))]
+        var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: { [weak self] in self?.logLine($0) }))]
         if var session = crashed.session, session.status == .ok {
             let when = report.timestampNs.map { Date(timeIntervalSince1970: Double($0) / 1e9) } ?? Date()
             let update = session.update(.crashed, now: when, release: crashed.release, environment: crashed.environment)
             items.append(.session(update.jsonData()))
         }
-        return (Envelope(header: .init(eventID: fatal.eventID), items: items), fatal.eventID)
+        return Envelope(header: .init(eventID: eventID), items: items)
+    }
+}
+
+/// The crash reports of earlier runs whose fatal events are queued, keyed by `event_id`: when the uploader
+/// reports an event settled (``Uploader/onEventSettled``), its report and run directory are deleted
+/// (accepted) or the report is set aside as `<run-id>.crash.dropped` with the reason beside it (given up).
+///
+/// The delivery thread starts sending `pending/` (possibly a crash queued by an earlier launch) before the
+/// crash join runs; settlements of events not watched yet are remembered until ``finishJoin()`` so that the
+/// join can act on them (``watch(_:_:)``). Thread-safe.
+final class CrashLedger: @unchecked Sendable {
+    /// The files of one crash.
+    struct Entry: Equatable {
+        /// `<storage>/crashes/<run-id>.crash`.
+        var reportPath: String
+        /// `<storage>/runs/<run-id>/`, when the crashed run left one.
+        var runDirectory: URL?
+    }
+
+    private let lock = NSLock()
+    private var watched: [String: Entry] = [:]
+    private var early: [String: Uploader.EventSettlement] = [:]
+    private var joining = true
+    private let log: ((String) -> Void)?
+
+    /// A ledger logging to `log` (debug output).
+    init(log: ((String) -> Void)?) { self.log = log }
+
+    /// Watches `eventID`. Returns how it ended when the uploader already settled it in this process (the
+    /// caller then ``resolve(_:_:_:)``s it); `nil` when it is now watched.
+    func watch(_ eventID: String, _ entry: Entry) -> Uploader.EventSettlement? {
+        lock.lock(); defer { lock.unlock() }
+        if let outcome = early.removeValue(forKey: eventID) { return outcome }
+        watched[eventID] = entry
+        return nil
+    }
+
+    /// Stops watching `eventID` (its envelope could not be persisted).
+    func unwatch(_ eventID: String) {
+        lock.lock(); watched[eventID] = nil; lock.unlock()
+    }
+
+    /// The join is over: settlements of unwatched events are no longer remembered.
+    func finishJoin() {
+        lock.lock(); joining = false; early = [:]; lock.unlock()
+    }
+
+    /// Event `eventID` was accepted or given up (called by the uploader on the delivery thread).
+    func settled(_ eventID: String, _ outcome: Uploader.EventSettlement) {
+        lock.lock()
+        guard let entry = watched.removeValue(forKey: eventID) else {
+            if joining, early.count < 10_000 { early[eventID] = outcome }  // bounded even if the join never runs
+            lock.unlock()
+            return
+        }
+        lock.unlock()
+        resolve(eventID, entry, outcome)
+    }
+
+    /// Deletes the crash's files (accepted), or renames the report to `.crash.dropped` and writes the
+    /// reason to `.crash.dropped.reason` (given up); the run directory is deleted either way.
+    func resolve(_ eventID: String, _ entry: Entry, _ outcome: Uploader.EventSettlement) {
+        switch outcome {
+        case .accepted:
+            CrashLedger.remove(entry)
+            log?("crash event \(eventID) accepted by the server; deleted \((entry.reportPath as NSString).lastPathComponent)")
+        case .givenUp(let reason):
+            let dropped = entry.reportPath + ".dropped"
+            if rename(entry.reportPath, dropped) != 0 {
+                log?("could not rename \(entry.reportPath): \(String(cString: strerror(errno)))")
+            }
+            let note = "\(Timestamps.rfc3339(Date())) event \(eventID) given up: \(reason)\n"
+            do {
+                try PrivateFiles.writeAtomically(Data(note.utf8), to: URL(fileURLWithPath: dropped + ".reason"), sync: false)
+            } catch {
+                log?("could not write \(dropped).reason: \(error)")
+            }
+            if let dir = entry.runDirectory { try? FileManager.default.removeItem(at: dir) }
+            log?("crash event \(eventID) given up (\(reason)); report kept as \((dropped as NSString).lastPathComponent)")
+        }
+    }
+
+    /// Deletes the report and the run directory of a crash whose event is done.
+    static func remove(_ entry: Entry) {
+        unlink(entry.reportPath)
+        if let dir = entry.runDirectory { try? FileManager.default.removeItem(at: dir) }
     }
 }

@@ -127,6 +127,21 @@ struct EventFactory {
         (try? encoder.encode(event)) ?? Data("{}".utf8)
     }
 
+    /// The JSON bytes put in an envelope for an event: the frame field `trust` removed
+    /// (``removeFrameTrust(_:)``), then the per-field limits and the byte `budget` applied (``EventBudget``).
+    /// Every event the SDK sends goes through here: handled errors, messages, `track`/`screen` and the crash
+    /// join's fatal events. A trimmed event gets one debug line (`log`) saying what was removed.
+    static func finalize(_ event: [String: JSONValue], budget: EventBudget = .standard,
+                         log: ((String) -> Void)? = nil) -> Data {
+        var e = event
+        removeFrameTrust(&e)
+        let outcome = budget.fit(e)
+        if outcome.trimmed {
+            log?("event \(e["event_id"]?.stringValue ?? "-") trimmed to the size budget: \(outcome.summary)")
+        }
+        return outcome.data
+    }
+
     /// `logentry`: the Sentry message interface `{"formatted": text}` (the top-level key `message` is an alias
     /// some servers, such as Bugsink with strict validation, reject).
     static func logentry(_ text: String) -> JSONValue {
