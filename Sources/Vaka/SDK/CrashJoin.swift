@@ -3,6 +3,7 @@ import VakaSymbolication
 
 /// The crash join, run by ``Vaka/start(_:)``: what earlier runs left behind becomes envelopes.
 ///
+/// - A fork child's `<run-id>-<pid>.crash` gets its own event id and its parent run's scope, without a session update.
 /// - Each `<storage>/crashes/<run-id>.crash` (other than this run's) becomes its fatal event
 ///   (``FatalEventBuilder``), completed with the scope **of the run that crashed** from
 ///   `<storage>/runs/<run-id>/` (release, environment, tags, user, breadcrumbs; without it the current
@@ -31,7 +32,13 @@ extension Client {
                 _ = rename(path, path + ".invalid")
                 continue
             }
-            let previous = runs.removeValue(forKey: crashedRun)
+            // A fork child's report (<run-id>-<pid>.crash) takes its parent run's scope, but the run directory and
+            // its session stay the parent's (ended by the parent's own report, exit or abnormal update).
+            let previous = report.isForkChild ? report.runID.flatMap { runs[$0] }.map { run in
+                var parentRun = run
+                parentRun.scope?.session = nil
+                return parentRun
+            } : runs.removeValue(forKey: crashedRun)
             let (envelope, eventID) = fatalEnvelope(report: report, previous: previous, builder: builder)
             do {
                 try delivery.submit(envelope, durable: true)
@@ -40,7 +47,7 @@ extension Client {
                 continue
             }
             unlink(path)
-            if let previous { try? FileManager.default.removeItem(at: previous.url) }
+            if let previous, !report.isForkChild { try? FileManager.default.removeItem(at: previous.url) }
             logLine("queued the crash of run \(crashedRun) as event \(eventID)")
         }
         for run in runs.values.sorted(by: { $0.runID < $1.runID }) {
