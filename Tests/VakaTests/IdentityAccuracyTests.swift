@@ -159,11 +159,14 @@ final class IdentityAccuracyTests: XCTestCase {
         for symbol in ["_start", "_init", "_fini", "__libc_csu_init", "frame_dummy", "__do_global_dtors_aux",
                        "register_tm_clones", "deregister_tm_clones", "__libc_start_main", "swift_retain",
                        "$ss17_assertionFailure_4file4line5flagss5NeverOs12StaticStringV_A2HSus6UInt32VtF",
-                       "$s10Foundation4DataV5countSivg", "_ZN5swift9fatalErrorEjPKcz", "_ZNSt6vectorIiSaIiEE9push_backERKi"] {
+                       "$s10Foundation4DataV5countSivg", "_ZN5swift9fatalErrorEjPKcz", "_ZNSt6vectorIiSaIiEE9push_backERKi",
+                       "$s4Vaka6ClientC7capture5error5stackys5Error_p_AA10StacktraceVSg10stacktrace_SayAA10DebugImageVG6imagestAJtF",
+                       "vaka_sig_handler", "vaka_crash_capture_frames", "vaka_w_flush"] {
             XCTAssertTrue(FatalEventBuilder.isLinkedSupportCode(symbol: symbol), symbol)
         }
         for symbol in ["main", "$s4main8crashAppyyF", "$s12vaka_crashme6run_xyyF", "vaka_test_marker_function",
-                       "start", "_startup_app", "$sSS4mainE5shoutSSyF", "crashme_null_deref"] {
+                       "start", "_startup_app", "$sSS4mainE5shoutSSyF", "crashme_null_deref", "vaka_crashme_main",
+                       "$s8VakaDemo3runyyF"] {
             XCTAssertFalse(FatalEventBuilder.isLinkedSupportCode(symbol: symbol), symbol)
         }
     }

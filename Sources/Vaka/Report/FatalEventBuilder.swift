@@ -310,7 +310,12 @@ public struct FatalEventBuilder {
     ///   runtime entry points (`swift_…`, `_swift_…`), the runtime's C++ (`_ZN5swift…`, `_ZNK5swift…`),
     ///   Swift symbols of the modules `Swift` (`$ss…`), `Foundation`, `FoundationEssentials`,
     ///   `FoundationInternationalization` and `Dispatch`, and the C++ standard library (`_ZSt…`, `_ZNSt…`,
-    ///   `_ZNKSt…`).
+    ///   `_ZNKSt…`);
+    /// - Vaka itself, as Sentry SDKs treat their own frames: the Swift modules `Vaka` and `VakaSymbolication`
+    ///   (`$s4Vaka…`, `$s17VakaSymbolication…`) and the C crash runtime's named functions (`vaka_crash_…`,
+    ///   `vaka_sig_…`, `vaka_w_…`, `vaka_uc_…`, `vaka_safe_read…`, `vaka_thread_stack_…`, `vaka_fp_walk`,
+    ///   `vaka_scan_stack`, `vaka_images_collect`, `vaka_find_build_id`, `vaka_signal_name`,
+    ///   `vaka_si_code_name`).
     ///
     /// Swift's `main` stays in-app: it holds a program's top-level code (`main.swift`), or calls its
     /// `@main` type's `main()`.
@@ -328,6 +333,9 @@ public struct FatalEventBuilder {
     private static let supportCodePrefixes = [
         "swift_", "_swift_", "_ZN5swift", "_ZNK5swift", "$ss", "$s10Foundation", "$s20FoundationEssentials",
         "$s30FoundationInternationalization", "$s8Dispatch", "_ZSt", "_ZNSt", "_ZNKSt",
+        "$s4Vaka", "$s17VakaSymbolication", "vaka_crash_", "vaka_sig_", "vaka_w_", "vaka_uc_", "vaka_safe_read",
+        "vaka_thread_stack_", "vaka_fp_walk", "vaka_scan_stack", "vaka_images_collect", "vaka_find_build_id",
+        "vaka_signal_name", "vaka_si_code_name",
     ]
 
     private func debugImages(_ report: CrashReport, symbolicating allowed: Set<Int>) -> [DebugImage] {
