@@ -175,9 +175,12 @@ public enum Vaka {
     /// The storage directory in use, or `nil` before start.
     public static var storageDirectory: URL? { current?.storage }
 
-    /// Gives the calling thread its own alternate signal stack so a stack overflow on it is still
-    /// reported. Threads other than the one that called ``start(_:)`` need this (see docs/crash-handling.md).
-    /// - Returns: `true` on success or when the thread already has an alternate stack.
+    /// Gives the calling thread its own alternate signal stack (64 KiB plus a guard page, released when the
+    /// thread exits) so a stack overflow on it is still reported. Only threads that existed before
+    /// ``start(_:)`` need this: the thread calling `start` gets one, and so does every thread created after it
+    /// (the crash runtime interposes `pthread_create`; see docs/crash-handling.md).
+    /// - Returns: `true` on success or when the thread already has an alternate stack (left as it is);
+    ///   `false` when `mmap` or `sigaltstack` failed.
     @discardableResult
     public static func attachCurrentThread() -> Bool {
         vaka_crash_thread_attach() == 0

@@ -15,14 +15,15 @@ let outboxUsage = """
       show ENVELOPE   The envelope header and each item's payload as indented JSON. ENVELOPE is a path, a file
                       name in DIR/outbox, or an index from `list` (1 = oldest; -1 = newest).
 
-    Exit status: 0 success; 1 unreadable envelope or directory; 2 usage error.
+    Exit status: 0 success (also for an empty outbox, with a note on stderr); 1 a missing or unreadable
+    storage directory, outbox or envelope, or a file that is not an envelope; 2 usage error.
 
     """
 
 /// Runs `vaka outbox ...`; never returns.
 func outboxCommand(_ arguments: ArraySlice<String>) -> Never {
     var rest = arguments
-    guard let sub = rest.popFirst() else { FileHandle.standardError.write(Data(outboxUsage.utf8)); exit(2) }
+    guard let sub = rest.popFirst() else { fail("outbox needs a command: list or show (see vaka outbox --help)", status: 2) }
     if ["-h", "--help", "help"].contains(sub) { printOut(outboxUsage); exit(0) }
     var storage = ProcessInfo.processInfo.environment["VAKA_STORAGE"]
     var positional: [String] = []
@@ -42,8 +43,17 @@ func outboxCommand(_ arguments: ArraySlice<String>) -> Never {
     switch sub {
     case "list":
         guard positional.isEmpty else { fail("outbox list takes no arguments", status: 2) }
-        guard let outbox else { fail("outbox list needs --storage DIR (or $VAKA_STORAGE)", status: 2) }
-        for url in outbox.list() {
+        guard let outbox, let storage else { fail("outbox list needs --storage DIR (or $VAKA_STORAGE)", status: 2) }
+        requireDirectory(storage)
+        var info = stat()
+        if stat(outbox.directory.path, &info) != 0 && errno == ENOENT {
+            FileHandle.standardError.write(Data("vaka: no envelopes: \(outbox.directory.path) does not exist yet\n".utf8))
+            exit(0)
+        }
+        requireDirectory(outbox.directory.path)
+        let files = outbox.list()
+        if files.isEmpty { FileHandle.standardError.write(Data("vaka: no envelopes in \(outbox.directory.path)\n".utf8)) }
+        for url in files {
             let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0
             guard let envelope = try? outbox.read(url) else {
                 printOut("\(url.lastPathComponent)  \(size) bytes  (not an envelope)\n")
@@ -57,7 +67,13 @@ func outboxCommand(_ arguments: ArraySlice<String>) -> Never {
         guard positional.count == 1 else { fail("outbox show takes one ENVELOPE (see vaka outbox --help)", status: 2) }
         let url = resolve(positional[0], outbox)
         let envelope: Envelope
-        do { envelope = try Envelope(data: Data(contentsOf: url)) } catch { fail("\(url.path): \(error)", status: 1) }
+        do {
+            envelope = try Envelope(data: readInputFile(url.path))
+        } catch EnvelopeError.invalidHeader {
+            fail("\(url.path): not a Sentry envelope (the first line is not an envelope header)", status: 1)
+        } catch {
+            fail("\(url.path): not a Sentry envelope (\(error))", status: 1)
+        }
         var header: [String: Any] = [:]
         header["event_id"] = envelope.header.eventID
         if let sdk = envelope.header.sdk { header["sdk"] = ["name": sdk.name, "version": sdk.version] }
@@ -78,7 +94,9 @@ func outboxCommand(_ arguments: ArraySlice<String>) -> Never {
 
 /// A path, a name in the outbox, or a 1-based index (negative from the end).
 private func resolve(_ argument: String, _ outbox: Outbox?) -> URL {
-    if let outbox {
+    if let outbox, Int(argument) != nil || !argument.contains("/") {
+        // An index or a bare name refers to the outbox, which must exist.
+        requireDirectory(outbox.directory.deletingLastPathComponent().path)
         let files = outbox.list()
         if let index = Int(argument) {
             let i = index > 0 ? index - 1 : files.count + index

@@ -1,6 +1,7 @@
 // The `vaka` command-line tool. Plain argument parsing (no outside packages).
 //
-// Exit status: 0 success; 1 the command failed (unreadable or invalid report, …); 2 usage error.
+// Exit status: 0 success; 1 the command failed (missing, unreadable, empty or invalid input, …); 2 usage error.
+// Every failure prints one `vaka: ...` line on stderr.
 import Foundation
 import Vaka
 import VakaSymbolication
@@ -23,8 +24,12 @@ let toolUsage = """
       outbox list|show ...             Read the envelopes written without a DSN (vaka outbox --help).
 
     Options:
-      -h, --help      Show this help (also: vaka report --help).
+      -h, --help      Show this help (also: vaka report --help, vaka symbolicate --help, ...).
       --version       Print the version.
+
+    Exit status: 0 success; 1 the command failed: a missing, unreadable or empty input file, a directory
+    where a file is expected (or the reverse), an invalid report, event or envelope; 2 usage error (unknown
+    command or option, missing or extra arguments). Every failure prints one `vaka: ...` line on stderr.
 
     """
 
@@ -59,6 +64,78 @@ func printOut(_ text: String) {
     FileHandle.standardOutput.write(Data(text.utf8))
 }
 
+/// Why `path` cannot serve as an input file, as the text after `vaka: PATH: `, or `nil` when it is a
+/// non-empty regular file that can be read. Every command checks its input files with this, so a missing
+/// path, a directory, an unreadable or an empty file give the same one-line message everywhere.
+func inputFileProblem(_ path: String) -> String? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+    guard fd >= 0 else { return String(cString: strerror(errno)) }
+    defer { close(fd) }
+    var info = stat()
+    guard fstat(fd, &info) == 0 else { return "cannot read: \(String(cString: strerror(errno)))" }
+    switch info.st_mode & S_IFMT {
+    case S_IFREG: break
+    case S_IFDIR: return "is a directory, expected a file"
+    default: return "is not a regular file (a device, FIFO or socket)"
+    }
+    // Read one byte: the size of /proc files is 0, and a file can be open but unreadable (EIO, EISDIR...).
+    var byte: UInt8 = 0
+    while true {
+        let n = pread(fd, &byte, 1, 0)
+        if n < 0 && errno == EINTR { continue }
+        if n < 0 { return "cannot read: \(String(cString: strerror(errno)))" }
+        return n == 0 ? "the file is empty" : nil
+    }
+}
+
+/// Exits with status 1 and one `vaka: PATH: …` line when `path` is not a readable, non-empty regular file.
+func requireInputFile(_ path: String) {
+    if let problem = inputFileProblem(path) { fail("\(path): \(problem)", status: 1) }
+}
+
+/// The content of the input file at `path` (checked with ``requireInputFile(_:)``); exits with status 1 and
+/// one `vaka: PATH: …` line when it cannot be read.
+func readInputFile(_ path: String) -> Data {
+    requireInputFile(path)
+    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+    guard fd >= 0 else { fail("\(path): \(String(cString: strerror(errno)))", status: 1) }
+    defer { close(fd) }
+    var data = Data()
+    var chunk = [UInt8](repeating: 0, count: 1 << 16)
+    while true {
+        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n < 0 && errno == EINTR { continue }
+        if n < 0 { fail("\(path): cannot read: \(String(cString: strerror(errno)))", status: 1) }
+        if n == 0 { return data }
+        data.append(contentsOf: chunk[0..<n])
+    }
+}
+
+/// Creates `path` and its missing parents (mode 0755 less the umask); exits with status 1 and one
+/// `vaka: PATH: …` line when a part cannot be created or is not a directory.
+func makeDirectories(_ path: String) {
+    var partial = path.hasPrefix("/") ? "" : "."
+    for component in path.split(separator: "/") {
+        partial += "/" + component
+        if mkdir(partial, 0o755) != 0 && errno != EEXIST {
+            fail("\(path): cannot create the directory \(partial): \(String(cString: strerror(errno)))", status: 1)
+        }
+        var info = stat()
+        guard stat(partial, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            fail("\(partial.hasPrefix("./") ? String(partial.dropFirst(2)) : partial): is not a directory", status: 1)
+        }
+    }
+}
+
+/// Exits with status 1 and one `vaka: DIR: …` line unless `path` is an existing directory that can be listed.
+func requireDirectory(_ path: String) {
+    var info = stat()
+    guard stat(path, &info) == 0 else { fail("\(path): \(String(cString: strerror(errno)))", status: 1) }
+    guard info.st_mode & S_IFMT == S_IFDIR else { fail("\(path): is not a directory", status: 1) }
+    guard let dir = opendir(path) else { fail("\(path): cannot list: \(String(cString: strerror(errno)))", status: 1) }
+    closedir(dir)
+}
+
 func convert(_ arguments: ArraySlice<String>) -> Never {
     var pretty = false
     var files: [String] = []
@@ -81,11 +158,10 @@ func convert(_ arguments: ArraySlice<String>) -> Never {
                            : "report convert takes one FILE, got \(files.count)", status: 2)
     }
     let path = files[0]
+    requireInputFile(path)
     let report: CrashReport
     do {
         report = try CrashReport(contentsOf: path)
-    } catch let error as CrashReportError {
-        fail("\(path): \(error)", status: 1)
     } catch {
         fail("\(path): \(error)", status: 1)
     }
@@ -131,6 +207,9 @@ let symbolicateUsage = """
                         converting and resolving, files opened included.
       -h, --help        Show this help.
 
+    Exit status: 0 success; 1 FILE or a --debug-dir is missing, unreadable or of the wrong kind, FILE is
+    empty or neither a crash report nor an event JSON object; 2 usage error.
+
     """
 
 let debugFilesUsage = """
@@ -144,6 +223,10 @@ let debugFilesUsage = """
     collect   Copies every ELF file with a build ID found under each DIR (recursively; a FILE is taken as
               is) into OUTDIR/.build-id/ab/cdef….debug, whole, so `vaka symbolicate --debug-dir OUTDIR`
               finds it after the shipped binaries are stripped. Prints one line per file.
+              Exit status 1 when a DIR is missing or cannot be listed, a FILE given is not a readable ELF
+              file, OUTDIR cannot be created (or is a file), or a copy failed.
+
+    Exit status: 0 success; 1 as above; 2 usage error.
 
     """
 
@@ -199,19 +282,15 @@ func symbolicate(_ arguments: ArraySlice<String>) -> Never {
     let startedCPU = cpuMilliseconds()
     let symbolicator = Symbolicator(debugDirectories: options.values["--debug-dir"] ?? [],
                                     systemDebugDirectory: options.flags.contains("--no-system-debug-dir") ? nil : "/usr/lib/debug")
-    let data: Data
-    do {
-        data = try Data(contentsOf: URL(fileURLWithPath: path))
-    } catch {
-        fail("cannot read \(path): \(error.localizedDescription)", status: 1)
-    }
+    for directory in options.values["--debug-dir"] ?? [] { requireDirectory(directory) }
+    let data = readInputFile(path)
     let json: Data
     var frames = 0
     var resolved = 0
     if data.starts(with: Array("VAKA-CRASH".utf8)) {
         let report: CrashReport
         do {
-            report = try CrashReport(data: data)
+            report = try CrashReport(data: data, fileName: (path as NSString).lastPathComponent)
         } catch {
             fail("\(path): \(error)", status: 1)
         }
@@ -232,7 +311,7 @@ func symbolicate(_ arguments: ArraySlice<String>) -> Never {
         do {
             event = try JSONDecoder().decode(JSONValue.self, from: data)
         } catch {
-            fail("\(path) is neither a Vaka crash report nor JSON: \(error)", status: 1)
+            fail("\(path): neither a Vaka crash report (no VAKA-CRASH line) nor JSON", status: 1)
         }
         guard case .object = event else { fail("\(path): the JSON is not an event object", status: 1) }
         let (result, counts) = EventSymbolicator(symbolicator: symbolicator).symbolicate(event)
@@ -265,6 +344,11 @@ func debugFilesCheck(_ arguments: ArraySlice<String>) -> Never {
     var checks: [DebugFileCheck] = []
     var failed = false
     for path in options.files {
+        if let problem = inputFileProblem(path) {
+            FileHandle.standardError.write(Data("vaka: \(path): \(problem)\n".utf8))
+            failed = true
+            continue
+        }
         do {
             checks.append(try DebugFileCheck(path: path))
         } catch {
@@ -301,14 +385,23 @@ func debugFilesCollect(_ arguments: ArraySlice<String>) -> Never {
         fail("debug-files collect needs one --out OUTDIR (see vaka debug-files --help)", status: 2)
     }
     guard !options.files.isEmpty else { fail("debug-files collect needs a DIR (see vaka debug-files --help)", status: 2) }
-    for input in options.files where !FileManager.default.fileExists(atPath: input) {
-        fail("\(input) does not exist", status: 1)
+    for input in options.files {
+        var info = stat()
+        guard stat(input, &info) == 0 else { fail("\(input): \(String(cString: strerror(errno)))", status: 1) }
+        if info.st_mode & S_IFMT == S_IFDIR {
+            requireDirectory(input)
+        } else {
+            // A FILE is taken as is, so it must be an ELF file.
+            requireInputFile(input)
+            do { _ = try ElfFile(path: input) } catch { fail("\(error)", status: 1) }
+        }
     }
+    makeDirectories(outputs[0])
     let entries: [DebugFileCollector.Entry]
     do {
         entries = try DebugFileCollector.collect(options.files, into: outputs[0])
     } catch {
-        fail("cannot create \(outputs[0]): \(error.localizedDescription)", status: 1)
+        fail("\(outputs[0]): cannot create the directory (\(error.localizedDescription))", status: 1)
     }
     var copied = 0
     var failed = false
@@ -327,10 +420,7 @@ func debugFilesCollect(_ arguments: ArraySlice<String>) -> Never {
 }
 
 func debugFiles(_ arguments: ArraySlice<String>) -> Never {
-    guard let command = arguments.first else {
-        FileHandle.standardError.write(Data(debugFilesUsage.utf8))
-        exit(2)
-    }
+    guard let command = arguments.first else { fail("debug-files needs a command: check or collect (see vaka debug-files --help)", status: 2) }
     switch command {
     case "-h", "--help", "help": printOut(debugFilesUsage); exit(0)
     case "check": debugFilesCheck(arguments.dropFirst())
@@ -340,10 +430,7 @@ func debugFiles(_ arguments: ArraySlice<String>) -> Never {
 }
 
 func report(_ arguments: ArraySlice<String>) -> Never {
-    guard let command = arguments.first else {
-        FileHandle.standardError.write(Data(reportUsage.utf8))
-        exit(2)
-    }
+    guard let command = arguments.first else { fail("report needs a command: convert (see vaka report --help)", status: 2) }
     switch command {
     case "-h", "--help", "help": printOut(reportUsage); exit(0)
     case "convert": convert(arguments.dropFirst())

@@ -86,4 +86,91 @@ final class CommandLineTests: XCTestCase {
             XCTAssertFalse(result.stderrText.isEmpty, "\(arguments)")
         }
     }
+
+    // MARK: - Issue 8 kind 8: every command on bad inputs
+
+    /// One `vaka: …` line on stderr, nothing on stdout, the documented status.
+    private func assertOneLineFailure(_ arguments: [String], status: Int32, containing text: String? = nil,
+                                      file: StaticString = #filePath, line: UInt = #line) throws {
+        let result = try vaka(arguments)
+        XCTAssertEqual(result.status, status, "\(arguments): \(result.stderrText)", file: file, line: line)
+        XCTAssertEqual(result.stdout, Data(), "\(arguments)", file: file, line: line)
+        let lines = result.stderrText.split(separator: "\n", omittingEmptySubsequences: false)
+        XCTAssertEqual(lines.count, 2, "\(arguments): one line expected, got \(result.stderrText.debugDescription)", file: file, line: line)
+        XCTAssertTrue(result.stderrText.hasPrefix("vaka: "), "\(arguments): \(result.stderrText)", file: file, line: line)
+        XCTAssertFalse(result.stderrText.contains("couldn’t") || result.stderrText.contains("NSCocoaErrorDomain")
+                       || result.stderrText.contains("Error Domain"), "raw Foundation error: \(result.stderrText)", file: file, line: line)
+        if let text {
+            XCTAssertTrue(result.stderrText.contains(text), "\(arguments): \(result.stderrText) lacks \(text)", file: file, line: line)
+        }
+    }
+
+    /// The inputs of issue 8 (`outbox list --storage MISSING` exited 0 silently; `symbolicate DIR` printed a
+    /// raw Foundation error) and every command × missing path, directory, unreadable file, empty file.
+    func testEveryCommandGivesOneClearLineAndStatus1ForABadInputFile() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let missing = dir.appendingPathComponent("missing").path
+        let empty = dir.appendingPathComponent("empty").path
+        try Data().write(to: URL(fileURLWithPath: empty))
+        let directory = dir.appendingPathComponent("subdir").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        // Open succeeds but read(2) fails with EIO, also for root (file modes do not stop root).
+        let unreadable = "/proc/self/mem"
+        let fileCommands: [[String]] = [["report", "convert"], ["symbolicate"], ["debug-files", "check"], ["outbox", "show"]]
+        for command in fileCommands {
+            try assertOneLineFailure(command + [missing], status: 1, containing: "No such file or directory")
+            try assertOneLineFailure(command + [directory], status: 1, containing: "is a directory")
+            try assertOneLineFailure(command + [unreadable], status: 1, containing: "cannot read")
+            try assertOneLineFailure(command + [empty], status: 1, containing: "empty")
+        }
+        // symbolicate DIR, as in the issue: the message names the path, not a Foundation error.
+        try assertOneLineFailure(["symbolicate", directory], status: 1, containing: "vaka: \(directory): is a directory")
+
+        // outbox list --storage MISSING (the issue's input) and its variants.
+        try assertOneLineFailure(["outbox", "list", "--storage", missing], status: 1, containing: "vaka: \(missing): No such file")
+        try assertOneLineFailure(["outbox", "list", "--storage=\(missing)"], status: 1, containing: "No such file")
+        try assertOneLineFailure(["outbox", "list", "--storage", empty], status: 1, containing: "is not a directory")
+        try assertOneLineFailure(["outbox", "show", "1", "--storage", missing], status: 1, containing: "No such file")
+        // An existing storage without envelopes is not an error: nothing on stdout, a note, status 0.
+        let fresh = try vaka(["outbox", "list", "--storage", directory])
+        XCTAssertEqual(fresh.status, 0, fresh.stderrText)
+        XCTAssertEqual(fresh.stdout, Data())
+        XCTAssertTrue(fresh.stderrText.hasPrefix("vaka: no envelopes"), fresh.stderrText)
+
+        // debug-files collect: a missing DIR, a non-ELF FILE, an --out that is a file.
+        let out = dir.appendingPathComponent("out").path
+        try assertOneLineFailure(["debug-files", "collect", missing, "--out", out], status: 1, containing: "No such file")
+        try assertOneLineFailure(["debug-files", "collect", empty, "--out", out], status: 1, containing: "empty")
+        try assertOneLineFailure(["debug-files", "collect", directory, "--out", empty], status: 1, containing: "is not a directory")
+        try assertOneLineFailure(["debug-files", "collect", directory, "--out", empty + "/x"], status: 1, containing: "is not a directory")
+        // symbolicate --debug-dir must be a directory.
+        let report = try write(Data(try TestSupport.exampleReport().utf8), "example.crash")
+        try assertOneLineFailure(["symbolicate", report, "--debug-dir", missing], status: 1, containing: "No such file")
+        try assertOneLineFailure(["symbolicate", report, "--debug-dir", empty], status: 1, containing: "is not a directory")
+        // Content that is no input of that command.
+        let text = try write(Data("hello\n".utf8), "hello.txt")
+        try assertOneLineFailure(["symbolicate", text], status: 1, containing: "neither a Vaka crash report")
+        try assertOneLineFailure(["outbox", "show", text], status: 1, containing: "not a Sentry envelope")
+        try assertOneLineFailure(["debug-files", "check", text], status: 1, containing: "not a readable ELF file")
+    }
+
+    /// Bad arguments: status 2 and one line, for every command; help texts state the statuses.
+    func testEveryCommandGivesOneClearLineAndStatus2ForBadArguments() throws {
+        let cases: [[String]] = [
+            ["frobnicate"], ["report"], ["report", "explode"], ["report", "convert"], ["report", "convert", "a", "b"],
+            ["report", "convert", "--bogus", "a"], ["symbolicate"], ["symbolicate", "a", "b"], ["symbolicate", "--bogus", "a"],
+            ["symbolicate", "a", "--debug-dir"], ["debug-files"], ["debug-files", "explode"], ["debug-files", "check"],
+            ["debug-files", "check", "--bogus", "a"], ["debug-files", "collect", "a"], ["debug-files", "collect", "--out", "o"],
+            ["debug-files", "collect", "a", "--out"], ["outbox"], ["outbox", "explode"], ["outbox", "list", "x", "--storage", "/"],
+            ["outbox", "list", "--storage"], ["outbox", "list", "--bogus"], ["outbox", "show"], ["outbox", "show", "a", "b"],
+        ]
+        for arguments in cases {
+            try assertOneLineFailure(arguments, status: 2)
+        }
+        for help in [["--help"], ["symbolicate", "--help"], ["debug-files", "--help"], ["outbox", "--help"]] {
+            let result = try vaka(help)
+            XCTAssertEqual(result.status, 0)
+            XCTAssertTrue(result.stdoutText.contains("Exit status: 0 success"), "\(help): \(result.stdoutText)")
+        }
+    }
 }

@@ -11,7 +11,7 @@ import Glibc
 ///   a ``CrashReportError``.
 /// - A report without the `end` line, or cut at ``maxFileSize``, is **truncated**: every complete line
 ///   before the cut is used and ``isTruncated`` is `true`. A last line without its `\n` is dropped (it may
-///   have been cut mid-way), except a bare `end`.
+///   have been cut mid-way), `end` included: a report whose `end` lacks its `\n` is truncated too.
 /// - Lines longer than ``maxLineLength`` bytes are skipped (never buffered beyond the file cap) and counted
 ///   in ``Diagnostics/skippedLongLines``; so are lines with a NUL byte, unparsable values (bad numbers,
 ///   numbers out of range) and repeated single-value keys (the first one wins), in
@@ -152,6 +152,17 @@ public struct CrashReport: Equatable, Sendable {
     public var isTruncated: Bool
     /// What the reader skipped.
     public var diagnostics = Diagnostics()
+    /// `true` when the report was written by a child made with `fork()` (no `exec`) after install: its file is
+    /// `<run_id>-<pid>.crash` while the parent's is `<run_id>.crash` (docs/report-format.md). The format has no
+    /// line for it, so it comes from the file name (``init(contentsOf:)``, ``init(data:fileName:)``); `false`
+    /// when no file name was given. The event id of a fork child's report is then derived from run id and pid
+    /// (``FatalEventBuilder/eventID(forRunID:forkChildPID:)``), so parent and child never share one.
+    public var isForkChild = false
+
+    /// The report file name for `runID`: `<run_id>.crash`, or `<run_id>-<pid>.crash` for a fork child's report.
+    public static func fileName(runID: String, forkChildPID pid: Int64? = nil) -> String {
+        pid.map { "\(runID)-\($0).crash" } ?? "\(runID).crash"
+    }
 
     /// Creates a report value directly (for tests and tools); parsing is done by ``init(data:)``.
     public init(version: Int = CrashReport.supportedVersion, signal: Signal, isTruncated: Bool = false) {
@@ -165,16 +176,32 @@ public struct CrashReport: Equatable, Sendable {
     /// - Throws: ``CrashReportError/cannotRead(path:errno:)`` when it cannot be opened or read,
     ///   ``CrashReportError/notARegularFile(path:)`` for directories, FIFOs and devices, and every error of
     ///   ``init(data:)``.
+    /// ``isForkChild`` is set from the file's name.
     public init(contentsOf path: String) throws {
         let (data, cut) = try CrashReport.readCapped(path)
         try self.init(data: data, cutAtSizeLimit: cut)
+        markForkChild(fileName: CrashReport.lastComponent(of: path))
     }
 
     /// Parses report bytes. Only the first ``maxFileSize`` bytes are used; more marks the report truncated.
+    /// `fileName` (the last path component the bytes were read from, if any) sets ``isForkChild``: a report
+    /// whose `run_id` is R and `pid` is P read from `R-P.crash` is a fork child's.
     /// - Throws: ``CrashReportError/empty``, ``CrashReportError/notAReport(firstLine:)``,
     ///   ``CrashReportError/unsupportedVersion(_:)``, or ``CrashReportError/missingSignal(truncated:problem:)``.
-    public init(data: Data) throws {
+    public init(data: Data, fileName: String? = nil) throws {
         try self.init(data: data, cutAtSizeLimit: false)
+        if let fileName { markForkChild(fileName: fileName) }
+    }
+
+    private mutating func markForkChild(fileName: String) {
+        guard let runID, let pid else { return }
+        isForkChild = fileName == CrashReport.fileName(runID: runID, forkChildPID: pid)
+    }
+
+    /// The part of `path` after its last `/`.
+    static func lastComponent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return path }
+        return String(path[path.index(after: slash)...])
     }
 
     private init(data: Data, cutAtSizeLimit: Bool) throws {
@@ -371,11 +398,13 @@ private struct Parser {
             try header(line)
             return
         }
-        let text = Array(line)
         if !terminated {
-            if text == Array("end".utf8) { sawEnd = true }
+            // The writer ends every line, `end` included, with '\n': a line without it was cut while being
+            // written (`en`, `end` before its newline, half a frame address), so its value cannot be trusted.
+            note("line \(lineNumber): no line end (cut while written), ignored")
             return
         }
+        let text = Array(line)
         if text.contains(0) {
             malformed("contains a NUL byte, skipped")
             return

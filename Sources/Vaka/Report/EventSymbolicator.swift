@@ -14,7 +14,9 @@ import VakaSymbolication
 ///   frame, or a frame with `trust` `"context"`) is looked up at its address, callers at address − 1;
 /// - a resolved frame gets `function`, `symbol`, `symbol_addr`, `filename`, `lineno`, `colno` (old values
 ///   replaced) and `package`/`image_addr` when missing, and is expanded into its inlined frames
-///   (``FatalEventBuilder/expand(_:with:)``). Frames that cannot be resolved are left as they are.
+///   (``FatalEventBuilder/expand(_:with:)``); a frame resolved to linked-in support code
+///   (``FatalEventBuilder/isLinkedSupportCode(symbol:)``, e.g. `_start`) gets `in_app` `false`. Frames that
+///   cannot be resolved are left as they are.
 /// - at most ``Symbolicator/maxImagesPerReport`` distinct images are looked at (the first in frame order);
 ///   frames in further images are left as they are and counted in ``Counts/imagesNotSymbolicated``.
 public struct EventSymbolicator {
@@ -129,6 +131,9 @@ public struct EventSymbolicator {
                 var expanded = frame
                 expanded["function"] = .string(info.function)
                 expanded["symbol"] = .string(info.symbol)
+                // The function half of the in_app rule: linked-in support code (`_start`, a static Swift runtime)
+                // is never the app's, whatever the event said.
+                if FatalEventBuilder.isLinkedSupportCode(symbol: info.symbol) { expanded["in_app"] = .bool(false) }
                 if let start = info.symbolAddress { expanded["symbol_addr"] = .string(HexAddress(start).description) }
                 if let file = info.file { expanded["filename"] = .string(file) }
                 if let line = info.line { expanded["lineno"] = .int(Int64(line)) }

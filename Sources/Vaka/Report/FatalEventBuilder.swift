@@ -5,7 +5,9 @@ import VakaSymbolication
 ///
 /// What comes from where:
 /// - `event_id`: the report's run id without dashes, lower-case, when that gives 32 hex digits; otherwise
-///   a stable hash of the run id (see ``eventID(forRunID:)``).
+///   a stable hash of the run id; for a fork child's report (``CrashReport/isForkChild``) a stable hash of
+///   run id and pid, so the parent's and each child's crash get distinct ids and a re-send keeps its id
+///   (see ``eventID(forRunID:forkChildPID:)``).
 /// - `timestamp`: `timestamp_ns` in seconds. `platform` `native`, `level` `fatal`, `sdk` ``sdk``.
 /// - `exception.values[0]`: `type` the signal name, `value` ``exceptionValue(for:)``, mechanism
 ///   `signalhandler` with `meta.signal` and `data.relevant_address` (the fault address, when recorded).
@@ -27,7 +29,7 @@ import VakaSymbolication
 /// - At most ``Symbolicator/maxImagesPerReport`` distinct images (the first ones in frame order) are
 ///   symbolicated; frames in further images keep address, package and image only, and `extra` counts those
 ///   images in `images_not_symbolicated`.
-/// - `extra`: `run_id`, `pid`, `fatal_message`, `abort_message`, `capture_ns`, `report_truncated`, and when
+/// - `extra`: `run_id`, `pid`, `fork_child` (only `true`, for a fork child's report), `fatal_message`, `abort_message`, `capture_ns`, `report_truncated`, and when
 ///   present `frames_truncated`, `sender_pid`/`sender_uid`, `report_skipped_lines`, `images_not_symbolicated`. A truncated report also
 ///   gets the tag `vaka.report_truncated: "true"`.
 public struct FatalEventBuilder {
@@ -72,6 +74,7 @@ public struct FatalEventBuilder {
         var extra: [String: JSONValue] = ["report_truncated": .bool(report.isTruncated)]
         extra["run_id"] = report.runID.map(JSONValue.string)
         extra["pid"] = report.pid.map(JSONValue.int)
+        if report.isForkChild { extra["fork_child"] = .bool(true) }
         extra["fatal_message"] = report.fatalMessage.map(JSONValue.string)
         extra["abort_message"] = report.abortMessage.map(JSONValue.string)
         extra["capture_ns"] = report.captureNs.map { .int(Int64(clamping: $0)) }
@@ -86,7 +89,7 @@ public struct FatalEventBuilder {
 
         let images = debugImages(report, symbolicating: symbolicated)
         return Event(
-            eventID: FatalEventBuilder.eventID(forRunID: report.runID),
+            eventID: FatalEventBuilder.eventID(forRunID: report.runID, forkChildPID: report.isForkChild ? report.pid : nil),
             timestamp: report.timestampNs.map { Double($0) / 1_000_000_000 },
             platform: "native",
             level: .fatal,
@@ -101,16 +104,21 @@ public struct FatalEventBuilder {
 
     /// The event id for a run id: the run id without dashes, lower-case, when that is 32 hex digits (a UUID);
     /// otherwise 32 hex digits hashed from the run id (FNV-1a, two seeds), so converting a report twice gives
-    /// the same id. A missing run id gives a random id.
-    public static func eventID(forRunID runID: String?) -> String {
+    /// the same id. With `forkChildPID` (the report of a child made with `fork()`, file `<run_id>-<pid>.crash`)
+    /// the id is hashed from run id and pid instead, so it differs from the parent's and from every other
+    /// child's, and stays the same when the report is converted again. A missing run id gives a random id.
+    public static func eventID(forRunID runID: String?, forkChildPID: Int64? = nil) -> String {
         guard let runID else { return UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased() }
         let compact = runID.replacingOccurrences(of: "-", with: "").lowercased()
-        if compact.utf8.count == 32, compact.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) {
+        if forkChildPID == nil, compact.utf8.count == 32,
+           compact.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) {
             return compact
         }
+        // A NUL between them: a run id "R-P" of its own never hashes like the child P of run R.
+        let key = forkChildPID.map { "\(runID)\u{0}\($0)" } ?? runID
         func fnv(_ seed: UInt64) -> UInt64 {
             var hash = seed
-            for byte in runID.utf8 {
+            for byte in key.utf8 {
                 hash ^= UInt64(byte)
                 hash = hash &* 0x100000001b3
             }
@@ -249,10 +257,13 @@ public struct FatalEventBuilder {
     /// returns it), as event frames OLDEST FIRST: the real function first, then the functions inlined into
     /// it, the innermost last. Every frame keeps `frame`'s address, trust, package, image and in_app; only
     /// the real function gets `symbol_addr`. `[frame]` unchanged when `symbolicated` is empty.
+    /// A frame whose function is support code linked into the app (``isLinkedSupportCode(symbol:)``) gets
+    /// `in_app` `false` even when `frame` had `true`.
     public static func expand(_ frame: Frame, with symbolicated: [SymbolicatedFrame]) -> [Frame] {
         guard !symbolicated.isEmpty else { return [frame] }
         return symbolicated.reversed().map { info in
             var result = frame
+            if result.inApp == true, isLinkedSupportCode(symbol: info.symbol) { result.inApp = false }
             result.function = info.function
             result.symbol = info.symbol
             result.symbolAddr = info.symbolAddress.map(HexAddress.init)
@@ -269,6 +280,8 @@ public struct FatalEventBuilder {
     /// `lib_FoundationICU`, `libdispatch`, `libBlocksRuntime`, `libXCTest`, `libTesting`) and anything
     /// under the system directories `/lib`, `/lib64`, `/usr/lib`, `/usr/lib64`, `/usr/libexec`. Paths are
     /// compared as written in the report. `false` when the executable is unknown.
+    /// This is the image half of the `in_app` rule; the function half is ``isLinkedSupportCode(symbol:)``:
+    /// a frame is in-app when its image is and its function (when known) is not linked-in support code.
     public static func isInApp(imagePath: String, executable: String?) -> Bool {
         guard let executable, imagePath.hasPrefix("/") else { return false }
         if imagePath == executable { return true }
@@ -283,6 +296,47 @@ public struct FatalEventBuilder {
         guard !directory.isEmpty, directory != "/" else { return false }
         return imagePath.hasPrefix(directory + "/")
     }
+
+    /// Symbols that the toolchain links into the app's own executable or libraries but that are not the
+    /// app's code, so their frames are never `in_app` (the function half of the `in_app` rule, used by
+    /// ``expand(_:with:)`` for fatal and handled events and by ``EventSymbolicator``). `symbol` is the raw
+    /// (mangled) name:
+    /// - the C runtime's start-up and tear-down glue from `crt1.o`, `crti.o`, `crtbegin.o`: `_start`,
+    ///   `_init`, `_fini`, `__libc_csu_init`, `__libc_csu_fini`, `frame_dummy`, `__do_global_dtors_aux`,
+    ///   `register_tm_clones`, `deregister_tm_clones`, `_dl_relocate_static_pie`, `call_weak_fn`, and
+    ///   glibc's `__libc_start_main` / `__libc_start_call_main` (in the executable when libc is linked
+    ///   statically);
+    /// - the Swift runtime and standard library when linked statically (`--static-swift-stdlib`): C-named
+    ///   runtime entry points (`swift_…`, `_swift_…`), the runtime's C++ (`_ZN5swift…`, `_ZNK5swift…`),
+    ///   Swift symbols of the modules `Swift` (`$ss…`), `Foundation`, `FoundationEssentials`,
+    ///   `FoundationInternationalization` and `Dispatch`, and the C++ standard library (`_ZSt…`, `_ZNSt…`,
+    ///   `_ZNKSt…`);
+    /// - Vaka itself, as Sentry SDKs treat their own frames: the Swift modules `Vaka` and `VakaSymbolication`
+    ///   (`$s4Vaka…`, `$s17VakaSymbolication…`) and the C crash runtime's named functions (`vaka_crash_…`,
+    ///   `vaka_sig_…`, `vaka_w_…`, `vaka_uc_…`, `vaka_safe_read…`, `vaka_thread_stack_…`, `vaka_fp_walk`,
+    ///   `vaka_scan_stack`, `vaka_images_collect`, `vaka_find_build_id`, `vaka_signal_name`,
+    ///   `vaka_si_code_name`).
+    ///
+    /// Swift's `main` stays in-app: it holds a program's top-level code (`main.swift`), or calls its
+    /// `@main` type's `main()`.
+    public static func isLinkedSupportCode(symbol: String) -> Bool {
+        if FatalEventBuilder.startupGlue.contains(symbol) { return true }
+        return FatalEventBuilder.supportCodePrefixes.contains { symbol.hasPrefix($0) }
+    }
+
+    private static let startupGlue: Set<String> = [
+        "_start", "_init", "_fini", "__libc_csu_init", "__libc_csu_fini", "frame_dummy", "__do_global_dtors_aux",
+        "register_tm_clones", "deregister_tm_clones", "_dl_relocate_static_pie", "call_weak_fn",
+        "__libc_start_main", "__libc_start_call_main",
+    ]
+
+    private static let supportCodePrefixes = [
+        "swift_", "_swift_", "_ZN5swift", "_ZNK5swift", "$ss", "$s10Foundation", "$s20FoundationEssentials",
+        "$s30FoundationInternationalization", "$s8Dispatch", "_ZSt", "_ZNSt", "_ZNKSt",
+        "$s4Vaka", "$s17VakaSymbolication", "vaka_crash_", "vaka_sig_", "vaka_w_", "vaka_uc_", "vaka_safe_read",
+        "vaka_thread_stack_", "vaka_fp_walk", "vaka_scan_stack", "vaka_images_collect", "vaka_find_build_id",
+        "vaka_signal_name", "vaka_si_code_name",
+    ]
 
     private func debugImages(_ report: CrashReport, symbolicating allowed: Set<Int>) -> [DebugImage] {
         var used = Set<Int>()

@@ -3,12 +3,13 @@ import VakaSymbolication
 
 /// The crash join, run by ``Vaka/start(_:)``: what earlier runs left behind becomes envelopes.
 ///
+/// - A fork child's `<run-id>-<pid>.crash` gets its own event id and its parent run's scope, without a session update.
 /// - Each `<storage>/crashes/<run-id>.crash` (other than this run's) becomes its fatal event
 ///   (``FatalEventBuilder``), completed with the scope **of the run that crashed** from
 ///   `<storage>/runs/<run-id>/` (release, environment, tags, user, breadcrumbs; without it the current
 ///   release and environment), and queued with that run's session update `crashed` in the same envelope.
-///   Its `event_id` is the crashed run's id without dashes (``FatalEventBuilder/eventID(forRunID:)``), so it
-///   is the same at every launch. The event goes through ``EventFactory/finalize(_:budget:log:)`` (size limits).
+///   Its `event_id` comes from the crashed run's id (and, for a fork child, its pid:
+///   ``FatalEventBuilder/eventID(forRunID:forkChildPID:)``), so it is the same at every launch. The event goes through ``EventFactory/finalize(_:budget:log:)`` (size limits).
 /// - The report and the run directory are deleted only when the event is done:
 ///   - outbox mode: once the envelope is written to `outbox/`;
 ///   - with a DSN: once the server accepted it (2xx), told by the uploader through ``CrashLedger``. Until
@@ -42,9 +43,16 @@ extension Client {
                 _ = rename(path, path + ".invalid")
                 continue
             }
-            let previous = runs.removeValue(forKey: crashedRun)
-            let eventID = FatalEventBuilder.eventID(forRunID: report.runID ?? crashedRun)
-            let entry = CrashLedger.Entry(reportPath: path, runDirectory: previous?.url)
+            // A fork child's report (<run-id>-<pid>.crash) takes its parent run's scope, but the run directory and
+            // its session stay the parent's (ended by the parent's own report, exit or abnormal update).
+            let previous = report.isForkChild ? report.runID.flatMap { runs[$0] }.map { run in
+                var parentRun = run
+                parentRun.scope?.session = nil
+                return parentRun
+            } : runs.removeValue(forKey: crashedRun)
+            let eventID = FatalEventBuilder.eventID(forRunID: report.runID ?? crashedRun,
+                                                    forkChildPID: report.isForkChild ? report.pid : nil)
+            let entry = CrashLedger.Entry(reportPath: path, runDirectory: report.isForkChild ? nil : previous?.url)
             if let queue = delivery.queue {
                 if let outcome = crashLedger.watch(eventID, entry) {
                     crashLedger.resolve(eventID, entry, outcome)  // settled before the join looked

@@ -5,7 +5,10 @@ import Foundation
 /// On Linux one session covers one process run: `ok` from ``Vaka/start(_:)`` (with `init: true` on the first
 /// update), then one final status: `exited` (``Vaka/close()`` or normal exit), `crashed` (sent by the crash
 /// join of the next launch, in the envelope of the fatal event), or `abnormal` (the run ended without either,
-/// e.g. SIGKILL; sent at the next launch). `errors` counts the handled errors captured in the run.
+/// e.g. SIGKILL; sent at the next launch). `errors` counts the handled errors captured in the run, and for
+/// `crashed` the fatal event too (so a crashed session always has `errors` ≥ 1, as Sentry counts it and as
+/// sentry-python's `errors + (errored or crashed)` sends it); `exited` and `abnormal` carry the count of
+/// handled errors the run persisted (no event accompanies them).
 struct SessionUpdate: Codable, Equatable {
     /// Session status values.
     enum Status: String, Codable {
@@ -43,7 +46,7 @@ struct SessionUpdate: Codable, Equatable {
     var duration: Double?
     /// `status`.
     var status: Status
-    /// Handled errors seen in the session (`errors`).
+    /// Errors seen in the session (`errors`): handled errors, plus 1 for the fatal event when `status` is `crashed`.
     var errors: Int
     /// `attrs`.
     var attrs: Attributes
@@ -81,8 +84,10 @@ struct SessionState: Codable, Equatable {
         initSent = false
     }
 
-    /// The update for `status` at `now`; marks `init` as sent.
+    /// The update for `status` at `now`; marks `init` as sent. `crashed` counts the fatal event as one more
+    /// error (once: a session that is already `crashed` is not counted again).
     mutating func update(_ status: SessionUpdate.Status, now: Date, release: String, environment: String?) -> SessionUpdate {
+        if status == .crashed && self.status != .crashed { errors += 1 }
         self.status = status
         let first = !initSent
         initSent = true
