@@ -79,29 +79,29 @@ enum PrivateFiles {
     /// any time; blocking covers every case with two `pthread_sigmask` calls. A `SIGXFSZ` already pending on
     /// the thread before the call, or one the app sends itself meanwhile, is discarded too (an app that relies
     /// on it has it handled or ignored, and then the kernel's `EFBIG` is what our write sees anyway).
-    static func withFileSizeSignalBlocked<R>(_ body: () throws -> R) rethrows -> R {
+    /// - Parameter body: returns 0 or the `errno` of its failed write; only after `EFBIG` (the only failure that
+    ///   comes with `SIGXFSZ`) is the pending set looked at, so a successful write costs two `pthread_sigmask`.
+    static func withFileSizeSignalBlocked(_ body: () -> Int32) -> Int32 {
         var block = sigset_t(), old = sigset_t()
         sigemptyset(&block)
         sigaddset(&block, SIGXFSZ)
-        let masked = pthread_sigmask(SIG_BLOCK, &block, &old) == 0
-        defer {
-            if masked {
-                var pending = sigset_t()
-                if sigpending(&pending) == 0, sigismember(&pending, SIGXFSZ) == 1, sigismember(&old, SIGXFSZ) == 0 {
-                    var zero = timespec(tv_sec: 0, tv_nsec: 0)
-                    while sigtimedwait(&block, nil, &zero) < 0 && errno == EINTR {}
-                }
-                pthread_sigmask(SIG_SETMASK, &old, nil)
-            }
+        guard pthread_sigmask(SIG_BLOCK, &block, &old) == 0 else { return body() }
+        let code = body()
+        var pending = sigset_t()
+        if code == EFBIG, sigismember(&old, SIGXFSZ) == 0, sigpending(&pending) == 0, sigismember(&pending, SIGXFSZ) == 1 {
+            var zero = timespec(tv_sec: 0, tv_nsec: 0)
+            while sigtimedwait(&block, nil, &zero) < 0 && errno == EINTR {}
         }
-        return try body()
+        pthread_sigmask(SIG_SETMASK, &old, nil)
+        return code
     }
 
     /// Writes `text` to standard error (fd 2) with `write(2)`, `SIGXFSZ` blocked, ignoring errors: the SDK's
     /// stderr lines (debug output) never trap (`FileHandle.write` does on an error) and never kill the app
     /// when stderr is a file over `RLIMIT_FSIZE`, on a full disk or a closed descriptor.
     static func writeStandardError(_ text: String) {
-        _ = withFileSizeSignalBlocked { writeAll(2, Data(text.utf8)) }
+        let data = Data(text.utf8)
+        _ = withFileSizeSignalBlocked { writeAll(2, data) }
     }
 
     /// Creates `url` and missing parents with mode 0700 and makes sure `url` itself is 0700.

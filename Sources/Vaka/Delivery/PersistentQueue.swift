@@ -59,7 +59,7 @@ final class PersistentQueue {
         var droppedEnvelopes = 0
         /// Batch files found damaged (their intact records are kept).
         var damagedFiles = 0
-        /// Writes (batch files, rewrites, appends) that failed.
+        /// Batch-file writes (new files and rewrites) that failed.
         var writeFailures = 0
         /// Envelopes neither written nor sent: dropped from memory over ``PersistentQueue/maxMemoryBytes``, or
         /// still only in memory when the queue was closed.
