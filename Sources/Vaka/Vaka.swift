@@ -27,25 +27,29 @@ public enum Vaka {
 
     /// Starts Vaka (see the type's documentation). Calling it again while started does nothing.
     /// Never throws: problems are logged to stderr when `options.debug` is set (an invalid DSN is always
-    /// reported on stderr, and gives outbox mode); a storage directory that cannot be created leaves Vaka off.
+    /// reported on stderr, and gives outbox mode). A storage directory that cannot be created or written
+    /// leaves crash reporting off (one line on stderr, always) while events and sessions are still sent from
+    /// memory (see ``flush(timeout:)`` and docs/ingest.md, "What can go wrong").
     public static func start(_ options: Options) {
         guard options.enabled else { return }
         lock.lock(); defer { lock.unlock() }
         guard client == nil else { return }
         let log: ((String) -> Void)? = options.debug ? { line in
-            FileHandle.standardError.write(Data("[vaka] \(line)\n".utf8))
+            PrivateFiles.writeStandardError("[vaka] \(line)\n")
         } : nil
         let storage = options.storageDirectory ?? defaultStorageDirectory()
         let runID = UUID().uuidString
         let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
+        var storageUsable = true
         do {
             try PrivateFiles.makeDirectory(storage)
             try PrivateFiles.makeDirectory(crashes)
         } catch {
-            log?("cannot create \(crashes.path): \(error)")
-            return
+            // Storage that cannot be written: no crash report could be written either. Events still go out.
+            storageUsable = false
+            PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.path) (\(error)); crash reporting is off, events are held in memory and sent\n")
         }
-        if options.crashReporting {
+        if options.crashReporting && storageUsable {
             let rc = crashes.path.withCString { dir in
                 runID.withCString { id in
                     var config = vaka_crash_config(report_dir: dir, run_id: id, signals: nil,
@@ -63,7 +67,7 @@ public enum Vaka {
         do {
             dsn = try options.parsedDSN()
         } catch {
-            FileHandle.standardError.write(Data("[vaka] invalid DSN (\(error)); writing envelopes to the outbox instead\n".utf8))
+            PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)); writing envelopes to the outbox instead\n")
         }
         do {
             let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log)
@@ -145,8 +149,13 @@ public enum Vaka {
         current?.setTag(key, value)
     }
 
-    /// Sends everything queued, waiting at most `timeout` seconds (default 10).
-    /// - Returns: `true` when nothing is left to send (always `true` in outbox mode and before start).
+    /// Sends everything queued, waiting at most `timeout` seconds (default 10; clamped to 0...86,400, NaN
+    /// counts as 0).
+    /// - Returns: `true` when nothing is left to send and nothing was lost since the previous flush; `false`
+    ///   when something is still queued (server unreachable, backing off or rate limited beyond the timeout,
+    ///   401), or when an envelope was neither written to storage nor sent since the previous flush (storage
+    ///   full, read-only or over `RLIMIT_FSIZE`, and more than 4 MiB held in memory; or an outbox file that
+    ///   could not be written). Always `true` before ``start(_:)``.
     @discardableResult
     public static func flush(timeout: TimeInterval = 10) -> Bool {
         current?.flush(timeout: timeout) ?? true
@@ -186,11 +195,12 @@ public enum Vaka {
         vaka_crash_thread_attach() == 0
     }
 
-    /// The default release: `$VAKA_RELEASE` when set and non-empty; else `<executable name>@0.0.0+<first 12 hex
+    /// The default release: `$VAKA_RELEASE` when set and non-empty (its first 200 characters, Sentry's
+    /// limit for a release); else `<executable name>@0.0.0+<first 12 hex
     /// digits of the executable's GNU build ID>` (read with libelf from `/proc/self/exe`), so each build is its
     /// own release; else `<executable name>@0.0.0`.
     public static func defaultRelease() -> String {
-        if let env = ProcessInfo.processInfo.environment["VAKA_RELEASE"], !env.isEmpty { return env }
+        if let env = ProcessInfo.processInfo.environment["VAKA_RELEASE"], !env.isEmpty { return String(env.prefix(200)) }
         let path = EventFactory.executablePath()
         let name = (path as NSString).lastPathComponent
         if let file = try? ElfFile(path: path), let id = file.buildID, !id.isEmpty {
@@ -200,14 +210,15 @@ public enum Vaka {
     }
 
     /// The default storage directory: `$XDG_STATE_HOME/vaka/<executable name>` when `XDG_STATE_HOME` is an
-    /// absolute path, else `$HOME/.local/state/vaka/<executable name>`.
+    /// absolute path, else `$HOME/.local/state/vaka/<executable name>` (`$HOME` when it is an absolute path,
+    /// else the user's home directory from the password database).
     public static func defaultStorageDirectory() -> URL {
         let env = ProcessInfo.processInfo.environment
         let app = URL(fileURLWithPath: CommandLine.arguments.first ?? "app").lastPathComponent
         if let xdg = env["XDG_STATE_HOME"], xdg.hasPrefix("/") {
             return URL(fileURLWithPath: xdg).appendingPathComponent("vaka").appendingPathComponent(app)
         }
-        let home = env["HOME"] ?? NSHomeDirectory()
+        let home = env["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
         return URL(fileURLWithPath: home).appendingPathComponent(".local/state/vaka").appendingPathComponent(app)
     }
 

@@ -67,12 +67,51 @@ public enum BatchFile {
 }
 
 /// Small POSIX file helpers with explicit modes (directories 0700, files 0600).
+///
+/// Every SDK write runs inside ``withFileSizeSignalBlocked(_:)``: a write past `RLIMIT_FSIZE` then fails with
+/// `EFBIG` instead of killing the app with `SIGXFSZ` (whose default action terminates the process).
 enum PrivateFiles {
+    /// Runs `body` with `SIGXFSZ` blocked on the calling thread, then discards a `SIGXFSZ` that `body`'s writes
+    /// raised (the kernel sends it to the writing thread, so it stays pending there) and restores the mask.
+    ///
+    /// Why block rather than check the limit first: the kernel decides per `write(2)` (a write that starts
+    /// at or past the limit raises the signal, one that crosses it is cut short), and a limit can change at
+    /// any time; blocking covers every case with two `pthread_sigmask` calls. A `SIGXFSZ` already pending on
+    /// the thread before the call, or one the app sends itself meanwhile, is discarded too (an app that relies
+    /// on it has it handled or ignored, and then the kernel's `EFBIG` is what our write sees anyway).
+    /// - Parameter body: returns 0 or the `errno` of its failed write; only after `EFBIG` (the only failure that
+    ///   comes with `SIGXFSZ`) is the pending set looked at, so a successful write costs two `pthread_sigmask`.
+    static func withFileSizeSignalBlocked(_ body: () -> Int32) -> Int32 {
+        var block = sigset_t(), old = sigset_t()
+        sigemptyset(&block)
+        sigaddset(&block, SIGXFSZ)
+        guard pthread_sigmask(SIG_BLOCK, &block, &old) == 0 else { return body() }
+        let code = body()
+        var pending = sigset_t()
+        if code == EFBIG, sigismember(&old, SIGXFSZ) == 0, sigpending(&pending) == 0, sigismember(&pending, SIGXFSZ) == 1 {
+            var zero = timespec(tv_sec: 0, tv_nsec: 0)
+            while sigtimedwait(&block, nil, &zero) < 0 && errno == EINTR {}
+        }
+        pthread_sigmask(SIG_SETMASK, &old, nil)
+        return code
+    }
+
+    /// Writes `text` to standard error (fd 2) with `write(2)`, `SIGXFSZ` blocked, ignoring errors: the SDK's
+    /// stderr lines (debug output) never trap (`FileHandle.write` does on an error) and never kill the app
+    /// when stderr is a file over `RLIMIT_FSIZE`, on a full disk or a closed descriptor.
+    static func writeStandardError(_ text: String) {
+        let data = Data(text.utf8)
+        _ = withFileSizeSignalBlocked { writeAll(2, data) }
+    }
+
     /// Creates `url` and missing parents with mode 0700 and makes sure `url` itself is 0700.
     /// - Throws: `POSIXError`-carrying `NSError` from `FileManager`, or ``DeliveryIOError``.
     static func makeDirectory(_ url: URL) throws {
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
+        // chmod only when needed: an existing 0700 directory on a read-only file system is fine as it is.
+        var info = stat()
+        if stat(url.path, &info) == 0, info.st_mode & 0o7777 == 0o700 { return }
         if chmod(url.path, 0o700) != 0 { throw DeliveryIOError(operation: "chmod", path: url.path, code: errno) }
     }
 
@@ -82,17 +121,26 @@ enum PrivateFiles {
         let fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
         guard fd >= 0 else { return false }
         defer { close(fd) }
-        return data.withUnsafeBytes { raw -> Bool in
+        return withFileSizeSignalBlocked { writeAll(fd, data) } == 0
+    }
+
+    /// Writes all of `data` to `fd` (retrying `EINTR` and short writes).
+    /// - Returns: 0, or the `errno` of the first failed `write(2)` (`EIO` for a write of 0 bytes).
+    /// Call it inside ``withFileSizeSignalBlocked(_:)``.
+    static func writeAll(_ fd: Int32, _ data: Data) -> Int32 {
+        data.withUnsafeBytes { raw -> Int32 in
+            guard let base = raw.baseAddress else { return 0 }
             var off = 0
             while off < raw.count {
-                let n = write(fd, raw.baseAddress! + off, raw.count - off)
+                let n = write(fd, base + off, raw.count - off)
                 if n < 0 {
                     if errno == EINTR { continue }
-                    return false
+                    return errno
                 }
+                if n == 0 { return EIO }
                 off += n
             }
-            return true
+            return 0
         }
     }
 
@@ -107,18 +155,8 @@ enum PrivateFiles {
         var failure: DeliveryIOError? = nil
         if fchmod(fd, 0o600) != 0 { failure = DeliveryIOError(operation: "fchmod", path: tmp, code: errno) }
         if failure == nil {
-            data.withUnsafeBytes { raw in
-                var off = 0
-                while off < raw.count {
-                    let n = write(fd, raw.baseAddress! + off, raw.count - off)
-                    if n < 0 {
-                        if errno == EINTR { continue }
-                        failure = DeliveryIOError(operation: "write", path: tmp, code: errno)
-                        return
-                    }
-                    off += n
-                }
-            }
+            let code = withFileSizeSignalBlocked { writeAll(fd, data) }
+            if code != 0 { failure = DeliveryIOError(operation: "write", path: tmp, code: code) }
         }
         if failure == nil, sync, fsync(fd) != 0 { failure = DeliveryIOError(operation: "fsync", path: tmp, code: errno) }
         close(fd)

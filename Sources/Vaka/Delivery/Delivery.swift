@@ -8,6 +8,14 @@ import Foundation
 ///   ``close(timeout:)``; after a failure it waits for the backoff / rate limit to pass.
 /// - Without a DSN (outbox mode): each envelope is written at once to `<storage>/outbox/` (``Outbox``).
 ///
+/// Numbers from the options are clamped before use (NaN, negative, 0 or huge values never reach a timer):
+/// `flushInterval` to 0.1...86,400 s (NaN: 10), `maxBatchSize` to 1...1,000, `requestTimeout` to 1...300 s
+/// (NaN: 15); a clamped value is logged. `flush`/`close` timeouts are clamped to 0...86,400 s (NaN: 0).
+///
+/// Storage that cannot be written does not stop delivery: the queue holds batches in memory (bounded, see
+/// ``PersistentQueue``) and sends them; ``flush(timeout:)`` returns `false` when an envelope was dropped
+/// without being written or sent since the previous flush.
+///
 /// All methods are thread-safe. Intended wiring: `Vaka.start` builds a ``Configuration`` from its options
 /// (`dsn` or `key`+`endpoint` → ``DSN``; `storageDirectory`, `flushInterval`, `maxBatchSize`, `debug`) and
 /// keeps one `Delivery`; `capture`/`track`/... build an ``Envelope`` and call ``submit(_:durable:)``;
@@ -36,6 +44,8 @@ final class Delivery {
         /// or that was given up (``Uploader/onEventSettled``). Not called in outbox mode: there an envelope is
         /// done once ``Delivery/submit(_:durable:)`` returns.
         var onEventSettled: ((String, Uploader.EventSettlement) -> Void)?
+        /// Most bytes of envelopes held in memory while the storage cannot be written (4 MiB; see ``PersistentQueue``).
+        var maxMemoryBytes = PersistentQueue.defaultMaxMemoryBytes
 
         /// Creates a configuration; see the properties for defaults.
         init(storageDirectory: URL, dsn: DSN?, flushInterval: TimeInterval = 10, maxBatchSize: Int = 50,
@@ -72,6 +82,26 @@ final class Delivery {
     private var pumps = 0
     private var nextTimer: Date
     private var thread: Thread?
+    private var reportedDrops = 0            // queue.stats.droppedUnwritable at the last flush's return
+    private var outboxFailures = 0           // outbox writes that failed
+    private var reportedOutboxFailures = 0   // outboxFailures at the last flush's return
+
+    /// `configuration` with its numbers clamped (see the type's documentation); each change is logged.
+    static func sanitized(_ configuration: Configuration, log: (String) -> Void) -> Configuration {
+        var c = configuration
+        func clamp(_ name: String, _ value: Double, _ range: ClosedRange<Double>, nan: Double) -> Double {
+            let v = value.isNaN ? nan : min(max(value, range.lowerBound), range.upperBound)
+            if v != value { log("\(name) \(value) is outside \(range.lowerBound)...\(range.upperBound) s; using \(v)") }
+            return v
+        }
+        c.flushInterval = clamp("flushInterval", c.flushInterval, 0.1...Bounded.maxDelay, nan: 10)
+        c.requestTimeout = clamp("requestTimeout", c.requestTimeout, 1...300, nan: 15)
+        let batch = min(max(c.maxBatchSize, 1), 1_000)
+        if batch != c.maxBatchSize { log("maxBatchSize \(c.maxBatchSize) is outside 1...1000; using \(batch)") }
+        c.maxBatchSize = batch
+        c.maxBatchFiles = max(c.maxBatchFiles, 1)
+        return c
+    }
 
     /// Opens the queue (picking up files of a previous run) and starts the delivery thread; in outbox mode
     /// only remembers the directory.
@@ -79,29 +109,31 @@ final class Delivery {
     ///   - configuration: settings.
     ///   - transport: HTTP client; default a ``URLSessionTransport`` with `requestTimeout`.
     ///   - clock: time source for backoff and rate limits; default the system clock.
-    /// - Throws: when `<storage>/pending` cannot be created or listed.
+    /// - Throws: nothing today (a `<storage>/pending` that cannot be created or listed makes the queue hold
+    ///   envelopes in memory; see ``PersistentQueue``); kept `throws` for API stability.
     init(configuration: Configuration, transport: HTTPTransport? = nil, clock: DeliveryClock = SystemDeliveryClock()) throws {
-        self.configuration = configuration
-        self.clock = clock
         let sink = configuration.log
         log = { message in sink?(message) }
+        self.configuration = Delivery.sanitized(configuration, log: { message in sink?(message) })
+        self.clock = clock
         outbox = Outbox(storageDirectory: configuration.storageDirectory)
-        nextTimer = Date().addingTimeInterval(configuration.flushInterval)
-        guard let dsn = configuration.dsn else {
+        let config = self.configuration
+        nextTimer = Date().addingTimeInterval(config.flushInterval)
+        guard let dsn = config.dsn else {
             queue = nil
             uploader = nil
             log("no DSN: envelopes are written to \(outbox.directory.path)")
             return
         }
-        let q = try PersistentQueue(storageDirectory: configuration.storageDirectory,
-                                    maxBatchSize: configuration.maxBatchSize,
-                                    maxBatchFiles: configuration.maxBatchFiles,
-                                    syncWrites: configuration.syncWrites, log: log)
+        let q = try PersistentQueue(storageDirectory: config.storageDirectory,
+                                    maxBatchSize: config.maxBatchSize,
+                                    maxBatchFiles: config.maxBatchFiles,
+                                    syncWrites: config.syncWrites, maxMemoryBytes: config.maxMemoryBytes, log: log)
         queue = q
         uploader = Uploader(queue: q, dsn: dsn,
-                            transport: transport ?? URLSessionTransport(timeout: configuration.requestTimeout),
-                            clock: clock, requestTimeout: configuration.requestTimeout, log: log,
-                            onEventSettled: configuration.onEventSettled)
+                            transport: transport ?? URLSessionTransport(timeout: config.requestTimeout),
+                            clock: clock, requestTimeout: config.requestTimeout, log: log,
+                            onEventSettled: config.onEventSettled)
         log("sending to \(dsn) (envelope URL \(dsn.envelopeURL.absoluteString))")
         let t = Thread { [weak self] in self?.run() }
         t.name = "vaka.delivery"
@@ -116,44 +148,75 @@ final class Delivery {
     ///   in memory).
     func submit(_ envelope: Envelope, durable: Bool = false) throws {
         guard let queue = queue else {
-            let url = try outbox.write(envelope, at: clock.now)
+            let url: URL
+            do {
+                url = try outbox.write(envelope, at: clock.now)
+            } catch {
+                cond.lock(); outboxFailures += 1; cond.unlock()
+                log("outbox write failed (\(error)); the envelope is dropped")
+                throw error
+            }
             log("wrote \(url.lastPathComponent)")
             return
         }
-        let full = try queue.enqueue(envelope, durable: durable || isClosed)
-        if full { wake() }
+        do {
+            let full = try queue.enqueue(envelope, durable: durable || isClosed)
+            if full { wake() }
+        } catch {
+            wake()  // the envelope is held in memory as a sealed batch: send it
+            throw error
+        }
     }
 
-    /// Sends everything queued, waiting until the queue is empty or `timeout` seconds pass.
+    /// Sends everything queued, waiting until the queue is empty or `timeout` seconds pass (clamped to
+    /// 0...86,400; NaN counts as 0).
     /// Returns early (`false`) when sending is stopped by a 401, or the next allowed attempt (backoff or
-    /// rate limit) lies beyond the deadline. Outbox mode: always `true` (writes are immediate).
-    /// - Returns: `true` when nothing is left to send.
+    /// rate limit) lies beyond the deadline. Outbox mode: `true` unless an outbox write failed since the
+    /// previous flush.
+    /// - Returns: `true` when nothing is left to send and nothing was dropped unwritten and unsent since the
+    ///   previous flush (an envelope dropped from memory because the storage could not be written, or an
+    ///   outbox file that could not be written, makes it `false` once).
     @discardableResult
     func flush(timeout: TimeInterval) -> Bool {
-        guard let queue = queue, let uploader = uploader else { return true }
-        let deadline = Date().addingTimeInterval(max(0, timeout))
-        do { try queue.persist() } catch { log("flush: could not write the open batch: \(error)") }
+        guard let queue = queue, let uploader = uploader else {
+            cond.lock(); defer { cond.unlock() }
+            let clean = outboxFailures == reportedOutboxFailures
+            reportedOutboxFailures = outboxFailures
+            return clean
+        }
+        let deadline = Date().addingTimeInterval(Bounded.timeout(timeout))
+        do { try queue.persist() } catch { log("flush: could not write to storage (\(error)); envelopes stay in memory") }
         cond.lock(); defer { cond.unlock() }
-        if closed { return queue.isEmpty }
+        // `false` also when envelopes were dropped unwritten and unsent since the previous flush.
+        func result(_ empty: Bool) -> Bool {
+            let dropped = queue.stats.droppedUnwritable
+            defer { reportedDrops = dropped }
+            return empty && dropped == reportedDrops
+        }
+        if closed { return result(queue.isEmpty) }
         wakeRequested = true
         cond.broadcast()
         var seen = pumps
         while true {
             if pumps > seen {
                 seen = pumps
-                if queue.isEmpty { return true }
+                if queue.isEmpty { return result(true) }
                 switch lastOutcome {
                 case .stopped:
-                    return false
+                    return result(false)
                 case .waiting(let until), .held(let until):
-                    if until.timeIntervalSince(clock.now) > deadline.timeIntervalSinceNow { return false }
+                    if until.timeIntervalSince(clock.now) > deadline.timeIntervalSinceNow { return result(false) }
                 case .idle:
-                    wakeRequested = true  // new envelopes arrived during the pump
-                    cond.broadcast()
+                    // Pump again only for envelopes that arrived during the pump; what the pump could not
+                    // settle (e.g. an unreadable batch file) waits for the timer instead of spinning.
+                    if queue.openCount > 0 {
+                        wakeRequested = true
+                        cond.broadcast()
+                    }
                 }
             }
-            if uploader.isStopped { return false }
-            if !cond.wait(until: deadline) { return queue.isEmpty }
+            if uploader.isStopped { return result(false) }
+            if !cond.wait(until: Bounded.waitDeadline(deadline)) && Date() >= deadline { return result(queue.isEmpty) }
         }
     }
 
@@ -162,17 +225,19 @@ final class Delivery {
     /// - Returns: `true` when everything was sent (always `true` in outbox mode).
     @discardableResult
     func close(timeout: TimeInterval) -> Bool {
-        guard let queue = queue else { return true }
-        let sent = flush(timeout: timeout)
+        guard let queue = queue else { return flush(timeout: 0) }
+        var sent = flush(timeout: timeout)
         uploader?.cancel()
         cond.lock()
         closed = true
         cond.broadcast()
         // The worker finishes its current request (bounded by requestTimeout) and exits.
         let limit = Date().addingTimeInterval(configuration.requestTimeout + 5)
-        while !workerDone, cond.wait(until: limit) {}
+        while !workerDone, cond.wait(until: Bounded.waitDeadline(limit)), Date() < limit {}
         cond.unlock()
-        do { try queue.persist() } catch { log("close: could not write the open batch: \(error)") }
+        let droppedBefore = queue.stats.droppedUnwritable
+        do { try queue.persist(final: true) } catch { log("close: could not write the queue: \(error)") }
+        if queue.stats.droppedUnwritable > droppedBefore { sent = false }
         if let t = uploader?.transport as? URLSessionTransport { t.invalidate() }
         log(sent ? "closed; queue empty" : "closed; \(queue.fileCount) batch file(s) kept for the next launch")
         return sent
@@ -196,7 +261,7 @@ final class Delivery {
     var summary: String {
         guard let q = queue, let u = uploader else { return "outbox mode: \(outbox.list().count) file(s)" }
         let qs = q.stats, us = u.stats
-        return "sent \(us.sent), failed requests \(us.failures), dropped: \(qs.droppedBatchFiles) batch file(s) / \(qs.droppedEnvelopes) envelope(s) over the cap, \(us.droppedTooLarge) too large, \(us.droppedRejected) rejected; \(q.fileCount) batch file(s) pending"
+        return "sent \(us.sent), failed requests \(us.failures), dropped: \(qs.droppedBatchFiles) batch file(s) / \(qs.droppedEnvelopes) envelope(s) over the cap, \(us.droppedTooLarge) too large, \(us.droppedRejected) rejected, \(qs.droppedUnwritable) unwritable; \(q.fileCount) batch file(s) pending, \(q.memoryCount) envelope(s) in memory, \(qs.writeFailures) failed write(s)"
     }
 
     // MARK: - Worker
@@ -208,7 +273,7 @@ final class Delivery {
             let now = Date()
             let due = wakeRequested || now >= nextTimer || retryDue(now)
             if !due {
-                _ = cond.wait(until: nextWake(now))
+                _ = cond.wait(until: Bounded.waitDeadline(nextWake(now), now: now))
                 continue
             }
             wakeRequested = false

@@ -37,6 +37,7 @@ public enum Gzip {
     /// Decompresses gzip (or zlib-wrapped) bytes; concatenated gzip members are all decoded.
     /// - Throws: ``GzipError`` for corrupt or truncated input.
     public static func decompress(_ data: Data) throws -> Data {
+        guard !data.isEmpty else { throw GzipError(operation: "inflate", code: Z_BUF_ERROR, message: "empty input") }
         var input = [UInt8](data)
         var out = Data()
         let chunk = 64 * 1024

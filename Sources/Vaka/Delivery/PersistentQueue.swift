@@ -23,6 +23,20 @@ import Glibc
 /// File names are `<sequence, 16 digits>-<8 random hex>.batch`; the sequence continues after the highest one
 /// found in the directory, so name order is age order across runs. One process per storage directory at a time.
 ///
+/// Storage that cannot be written (full file system, read-only directory, `RLIMIT_FSIZE` quota, missing
+/// directory): nothing is lost quietly and nothing spins.
+/// - A batch whose write fails is kept **in memory** as a sealed batch (``BatchRef/inMemory``) and is sent like
+///   a file; at most ``maxMemoryBytes`` (4 MiB) of serialized envelopes are held this way: beyond it the
+///   oldest held envelopes are dropped, each drop counted in ``Stats/droppedUnwritable`` and logged.
+/// - A rewrite of a sealed file that fails (after an envelope of it was sent) keeps the remaining envelopes in
+///   memory for this process; the file stays, so a later launch may send its settled envelopes again (a
+///   server keeps one event per `event_id`).
+/// - After a failed write, writes are not tried again for a backoff (5 s, doubling to 300 s, reset by a
+///   successful write): batches go to memory at once. ``persist(final:)`` with `final: true` (close) tries
+///   once more regardless.
+/// - Writes run with `SIGXFSZ` blocked on the writing thread (see `PrivateFiles.withFileSizeSignalBlocked`),
+///   so exceeding `RLIMIT_FSIZE` fails the write with `EFBIG` instead of killing the process.
+///
 /// Thread-safe: every method may be called from any thread.
 final class PersistentQueue {
     /// A batch file, ordered by age (sequence number).
@@ -31,6 +45,8 @@ final class PersistentQueue {
         let name: String
         /// The sequence number parsed from the name.
         let sequence: UInt64
+        /// `true` for a batch held only in memory because its file could not be written.
+        var inMemory = false
         static func < (a: BatchRef, b: BatchRef) -> Bool { (a.sequence, a.name) < (b.sequence, b.name) }
         var description: String { name }
     }
@@ -43,7 +59,16 @@ final class PersistentQueue {
         var droppedEnvelopes = 0
         /// Batch files found damaged (their intact records are kept).
         var damagedFiles = 0
+        /// Batch-file writes (new files and rewrites) that failed.
+        var writeFailures = 0
+        /// Envelopes neither written nor sent: dropped from memory over ``PersistentQueue/maxMemoryBytes``, or
+        /// still only in memory when the queue was closed.
+        var droppedUnwritable = 0
     }
+
+    /// Most bytes of serialized envelopes held only in memory (batches whose file could not be written):
+    /// 4 MiB. The oldest held envelopes are dropped first beyond it.
+    static let defaultMaxMemoryBytes = 4 << 20
 
     /// `<storage>/pending`, mode 0700.
     let directory: URL
@@ -54,8 +79,14 @@ final class PersistentQueue {
     /// Whether batch files are `fsync`ed before being renamed into place (survives power loss, not just
     /// process death). Default `false`.
     let syncWrites: Bool
+    /// Most bytes held only in memory (``defaultMaxMemoryBytes`` unless given).
+    let maxMemoryBytes: Int
 
     private let lock = NSLock()
+    private var memoryBatches: [BatchRef: [Data]] = [:]  // sealed batches whose file could not be written
+    private var overlays: [BatchRef: [Data]] = [:]       // files whose rewrite failed: the content that counts
+    private var memoryBytes = 0                          // bytes in memoryBatches
+    private var writeBackoff = Backoff()                  // after a failed write, no write before it passes
     private var files: [BatchRef] = []  // on disk, sorted oldest first (includes the open batch once written)
     // `persisted`: how many of `records` the file already holds (appends add only the rest).
     private var open: (ref: BatchRef, records: [Data], written: Bool, persisted: Int)?
@@ -70,16 +101,25 @@ final class PersistentQueue {
     ///   - maxBatchFiles: batch files kept, ≥ 1 (200 in the SDK).
     ///   - syncWrites: `fsync` each batch file before renaming it into place.
     ///   - log: debug sink (one line per call, no trailing newline); never given secrets.
-    /// - Throws: when the directory cannot be created or listed.
+    ///   - maxMemoryBytes: bytes of envelopes held in memory when writes fail (default 4 MiB).
+    /// - Throws: nothing today: a directory that cannot be created or listed is logged and the queue starts
+    ///   empty, holding batches in memory until writes succeed (kept `throws` for API stability).
     init(storageDirectory: URL, maxBatchSize: Int = 50, maxBatchFiles: Int = 200, syncWrites: Bool = false,
+         maxMemoryBytes: Int = PersistentQueue.defaultMaxMemoryBytes,
          log: @escaping (String) -> Void = { _ in }) throws {
         directory = storageDirectory.appendingPathComponent("pending", isDirectory: true)
         self.maxBatchSize = max(1, maxBatchSize)
         self.maxBatchFiles = max(1, maxBatchFiles)
         self.syncWrites = syncWrites
+        self.maxMemoryBytes = max(0, maxMemoryBytes)
         self.log = log
-        try PrivateFiles.makeDirectory(directory)
-        for name in try FileManager.default.contentsOfDirectory(atPath: directory.path) {
+        do {
+            try PrivateFiles.makeDirectory(directory)
+        } catch {
+            log("cannot create \(directory.path) (\(error)); envelopes are held in memory (at most \(self.maxMemoryBytes) bytes) until it can be written")
+            writeBackoff.recordFailure(now: Date())
+        }
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [] {
             if name.hasPrefix(".tmp-") {
                 unlink(directory.appendingPathComponent(name).path)
             } else if let ref = PersistentQueue.ref(name) {
@@ -87,7 +127,7 @@ final class PersistentQueue {
             }
         }
         files.sort()
-        nextSequence = (files.last?.sequence ?? 0) + 1
+        nextSequence = min(files.last?.sequence ?? 0, 9_000_000_000_000_000) + 1  // 16 digits: cannot overflow
         if !files.isEmpty { log("found \(files.count) pending batch file(s) from a previous run") }
     }
 
@@ -95,7 +135,8 @@ final class PersistentQueue {
     /// - Parameter durable: write the open batch to disk before returning (the envelope then survives a
     ///   crash or SIGKILL of the process).
     /// - Returns: `true` when this filled the batch to `maxBatchSize` (it was then written and sealed: time to send).
-    /// - Throws: ``DeliveryIOError`` when a required write fails; the envelope stays in memory.
+    /// - Throws: ``DeliveryIOError`` when a required write fails (or is skipped during the write backoff); the
+    ///   envelope is then held in memory (bounded by ``maxMemoryBytes``) and still sent.
     @discardableResult
     func enqueue(_ envelope: Envelope, durable: Bool = false) throws -> Bool {
         let record = envelope.serialized()
@@ -111,34 +152,75 @@ final class PersistentQueue {
             try sealLocked()
             return true
         }
-        if durable { try writeOpenLocked() }
+        if durable {
+            do { try writeOpenLocked() } catch { spillOpenLocked(); throw error }
+        }
         return false
     }
 
     /// Writes the open batch (if it has unwritten envelopes) and seals it: later envelopes go to a new batch.
-    /// Called before each send. - Throws: ``DeliveryIOError`` when the write fails (the batch stays open).
+    /// Called before each send. - Throws: ``DeliveryIOError`` when the write fails; the batch is then sealed in
+    /// memory (``BatchRef/inMemory``) and sent from there.
     func seal() throws {
         lock.lock(); defer { lock.unlock() }
         try sealLocked()
     }
 
-    /// Writes the open batch to its file without sealing it (used by `close()` and durable captures).
-    /// - Throws: ``DeliveryIOError`` when the write fails.
-    func persist() throws {
+    /// Writes the open batch to its file without sealing it (used by `flush`, `close()` and durable captures),
+    /// and tries to write the batches held in memory (and stale rewrites) to their files.
+    /// - Parameter final: the last chance (close): write even during the write backoff, and count what stays
+    ///   only in memory as dropped (``Stats/droppedUnwritable``).
+    /// - Throws: ``DeliveryIOError`` when a write fails (the envelopes stay in memory).
+    func persist(final: Bool = false) throws {
         lock.lock(); defer { lock.unlock() }
-        try writeOpenLocked()
+        if final { writeBackoff.reset() }
+        var failure: Error?
+        do { try writeOpenLocked() } catch { spillOpenLocked(); failure = error }
+        if failure == nil {
+            for (ref, records) in overlays.sorted(by: { $0.key < $1.key }) {
+                do { try writeLocked(records, to: ref); overlays[ref] = nil } catch { failure = error; break }
+            }
+        }
+        if failure == nil {
+            for ref in memoryBatches.keys.sorted() {
+                guard let records = memoryBatches[ref] else { continue }
+                let fileRef = BatchRef(name: String(format: "%016llu-%08x.batch", ref.sequence, UInt32.random(in: .min ... .max)),
+                                       sequence: ref.sequence)
+                do {
+                    try writeLocked(records, to: fileRef)
+                } catch { failure = error; break }
+                memoryBatches[ref] = nil
+                memoryBytes -= records.reduce(0) { $0 + $1.count }
+                files.append(fileRef)
+                files.sort()
+                log("wrote \(records.count) envelope(s) held in memory to \(fileRef.name)")
+            }
+            enforceCapLocked()
+        }
+        if final {
+            let lost = memoryBatches.values.reduce(0) { $0 + $1.count }
+            if lost > 0 {
+                _stats.droppedUnwritable += lost
+                log("storage not writable: \(lost) envelope(s) held in memory are lost (neither written nor sent)")
+                memoryBatches = [:]
+                memoryBytes = 0
+            }
+        }
+        if let failure { throw failure }
     }
 
-    /// Sealed batch files, oldest first.
+    /// Sealed batches (files and batches held in memory), oldest first.
     func sealedBatches() -> [BatchRef] {
         lock.lock(); defer { lock.unlock() }
-        return files.filter { $0 != open?.ref }
+        return (files.filter { $0 != open?.ref } + memoryBatches.keys).sorted()
     }
 
     /// The envelopes (serialized) in a batch file, in order; `nil` when the file no longer exists (it was
     /// dropped by the cap). A damaged file yields its intact records and is counted in ``stats``.
     func records(of ref: BatchRef) -> [Data]? {
         lock.lock(); defer { lock.unlock() }
+        if ref.inMemory { return memoryBatches[ref] }
+        if let overlay = overlays[ref] { return files.contains(ref) ? overlay : nil }
         guard files.contains(ref), let data = FileManager.default.contents(atPath: path(ref)) else { return nil }
         let (records, damaged) = BatchFile.decode(data)
         if damaged {
@@ -148,18 +230,38 @@ final class PersistentQueue {
         return records
     }
 
-    /// Replaces a sealed batch file's content with `records` (deleting the file when empty), atomically.
-    /// - Returns: `false` when the file no longer exists (dropped by the cap meanwhile); nothing is written.
-    /// - Throws: ``DeliveryIOError`` when the rewrite fails (the old file stays).
+    /// Replaces a sealed batch's content with `records` (deleting the file when empty), atomically.
+    /// A rewrite that fails (or is skipped during the write backoff) keeps `records` in memory as the batch's
+    /// content for this process (the old file stays on disk); a batch held in memory is simply replaced.
+    /// - Returns: `false` when the batch no longer exists (dropped by the cap meanwhile); nothing is written.
+    /// - Throws: nothing today (kept `throws` for API stability): write failures are absorbed as described.
     @discardableResult
     func commit(_ ref: BatchRef, records: [Data]) throws -> Bool {
         lock.lock(); defer { lock.unlock() }
+        if ref.inMemory {
+            guard let old = memoryBatches[ref] else { return false }
+            memoryBytes -= old.reduce(0) { $0 + $1.count }
+            if records.isEmpty {
+                memoryBatches[ref] = nil
+            } else {
+                memoryBatches[ref] = records
+                memoryBytes += records.reduce(0) { $0 + $1.count }
+            }
+            return true
+        }
         guard files.contains(ref), ref != open?.ref else { return false }
         if records.isEmpty {
             unlink(path(ref))
             files.removeAll { $0 == ref }
+            overlays[ref] = nil
         } else {
-            try PrivateFiles.writeAtomically(BatchFile.encode(records), to: URL(fileURLWithPath: path(ref)), sync: syncWrites)
+            do {
+                try writeLocked(records, to: ref)
+                overlays[ref] = nil
+            } catch {
+                if overlays[ref] == nil { log("could not rewrite \(ref.name) (\(error)); its remaining \(records.count) envelope(s) are kept in memory") }
+                overlays[ref] = records
+            }
         }
         return true
     }
@@ -182,6 +284,7 @@ final class PersistentQueue {
         }
         lock.lock(); defer { lock.unlock() }
         if let o = open, o.records.contains(where: matches) { return true }
+        if memoryBatches.values.contains(where: { $0.contains(where: matches) }) { return true }
         for ref in files where ref != open?.ref {
             guard let data = FileManager.default.contents(atPath: path(ref)) else { continue }
             if BatchFile.decode(data).records.contains(where: matches) { return true }
@@ -189,10 +292,16 @@ final class PersistentQueue {
         return false
     }
 
-    /// `true` when no envelope is waiting: the open batch is empty and no batch file exists.
+    /// `true` when no envelope is waiting: the open batch is empty, no batch file exists and none is held in memory.
     var isEmpty: Bool {
         lock.lock(); defer { lock.unlock() }
-        return (open?.records.isEmpty ?? true) && files.filter { $0 != open?.ref }.isEmpty
+        return (open?.records.isEmpty ?? true) && files.filter { $0 != open?.ref }.isEmpty && memoryBatches.isEmpty
+    }
+
+    /// Envelopes held only in memory because their file could not be written (the open batch not counted).
+    var memoryCount: Int {
+        lock.lock(); defer { lock.unlock() }
+        return memoryBatches.values.reduce(0) { $0 + $1.count }
     }
 
     /// Envelopes in the open batch (in memory, possibly also written).
@@ -217,8 +326,58 @@ final class PersistentQueue {
 
     private func sealLocked() throws {
         guard open != nil else { return }
-        if !open!.records.isEmpty { try writeOpenLocked() }
+        if !open!.records.isEmpty {
+            do { try writeOpenLocked() } catch { spillOpenLocked(); throw error }
+        }
         open = nil
+    }
+
+    /// Seals the open batch in memory: its envelopes not yet in its file become a batch held in memory; a file
+    /// already written with the first ones stays as a sealed batch.
+    private func spillOpenLocked() {
+        guard let o = open else { return }
+        open = nil
+        let unsaved = Array(o.records[min(o.persisted, o.records.count)...])
+        guard !unsaved.isEmpty else { return }
+        let ref = BatchRef(name: "memory-\(o.ref.sequence)", sequence: o.ref.sequence, inMemory: true)
+        memoryBatches[ref] = unsaved
+        memoryBytes += unsaved.reduce(0) { $0 + $1.count }
+        log("storage not writable: holding \(unsaved.count) envelope(s) in memory (\(memoryBytes) of at most \(maxMemoryBytes) bytes)")
+        enforceMemoryCapLocked()
+    }
+
+    /// Drops the oldest envelopes held in memory until at most ``maxMemoryBytes`` are.
+    private func enforceMemoryCapLocked() {
+        var dropped = 0
+        while memoryBytes > maxMemoryBytes, let oldest = memoryBatches.keys.min() {
+            var records = memoryBatches[oldest] ?? []
+            if records.isEmpty { memoryBatches[oldest] = nil; continue }
+            memoryBytes -= records.removeFirst().count
+            dropped += 1
+            memoryBatches[oldest] = records.isEmpty ? nil : records
+        }
+        if dropped > 0 {
+            _stats.droppedUnwritable += dropped
+            log("storage not writable and \(maxMemoryBytes) bytes held in memory: dropped the \(dropped) oldest envelope(s) (neither written nor sent; total \(_stats.droppedUnwritable))")
+        }
+    }
+
+    /// Writes `records` as the whole file of `ref`, unless writes are backing off after a failure.
+    /// Records the failure (starting or lengthening the write backoff) or the success (resetting it).
+    private func writeLocked(_ records: [Data], to ref: BatchRef) throws {
+        let now = Date()
+        if writeBackoff.isWaiting(at: now) {
+            throw DeliveryIOError(operation: "write (backing off after a failed write)", path: path(ref), code: EAGAIN)
+        }
+        do {
+            try PrivateFiles.writeAtomically(BatchFile.encode(records), to: URL(fileURLWithPath: path(ref)), sync: syncWrites)
+            writeBackoff.reset()
+        } catch {
+            _stats.writeFailures += 1
+            let until = writeBackoff.recordFailure(now: now)
+            log("write failed (\(error)); no batch write for \(Bounded.wholeSeconds(until.timeIntervalSince(now))) s")
+            throw error
+        }
     }
 
     private func writeOpenLocked() throws {
@@ -227,12 +386,12 @@ final class PersistentQueue {
         // rewriting the whole file for every durable envelope. A failed or short append falls back to the
         // whole-file rewrite; a tail torn by process death is cut off by the reader (BatchFile.decode) and
         // the file is never appended to again (it is a sealed batch for the next process).
-        if o.written, o.persisted > 0, !syncWrites,
+        if o.written, o.persisted > 0, !syncWrites, !writeBackoff.isWaiting(at: Date()),
            PrivateFiles.append(BatchFile.encodeRecords(o.records[o.persisted...]), to: path(o.ref)) {
             open!.persisted = o.records.count
             return
         }
-        try PrivateFiles.writeAtomically(BatchFile.encode(o.records), to: URL(fileURLWithPath: path(o.ref)), sync: syncWrites)
+        try writeLocked(o.records, to: o.ref)
         open!.persisted = o.records.count
         if !o.written {
             open!.written = true
@@ -249,6 +408,7 @@ final class PersistentQueue {
             }
             unlink(path(oldest))
             files.removeAll { $0 == oldest }
+            overlays[oldest] = nil
             droppedFiles += 1
         }
         if droppedFiles > 0 {

@@ -11,11 +11,20 @@ import Foundation
 ///
 /// For each category the longest deadline wins (a shorter new limit never shortens a running one).
 /// Item types map to categories with ``category(for:)``.
+///
+/// Values from the server are never trusted: every delay is clamped to `0...Bounded.maxDelay` (one day); NaN,
+/// infinity, negative numbers, HTTP dates outside years 0...9999 and garbage groups are ignored (a 429 then
+/// falls back to 60 s). At most ``maxGroups`` groups and ``maxCategoriesPerGroup`` categories per group are
+/// read from one `X-Sentry-Rate-Limits` header.
 struct RateLimits: Equatable {
     /// The pseudo-category meaning "all categories".
     static let all = ""
     /// Delay for a 429 without usable headers, in seconds.
     static let default429Delay: TimeInterval = 60
+    /// Most `,`-separated groups read from one `X-Sentry-Rate-Limits` header (the rest is ignored).
+    static let maxGroups = 64
+    /// Most `;`-separated categories read from one group (the rest is ignored).
+    static let maxCategoriesPerGroup = 64
 
     /// category → time until which it is limited (`""` = all).
     private(set) var deadlines: [String: Date] = [:]
@@ -74,24 +83,35 @@ struct RateLimits: Equatable {
     }
 
     /// Parses a `Retry-After` value: non-negative seconds (integer or decimal) or an HTTP date.
-    /// - Returns: the delay in seconds from `now` (never negative), or `nil` when the value is neither.
+    /// - Returns: the delay in seconds from `now`, clamped to `0...Bounded.maxDelay` (one day: `1e300` gives a
+    ///   day; `-0` and a date in the past give 0), or `nil` when the value is neither, or is negative, NaN,
+    ///   infinite or longer than 64 bytes.
     static func parseRetryAfter(_ value: String, now: Date) -> TimeInterval? {
         let v = value.trimmingCharacters(in: .whitespaces)
-        if let seconds = Double(v), seconds.isFinite, seconds >= 0 { return seconds }
-        if let date = Timestamps.parseHTTPDate(v) { return max(0, date.timeIntervalSince(now)) }
+        guard !v.isEmpty, v.utf8.count <= 64 else { return nil }  // an HTTP date is 29 bytes
+        if let seconds = Double(v) {
+            guard seconds.isFinite, seconds >= 0 else { return nil }
+            return Bounded.delay(seconds)
+        }
+        if let date = Timestamps.parseHTTPDate(v) { return Bounded.delay(date.timeIntervalSince(now)) }
         return nil
     }
 
     /// Parses `X-Sentry-Rate-Limits` into (delay seconds, categories) groups; an empty category list becomes
-    /// `[""]` (all). Groups with an unparsable delay are skipped. Scope, reason and namespaces are ignored.
+    /// `[""]` (all). Groups with an unparsable, negative, NaN or infinite delay are skipped; delays are clamped
+    /// to `Bounded.maxDelay` (so `99999999999999999999:error:key` limits `error` for one day). At most
+    /// ``maxGroups`` groups and ``maxCategoriesPerGroup`` categories per group. Scope, reason and namespaces
+    /// are ignored.
     static func parseSentryHeader(_ header: String) -> [(TimeInterval, [String])] {
         var out: [(TimeInterval, [String])] = []
-        for group in header.split(separator: ",") {
-            let fields = group.split(separator: ":", omittingEmptySubsequences: false)
-                .map { $0.trimmingCharacters(in: .whitespaces) }
-            guard let delay = Double(fields[0]), delay.isFinite, delay >= 0 else { continue }
+        for group in header.split(separator: ",").prefix(maxGroups) {
+            let fields = group.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+                .prefix(2).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard let first = fields.first, let parsed = Double(first), parsed.isFinite, parsed >= 0,
+                  let delay = Bounded.delay(parsed) else { continue }
             let cats = fields.count > 1
-                ? fields[1].split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+                ? fields[1].split(separator: ";").prefix(maxCategoriesPerGroup)
+                    .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
                 : []
             out.append((delay, cats.isEmpty ? [RateLimits.all] : cats))
         }

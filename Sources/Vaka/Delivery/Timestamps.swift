@@ -6,9 +6,18 @@ import Glibc
 /// Date formatting and parsing for the wire: RFC 3339 (envelope `sent_at`) and HTTP dates (`Retry-After`).
 /// Implemented on `gmtime_r`/`timegm`, so it is thread-safe and independent of the process locale.
 enum Timestamps {
+    /// Earliest instant ``rfc3339(_:)`` writes as itself: 0001-01-01T00:00:00Z, seconds since the epoch.
+    static let earliestFormattable: TimeInterval = -62_135_596_800
+    /// Latest instant ``rfc3339(_:)`` writes as itself: 9999-12-31T23:59:59.999Z, seconds since the epoch.
+    static let latestFormattable: TimeInterval = 253_402_300_799.999
+
     /// Formats `date` as RFC 3339 UTC with milliseconds, e.g. `2024-05-01T12:34:56.789Z`.
+    /// Dates outside years 1...9999 (e.g. from a damaged file) are clamped to that range; NaN gives the epoch.
     static func rfc3339(_ date: Date) -> String {
-        let ms = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        var t = date.timeIntervalSince1970
+        if t.isNaN { t = 0 }
+        t = min(max(t, earliestFormattable), latestFormattable)
+        let ms = Int64((t * 1000).rounded(.down))
         var secs = time_t(ms >= 0 ? ms / 1000 : (ms - 999) / 1000)
         let frac = Int(ms - Int64(secs) * 1000)
         var tm = tm()
@@ -60,6 +69,7 @@ enum Timestamps {
     /// Parses an HTTP date (RFC 9110): IMF-fixdate `Sun, 06 Nov 1994 08:49:37 GMT`, and the obsolete
     /// RFC 850 `Sunday, 06-Nov-94 08:49:37 GMT` and asctime `Sun Nov  6 08:49:37 1994` forms; `nil` otherwise.
     static func parseHTTPDate(_ string: String) -> Date? {
+        guard string.utf8.count <= 64 else { return nil }  // IMF-fixdate is 29 bytes
         let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
         let tokens = string.replacingOccurrences(of: ",", with: " ").replacingOccurrences(of: "-", with: " ")
             .split(separator: " ").map { $0.lowercased() }
@@ -84,9 +94,10 @@ enum Timestamps {
         return nil
     }
 
-    /// Seconds since the epoch for a UTC calendar time, or `nil` when a field is out of range.
+    /// Seconds since the epoch for a UTC calendar time, or `nil` when a field is out of range (years outside
+    /// 0...9999 included: they would not fit `struct tm`'s `Int32` fields, and no server means them).
     private static func epoch(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) -> Int? {
-        guard (1...12).contains(month), (1...31).contains(day), (0...23).contains(hour),
+        guard (0...9999).contains(year), (1...12).contains(month), (1...31).contains(day), (0...23).contains(hour),
               (0...59).contains(minute), (0...60).contains(second) else { return nil }
         var t = tm()
         t.tm_year = Int32(year - 1900)

@@ -245,7 +245,7 @@ final class Uploader {
             _notBefore = until
         }
         until = max(until, blockedUntil(now) ?? until)
-        log("send failed (\(reason)); next attempt in \(Int(until.timeIntervalSince(now).rounded())) s")
+        log("send failed (\(reason)); next attempt in \(Bounded.wholeSeconds(until.timeIntervalSince(now))) s")
         return .waiting(until: until)
     }
 

@@ -51,6 +51,8 @@ final class BreadcrumbStore {
     private var lines: [Data] = []  // ring[i] encoded, newline-terminated (reused when compacting)
     private var linesInFile = 0
     private var fd: Int32 = -1
+    private var appendFailed = false  // the file may end in a partial line: only a compaction writes again
+    private var failedAdds = 0        // breadcrumbs added since the last failed write
     private let encoder: JSONEncoder = {
         let e = JSONEncoder()
         e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -66,7 +68,8 @@ final class BreadcrumbStore {
     deinit { if fd >= 0 { Glibc.close(fd) } }
 
     /// Adds one breadcrumb (dropping the oldest beyond ``capacity``) and appends it to the file.
-    /// A failed write is ignored (the breadcrumb stays in memory).
+    /// A failed write is not an error (the breadcrumb stays in memory, and on the next event): after one,
+    /// the file is rewritten whole (from memory) only every ``capacity`` breadcrumbs until a write succeeds.
     func add(_ crumb: Breadcrumb) {
         ring.append(crumb)
         var line = fileURL == nil ? Data() : ((try? encoder.encode(crumb)) ?? Data())
@@ -77,7 +80,14 @@ final class BreadcrumbStore {
             lines.removeFirst(lines.count - capacity)
         }
         guard let fileURL, !line.isEmpty else { return }
-        if linesInFile + 1 >= 2 * capacity {
+        if linesInFile + 1 >= 2 * capacity || appendFailed {
+            // After a failed append, retry by compaction only every `capacity` breadcrumbs (no write per call
+            // on a full disk).
+            if appendFailed {
+                failedAdds += 1
+                if failedAdds < capacity { return }
+                failedAdds = 0
+            }
             compact(fileURL)
             return
         }
@@ -85,8 +95,16 @@ final class BreadcrumbStore {
             fd = open(fileURL.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
             if fd < 0 { return }
         }
-        let written = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        if written == line.count { linesInFile += 1 }
+        // SIGXFSZ blocked: a quota (RLIMIT_FSIZE) fails the write instead of killing the app. A failed or short
+        // write (full disk, quota) may leave a partial line: stop appending (the reader skips that line) and let
+        // the next compaction rewrite the file whole; the breadcrumb stays in memory either way.
+        if PrivateFiles.withFileSizeSignalBlocked({ PrivateFiles.writeAll(fd, line) }) == 0 {
+            linesInFile += 1
+        } else {
+            Glibc.close(fd)
+            fd = -1
+            appendFailed = true
+        }
     }
 
     /// The breadcrumbs held, oldest first (at most ``capacity``).
@@ -100,8 +118,10 @@ final class BreadcrumbStore {
         do {
             try PrivateFiles.writeAtomically(data, to: url, sync: false)
             linesInFile = ring.count
+            appendFailed = false
         } catch {
             linesInFile = 0
+            appendFailed = true
         }
     }
 

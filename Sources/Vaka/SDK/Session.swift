@@ -92,9 +92,11 @@ struct SessionState: Codable, Equatable {
         let first = !initSent
         initSent = true
         let start = Date(timeIntervalSince1970: started)
-        return SessionUpdate(sid: sid, did: did, seq: Int64(now.timeIntervalSince1970 * 1000), init: first,
+        // `started` comes from a run's scope.json on disk for the crash join: any number must format.
+        let duration = now.timeIntervalSince(start)
+        return SessionUpdate(sid: sid, did: did, seq: Bounded.int64(now.timeIntervalSince1970 * 1000), init: first,
                              started: Timestamps.rfc3339(start), timestamp: Timestamps.rfc3339(now),
-                             duration: status == .ok ? nil : max(0, now.timeIntervalSince(start)),
+                             duration: status == .ok || !duration.isFinite ? nil : max(0, duration),
                              status: status, errors: errors,
                              attrs: .init(release: release, environment: environment))
     }

@@ -92,7 +92,7 @@ final class StackCapture: @unchecked Sendable {
         }
         return order.compactMap { path in
             guard let span = spans[path] else { return nil }
-            return CrashReport.Image(base: span.lo, size: span.hi - span.lo, buildID: nil, path: path)
+            return CrashReport.Image(base: span.lo, size: span.hi > span.lo ? span.hi - span.lo : 0, buildID: nil, path: path)
         }
     }
 
