@@ -72,7 +72,7 @@ final class Delivery {
     /// only remembers the directory.
     /// - Parameters:
     ///   - configuration: settings.
-    ///   - transport: HTTP client; default a ``URLSessionTransport`` with `requestTimeout`.
+    ///   - transport: HTTP client; default a ``CurlTransport`` with `requestTimeout` (libcurl is loaded at the first send).
     ///   - clock: time source for backoff and rate limits; default the system clock.
     /// - Throws: when `<storage>/pending` cannot be created or listed.
     init(configuration: Configuration, transport: HTTPTransport? = nil, clock: DeliveryClock = SystemDeliveryClock()) throws {
@@ -94,7 +94,7 @@ final class Delivery {
                                     syncWrites: configuration.syncWrites, log: log)
         queue = q
         uploader = Uploader(queue: q, dsn: dsn,
-                            transport: transport ?? URLSessionTransport(timeout: configuration.requestTimeout),
+                            transport: transport ?? CurlTransport(timeout: configuration.requestTimeout, log: log),
                             clock: clock, requestTimeout: configuration.requestTimeout, log: log)
         log("sending to \(dsn) (envelope URL \(dsn.envelopeURL.absoluteString))")
         let t = Thread { [weak self] in self?.run() }
@@ -167,7 +167,7 @@ final class Delivery {
         while !workerDone, cond.wait(until: limit) {}
         cond.unlock()
         do { try queue.persist() } catch { log("close: could not write the open batch: \(error)") }
-        if let t = uploader?.transport as? URLSessionTransport { t.invalidate() }
+        if let t = uploader?.transport as? CurlTransport { t.invalidate() }
         log(sent ? "closed; queue empty" : "closed; \(queue.fileCount) batch file(s) kept for the next launch")
         return sent
     }
