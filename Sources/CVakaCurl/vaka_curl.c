@@ -5,6 +5,7 @@
 #include <curl/curl.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,16 @@ vaka_curl_lib *vaka_curl_open(const char *library, char *error, size_t error_siz
     RESOLVE(slist_free_all, "curl_slist_free_all");
     RESOLVE(version, "curl_version");
 #undef RESOLVE
+    // libcurl's OpenSSL, loaded just now, registers OPENSSL_cleanup with atexit() at its first init. Registered
+    // after Vaka's own atexit hook (Vaka.start), it would run before it, and the hook's last sends (the session
+    // update at exit) would use a cleaned-up OpenSSL: a SIGSEGV at exit. So OpenSSL is initialised first without
+    // that registration (OPENSSL_INIT_NO_ATEXIT, OpenSSL >= 1.1.1); the OS reclaims its memory at exit. Other
+    // TLS back ends (GnuTLS, NSS) clean up in ELF destructors, which run after every atexit handler.
+    {
+        int (*openssl_init_crypto)(uint64_t options, const void *settings);
+        *(void **)(&openssl_init_crypto) = dlsym(handle, "OPENSSL_init_crypto");
+        if (openssl_init_crypto) openssl_init_crypto(UINT64_C(0x00080000) /* OPENSSL_INIT_NO_ATEXIT */, NULL);
+    }
     // curl_global_init is reference-counted by libcurl; once per opened library is what we need.
     CURLcode rc = lib->global_init(CURL_GLOBAL_DEFAULT);
     if (rc != CURLE_OK) {
@@ -240,6 +251,11 @@ vaka_curl_failure vaka_curl_post(vaka_curl_session *s, const char *url, const ch
     SET(CURLOPT_HEADERDATA, &sink);
     SET(CURLOPT_WRITEFUNCTION, on_body);
     SET(CURLOPT_WRITEDATA, NULL);
+    // OpenSSL's standard variables for a private CA (libcurl's built-in bundle path would override them).
+    const char *ca_file = getenv("SSL_CERT_FILE");
+    if (ca_file && ca_file[0]) SET(CURLOPT_CAINFO, ca_file);
+    const char *ca_dir = getenv("SSL_CERT_DIR");
+    if (ca_dir && ca_dir[0]) SET(CURLOPT_CAPATH, ca_dir);
 #undef SET
     rc = s->lib->easy_perform(e);
 done:

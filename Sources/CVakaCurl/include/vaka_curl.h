@@ -75,7 +75,8 @@ typedef struct vaka_curl_result {
 /// them) and fills `result`. Blocks the calling thread for at most `timeout_ms` (CURLOPT_TIMEOUT_MS; connect
 /// bounded by the same, CURLOPT_CONNECTTIMEOUT_MS). Only http and https are allowed; redirects are not
 /// followed; the response body is discarded; no signals are used (CURLOPT_NOSIGNAL), so any thread may call
-/// it. The standard proxy variables (http_proxy, https_proxy, all_proxy, no_proxy) apply, as libcurl reads them.
+/// it. The standard proxy variables (http_proxy, https_proxy, all_proxy, no_proxy) apply, as libcurl reads them;
+/// SSL_CERT_FILE / SSL_CERT_DIR, when set, replace the system CA bundle / directory (CURLOPT_CAINFO/CAPATH).
 /// Returns `result->failure`.
 vaka_curl_failure vaka_curl_post(vaka_curl_session *session, const char *url, const char *const *header_lines,
                                  size_t header_count, const void *body, size_t body_length, long timeout_ms,
