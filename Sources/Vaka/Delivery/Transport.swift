@@ -99,7 +99,8 @@ final class CurlTransport: HTTPTransport {
     /// - Parameters:
     ///   - timeout: default bound on each exchange, seconds (default 15).
     ///   - library: what to `dlopen` (default ``defaultLibrary``; tests pass a missing name).
-    ///   - log: debug sink: one line when libcurl is loaded (its version) or cannot be.
+    ///   - log: debug sink: one line when libcurl is loaded (its version). A failure to load is not logged
+    ///     here: it is returned as a permanent ``TransportError`` (the uploader logs it when it stops).
     init(timeout: TimeInterval = 15, library: String = CurlTransport.defaultLibrary,
          log: @escaping (String) -> Void = { _ in }) {
         self.timeout = timeout
@@ -127,9 +128,9 @@ final class CurlTransport: HTTPTransport {
         var error = [CChar](repeating: 0, count: 512)
         guard let lib = vaka_curl_open(library, &error, error.count) else {
             let why = String(decoding: error.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            let reason = "cannot load \(library) (\(why)); nothing can be sent by this process, envelopes stay queued"
+            // Not logged here: the uploader stops on this permanent error and says so in one line.
+            let reason = "cannot load \(library) (\(why)); install libcurl4 to send"
             loadFailure = reason
-            log(reason)
             return .failure(TransportError(reason: reason, isPermanent: true))
         }
         guard let s = vaka_curl_session_new(lib) else {
