@@ -119,8 +119,9 @@ final class Delivery {
     }
 
     /// Sends everything queued, waiting until the queue is empty or `timeout` seconds pass.
-    /// Returns early (`false`) when sending is stopped by a 401, or the next allowed attempt (backoff or
-    /// rate limit) lies beyond the deadline. Outbox mode: always `true` (writes are immediate).
+    /// Returns early (`false`) when sending is stopped (a 401 or a permanent transport error), or the next
+    /// allowed attempt (backoff or rate limit) lies beyond the deadline. Outbox mode: always `true` (writes are
+    /// immediate).
     /// - Returns: `true` when nothing is left to send.
     @discardableResult
     func flush(timeout: TimeInterval) -> Bool {
