@@ -24,7 +24,8 @@ struct vaka_curl_lib {
     const char *(*easy_strerror)(CURLcode code);
     struct curl_slist *(*slist_append)(struct curl_slist *list, const char *line);
     void (*slist_free_all)(struct curl_slist *list);
-    char *(*version)(void);
+    curl_version_info_data *(*version_info)(CURLversion stamp);
+    char version[160];
 };
 
 struct vaka_curl_session {
@@ -81,7 +82,7 @@ vaka_curl_lib *vaka_curl_open(const char *library, char *error, size_t error_siz
     RESOLVE(easy_strerror, "curl_easy_strerror");
     RESOLVE(slist_append, "curl_slist_append");
     RESOLVE(slist_free_all, "curl_slist_free_all");
-    RESOLVE(version, "curl_version");
+    RESOLVE(version_info, "curl_version_info");
 #undef RESOLVE
     // libcurl's OpenSSL, loaded just now, registers OPENSSL_cleanup with atexit() at its first init. Registered
     // after Vaka's own atexit hook (Vaka.start), it would run before it, and the hook's last sends (the session
@@ -99,6 +100,11 @@ vaka_curl_lib *vaka_curl_open(const char *library, char *error, size_t error_siz
         set_error(error, error_size, "curl_global_init: ", lib->easy_strerror(rc));
         goto fail;
     }
+    // Not curl_version(): its string names the LDAP library, and asking libldap for its version initialises
+    // Cyrus SASL, which dlopen()s every SASL plugin (nine more libraries) for nothing.
+    const curl_version_info_data *info = lib->version_info(CURLVERSION_NOW);
+    snprintf(lib->version, sizeof lib->version, "libcurl/%s %s", info && info->version ? info->version : "?",
+             info && info->ssl_version ? info->ssl_version : "(no TLS)");
     lib->next = libs;
     libs = lib;
     goto out;
@@ -112,7 +118,7 @@ out:
     return lib;
 }
 
-const char *vaka_curl_version(const vaka_curl_lib *lib) { return lib ? lib->version() : ""; }
+const char *vaka_curl_version(const vaka_curl_lib *lib) { return lib ? lib->version : ""; }
 
 vaka_curl_session *vaka_curl_session_new(vaka_curl_lib *lib) {
     if (!lib) return NULL;

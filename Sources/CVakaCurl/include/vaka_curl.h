@@ -24,14 +24,14 @@ typedef struct vaka_curl_lib vaka_curl_lib;
 typedef struct vaka_curl_session vaka_curl_session;
 
 /// Opens libcurl: dlopen(`library`, RTLD_NOW | RTLD_LOCAL), dlsym of curl_global_init, curl_easy_init,
-/// curl_easy_setopt, curl_easy_perform, curl_easy_getinfo, curl_easy_cleanup, curl_easy_strerror,
-/// curl_slist_append, curl_slist_free_all, curl_version; curl_global_init(CURL_GLOBAL_DEFAULT) once.
+/// curl_easy_setopt, curl_easy_perform, curl_easy_getinfo, curl_easy_cleanup, curl_easy_reset, curl_easy_strerror,
+/// curl_slist_append, curl_slist_free_all, curl_version_info; curl_global_init(CURL_GLOBAL_DEFAULT) once.
 /// Thread-safe; the same name returns the same object. `library` NULL means "libcurl.so.4".
 /// Returns NULL on failure with a one-line reason (dlerror text or the missing symbol) in `error`
 /// (NUL-terminated, at most `error_size` bytes including the NUL).
 vaka_curl_lib *vaka_curl_open(const char *library, char *error, size_t error_size);
 
-/// The loaded libcurl's version string, e.g. "libcurl/7.88.1 OpenSSL/3.0.17 zlib/1.2.13 ...".
+/// The loaded libcurl's version and TLS library, e.g. "libcurl/7.88.1 OpenSSL/3.0.17".
 const char *vaka_curl_version(const vaka_curl_lib *lib);
 
 /// Creates a session (its CURL easy handle is created at the first request). NULL only when out of memory.
