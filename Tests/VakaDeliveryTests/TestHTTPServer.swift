@@ -39,6 +39,13 @@ final class TestHTTPServer {
     private var _requests: [Request] = []
     private var openFDs: Set<Int32> = []
     private var stopped = false
+    private var _hangUpAfterHeaders = false
+    /// When set, each connection is closed as soon as the request headers are read, without reading the body
+    /// or answering (the unread body makes the kernel send a reset): the client's writes then fail (EPIPE).
+    var hangUpAfterHeaders: Bool {
+        get { lock.lock(); defer { lock.unlock() }; return _hangUpAfterHeaders }
+        set { lock.lock(); _hangUpAfterHeaders = newValue; lock.unlock() }
+    }
     private var acceptThread: Thread?
     private let acceptDone = DispatchSemaphore(value: 0)
 
@@ -198,6 +205,7 @@ final class TestHTTPServer {
             if let r = find(buf, [13, 10, 13, 10]) { headerEnd = r; break }
             guard fill() else { return nil }
         }
+        if hangUpAfterHeaders { return nil }
         let head = String(decoding: buf[0..<headerEnd!], as: UTF8.self)
         var lines = head.components(separatedBy: "\r\n")
         let requestLine = lines.removeFirst().split(separator: " ")

@@ -203,6 +203,29 @@ final class TransportTests: XCTestCase {
         }
     }
 
+    /// A server that hangs up in the middle of an 8 MiB upload (reset): a transient error (here `curl 55/56:
+    /// ... Connection reset by peer`), with SIGPIPE at its default action for the duration, so a send that raised
+    /// it would kill the test process (CURLOPT_NOSIGNAL makes libcurl leave SIGPIPE alone; its sends use
+    /// MSG_NOSIGNAL).
+    func testServerHangingUpMidUploadIsTransientAndDoesNotKillTheProcess() throws {
+        let s = try server()
+        s.hangUpAfterHeaders = true
+        let previous = signal(SIGPIPE, SIG_DFL)  // a SIGPIPE now would kill the test process
+        defer { signal(SIGPIPE, previous) }
+        let t = CurlTransport(timeout: 10)
+        let body = Data(repeating: 0x5a, count: 8 << 20)
+        for _ in 0..<3 {
+            let request = HTTPRequest(url: try DSN(s.dsn).envelopeURL, headers: [], body: body, timeout: 10)
+            switch t.sendSynchronously(request) {
+            case .success(let r): XCTFail("got \(r.status)")
+            case .failure(let e):
+                XCTAssertFalse(e.isPermanent, "\(e)")
+                // 55 send failed (EPIPE / reset), 56 receive failed, 52 empty reply.
+                XCTAssertTrue(["curl 55:", "curl 56:", "curl 52:"].contains { e.reason.hasPrefix($0) }, e.reason)
+            }
+        }
+    }
+
     func testCurlCodeClassification() {
         for permanent: Int32 in [1, 3, 4, 41, 43, 48] { XCTAssertEqual(vaka_curl_code_is_permanent(permanent), 1, "\(permanent)") }
         // couldn't resolve proxy/host, couldn't connect, weird reply, timeout, TLS connect, send, recv, peer cert
