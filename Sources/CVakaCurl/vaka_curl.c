@@ -219,6 +219,7 @@ vaka_curl_failure vaka_curl_post(vaka_curl_session *s, const char *url, const ch
     s->error[0] = '\0';
     struct curl_slist *headers = NULL;
     for (size_t i = 0; i < header_count; i++) {
+        if (!header_lines[i]) continue;  // a line the caller could not allocate
         struct curl_slist *next = s->lib->slist_append(headers, header_lines[i]);
         if (!next) {
             s->lib->slist_free_all(headers);

@@ -72,7 +72,7 @@ typedef struct vaka_curl_result {
 } vaka_curl_result;
 
 /// POSTs `body` (`body_length` bytes) to `url` with the given header lines ("Name: value", `header_count` of
-/// them) and fills `result`. Blocks the calling thread for at most `timeout_ms` (CURLOPT_TIMEOUT_MS; connect
+/// them; NULL entries are skipped) and fills `result`. Blocks the calling thread for at most `timeout_ms` (CURLOPT_TIMEOUT_MS; connect
 /// bounded by the same, CURLOPT_CONNECTTIMEOUT_MS). Only http and https are allowed; redirects are not
 /// followed; the response body is discarded; no signals are used (CURLOPT_NOSIGNAL), so any thread may call
 /// it. The standard proxy variables (http_proxy, https_proxy, all_proxy, no_proxy) apply, as libcurl reads them;
