@@ -161,6 +161,7 @@ static size_t on_header(char *buffer, size_t size, size_t count, void *userdata)
     size_t n = size * count;
     if (n >= 5 && memcmp(buffer, "HTTP/", 5) == 0) {  // a new response starts
         sink->length = 0;
+        if (sink->data) sink->data[0] = '\0';
         return n;
     }
     if (n == 0 || (n <= 2 && (buffer[0] == '\r' || buffer[0] == '\n'))) return n;  // end of block
