@@ -252,6 +252,18 @@ final class TransportTests: XCTestCase {
         XCTAssertEqual(s.requests.first?.headers["x-test"], "aInjected: yes")
     }
 
+    /// Only the final response's headers count: an interim `100 Continue` block before it is dropped.
+    func testInterimResponseHeadersAreNotMixedIntoTheFinalOnes() throws {
+        let s = try server()
+        s.enqueue(.garbage("HTTP/1.1 100 Continue\r\nX-Interim: 1\r\nRetry-After: 1\r\n\r\n" +
+                           "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 9\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+        let request = HTTPRequest(url: try DSN(s.dsn).envelopeURL, headers: [], body: Data("x".utf8), timeout: 5)
+        let response = try CurlTransport(timeout: 5).sendSynchronously(request).get()
+        XCTAssertEqual(response.status, 503)
+        XCTAssertEqual(response.headers["retry-after"], "9")
+        XCTAssertNil(response.headers["x-interim"])
+    }
+
     func testHeaderBlockParsing() {
         let h = CurlTransport.parseHeaders("Content-Type: a\r\nX-A:  1 \r\nx-a: 2\r\nnot a header\r\n: empty\r\nRetry-After:5\n")
         XCTAssertEqual(h, ["content-type": "a", "x-a": "1, 2", "retry-after": "5"])
