@@ -33,8 +33,11 @@ let package = Package(
         ),
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
         .target(name: "VakaSymbolication", dependencies: ["CLibdw"]),
+        // The HTTP client: libcurl opened with dlopen() on the delivery thread at the first send (not linked:
+        // compiled against Debian's curl headers from libcurl4-openssl-dev, no -lcurl).
+        .target(name: "CVakaCurl", cSettings: [.define("_GNU_SOURCE")]),
         // The Swift SDK: public API, report reader, Sentry protocol types.
-        .target(name: "Vaka", dependencies: ["VakaCrash", "VakaSymbolication", "CZlib"]),
+        .target(name: "Vaka", dependencies: ["VakaCrash", "VakaSymbolication", "CZlib", "CVakaCurl"]),
         // The `vaka` command-line tool.
         .executableTarget(name: "vaka", dependencies: ["Vaka", "VakaSymbolication"]),
         // The crash harness and its C scenarios.

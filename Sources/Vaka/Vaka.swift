@@ -67,7 +67,9 @@ public enum Vaka {
         do {
             dsn = try options.parsedDSN()
         } catch {
-            PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)); writing envelopes to the outbox instead\n")
+            // Always on stderr (not only with debug): a destination that can never work is refused here, once.
+            let outbox = storage.appendingPathComponent("outbox", isDirectory: true).path
+            PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)): nothing will be sent; envelopes are written to \(outbox) instead\n")
         }
         do {
             let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log)

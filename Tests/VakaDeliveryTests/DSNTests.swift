@@ -23,6 +23,64 @@ final class DSNTests: XCTestCase {
         XCTAssertEqual(dsn.envelopeURL.absoluteString, "http://127.0.0.1:8000/sentry/sub/api/7/envelope/")
     }
 
+    /// Every DSN form a Sentry SDK accepts, with the envelope URL it must give (issue 8, kind 6).
+    func testEveryAcceptedFormGivesItsEnvelopeURL() throws {
+        let cases: [(dsn: String, url: String, host: String, port: Int?)] = [
+            ("http://key@[::1]:8123/1", "http://[::1]:8123/api/1/envelope/", "::1", 8123),
+            ("https://key@[2001:DB8::1]/5", "https://[2001:db8::1]/api/5/envelope/", "2001:db8::1", nil),
+            ("http://key@[::ffff:127.0.0.1]:9000/3", "http://[::ffff:127.0.0.1]:9000/api/3/envelope/", "::ffff:127.0.0.1", 9000),
+            ("https://key@host/prefix/sub/42", "https://host/prefix/sub/api/42/envelope/", "host", nil),
+            ("HTTPS://key@Sentry.Example.COM/42", "https://sentry.example.com/api/42/envelope/", "sentry.example.com", nil),
+            ("Http://key@127.0.0.1:9000/42", "http://127.0.0.1:9000/api/42/envelope/", "127.0.0.1", 9000),
+            ("https://key:secret@o1.ingest.example.com/42", "https://o1.ingest.example.com/api/42/envelope/", "o1.ingest.example.com", nil),
+            ("https://key@host.example.com/42/", "https://host.example.com/api/42/envelope/", "host.example.com", nil),
+            ("https://key@host:443/p/42/", "https://host:443/p/api/42/envelope/", "host", 443),
+            ("  https://key@my_host-1.example.com/42?x=1#y \n", "https://my_host-1.example.com/api/42/envelope/", "my_host-1.example.com", nil),
+        ]
+        for c in cases {
+            let dsn = try DSN(c.dsn)
+            XCTAssertEqual(dsn.envelopeURL.absoluteString, c.url, c.dsn)
+            XCTAssertEqual(dsn.host, c.host, c.dsn)
+            XCTAssertEqual(dsn.port, c.port, c.dsn)
+            XCTAssertEqual(dsn.publicKey, "key", c.dsn)
+            XCTAssertEqual(dsn.authHeader, "Sentry sentry_version=7, sentry_key=key, sentry_client=vaka.swift/0.1.0", c.dsn)
+        }
+        XCTAssertEqual(try DSN("http://key@[::1]:8123/1").description, "http://***@[::1]:8123/1")
+        XCTAssertEqual(try DSN(key: "key", endpoint: "HTTP://[::1]:8123/x/api/7/").envelopeURL.absoluteString,
+                       "http://[::1]:8123/x/api/7/envelope/")
+    }
+
+    /// Destinations that can never work are refused by the parser (so `Vaka.start` says so at once).
+    func testRefusesDestinationsThatCanNeverWork() {
+        let cases: [(String, DSNError)] = [
+            ("   ", .notAURL),
+            ("gopher://k@host/1", .unsupportedScheme("gopher")),
+            ("FILE://k@host/1", .unsupportedScheme("file")),
+            ("https://:secret@host/1", .missingPublicKey),
+            ("https://k@host:0/1", .invalidPort),
+            ("https://k@host:70000/1", .invalidPort),
+            ("https://k@[zz::1]/1", .invalidHost),
+            ("https://k@[::1::2]/1", .invalidHost),
+            ("https://k@-host/1", .invalidHost),
+            ("https://k@a..b/1", .invalidHost),
+            ("https://k@ho%20st/1", .invalidHost),
+            ("https://k@ho!st/1", .invalidHost),
+        ]
+        for (input, expected) in cases {
+            XCTAssertThrowsError(try DSN(input), input) { XCTAssertEqual($0 as? DSNError, expected, input) }
+        }
+        // Not even a URL: whatever the reason given, it must throw.
+        for input in ["https://k@[::1/1", "https://k@ho st/1", "https://k@host:port/1", "//k@host/1"] {
+            XCTAssertThrowsError(try DSN(input), input)
+        }
+    }
+
+    /// A DSN built from parts no URL can hold does not trap: its URL is one the transport refuses.
+    func testMemberwiseDSNWithImpossibleHostDoesNotTrap() {
+        let dsn = DSN(scheme: "http", host: "a b\u{0}", port: nil, pathPrefix: "", projectID: "1", publicKey: "k")
+        XCTAssertEqual(dsn.envelopeURL.absoluteString, "file:///invalid-dsn")
+    }
+
     func testKeyAndEndpoint() throws {
         for endpoint in ["https://sentry.example.com/api/42", "https://sentry.example.com/api/42/",
                          "https://sentry.example.com/api/42/envelope/"] {

@@ -130,7 +130,7 @@ final class DeliveryTests: XCTestCase {
         try d.submit(eventEnvelope(1))
         XCTAssertFalse(d.flush(timeout: 3))
         XCTAssertEqual(server.requests.count, 1)
-        XCTAssertTrue(log.lines.contains { $0.contains("no answer") && $0.contains("-1001") }, "\(log.lines)")
+        XCTAssertTrue(log.lines.contains { $0.contains("no answer") && $0.contains("curl 28") }, "\(log.lines)")
         XCTAssertFalse(d.close(timeout: 0))
         XCTAssertEqual(batchFiles(storage).count, 1)
     }

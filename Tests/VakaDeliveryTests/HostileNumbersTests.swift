@@ -33,7 +33,7 @@ final class HostileNumbersTests: XCTestCase {
 
     private func makeUploader() throws -> (PersistentQueue, Uploader) {
         let q = try PersistentQueue(storageDirectory: dirs.make(), log: log.sink)
-        let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: URLSessionTransport(timeout: 2),
+        let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: CurlTransport(timeout: 2),
                          clock: clock, requestTimeout: 2, log: log.sink)
         return (q, u)
     }
@@ -184,7 +184,7 @@ final class HostileNumbersTests: XCTestCase {
         // The highest sequence a name can carry: the next one must not overflow.
         try Data("VAKA-BATCH 1\n".utf8).write(to: pending.appendingPathComponent("9999999999999999-00000000.batch"))
         let q = try PersistentQueue(storageDirectory: storage, log: log.sink)
-        let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: URLSessionTransport(timeout: 2),
+        let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: CurlTransport(timeout: 2),
                          clock: clock, requestTimeout: 2, log: log.sink)
         for ref in q.sealedBatches() { XCTAssertEqual(q.records(of: ref), []) }
         XCTAssertEqual(q.stats.damagedFiles, bodies.count)

@@ -1,10 +1,12 @@
 import Foundation
+import XCTest
 @testable import Vaka
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// A tiny HTTP/1.1 server on 127.0.0.1 (port chosen by the kernel) for delivery tests.
+/// A tiny HTTP/1.1 server on 127.0.0.1, or on the IPv6 loopback `::1` (``init(ipv6:)``), port chosen by the
+/// kernel, for delivery tests.
 ///
 /// Each accepted connection reads one request (headers, then a `Content-Length` or chunked body; answers
 /// `Expect: 100-continue`), records it, and replies with the next scripted ``Reply`` (default: 200 `{}`),
@@ -38,41 +40,74 @@ final class TestHTTPServer {
     private var _requests: [Request] = []
     private var openFDs: Set<Int32> = []
     private var stopped = false
+    private var _hangUpAfterHeaders = false
+    /// When set, each connection is closed as soon as the request headers are read, without reading the body
+    /// or answering (the unread body makes the kernel send a reset): the client's writes then fail (EPIPE).
+    var hangUpAfterHeaders: Bool {
+        get { lock.lock(); defer { lock.unlock() }; return _hangUpAfterHeaders }
+        set { lock.lock(); _hangUpAfterHeaders = newValue; lock.unlock() }
+    }
     private var acceptThread: Thread?
     private let acceptDone = DispatchSemaphore(value: 0)
 
-    /// Starts listening. - Throws: when socket/bind/listen fail.
-    init() throws {
-        listenFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    /// The address listened on, as written in a URL: `127.0.0.1` or `[::1]`.
+    let hostLiteral: String
+
+    /// Starts listening on 127.0.0.1, or on `::1` when `ipv6` (IPv6-only socket).
+    /// - Throws: `XCTSkip` when `ipv6` and this machine has no IPv6 loopback (no `::1`, or IPv6 disabled:
+    ///   socket/bind fail with EAFNOSUPPORT or EADDRNOTAVAIL); ``TestServerError`` when socket/bind/listen fail
+    ///   otherwise.
+    init(ipv6: Bool = false) throws {
+        hostLiteral = ipv6 ? "[::1]" : "127.0.0.1"
+        listenFD = socket(ipv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        if listenFD < 0, ipv6, errno == EAFNOSUPPORT { throw XCTSkip("no IPv6 on this machine (socket: EAFNOSUPPORT)") }
         guard listenFD >= 0 else { throw TestServerError("socket: \(errno)") }
         var one: Int32 = 1
         setsockopt(listenFD, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = 0
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let rc = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listenFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        var rc: Int32
+        if ipv6 {
+            setsockopt(listenFD, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size))
+            var addr = sockaddr_in6()
+            addr.sin6_family = sa_family_t(AF_INET6)
+            addr.sin6_port = 0
+            addr.sin6_addr = in6addr_loopback
+            rc = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listenFD, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
+            if rc != 0, errno == EADDRNOTAVAIL || errno == EAFNOSUPPORT {
+                let e = errno
+                close(listenFD)
+                throw XCTSkip("no IPv6 loopback address ::1 on this machine (bind: \(String(cString: strerror(e))))")
+            }
+        } else {
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_port = 0
+            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+            rc = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listenFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
         }
         guard rc == 0 else { throw TestServerError("bind: \(errno)") }
         guard listen(listenFD, 64) == 0 else { throw TestServerError("listen: \(errno)") }
-        var bound = sockaddr_in()
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        var bound = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
         _ = withUnsafeMutablePointer(to: &bound) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listenFD, $0, &len) }
         }
-        port = UInt16(bigEndian: bound.sin_port)
+        // sin_port and sin6_port sit at the same offset (2) of their structures.
+        port = withUnsafeBytes(of: &bound) { UInt16(bigEndian: $0.load(fromByteOffset: 2, as: UInt16.self)) }
         let t = Thread { self.acceptLoop() }  // strong: the server lives until stop()
         t.name = "test-http-server"
         acceptThread = t
         t.start()
     }
 
-    /// `http://127.0.0.1:PORT`.
-    var baseURL: String { "http://127.0.0.1:\(port)" }
+    /// `http://127.0.0.1:PORT` (or `http://[::1]:PORT`).
+    var baseURL: String { "http://\(hostLiteral):\(port)" }
 
     /// A DSN pointing at this server with key `testkey` and project 42.
-    var dsn: String { "http://testkey@127.0.0.1:\(port)/42" }
+    var dsn: String { "http://testkey@\(hostLiteral):\(port)/42" }
 
     /// Appends replies to the script (consumed one per request, in order).
     func enqueue(_ replies: Reply...) {
@@ -178,6 +213,7 @@ final class TestHTTPServer {
             if let r = find(buf, [13, 10, 13, 10]) { headerEnd = r; break }
             guard fill() else { return nil }
         }
+        if hangUpAfterHeaders { return nil }
         let head = String(decoding: buf[0..<headerEnd!], as: UTF8.self)
         var lines = head.components(separatedBy: "\r\n")
         let requestLine = lines.removeFirst().split(separator: " ")

@@ -91,7 +91,7 @@ final class UnwritableStorageTests: XCTestCase {
         try q.seal()
         let name = try XCTUnwrap(batchFiles(storage).first)
         let path = storage.appendingPathComponent("pending/\(name)").path
-        let transport = HookTransport(URLSessionTransport(timeout: 2))
+        let transport = HookTransport(CurlTransport(timeout: 2))
         var swapped = false
         transport.beforeSend = {
             // After the file was read: a non-empty directory in its place makes every rewrite's rename fail.

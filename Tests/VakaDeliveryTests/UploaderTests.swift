@@ -21,7 +21,7 @@ final class UploaderTests: XCTestCase {
 
     private func makeUploader(storage: URL, maxBatchSize: Int = 50, timeout: TimeInterval = 2) throws -> (PersistentQueue, Uploader) {
         let q = try PersistentQueue(storageDirectory: storage, maxBatchSize: maxBatchSize, log: log.sink)
-        let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: URLSessionTransport(timeout: timeout),
+        let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: CurlTransport(timeout: timeout),
                          clock: clock, requestTimeout: timeout, log: log.sink)
         return (q, u)
     }
@@ -167,7 +167,7 @@ final class UploaderTests: XCTestCase {
         // An envelope queued while a pump runs must not make the pump report "held for a day".
         let storage = dirs.make()
         let q = try PersistentQueue(storageDirectory: storage, log: log.sink)
-        let hook = HookTransport(URLSessionTransport(timeout: 2))
+        let hook = HookTransport(CurlTransport(timeout: 2))
         let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: hook, clock: clock, requestTimeout: 2)
         var injected = false
         hook.beforeSend = {
@@ -270,7 +270,7 @@ final class UploaderTests: XCTestCase {
         let dead = try TestHTTPServer()
         let deadDSN = try DSN(dead.dsn)
         dead.stop()  // port closed: connection refused
-        let offline = Uploader(queue: q, dsn: deadDSN, transport: URLSessionTransport(timeout: 2), clock: clock, requestTimeout: 2)
+        let offline = Uploader(queue: q, dsn: deadDSN, transport: CurlTransport(timeout: 2), clock: clock, requestTimeout: 2)
         guard case .waiting(let until) = offline.pump() else { return XCTFail("offline must count as a failure") }
         XCTAssertEqual(until.timeIntervalSince(clock.now), 5)
         XCTAssertEqual(batchFiles(storage).count, 1)

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Where and as whom envelopes are delivered: the facts carried by a Sentry DSN.
 ///
@@ -30,8 +33,10 @@ public struct DSN: Equatable, Sendable, CustomStringConvertible, CustomDebugStri
 
     /// Parses a DSN such as `https://0123abcd@o1.ingest.example.com/42` or `http://KEY@127.0.0.1:8000/prefix/7`.
     /// A `KEY:SECRET` user part is accepted and the (deprecated) secret ignored; query and fragment are ignored.
+    /// The scheme is case-insensitive (`HTTPS://` is `https`), the host may be a name, an IPv4 address or a
+    /// bracketed IPv6 address (`[::1]`, no zone id), and a trailing `/` after the project id is accepted.
     /// - Throws: ``DSNError`` when the string is not an absolute URL, the scheme is not http(s), or the host,
-    ///   public key or project id is missing or malformed.
+    ///   port, public key or project id is missing or malformed.
     public init(_ string: String) throws {
         let parts = try DSN.split(string)
         guard let user = parts.user, !user.isEmpty else { throw DSNError.missingPublicKey }
@@ -84,10 +89,13 @@ public struct DSN: Equatable, Sendable, CustomStringConvertible, CustomDebugStri
         return port.map { "\(h):\($0)" } ?? h
     }
 
-    /// Where envelopes are POSTed: `{scheme}://{host}[:{port}]{path_prefix}/api/{project_id}/envelope/`.
+    /// Where envelopes are POSTed: `{scheme}://{host}[:{port}]{path_prefix}/api/{project_id}/envelope/`,
+    /// e.g. `http://[::1]:8000/prefix/api/42/envelope/`. Always a valid URL for a parsed DSN; a DSN built with
+    /// the memberwise initializer from parts no URL can hold gives `file:///invalid-dsn`, which the transport
+    /// refuses as a permanent error (sending stops; nothing traps).
     public var envelopeURL: URL {
-        // Every part was validated or comes from a parsed URL, so this cannot fail for parsed DSNs.
-        URL(string: "\(scheme)://\(authority)\(pathPrefix)/api/\(projectID)/envelope/")!
+        URL(string: "\(scheme)://\(authority)\(pathPrefix)/api/\(projectID)/envelope/")
+            ?? URL(fileURLWithPath: "/invalid-dsn")
     }
 
     /// The `X-Sentry-Auth` header value:
@@ -124,8 +132,23 @@ public struct DSN: Equatable, Sendable, CustomStringConvertible, CustomDebugStri
         var host = (c.host ?? "")
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard !host.isEmpty else { throw DSNError.missingHost }
+        guard validHost(host) else { throw DSNError.invalidHost }
         if let port = c.port, !(1...65535).contains(port) { throw DSNError.invalidPort }
         return Parts(scheme: scheme, user: c.user, host: host.lowercased(), port: c.port, path: c.path)
+    }
+
+    /// An IPv6 address (`inet_pton`; the brackets already removed, no zone id), or a name / IPv4 address of
+    /// ASCII letters, digits, `-`, `_` and `.` that does not start or end with `.` or `-`. What libcurl cannot
+    /// connect to is refused here, at `start`, instead of failing every send.
+    private static func validHost(_ host: String) -> Bool {
+        if host.contains(":") {
+            var address = in6_addr()
+            return inet_pton(AF_INET6, host, &address) == 1
+        }
+        let allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+        guard host.unicodeScalars.allSatisfy({ allowed.contains($0) }),
+              let first = host.first, let last = host.last else { return false }
+        return first != "." && first != "-" && last != "-" && !host.contains("..")
     }
 
     private static func validateKey(_ key: String) throws {
@@ -149,6 +172,8 @@ public enum DSNError: Error, Equatable, CustomStringConvertible {
     case unsupportedScheme(String)
     /// No host after `//`.
     case missingHost
+    /// The host is neither a name of letters, digits, `-`, `_`, `.` nor an IPv4 or bracketed IPv6 address.
+    case invalidHost
     /// The port is outside 1...65535.
     case invalidPort
     /// A DSN without a `KEY@` user part, or an empty key.
@@ -168,6 +193,7 @@ public enum DSNError: Error, Equatable, CustomStringConvertible {
         case .notAURL: return "DSN/endpoint is not an absolute URL"
         case .unsupportedScheme(let s): return "DSN/endpoint scheme '\(s)' is not http or https"
         case .missingHost: return "DSN/endpoint has no host"
+        case .invalidHost: return "DSN/endpoint host is not a host name, IPv4 address or [IPv6] address"
         case .invalidPort: return "DSN/endpoint port is out of range"
         case .missingPublicKey: return "DSN has no public key (expected scheme://KEY@host/PROJECT)"
         case .invalidPublicKey: return "public key contains characters not allowed in a key"

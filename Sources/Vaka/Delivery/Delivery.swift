@@ -107,7 +107,7 @@ final class Delivery {
     /// only remembers the directory.
     /// - Parameters:
     ///   - configuration: settings.
-    ///   - transport: HTTP client; default a ``URLSessionTransport`` with `requestTimeout`.
+    ///   - transport: HTTP client; default a ``CurlTransport`` with `requestTimeout` (libcurl is loaded at the first send).
     ///   - clock: time source for backoff and rate limits; default the system clock.
     /// - Throws: nothing today (a `<storage>/pending` that cannot be created or listed makes the queue hold
     ///   envelopes in memory; see ``PersistentQueue``); kept `throws` for API stability.
@@ -131,7 +131,7 @@ final class Delivery {
                                     syncWrites: config.syncWrites, maxMemoryBytes: config.maxMemoryBytes, log: log)
         queue = q
         uploader = Uploader(queue: q, dsn: dsn,
-                            transport: transport ?? URLSessionTransport(timeout: config.requestTimeout),
+                            transport: transport ?? CurlTransport(timeout: config.requestTimeout, log: log),
                             clock: clock, requestTimeout: config.requestTimeout, log: log,
                             onEventSettled: config.onEventSettled)
         log("sending to \(dsn) (envelope URL \(dsn.envelopeURL.absoluteString))")
@@ -170,7 +170,7 @@ final class Delivery {
 
     /// Sends everything queued, waiting until the queue is empty or `timeout` seconds pass (clamped to
     /// 0...86,400; NaN counts as 0).
-    /// Returns early (`false`) when sending is stopped by a 401, or the next allowed attempt (backoff or
+    /// Returns early (`false`) when sending is stopped (a 401 or a permanent transport error), or the next allowed attempt (backoff or
     /// rate limit) lies beyond the deadline. Outbox mode: `true` unless an outbox write failed since the
     /// previous flush.
     /// - Returns: `true` when nothing is left to send and nothing was dropped unwritten and unsent since the
@@ -238,7 +238,7 @@ final class Delivery {
         let droppedBefore = queue.stats.droppedUnwritable
         do { try queue.persist(final: true) } catch { log("close: could not write the queue: \(error)") }
         if queue.stats.droppedUnwritable > droppedBefore { sent = false }
-        if let t = uploader?.transport as? URLSessionTransport { t.invalidate() }
+        if let t = uploader?.transport as? CurlTransport { t.invalidate() }
         log(sent ? "closed; queue empty" : "closed; \(queue.fileCount) batch file(s) kept for the next launch")
         return sent
     }

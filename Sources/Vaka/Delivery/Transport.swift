@@ -1,8 +1,6 @@
+import CVakaCurl
 import Dispatch
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// One HTTP request as the uploader builds it.
 struct HTTPRequest {
@@ -30,6 +28,9 @@ struct HTTPResponse {
 struct TransportError: Error, CustomStringConvertible {
     /// A short reason from the transport.
     var reason: String
+    /// `true` when retrying can never work in this process (unsupported scheme, a URL libcurl cannot parse,
+    /// libcurl not installed...): the uploader stops sending until the next launch instead of backing off.
+    var isPermanent = false
     /// The reason.
     var description: String { reason }
 }
@@ -65,67 +66,128 @@ private final class ResultBox {
     func get() -> Result<HTTPResponse, TransportError>? { lock.lock(); defer { lock.unlock() }; return value }
 }
 
-/// ``HTTPTransport`` over `URLSession` (FoundationNetworking, libcurl on Linux). No cookies, no cache,
-/// no redirects followed (a 3xx is returned to the uploader as is), bounded timeouts.
-final class URLSessionTransport: HTTPTransport {
-    private let session: URLSession
+/// ``HTTPTransport`` over libcurl, which is opened with `dlopen` (``library``, default `libcurl.so.4`) at the
+/// first ``send(_:completion:)`` — on the delivery thread, never at process start — and used through function
+/// pointers (the `CVakaCurl` C target; Vaka does not link libcurl).
+///
+/// One CURL easy handle is reused, so connections are kept alive between requests. Each request: POST, only
+/// `http`/`https`, redirects not followed (a 3xx goes back to the uploader as is), no cookies, the response
+/// body discarded, bounded by `request.timeout` (whole exchange and connect), no signals (`CURLOPT_NOSIGNAL`).
+/// libcurl brings IPv6 literal hosts (`http://[::1]:8000`), TLS and the standard proxy variables (`http_proxy`,
+/// `https_proxy`, `all_proxy`, `no_proxy`).
+///
+/// Errors: no HTTP answer is a ``TransportError``; it ``TransportError/isPermanent`` when libcurl cannot be
+/// loaded (a machine without libcurl: envelopes stay queued) or its error code means the request can never
+/// work (unsupported protocol, malformed URL, unknown or refused option); otherwise (cannot resolve or connect,
+/// timeout, reset, TLS failure...) it is transient and the uploader backs off. Thread-safe: requests are
+/// serialised on one lock; `send` calls `completion` before it returns, on the caller's thread.
+final class CurlTransport: HTTPTransport {
+    /// The library opened by default: Debian's `libcurl4` (OpenSSL flavour), soname `libcurl.so.4`.
+    static let defaultLibrary = "libcurl.so.4"
 
-    /// Creates a transport with its own session.
-    /// - Parameter timeout: default bound on each exchange, seconds (requests carry their own; default 15).
-    ///   Values below 1 s are raised to 1 s (FoundationNetworking fires sub-second timeouts at once).
-    init(timeout: TimeInterval = 15) {
-        let config = URLSessionConfiguration.ephemeral
-        config.timeoutIntervalForRequest = max(1, timeout)
-        config.timeoutIntervalForResource = max(1, timeout)
-        config.httpShouldSetCookies = false
-        config.httpCookieAcceptPolicy = .never
-        config.urlCache = nil
-        config.requestCachePolicy = .reloadIgnoringLocalCacheData
-        config.httpMaximumConnectionsPerHost = 1
-        let queue = OperationQueue()
-        queue.maxConcurrentOperationCount = 1
-        session = URLSession(configuration: config, delegate: RedirectRefuser(), delegateQueue: queue)
+    /// The file name given to `dlopen` (a soname looked up the usual way, or a path).
+    let library: String
+    /// Default bound on each exchange, seconds (requests carry their own).
+    let timeout: TimeInterval
+
+    private let lock = NSLock()
+    private var session: OpaquePointer?
+    private var loadFailure: String?
+    private let log: (String) -> Void
+
+    /// Creates a transport; nothing is loaded until the first request.
+    /// - Parameters:
+    ///   - timeout: default bound on each exchange, seconds (default 15).
+    ///   - library: what to `dlopen` (default ``defaultLibrary``; tests pass a missing name).
+    ///   - log: debug sink: one line when libcurl is loaded (its version). A failure to load is not logged
+    ///     here: it is returned as a permanent ``TransportError`` (the uploader logs it when it stops).
+    init(timeout: TimeInterval = 15, library: String = CurlTransport.defaultLibrary,
+         log: @escaping (String) -> Void = { _ in }) {
+        self.timeout = timeout
+        self.library = library
+        self.log = log
     }
 
-    /// Stops the session; outstanding requests are cancelled.
-    func invalidate() { session.invalidateAndCancel() }
+    deinit { vaka_curl_session_free(session) }
+
+    /// Closes the kept-alive connections. A later request opens new ones.
+    func invalidate() {
+        lock.lock(); defer { lock.unlock() }
+        vaka_curl_session_free(session)
+        session = nil
+    }
 
     func send(_ request: HTTPRequest, completion: @escaping (Result<HTTPResponse, TransportError>) -> Void) {
-        // FoundationNetworking on Linux fires sub-second timeouts at once (0.5 s timed out after ~40 ms): at least 1 s.
-        var r = URLRequest(url: request.url, cachePolicy: .reloadIgnoringLocalCacheData,
-                           timeoutInterval: max(1, request.timeout))
-        r.httpMethod = request.method
-        for (name, value) in request.headers { r.setValue(value, forHTTPHeaderField: name) }
-        r.httpBody = request.body
-        let task = session.dataTask(with: r) { _, response, error in
-            if let error = error {
-                completion(.failure(TransportError(reason: URLSessionTransport.describe(error))))
-                return
-            }
-            guard let http = response as? HTTPURLResponse else {
-                completion(.failure(TransportError(reason: "response is not HTTP")))
-                return
-            }
-            var headers: [String: String] = [:]
-            for (k, v) in http.allHeaderFields {
-                guard let name = (k as? String)?.lowercased(), let value = v as? String else { continue }
-                headers[name] = headers[name].map { "\($0), \(value)" } ?? value
-            }
-            completion(.success(HTTPResponse(status: http.statusCode, headers: headers)))
+        completion(perform(request))
+    }
+
+    /// Opens libcurl and the session once; a failure to load is remembered (and logged) once.
+    private func openSession() -> Result<OpaquePointer, TransportError> {
+        if let session { return .success(session) }
+        if let loadFailure { return .failure(TransportError(reason: loadFailure, isPermanent: true)) }
+        var error = [CChar](repeating: 0, count: 512)
+        guard let lib = vaka_curl_open(library, &error, error.count) else {
+            let why = String(decoding: error.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            // Not logged here: the uploader stops on this permanent error and says so in one line.
+            let reason = "cannot load \(library) (\(why)); install libcurl4 to send"
+            loadFailure = reason
+            return .failure(TransportError(reason: reason, isPermanent: true))
         }
-        task.resume()
+        guard let s = vaka_curl_session_new(lib) else {
+            return .failure(TransportError(reason: "out of memory for a libcurl session"))
+        }
+        log("HTTP client: \(String(cString: vaka_curl_version(lib))) (\(library))")
+        session = s
+        return .success(s)
     }
 
-    private static func describe(_ error: Error) -> String {
-        let ns = error as NSError
-        return "\(ns.domain) \(ns.code): \(ns.localizedDescription)"
+    private func perform(_ request: HTTPRequest) -> Result<HTTPResponse, TransportError> {
+        lock.lock(); defer { lock.unlock() }
+        let session: OpaquePointer
+        switch openSession() {
+        case .success(let s): session = s
+        case .failure(let e): return .failure(e)
+        }
+        // Header values come from the DSN and the SDK; CR/LF would split a header line: dropped.
+        let lines = request.headers.map { header in
+            String(String.UnicodeScalarView("\(header.name): \(header.value)".unicodeScalars.filter { $0 != "\r" && $0 != "\n" }))
+        }
+        let cLines = lines.map { strdup($0) }
+        defer { cLines.forEach { free($0) } }
+        let bound = request.timeout.isFinite && request.timeout > 0 ? min(request.timeout, 86_400) : timeout
+        let timeoutMS = Int(max(1, (bound * 1000).rounded()))
+        var result = vaka_curl_result()
+        defer { vaka_curl_result_free(&result) }
+        let failure: vaka_curl_failure = cLines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in
+            request.body.withUnsafeBytes { body in
+                vaka_curl_post(session, request.url.absoluteString, headers.baseAddress, headers.count,
+                               body.baseAddress, body.count, timeoutMS, &result)
+            }
+        }
+        guard failure == VAKA_CURL_OK else {
+            let reason = withUnsafeBytes(of: result.error) { bytes in
+                String(decoding: bytes.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            return .failure(TransportError(reason: reason, isPermanent: failure == VAKA_CURL_PERMANENT))
+        }
+        var headerBlock = ""
+        if let raw = result.headers {
+            headerBlock = String(decoding: UnsafeRawBufferPointer(start: raw, count: result.headers_length), as: UTF8.self)
+        }
+        return .success(HTTPResponse(status: Int(result.status), headers: CurlTransport.parseHeaders(headerBlock)))
     }
-}
 
-/// Refuses redirects: envelopes are only POSTed to the DSN's URL.
-private final class RedirectRefuser: NSObject, URLSessionTaskDelegate {
-    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-                    newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
-        completionHandler(nil)
+    /// Parses a header block (`Name: value` lines, CRLF or LF) into lower-cased names; repeated fields are
+    /// joined with `, `; lines without a `:` (or with an empty name) are skipped.
+    static func parseHeaders(_ block: String) -> [String: String] {
+        var headers: [String: String] = [:]
+        for line in block.split(whereSeparator: { $0 == "\n" || $0 == "\r\n" || $0 == "\r" }) {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let name = line[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
+            guard !name.isEmpty else { continue }
+            let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            headers[name] = headers[name].map { "\($0), \(value)" } ?? value
+        }
+        return headers
     }
 }

@@ -21,11 +21,13 @@ import Foundation
 ///     envelope is held while its categories are limited and other categories keep flowing. When the
 ///     answer does not limit the envelope's own categories, it counts as a failure (below).
 ///   - **other 4xx** (not 408): permanent rejection; the envelope is removed (``Stats/droppedRejected``).
+///   - **a permanent transport error** (``TransportError/isPermanent``: libcurl missing, a URL or scheme it
+///     can never send to): like 401, sending stops until the next launch; files kept.
+///   - **5xx, 408, 1xx/3xx, no answer** (offline, refused, timed out, garbage): exponential ``Backoff``
+///     (5, 10, 20, ... 300 s), nothing is sent before it passes; the pump stops.
 ///
 /// Every envelope with an event that is accepted (2xx) or given up (413 at the floor, other 4xx) is reported
 /// to ``onEventSettled`` with its `event_id` (the crash join deletes or sets aside the crash report then).
-///   - **5xx, 408, 1xx/3xx, no answer** (offline, refused, timed out, garbage): exponential ``Backoff``
-///     (5, 10, 20, ... 300 s), nothing is sent before it passes; the pump stops.
 ///
 /// Thread-safe: calls to ``pump()`` are serialised; the state getters never wait for a pump in progress.
 /// ``cancel()`` makes a running pump stop before its next request.
@@ -38,7 +40,7 @@ final class Uploader {
         case held(until: Date)
         /// A failure: no sending before `until` (backoff or a global rate limit).
         case waiting(until: Date)
-        /// A 401 stopped sending until the next launch.
+        /// A 401 or a permanent transport error stopped sending until the next launch.
         case stopped
     }
 
@@ -91,7 +93,7 @@ final class Uploader {
     /// - Parameters:
     ///   - queue: where the envelopes are.
     ///   - dsn: where to send them and with which key.
-    ///   - transport: the HTTP client (``URLSessionTransport`` in the SDK, scripted in tests).
+    ///   - transport: the HTTP client (``CurlTransport`` in the SDK, scripted in tests).
     ///   - clock: time source for backoff and rate limits.
     ///   - requestTimeout: bound on each request, seconds.
     ///   - log: debug sink; never given the key.
@@ -112,7 +114,7 @@ final class Uploader {
     var rateLimits: RateLimits { stateLock.lock(); defer { stateLock.unlock() }; return _rateLimits }
     /// Current backoff state.
     var backoff: Backoff { stateLock.lock(); defer { stateLock.unlock() }; return _backoff }
-    /// Whether a 401 stopped sending.
+    /// Whether a 401 or a permanent transport error stopped sending.
     var isStopped: Bool { stateLock.lock(); defer { stateLock.unlock() }; return _stopped }
     /// Counters.
     var stats: Stats { stateLock.lock(); defer { stateLock.unlock() }; return _stats }
@@ -219,6 +221,10 @@ final class Uploader {
                     return .stopped
                 case .retry(let reason, let retryAfter):
                     return fail(reason: reason, retryAfter: retryAfter)
+                case .cannotSend(let reason):
+                    mutate { _stopped = true }
+                    log("cannot send (\(reason)): sending stopped until the next launch; \(queue.fileCount) batch file(s) kept")
+                    return .stopped
                 }
             }
         }
@@ -300,6 +306,7 @@ final class Uploader {
         case delivered, tooLarge, rateLimited, unauthorized
         case rejected(Int)
         case retry(String, retryAfter: TimeInterval?)
+        case cannotSend(String)  // a permanent transport error
     }
 
     private func send(_ envelope: Envelope, now: Date) -> Verdict {
@@ -322,6 +329,7 @@ final class Uploader {
         let what = "\(e.items.map(\.type.rawValue).joined(separator: "+")) envelope \(e.header.eventID ?? "-") (\(raw.count) B, \(body.count) B gzip)"
         switch transport.sendSynchronously(request) {
         case .failure(let error):
+            if error.isPermanent { return .cannotSend("\(error)") }
             log("\(what): no answer: \(error)")
             return .retry("no answer: \(error)", retryAfter: nil)
         case .success(let response):

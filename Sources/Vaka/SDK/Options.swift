@@ -7,8 +7,10 @@ extension Vaka {
     /// (`endpoint` = `https://host/api/PROJECT`). With neither, envelopes are written to
     /// `<storageDirectory>/outbox/` instead of being sent (read them with `vaka outbox list|show`).
     public struct Options: Sendable {
-        /// The Sentry DSN, `{scheme}://{public_key}@{host}[:{port}]/{project_id}`; `nil` = outbox mode.
-        /// A DSN that does not parse is reported on stderr (always, not only with ``debug``) and gives outbox mode.
+        /// The Sentry DSN, `{scheme}://{public_key}[:{secret}]@{host}[:{port}][/{path_prefix}]/{project_id}`
+        /// (`host` a name, IPv4 or `[IPv6]` address; scheme http/https in any case); `nil` = outbox mode.
+        /// A DSN that does not parse (also an empty one) is reported on stderr (always, not only with ``debug``)
+        /// and gives outbox mode: nothing is sent.
         public var dsn: String?
         /// The project's public key, when given with ``endpoint`` instead of a ``dsn``.
         public var key: String?
@@ -76,10 +78,12 @@ extension Vaka {
             self.endpoint = endpoint
         }
 
-        /// The parsed destination: `nil` for outbox mode. Throws ``DSNError`` when the DSN or key/endpoint is malformed.
+        /// The parsed destination: `nil` (outbox mode) when neither a DSN nor a key or endpoint is given.
+        /// Throws ``DSNError`` when the DSN or key/endpoint is malformed — also an empty DSN, and a key without an
+        /// endpoint or the reverse (destinations that can never work; `Vaka.start` refuses them with a line).
         func parsedDSN() throws -> DSN? {
-            if let dsn, !dsn.isEmpty { return try DSN(dsn) }
-            if let key, let endpoint { return try DSN(key: key, endpoint: endpoint) }
+            if let dsn { return try DSN(dsn) }
+            if key != nil || endpoint != nil { return try DSN(key: key ?? "", endpoint: endpoint ?? "") }
             return nil
         }
     }
