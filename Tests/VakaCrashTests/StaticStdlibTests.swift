@@ -5,8 +5,16 @@ import XCTest
 /// executable, whose symbols are not in the dynamic symbol table, so `dlsym` cannot find
 /// `swift_getFatalErrorMessageBuffer`; the runtime then looks it up in the executable's own symbol table
 /// (libelf) at install. A real Swift program is built here with `swiftc -static-stdlib`, linked against the
-/// crash runtime's sources (``RuntimeProgram/library``), and dies in `fatalError("boom static")`.
+/// crash runtime's sources (``RuntimeProgram/library``), and dies in `fatalError("boom static")`. The same
+/// fallback serves glibc's `__abort_msg` in a fully static C program.
 final class StaticStdlibTests: XCTestCase {
+    /// Debian's multiarch directory name for this machine.
+    #if arch(x86_64)
+    let archTriple = "x86_64-linux-gnu"
+    #else
+    let archTriple = "aarch64-linux-gnu"
+    #endif
+
     /// swiftc next to the toolchain this test runs on, or on PATH; nil when absent.
     static let swiftc: String? = {
         var candidates = ["/opt/swift/usr/bin/swiftc"]
@@ -89,8 +97,51 @@ final class StaticStdlibTests: XCTestCase {
         XCTAssertTrue(message.contains("boom static 7"), "fatal_message '\(message)' in:\n\(run.onlyReport)")
     }
 
-    /// Variant: glibc's abort message from a failing assert() in a C program, where `__abort_msg` comes from
-    /// dlsym; the static-stdlib program's abort path shares the lookup (one pass over .symtab for both names).
+    /// The other symbol install resolves with dlsym: glibc's `__abort_msg`. In a fully static C program
+    /// (`cc -static`) dlsym finds nothing; the failing assert()'s text still reaches the report through the
+    /// executable's .symtab. Skipped when the static libraries (libunwind.a, libelf.a, libz.a, liblzma.a) are
+    /// not installed.
+    func testStaticGlibcAbortMessage() throws {
+        guard let cc = RuntimeProgram.cc else { throw XCTSkip("no C compiler") }
+        let libs = ["libunwind.a", "libelf.a", "libz.a", "liblzma.a"]
+        let libDir = "/usr/lib/\(archTriple)"
+        for lib in libs where !FileManager.default.fileExists(atPath: "\(libDir)/\(lib)") {
+            throw XCTSkip("\(libDir)/\(lib) missing: cannot link a static program")
+        }
+        let library = try RuntimeProgram.library.get()
+        let dir = Paths.freshDirectory("static-glibc")
+        let source = dir.appendingPathComponent("sa.c")
+        try Data("""
+        #include "vaka/vaka_crash.h"
+        #include <assert.h>
+        #include <dlfcn.h>
+        #include <stdio.h>
+        #include <stdlib.h>
+        int main(int argc, char **argv) {
+            printf("dlsym %s\\n", dlsym(RTLD_DEFAULT, "__abort_msg") ? "found" : "missing");
+            fflush(stdout);
+            vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "sa" };
+            if (vaka_crash_install(&c)) return 99;
+            assert(argc == 42);
+            return 0;
+        }
+        """.utf8).write(to: source)
+        let executable = dir.appendingPathComponent("sa")
+        let link = try runChild(URL(fileURLWithPath: cc),
+                                ["-static", "-O0", "-I", Paths.repositoryRoot.appendingPathComponent("include").path,
+                                 source.path, library.path, "-lunwind", "-llzma", "-lelf", "-lz", "-lpthread",
+                                 "-o", executable.path],
+                                label: "cc-static", outputDirectory: dir, timeout: 120)
+        guard link.outcome == "exit 0" else { throw ChildError(description: "cc -static: \(link.stderrTail())") }
+        let run = try RuntimeProgram.run(executable, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 6 (SIGABRT)", run.result.stderrTail())
+        XCTAssertEqual(String(decoding: run.result.stdout, as: UTF8.self), "dlsym missing\n",
+                       "dlsym found __abort_msg: the fallback is not exercised")
+        XCTAssertTrue((reportValue(run.onlyReport, "abort_message") ?? "").contains("argc == 42"), run.onlyReport)
+    }
+
+    /// Control: glibc's abort message from a failing assert() in a dynamically linked C program, where
+    /// `__abort_msg` comes from dlsym.
     func testAbortMessageStillFound() throws {
         let program = try RuntimeProgram.build("assertmsg", """
         #undef NDEBUG
