@@ -29,7 +29,8 @@ let package = Package(
             // headers inside the target's directory).
             publicHeadersPath: "include",
             cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer"])],
-            linkerSettings: [.linkedLibrary("unwind")]
+            // libelf: symbols the dynamic symbol table lacks (-static-stdlib), read at install.
+            linkerSettings: [.linkedLibrary("unwind"), .linkedLibrary("elf")]
         ),
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
         .target(name: "VakaSymbolication", dependencies: ["CLibdw"]),

@@ -28,8 +28,10 @@ public enum Vaka {
     /// Starts Vaka (see the type's documentation). Calling it again while started does nothing.
     /// Never throws: problems are logged to stderr when `options.debug` is set (an invalid DSN is always
     /// reported on stderr, and gives outbox mode). A storage directory that cannot be created or written
-    /// leaves crash reporting off (one line on stderr, always) while events and sessions are still sent from
-    /// memory (see ``flush(timeout:)`` and docs/ingest.md, "What can go wrong").
+    /// leaves crash reporting off while events and sessions are still sent from memory (see ``flush(timeout:)``
+    /// and docs/ingest.md, "What can go wrong"). Every failure that leaves the crash handlers out prints one
+    /// `[vaka] ...` line on stderr, with or without `debug`: `crashes/` cannot be created, `vaka_crash_install`
+    /// fails, delivery cannot start.
     public static func start(_ options: Options) {
         guard options.enabled else { return }
         lock.lock(); defer { lock.unlock() }
@@ -58,7 +60,8 @@ public enum Vaka {
                 }
             }
             if rc != 0 {
-                log?("crash handlers not installed: \(String(cString: strerror(rc)))")
+                // Always on stderr (not only with debug): a crash reporter that silently does not report.
+                FileHandle.standardError.write(Data("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.path)); crash reporting is off\n".utf8))
             } else {
                 log?("crash handlers installed; reports go to \(crashes.path)/\(runID).crash")
             }
@@ -76,7 +79,7 @@ public enum Vaka {
             started.begin()
             client = started
         } catch {
-            log?("cannot start delivery: \(error)")
+            FileHandle.standardError.write(Data("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n".utf8))
             _ = vaka_crash_uninstall()
             return
         }

@@ -9,6 +9,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
 #include <link.h>
 #include <pthread.h>
 #include <string.h>
@@ -87,19 +89,42 @@ static int valid_run_id(const char *id, size_t *len)
     return 1;
 }
 
-/* Fills `t` from the config. @return 0 or EINVAL. */
-static int make_target(vaka_report_target *t, const vaka_crash_config *config)
+/* Closes the directory descriptor of `t` if it is still the one install opened (and not shared with `keep`,
+ * the current target, which a fork child's copy shares). */
+static void close_target_dir(vaka_report_target *t, const vaka_report_target *keep)
+{
+    struct stat st;
+    if (t->dir_fd >= 0 && (keep == NULL || keep->dir_fd != t->dir_fd) && fstat(t->dir_fd, &st) == 0 &&
+        st.st_dev == t->dir_dev && st.st_ino == t->dir_ino)
+        close(t->dir_fd);
+    t->dir_fd = -1;
+}
+
+/* Fills `t` from the config and opens the report directory (O_PATH: needs no read permission; the handler
+ * creates the report with openat relative to it, so no path length limit applies at crash time). `current` is
+ * the target in use, whose descriptor must stay open. @return 0, EINVAL or the errno of open(2). */
+static int make_target(vaka_report_target *t, const vaka_report_target *current, const vaka_crash_config *config)
 {
     size_t id_len = 0;
     if (!valid_run_id(config->run_id, &id_len)) return EINVAL;
     const char *dir = config->report_dir;
     size_t dir_len = strnlen(dir, VAKA_REPORT_DIR_MAX + 1);
     if (dir_len == 0 || dir_len > VAKA_REPORT_DIR_MAX || dir[0] != '/') return EINVAL;
+    int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return errno;
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return EINVAL;
+    if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        int e = errno != 0 ? errno : ENOTDIR;
+        close(fd);
+        return e;
+    }
     while (dir_len > 1 && dir[dir_len - 1] == '/') dir_len--;
 
+    close_target_dir(t, current);
     memset(t, 0, sizeof *t);
+    t->dir_fd = fd;
+    t->dir_dev = st.st_dev;
+    t->dir_ino = st.st_ino;
     memcpy(t->run_id, config->run_id, id_len);
     t->run_id_len = id_len;
     size_t p = 0;
@@ -138,14 +163,30 @@ static int collect_signals(const vaka_crash_config *config, int *out)
 
 /* ------------------------------------------------------------------ install / uninstall */
 
+/* The C library's pthread_sigmask and sigprocmask, for the interposers in sig_mask.c: resolved when the
+ * executable is loaded (before main, outside any signal handler: dlsym is not async-signal-safe), and again at
+ * install in case a constructor ran first. */
+__attribute__((constructor)) static void resolve_sigmask_functions(void)
+{
+    if (atomic_load(&vaka_real_pthread_sigmask) == NULL) {
+        vaka_sigmask_fn fn = (vaka_sigmask_fn)dlsym(RTLD_NEXT, "pthread_sigmask");
+        if (fn != NULL && fn != pthread_sigmask) atomic_store(&vaka_real_pthread_sigmask, fn);
+    }
+    if (atomic_load(&vaka_real_sigprocmask) == NULL) {
+        vaka_sigmask_fn fn = (vaka_sigmask_fn)dlsym(RTLD_NEXT, "sigprocmask");
+        if (fn != NULL && fn != sigprocmask) atomic_store(&vaka_real_sigprocmask, fn);
+    }
+}
+
 /* Page size and executable path (used by the image collection too). */
 static void prepare_process_facts(void)
 {
     long page = sysconf(_SC_PAGESIZE);
     vaka_state.page_size = page > 0 ? (uintptr_t)page : 4096;
 
-    ssize_t n = readlink("/proc/self/exe", vaka_state.executable, VAKA_PATH_MAX);
-    vaka_state.executable_len = n > 0 ? (size_t)n : 0;
+    /* readlink cuts silently: a result filling the whole buffer may be cut, and is left unknown. */
+    ssize_t n = readlink("/proc/self/exe", vaka_state.executable, sizeof vaka_state.executable);
+    vaka_state.executable_len = n > 0 && (size_t)n < sizeof vaka_state.executable ? (size_t)n : 0;
     vaka_state.executable[vaka_state.executable_len] = '\0';
 }
 
@@ -167,7 +208,9 @@ static void preresolve_signal_path_calls(void)
     (void)read(-1, NULL, 0);
     (void)write(-1, NULL, 0);
     (void)open("", O_RDONLY | O_CLOEXEC);
+    (void)openat(-1, "", O_RDONLY | O_CLOEXEC);
     (void)unlink("");
+    (void)unlinkat(-1, "", 0);
     char name[17] = { 0 };
     (void)prctl(PR_GET_NAME, name, 0, 0, 0);
     (void)syscall(SYS_getpid);
@@ -177,7 +220,10 @@ static void preresolve_signal_path_calls(void)
     sigemptyset(&set);
     sigfillset(&set);
     sigaddset(&set, SIGSEGV);
+    sigdelset(&set, SIGSEGV);
+    (void)sigismember(&set, SIGSEGV);
     sigprocmask(SIG_BLOCK, NULL, &set);
+    pthread_sigmask(SIG_BLOCK, NULL, &set);
     struct sigaction old;
     sigaction(SIGSEGV, NULL, &old);
     /* libunwind: the cursor calls the handler makes (vaka_crash_capture_frames covers unw_init_local). */
@@ -193,18 +239,73 @@ static void preresolve_signal_path_calls(void)
     errno = saved;
 }
 
+/* ------------------------------------------------------------------ symbols not in the dynamic symbol table */
+
+static int first_object_bias(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    *(uintptr_t *)data = (uintptr_t)info->dlpi_addr;
+    return 1; /* the first entry is the executable */
+}
+
+/* Looks up `names[0..count)` in the executable's own symbol table (.symtab, local symbols included) with
+ * libelf, for symbols dlsym cannot see: a program linked with -static-stdlib has the Swift runtime inside the
+ * executable, whose functions are not exported (e.g. swift_getFatalErrorMessageBuffer); a statically linked C
+ * library keeps __abort_msg private the same way. Fills out[i] with the run-time address (symbol value + the
+ * executable's load bias) of each defined function or object found; leaves the others alone. Install time
+ * only (opens and maps the file). Nothing is found in a stripped executable. */
+static void find_executable_symbols(const char *const *names, void **out, size_t count)
+{
+    if (elf_version(EV_CURRENT) == EV_NONE) return;
+    int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    uintptr_t bias = 0;
+    dl_iterate_phdr(first_object_bias, &bias);
+    Elf_Scn *scn = NULL;
+    while (elf != NULL && (scn = elf_nextscn(elf, scn)) != NULL) {
+        GElf_Shdr shdr;
+        if (gelf_getshdr(scn, &shdr) == NULL || shdr.sh_type != SHT_SYMTAB || shdr.sh_entsize == 0) continue;
+        Elf_Data *data = elf_getdata(scn, NULL);
+        if (data == NULL) continue;
+        size_t n = shdr.sh_size / shdr.sh_entsize;
+        for (size_t k = 0; k < n; k++) {
+            GElf_Sym sym;
+            if (gelf_getsym(data, (int)k, &sym) == NULL || sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
+            int type = GELF_ST_TYPE(sym.st_info);
+            if (type != STT_FUNC && type != STT_OBJECT) continue;
+            const char *name = elf_strptr(elf, shdr.sh_link, sym.st_name);
+            if (name == NULL) continue;
+            for (size_t i = 0; i < count; i++)
+                if (out[i] == NULL && strcmp(name, names[i]) == 0) out[i] = (void *)(bias + (uintptr_t)sym.st_value);
+        }
+    }
+    if (elf != NULL) elf_end(elf);
+    close(fd);
+}
+
+/* The Swift runtime's fatal-message buffer and glibc's abort message: dlsym first (exported by the shared
+ * libswiftCore and libc), else the executable's own symbol table (-static-stdlib, static libc). */
+static void resolve_message_symbols(void)
+{
+    static const char *const names[] = { "swift_getFatalErrorMessageBuffer", "__abort_msg" };
+    void *found[2] = { dlsym(RTLD_DEFAULT, names[0]), dlsym(RTLD_DEFAULT, names[1]) };
+    if (found[0] == NULL || found[1] == NULL) find_executable_symbols(names, found, 2);
+    /* swift_getFatalErrorMessageBuffer returns the address of a `char *` that holds the message after a fatal
+     * error. Absent in programs without the Swift runtime. */
+    char **(*get_buffer)(void) = (char **(*)(void))found[0];
+    vaka_state.swift_fatal_message = get_buffer != NULL ? get_buffer() : NULL;
+    /* glibc's `struct abort_msg_s *__abort_msg` (GLIBC_PRIVATE; may be missing in other libcs). */
+    vaka_state.abort_msg = (void **)found[1];
+}
+
 static void prepare_handler_state(void)
 {
     prepare_process_facts();
 
     vaka_safe_reader_init(&vaka_state.reader);
 
-    /* The Swift runtime's fatal-error message: the function returns the address of a `char *` that
-     * holds the message after a fatal error. Absent in programs without libswiftCore. */
-    char **(*get_buffer)(void) = (char **(*)(void))dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
-    vaka_state.swift_fatal_message = get_buffer != NULL ? get_buffer() : NULL;
-    /* glibc's `struct abort_msg_s *__abort_msg` (GLIBC_PRIVATE; may be missing in other libcs). */
-    vaka_state.abort_msg = (void **)dlsym(RTLD_DEFAULT, "__abort_msg");
+    resolve_message_symbols();
     vaka_state.r_debug = &_r_debug;
     vaka_state.watchdog_signal = SIGRTMAX; /* a function call in glibc: resolved here, not in the handler */
 
@@ -228,7 +329,7 @@ int vaka_crash_install(const vaka_crash_config *config)
     pthread_mutex_lock(&install_lock);
     vaka_report_target *current = atomic_load(&vaka_state.target);
     vaka_report_target *next = current == &vaka_state.targets[0] ? &vaka_state.targets[1] : &vaka_state.targets[0];
-    int rc = make_target(next, config);
+    int rc = make_target(next, current, config);
     if (rc != 0) goto out;
 
     if (atomic_load(&vaka_state.installed)) {
@@ -238,6 +339,7 @@ int vaka_crash_install(const vaka_crash_config *config)
 
     vaka_thread_stack_set_size(config->alt_stack_size);
     vaka_thread_stack_prepare();
+    resolve_sigmask_functions();
     int had_ours = vaka_thread_stack_is_ours();
     rc = vaka_crash_thread_attach();
     if (rc != 0) goto out;
@@ -251,6 +353,9 @@ int vaka_crash_install(const vaka_crash_config *config)
     atomic_store(&vaka_state.target, next);
     for (int i = 0; i < signal_count; i++) vaka_state.signals[i] = signals[i];
     vaka_state.signal_count = (size_t)signal_count;
+    unsigned protect = 0;
+    for (int i = 0; i < signal_count; i++)
+        if (signals[i] != SIGABRT) protect |= 1u << signals[i];
 
     struct sigaction action;
     memset(&action, 0, sizeof action);
@@ -274,6 +379,11 @@ int vaka_crash_install(const vaka_crash_config *config)
             goto out;
         }
     }
+    /* A synchronous crash signal blocked in a thread's mask would kill the process without any handler
+     * (sig_mask.c): from now on no SIG_BLOCK/SIG_SETMASK blocks them, and this thread (whose mask may have been
+     * inherited blocked over exec) unblocks them now. */
+    atomic_store(&vaka_sig_protected_mask, protect);
+    vaka_sig_unblock_crash_signals();
 out:
     pthread_mutex_unlock(&install_lock);
     return rc;
@@ -297,8 +407,11 @@ int vaka_crash_uninstall(void)
             if (sigaction(sig, &vaka_state.previous[sig], NULL) != 0 && rc == 0) rc = errno;
         }
         atomic_store(&vaka_state.installed, 0);
+        atomic_store(&vaka_sig_protected_mask, 0u);
         vaka_state.signal_count = 0;
         vaka_thread_stack_detach();
+        close_target_dir(&vaka_state.targets[0], NULL);
+        close_target_dir(&vaka_state.targets[1], NULL);
         gave_alt_stack = 0;
     }
     pthread_mutex_unlock(&install_lock);

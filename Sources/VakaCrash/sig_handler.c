@@ -28,6 +28,7 @@
 
 vaka_sig_state vaka_state = {
     .reader = { .method = VAKA_SAFE_READ_NONE, .pipe_r = -1, .pipe_w = -1 },
+    .targets = { { .dir_fd = -1 }, { .dir_fd = -1 } },
 };
 
 /* Kernel tid of the thread writing the report; 0 while no crash has started. */
@@ -113,6 +114,7 @@ void vaka_sig_restore_previous(void)
         sigaction(sig, &vaka_state.previous[sig], NULL);
     }
     atomic_store(&vaka_state.installed, 0); /* our handlers are gone: a later install starts afresh */
+    atomic_store(&vaka_sig_protected_mask, 0u); /* and programs may block those signals again */
 }
 
 void vaka_sig_after_fork_child(void)
@@ -240,14 +242,15 @@ static int has_fault_address(int sig, int code)
     return code > 0 && (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGTRAP);
 }
 
-/* Opens the report file for writing without ever blocking: O_NONBLOCK (a FIFO at the path would block
- * open(2) until a reader came), O_NOFOLLOW (no symlinks), and only a regular file is kept. Anything else at
- * the path (a FIFO, a device, a socket) is unlinked and the file created afresh with O_EXCL.
+/* Opens the report file `name` in directory `dir` (a descriptor, or AT_FDCWD with an absolute name) for
+ * writing without ever blocking: O_NONBLOCK (a FIFO at the path would block open(2) until a reader came),
+ * O_NOFOLLOW (no symlinks), and only a regular file is kept. Anything else at the path (a FIFO, a device, a
+ * socket) is unlinked and the file created afresh with O_EXCL.
  * @return the descriptor, or -1. */
-static int open_report(const char *path)
+static int open_report_at(int dir, const char *name)
 {
     const int flags = O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-    int fd = open(path, flags | O_CREAT | O_TRUNC, 0600);
+    int fd = openat(dir, name, flags | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) {
         struct stat st;
         if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return fd;
@@ -256,8 +259,8 @@ static int open_report(const char *path)
         return -1; /* e.g. ENOENT (directory gone), EACCES, EMFILE: unlinking would not help */
     }
     /* ENXIO: a FIFO without a reader; ELOOP: a symlink; EISDIR: a directory (unlink fails: give up). */
-    if (unlink(path) != 0) return -1;
-    fd = open(path, flags | O_CREAT | O_EXCL, 0600);
+    if (unlinkat(dir, name, 0) != 0) return -1;
+    fd = openat(dir, name, flags | O_CREAT | O_EXCL, 0600);
     if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -267,13 +270,26 @@ static int open_report(const char *path)
     return fd;
 }
 
+/* The report file of `target`: relative to the directory opened at install when that descriptor is still
+ * ours (same device and inode), else by its absolute path (the application closed or reused our descriptor;
+ * works when the path is shorter than PATH_MAX). @return the descriptor, or -1. */
+static int open_report(const vaka_report_target *target)
+{
+    struct stat st;
+    if (target->dir_fd >= 0 && fstat(target->dir_fd, &st) == 0 && st.st_dev == target->dir_dev &&
+        st.st_ino == target->dir_ino)
+        return open_report_at(target->dir_fd, target->path + target->dir_len);
+    if (vaka_sig_strnlen(target->path, VAKA_PATH_MAX) >= VAKA_PATH_MAX) return -1;
+    return open_report_at(AT_FDCWD, target->path);
+}
+
 static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns, pid_t tid)
 {
     uint64_t wall_ns = now_ns(CLOCK_REALTIME);
     vaka_report_target *target = atomic_load(&vaka_state.target);
     if (target == NULL || target->path[0] == '\0') return;
 
-    int fd = open_report(target->path);
+    int fd = open_report(target);
     if (fd < 0) return; /* nowhere to write; chaining still happens */
     report_fd = fd;
     vaka_w_init(&writer, fd);

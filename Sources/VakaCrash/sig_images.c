@@ -220,6 +220,7 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
         if (!image_from_memory(r, extras[e].l_addr, extras[e].l_ld, img)) continue;
         size_t n = 0;
         if (extras[e].l_name != 0) n = vaka_safe_read_string(r, path_buf, extras[e].l_name, VAKA_PATH_MAX);
+        if (n >= VAKA_PATH_MAX) n = 0; /* maybe cut: unknown (`-`) rather than the wrong file */
         if (n == 0 && extras[e].first) {
             write_image_line(w, img, vaka_state.executable, vaka_state.executable_len);
         } else {

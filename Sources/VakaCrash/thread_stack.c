@@ -178,6 +178,7 @@ static void *thread_trampoline(void *data)
     thread_start start = *(thread_start *)data;
     free(data);
     (void)vaka_crash_thread_attach(); /* best effort: without it the thread still runs, just uncovered */
+    vaka_sig_unblock_crash_signals(); /* the creator's mask is inherited, maybe with them blocked (sig_mask.c) */
     return start.start(start.arg);
 }
 

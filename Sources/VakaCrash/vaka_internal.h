@@ -29,9 +29,11 @@
 
 /* ---------------------------------------------------------------- limits */
 
-/** Longest report path: `<dir>/<run_id>-<pid>.crash` plus the NUL, in bytes (fork children add `-<pid>`). */
+/** Longest report path: `<dir>/<run_id>-<pid>.crash` plus the NUL, in bytes (fork children add `-<pid>`).
+ *  May exceed PATH_MAX: the handler creates the report relative to the directory's descriptor (openat). */
 #define VAKA_REPORT_PATH_MAX (VAKA_REPORT_DIR_MAX + 1 + VAKA_RUN_ID_MAX + 1 + 10 + 6 + 1)
-/** Longest path kept for an image or the executable (bytes, without the NUL); longer ones are cut. */
+/** Longest path kept for an image or the executable (bytes, without the NUL): PATH_MAX. A longer one is left
+ *  unknown (`-` in the report), never cut. */
 #define VAKA_PATH_MAX 4096
 /** Longest GNU build ID kept, in bytes (SHA-1 IDs are 20, some linkers emit up to 32). */
 #define VAKA_BUILD_ID_MAX 64
@@ -190,7 +192,10 @@ typedef struct vaka_report_target {
     char run_id[VAKA_RUN_ID_MAX + 1];
     size_t run_id_len;
     size_t dir_len;                            /* bytes of path up to and including the last '/' */
-    char path[VAKA_REPORT_PATH_MAX];
+    char path[VAKA_REPORT_PATH_MAX];           /* `<dir>/<name>`; the name starts at path + dir_len */
+    int dir_fd;                                /* the report directory (O_PATH, opened at install), or -1 */
+    dev_t dir_dev;                             /* its identity, checked before use (an app may close/dup2 */
+    ino_t dir_ino;                             /* over our descriptor) */
 } vaka_report_target;
 
 /** Everything the handler reads. Written only at install/uninstall (under install.c's mutex). */
@@ -230,6 +235,20 @@ void vaka_sig_after_fork_child(void);
 void vaka_sig_rearm(void);
 /** Signal safe. Faults on purpose (test hook) when the configured stage equals `stage`. */
 void vaka_sig_test_fault(int stage);
+
+/* ---------------------------------------------------------------- signal mask (sig_mask.c) */
+
+/** The C library's pthread_sigmask / sigprocmask signature (both take how, set, old set). */
+typedef int (*vaka_sigmask_fn)(int how, const sigset_t *set, sigset_t *old);
+/** Bit `1 << sig` for each synchronous crash signal (the installed ones except SIGABRT) that SIG_BLOCK and
+ *  SIG_SETMASK must leave unblocked; 0 while not installed (the interposers pass everything through). */
+extern atomic_uint vaka_sig_protected_mask;
+/** The C library's pthread_sigmask and sigprocmask (dlsym RTLD_NEXT, at load time: install.c); NULL before
+ *  that (the interposers then make the rt_sigprocmask system call themselves). */
+extern _Atomic(vaka_sigmask_fn) vaka_real_pthread_sigmask;
+extern _Atomic(vaka_sigmask_fn) vaka_real_sigprocmask;
+/** Signal safe. Unblocks the protected signals (vaka_sig_protected_mask) in the calling thread. */
+void vaka_sig_unblock_crash_signals(void);
 
 /* ---------------------------------------------------------------- install-time helpers */
 

@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,3 +303,37 @@ CRASHME int crashme_deny_process_vm_readv(void) {
 #else
 CRASHME int crashme_deny_process_vm_readv(void) { return ENOSYS; }
 #endif
+
+/* ---------------------------------------------------------------- issue 8: blocked signals */
+
+CRASHME void *crashme_blocked_signals_thread_fault(void *unused) {
+    (void)unused;
+    pthread_setname_np(pthread_self(), VAKA_CRASHME_BLOCKED_THREAD_NAME);
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, NULL);
+    volatile int *volatile pointer = NULL;
+    return (void *)(intptr_t)*pointer;
+}
+
+CRASHME int crashme_blocked_signals_thread(void) {
+    pthread_t thread;
+    int rc = pthread_create(&thread, NULL, crashme_blocked_signals_thread_fault, NULL);
+    if (rc != 0) return rc;
+    pthread_join(thread, NULL);
+    return 0;
+}
+
+int crashme_block_signals(const char *how) {
+    sigset_t all;
+    sigfillset(&all);
+    if (strcmp(how, "pthread_sigmask-block") == 0) return pthread_sigmask(SIG_BLOCK, &all, NULL);
+    if (strcmp(how, "pthread_sigmask-setmask") == 0) return pthread_sigmask(SIG_SETMASK, &all, NULL);
+    if (strcmp(how, "sigprocmask-block") == 0) return sigprocmask(SIG_BLOCK, &all, NULL) == 0 ? 0 : errno;
+    if (strcmp(how, "sigprocmask-setmask") == 0) return sigprocmask(SIG_SETMASK, &all, NULL) == 0 ? 0 : errno;
+    if (strcmp(how, "raw-syscall") == 0) {
+        uint64_t kernel_set = ~(uint64_t)0;
+        return syscall(SYS_rt_sigprocmask, SIG_SETMASK, &kernel_set, NULL, sizeof kernel_set) == 0 ? 0 : errno;
+    }
+    return EINVAL;
+}

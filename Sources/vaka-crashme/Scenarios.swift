@@ -17,7 +17,7 @@ struct Scenario {
     let trigger: (_ storageDirectory: String) -> Int32
 }
 
-/// All scenarios, in the order `--list` prints them (the issue 2 set, then the issue 5 set).
+/// All scenarios, in the order `--list` prints them (the issue 2 set, then the issue 5 set, then issue 8's).
 let scenarios: [Scenario] = [
     Scenario(name: "null-deref", summary: "C read through NULL: SIGSEGV SEGV_MAPERR at 0x0",
              trigger: { _ in crashme_null_deref() }),
@@ -67,6 +67,9 @@ let scenarios: [Scenario] = [
              trigger: { _ in crashme_crash_in_handler() }),
     Scenario(name: "locks-held", summary: "NULL read while holding stdout/stderr FILE locks and a mutex: SIGSEGV",
              trigger: { _ in crashme_locks_held() }),
+    Scenario(name: "blocked-signals-thread",
+             summary: "NULL read on a pthread \"crashme-blk\" that blocked every signal first: SIGSEGV SEGV_MAPERR",
+             trigger: { _ in crashme_blocked_signals_thread() }),
 ]
 
 /// Path of the dlopen plugin: `$VAKA_CRASHME_PLUGIN`, else `libVakaCrashmePlugin.so` next to this executable

@@ -20,6 +20,10 @@ let usage = """
     with EPERM, as under some container policies, so the crash runtime must use its fallback memory reader.
     --fault-in-handler STAGE arms the crash runtime's test hook after start: the capture faults on purpose at
     STAGE (1 = after the report header, 2 = while unwinding), to exercise the re-entrancy path.
+    Also [--block-signals HOW]: blocks every signal in the main thread's mask after start (with --no-vaka at the same
+    point), before the scenario runs. HOW: pthread_sigmask-block, pthread_sigmask-setmask, sigprocmask-block,
+    sigprocmask-setmask (the C library calls, which Vaka interposes so the synchronous crash signals stay
+    unblocked), or raw-syscall (rt_sigprocmask directly: Vaka cannot see it; see docs/crash-handling.md).
 
     Exit status: killed by the scenario's signal; 2 for a usage error or an unknown scenario; 3 when the
     scenario returned without crashing; 4 when it could not set its fault up.
@@ -37,6 +41,9 @@ var storagePath: String?
 var startVaka = true
 var denyProcessVMReadv = false
 var faultStage: Int32 = 0
+var blockSignals: String?
+let blockSignalsWays = ["pthread_sigmask-block", "pthread_sigmask-setmask", "sigprocmask-block", "sigprocmask-setmask",
+                        "raw-syscall"]
 var dsn = ProcessInfo.processInfo.environment["VAKA_DSN"]  // SDK: --dsn DSN or VAKA_DSN (see SDKScenarios.swift)
 var withScope = false
 var bigBreadcrumbs: BigBreadcrumbs?
@@ -63,6 +70,11 @@ while let argument = arguments.popFirst() {
             fail("--fault-in-handler needs a stage: 1 or 2", status: 2)
         }
         faultStage = stage
+    case "--block-signals":
+        guard let value = arguments.popFirst(), blockSignalsWays.contains(value) else {
+            fail("--block-signals needs one of: \(blockSignalsWays.joined(separator: ", "))", status: 2)
+        }
+        blockSignals = value
     case "--storage":
         guard let value = arguments.popFirst() else { fail("--storage needs a directory", status: 2) }
         storagePath = value
@@ -120,6 +132,11 @@ if startVaka {
     if withScope { applyHarnessScope() }
     bigBreadcrumbs?.add()
     if faultStage != 0 { crashme_arm_fault_in_handler(faultStage) }
+}
+
+if let blockSignals {
+    let rc = crashme_block_signals(blockSignals)
+    if rc != 0 { fail("cannot block signals (\(blockSignals)): \(String(cString: strerror(rc)))", status: 4) }
 }
 
 let result = scenario.trigger(storage.path)

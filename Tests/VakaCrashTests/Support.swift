@@ -112,13 +112,15 @@ struct ChildError: Error, CustomStringConvertible {
 
 /// Runs `executable` with `arguments` and waits at most `timeout` seconds (then SIGKILLs it and marks the
 /// result timed out). stdout/stderr go to files in `outputDirectory`, named after `label`; stdin is /dev/null.
-/// The child starts with all signals unblocked and at their default actions.
+/// The child starts with all signals at their default actions, and unblocked — or, with `blockAllSignals`, all
+/// blocked (as when started by a parent that blocked every signal: the mask is inherited over exec).
 ///
 /// Uses posix_spawn and reaps the child itself with waitpid: Foundation's `Process` occasionally missed a
 /// child's exit when many children ran concurrently (the child stayed a zombie and the test hung).
 /// - Throws: ``ChildError`` when the executable is missing or cannot be started.
 func runChild(_ executable: URL, _ arguments: [String], label: String, outputDirectory: URL,
-              environment: [String: String] = [:], timeout: TimeInterval = 30) throws -> ChildResult {
+              environment: [String: String] = [:], timeout: TimeInterval = 30,
+              blockAllSignals: Bool = false) throws -> ChildResult {
     let command = ([executable.path] + arguments).joined(separator: " ")
     guard FileManager.default.isExecutableFile(atPath: executable.path) else {
         throw ChildError(description: "\(executable.path) is missing or not executable (is the package built?)")
@@ -137,7 +139,7 @@ func runChild(_ executable: URL, _ arguments: [String], label: String, outputDir
     posix_spawnattr_init(&attributes)
     defer { posix_spawnattr_destroy(&attributes) }
     var noSignals = sigset_t()
-    sigemptyset(&noSignals)
+    if blockAllSignals { sigfillset(&noSignals) } else { sigemptyset(&noSignals) }
     var allSignals = sigset_t()
     sigemptyset(&allSignals)
     for signal in 1..<32 where signal != SIGKILL && signal != SIGSTOP { sigaddset(&allSignals, Int32(signal)) }

@@ -27,8 +27,10 @@ extern "C" {
 #define VAKA_MAX_FRAMES 128
 /** Longest run id, in bytes, excluding the terminating NUL. */
 #define VAKA_RUN_ID_MAX 63
-/** Longest report directory path, in bytes, excluding the terminating NUL. */
-#define VAKA_REPORT_DIR_MAX 3800
+/** Longest report directory path, in bytes, excluding the terminating NUL: PATH_MAX - 1, i.e. every path
+ *  the kernel accepts. The report itself is created relative to the directory (opened once at install), so
+ *  the whole report path may be longer than PATH_MAX. */
+#define VAKA_REPORT_DIR_MAX 4095
 /** Alternate signal stack size used when the config gives 0, in bytes (64 KiB). */
 #define VAKA_DEFAULT_ALT_STACK_SIZE (64 * 1024)
 /** Most loaded images recorded in a report. */
@@ -36,7 +38,9 @@ extern "C" {
 
 /** Configuration for vaka_crash_install(). Strings are copied; the caller keeps ownership. */
 typedef struct vaka_crash_config {
-    /** Existing directory where the report is created; absolute path, at most VAKA_REPORT_DIR_MAX bytes. */
+    /** Existing directory where the report is created; absolute path, at most VAKA_REPORT_DIR_MAX bytes.
+     *  Opened at install (O_PATH | O_DIRECTORY | O_CLOEXEC, one descriptor kept while installed); the report is
+     *  created in that directory even if it is renamed later. */
     const char *report_dir;
     /** Identifier of this run (e.g. a UUID); the report file is `<report_dir>/<run_id>.crash`
      *  (`<report_dir>/<run_id>-<pid>.crash` in a child made with fork() after install).
@@ -65,9 +69,15 @@ typedef struct vaka_crash_config {
  * Idempotent: a second call while installed keeps the saved previous actions and only takes the
  * new report directory and run id (signals and alt_stack_size of the second config are ignored).
  *
- * @return 0 on success, or an errno value: EINVAL for a NULL config, a bad run id, a missing or
- *         too long report directory, or an unsupported signal; the errno of a failed sigaction,
- *         mmap or sigaltstack otherwise (nothing is left half-installed).
+ * While installed, the synchronous crash signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS: the
+ * configured ones except SIGABRT) are kept unblocked: install unblocks them in the calling thread, new threads
+ * unblock them before their start routine, and the interposed pthread_sigmask/sigprocmask never block them
+ * (a blocked synchronous fault kills the process without any handler; docs/crash-handling.md).
+ *
+ * @return 0 on success, or an errno value: EINVAL for a NULL config, a bad run id, a relative or too long
+ *         report directory path, or an unsupported signal; the errno of opening the report directory (ENOENT,
+ *         ENOTDIR, EACCES, ENAMETOOLONG...); the errno of a failed sigaction, mmap or sigaltstack otherwise
+ *         (nothing is left half-installed).
  */
 int vaka_crash_install(const vaka_crash_config *config);
 

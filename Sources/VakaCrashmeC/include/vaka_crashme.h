@@ -177,6 +177,29 @@ int crashme_locks_held(void);
  *  @return 0, or an errno value if prctl fails (ENOSYS on architectures without a filter here). */
 int crashme_deny_process_vm_readv(void);
 
+/* ---------------------------------------------------------------- issue 8 scenarios */
+
+/** Name given to the thread that blocks every signal and crashes in `crashme_blocked_signals_thread()`. */
+#define VAKA_CRASHME_BLOCKED_THREAD_NAME "crashme-blk"
+
+/** Starts a pthread named VAKA_CRASHME_BLOCKED_THREAD_NAME that blocks every signal in its own mask
+ *  (pthread_sigmask SIG_SETMASK with a full set) and then reads through NULL, and waits for it.
+ *  Expect SIGSEGV SEGV_MAPERR at 0x0 on that thread. Without Vaka the kernel kills the process at once (a
+ *  blocked synchronous fault runs no handler, so no Swift backtrace either); with Vaka the interposed
+ *  pthread_sigmask left SIGSEGV unblocked, so the report is written.
+ *  @return an errno value if the thread cannot be created. */
+int crashme_blocked_signals_thread(void);
+
+/** The blocked-signals thread's body. Not called directly. */
+void *crashme_blocked_signals_thread_fault(void *unused);
+
+/** Blocks every signal in the calling thread's mask, the way `how` names: "pthread_sigmask-block",
+ *  "pthread_sigmask-setmask", "sigprocmask-block", "sigprocmask-setmask" (the C library functions, which the
+ *  crash runtime interposes), or "raw-syscall" (rt_sigprocmask without the C library: nothing can see it).
+ *  Does not crash. Used by the harness option --block-signals HOW (after Vaka.start).
+ *  @return 0, or an errno value (EINVAL for an unknown `how`). */
+int crashme_block_signals(const char *how);
+
 #ifdef __cplusplus
 }
 #endif
