@@ -186,6 +186,36 @@ final class RuntimeAdversarialTests: XCTestCase {
         XCTAssertEqual(run.reports, ["advrecreate.crash"])
     }
 
+    /// The storage's file system is full at crash time (a 64 KiB tmpfs in a private mount namespace, filled
+    /// after start: the disk filling up is often what made the app crash). openat creates the file (tmpfs
+    /// inodes are not the limit) but every write fails with ENOSPC: a 0-byte report, which the next launch
+    /// renames to `.invalid` (the run then counts as `abnormal`, not `crashed`). Nothing reserves the space at
+    /// install. Expected: at least the report's header (signal, si_code, fault address). Needs root.
+    func testFullFileSystemAtCrashTimeStillKeepsTheHeader() throws {
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else {
+            throw XCTSkip("needs root and unshare(1) for a private tmpfs mount")
+        }
+        let program = try RuntimeProgram.build("adv-full", """
+        int main(void) {
+            vk_start("advfull");
+            if (system("dd if=/dev/zero of=\\"$MNT/fill\\" bs=4k 2>/dev/null") == -1) return 4;
+            vk_null();
+            return 0;
+        }
+        """)
+        let dir = Paths.freshDirectory("adv-full-run")
+        let mnt = dir.appendingPathComponent("mnt")
+        try FileManager.default.createDirectory(at: mnt, withIntermediateDirectories: true)
+        let script = "set -e; export MNT='\(mnt.path)'; mount -t tmpfs -o size=64k tmpfs \"$MNT\"; mkdir \"$MNT/r\"; " +
+            "VK_DIR=\"$MNT/r\" '\(program.path)' || true; df -k \"$MNT\" | tail -1; ls -l \"$MNT/r\"; cat \"$MNT/r/advfull.crash\""
+        let result = try runChild(URL(fileURLWithPath: "/usr/bin/unshare"),
+                                  ["-m", "--propagation", "private", "/bin/bash", "-c", script],
+                                  label: "unshare", outputDirectory: dir, timeout: 60)
+        let out = String(decoding: result.stdout, as: UTF8.self)
+        XCTAssertTrue(out.contains(" 100% "), "the file system was not full:\n\(out)")
+        XCTAssertNotNil(reportValue(out, "signal"), "no header in the report:\n\(out)\n\(result.stderrTail())")
+    }
+
     // MARK: - the interposers make the app die
 
     /// A program built with AddressSanitizer (`swift build --sanitize=address` links clang's static ASan
