@@ -56,6 +56,53 @@ final class RuntimeAdversarialTests: XCTestCase {
         #endif
     }
 
+    /// Variant with threads: 8 threads make emulated (seccomp-trapped) calls at the same moment. The first one
+    /// "wins" a capture; the others enter Vaka's handler meanwhile, and after the winner has chained (and the
+    /// process survived) each waits out the 10 s grace period before reaching the app's handler: the app stalls
+    /// for 10 s (0.00 s without Vaka). Bound: 5 s.
+    func testConcurrentEmulatedSyscallsDoNotStall() throws {
+        #if arch(x86_64)
+        let program = try RuntimeProgram.build("adv-sigsys-mt", #"""
+        #include <linux/filter.h>
+        #include <linux/seccomp.h>
+        #include <stddef.h>
+        #include <sys/prctl.h>
+        #include <sys/syscall.h>
+        #include <time.h>
+        #include <ucontext.h>
+        static void h(int s, siginfo_t *i, void *u) { if (i->si_code == 1) ((ucontext_t *)u)->uc_mcontext.gregs[REG_RAX] = 4242; }
+        static pthread_barrier_t b;
+        static void *work(void *a) { pthread_barrier_wait(&b); for (int i = 0; i < 100; i++) syscall(SYS_getppid); return a; }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_sigaction = h; sa.sa_flags = SA_SIGINFO; sigaction(SIGSYS, &sa, NULL);
+            vk_start("advsysmt");
+            struct sock_filter f[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+            };
+            struct sock_fprog p = { 4, f };
+            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p)) { perror("seccomp"); return 4; }
+            pthread_barrier_init(&b, NULL, 8);
+            struct timespec t0, t1; clock_gettime(CLOCK_MONOTONIC, &t0);
+            pthread_t t[8]; for (int i = 1; i < 8; i++) pthread_create(&t[i], NULL, work, NULL);
+            work(NULL);
+            for (int i = 1; i < 8; i++) pthread_join(t[i], NULL);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            printf("%.3f\n", (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+            return 0;
+        }
+        """#)
+        let run = try RuntimeProgram.run(program, timeout: 60)
+        XCTAssertEqual(run.result.outcome, "exit 0", run.result.stderrTail())
+        let seconds = Double(String(decoding: run.result.stdout, as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+        XCTAssertTrue(seconds >= 0 && seconds < 5, "800 emulated calls on 8 threads took \(seconds) s")
+        #endif
+    }
+
     /// Variant: SIGTRAP ignored (SIG_IGN inherited over exec) and a `kill -TRAP` from outside, which the process
     /// survives without Vaka. With Vaka a crash report is written for it and Vaka is uninstalled, so the real
     /// SIGSEGV that follows is lost. Expected: one report, the SIGSEGV (or at least the SIGSEGV reported).
