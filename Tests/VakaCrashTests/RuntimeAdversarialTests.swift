@@ -188,6 +188,35 @@ final class RuntimeAdversarialTests: XCTestCase {
         #endif
     }
 
+    // MARK: - blocked masks
+
+    /// A thread that existed before start, under a mask inherited blocked over exec, calls the documented remedy
+    /// for pre-existing threads, `vaka_crash_thread_attach()` (`Vaka.attachCurrentThread()`), then faults. Attach
+    /// gives it an alternate stack but leaves SIGSEGV blocked in its own mask (it could unblock it: it is that
+    /// thread), so the kernel kills the process without a report.
+    func testAttachedPreexistingThreadUnderBlockedMaskIsReported() throws {
+        let program = try RuntimeProgram.build("adv-preattach", """
+        static volatile int started;
+        static void *work(void *a) {
+            while (!started) usleep(1000);
+            if (!NOVAKA && vaka_crash_thread_attach() != 0) exit(4);
+            vk_null();
+            return a;
+        }
+        int main(void) {
+            sigset_t all; sigfillset(&all); pthread_sigmask(SIG_BLOCK, &all, NULL); /* as inherited over exec */
+            pthread_t t; pthread_create(&t, NULL, work, NULL);                       /* exists before start */
+            vk_start("advpreattach");
+            started = 1;
+            pthread_join(t, NULL);
+            return 0;
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        XCTAssertEqual(run.reports, ["advpreattach.crash"])
+    }
+
     // MARK: - the report file cannot be opened at crash time
 
     /// The classic: the app leaks descriptors until RLIMIT_NOFILE is reached (EMFILE), then crashes because of
