@@ -329,6 +329,39 @@ final class RuntimeAdversarialTests: XCTestCase {
         }
     }
 
+    /// Variant: ThreadSanitizer with its runtime linked statically (`gcc -fsanitize=thread -static-libtsan`; Swift's
+    /// `--sanitize=thread` links clang's static TSan runtime the same way). TSan never sees the thread start and
+    /// the thread dies of a SEGV inside TSan — with Vaka started or not.
+    func testThreadSanitizerProgramCanRunItsThreads() throws {
+        guard let cc = RuntimeProgram.cc else { throw XCTSkip("no C compiler") }
+        let library = try RuntimeProgram.library.get()
+        let dir = Paths.freshDirectory("adv-tsan")
+        let source = dir.appendingPathComponent("tsan.c")
+        try Data((RuntimeProgram.prelude + """
+        static int shared;
+        static void *work(void *a) { shared++; return a; }
+        int main(void) {
+            vk_start("advtsan");
+            pthread_t t;
+            if (pthread_create(&t, NULL, work, NULL) != 0) { puts("create failed"); return 5; }
+            pthread_join(t, NULL);
+            printf("joined %d\\n", shared);
+            return 0;
+        }
+        """).utf8).write(to: source)
+        let executable = dir.appendingPathComponent("tsan")
+        let link = try runChild(URL(fileURLWithPath: cc),
+                                ["-fsanitize=thread", "-static-libtsan", "-g", "-O0", "-I",
+                                 Paths.repositoryRoot.appendingPathComponent("include").path, source.path,
+                                 library.path, "-lunwind", "-lelf", "-lpthread", "-ldl", "-o", executable.path],
+                                label: "cc-tsan", outputDirectory: dir, timeout: 180)
+        guard link.outcome == "exit 0" else { throw XCTSkip("cannot link with a static TSan runtime: \(link.stderrTail())") }
+        for vaka in [false, true] {
+            let run = try RuntimeProgram.run(executable, vaka: vaka, timeout: 60)
+            XCTAssertEqual(run.result.outcome, "exit 0", "vaka=\(vaka): \(run.result.stderrTail(600))")
+        }
+    }
+
     /// A fully static program (`cc -static`, as ``StaticStdlibTests`` builds one): `dlsym(RTLD_NEXT,
     /// "pthread_create")` finds nothing there, so the interposer returns EAGAIN for every thread — with Vaka
     /// installed or not. The app cannot create a single thread because it links Vaka.
