@@ -292,6 +292,30 @@ final class RuntimeAdversarialTests: XCTestCase {
         XCTAssertNotNil(reportValue(out, "signal"), "no header in the report:\n\(out)\n\(result.stderrTail())")
     }
 
+    /// Storage whose `crashes/` already exists (mode 0700) on a file system that is now read-only (remounted
+    /// `ro`, a read-only bind mount, a full-disk protection...). `Vaka.start` accepts it without a word (an
+    /// existing 0700 directory is fine as it is; the O_PATH open needs no write permission), so the harness
+    /// crashes with no report and nothing on stderr. Kind 5 promises one stderr line whenever crash reporting
+    /// cannot work; a writability probe at install would give it. Needs root.
+    func testReadOnlyCrashesDirectoryIsSaidOnStderr() throws {
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else {
+            throw XCTSkip("needs root and unshare(1) for a private tmpfs mount")
+        }
+        let dir = Paths.freshDirectory("adv-ro-run")
+        let mnt = dir.appendingPathComponent("mnt")
+        try FileManager.default.createDirectory(at: mnt, withIntermediateDirectories: true)
+        let script = "set -e; MNT='\(mnt.path)'; mount -t tmpfs -o size=1m tmpfs \"$MNT\"; " +
+            "mkdir -m 700 -p \"$MNT/s/crashes\"; chmod 700 \"$MNT/s\"; mount -o remount,ro \"$MNT\"; " +
+            "exec '\(Paths.harness.path)' null-deref --storage \"$MNT/s\""
+        let result = try runChild(URL(fileURLWithPath: "/usr/bin/unshare"),
+                                  ["-m", "--propagation", "private", "/bin/bash", "-c", script],
+                                  label: "unshare", outputDirectory: dir,
+                                  environment: ["SWIFT_BACKTRACE": "enable=no"], timeout: 60)
+        XCTAssertEqual(result.outcome, "signal 11 (SIGSEGV)", result.stderrTail())
+        XCTAssertTrue(result.stderrTail().contains("[vaka]"),
+                      "crash reporting cannot work, and stderr says nothing: '\(result.stderrTail())'")
+    }
+
     // MARK: - the interposers make the app die
 
     /// A program built with AddressSanitizer (`swift build --sanitize=address` links clang's static ASan
