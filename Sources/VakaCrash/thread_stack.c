@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <threads.h>
 #include <unistd.h>
 
 typedef struct alt_stack {
@@ -145,12 +146,40 @@ void vaka_thread_stack_detach(void)
  * pthread_create is interposed: the crash runtime is linked into the executable, whose definition of
  * pthread_create comes first in the dynamic linker's search order, so every thread any library creates
  * (Foundation, Dispatch, the Swift concurrency pool, the app) starts here. While the runtime is installed,
- * the new thread first gets its alternate stack (vaka_crash_thread_attach) and then runs the caller's start
- * routine; otherwise the call goes straight to the C library. See docs/crash-handling.md for the trade-off.
+ * the new thread first gets its alternate stack and its crash signals unblocked (vaka_crash_thread_attach)
+ * and then runs the caller's start routine; otherwise the call goes straight on. See docs/crash-handling.md
+ * ("Sanitizers and static programs") for the trade-off.
+ *
+ * "Straight on" is the next pthread_create in this order (the first one found is used):
+ *   1. a sanitizer's interceptor, __interceptor_pthread_create (every clang and GCC sanitizer runtime that
+ *      intercepts pthread_create defines it: ASan, TSan, MSan, LSan, HWASan, memprof...). A static sanitizer runtime (`swiftc -sanitize=address|thread`, clang
+ *      -fsanitize=..., gcc -static-libasan/-static-libtsan) sits in the executable next to this file and
+ *      defines pthread_create as a weak alias of its interceptor, which our strong definition replaces; the
+ *      interceptor must still run, or the sanitizer never registers the thread (ASan aborts in pthread_join,
+ *      TSan crashes in the new thread). With a shared sanitizer runtime this is the same function RTLD_NEXT
+ *      would find.
+ *   2. glibc's own entry in a fully static program (`cc -static`, `swiftc -static-executable`), where there is
+ *      no dynamic linker and dlsym(RTLD_NEXT) finds nothing: __pthread_create_2_1, the function glibc's
+ *      pthread_create is an alias of (libc.a, pthread_create.o). A weak reference alone does not make the
+ *      static linker take pthread_create.o out of libc.a, so this file also refers to thrd_create (public in
+ *      glibc >= 2.28; its object calls __pthread_create), which does. In a dynamic program both weak
+ *      references stay NULL (libc.so does not export them).
+ *   3. dlsym(RTLD_NEXT, "pthread_create"): the C library's (or a preloaded library's) definition.
+ * Weak references are resolved by the static or dynamic linker before any code runs, so steps 1 and 2 cost
+ * nothing and need no dl* call.
  */
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 
+extern int __interceptor_pthread_create(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
+    __attribute__((weak));
+extern int __pthread_create_2_1(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
+    __attribute__((weak));
+
+/* The strong reference that makes a static link take glibc's pthread_create.o (see step 2 above). */
+__attribute__((used)) static int (*volatile const static_link_anchor)(thrd_t *, thrd_start_t, void *) = thrd_create;
+
 static _Atomic(pthread_create_fn) real_pthread_create_ptr;
+static atomic_int said_no_pthread_create;
 
 typedef struct thread_start {
     void *(*start)(void *);
@@ -160,16 +189,26 @@ typedef struct thread_start {
 static pthread_create_fn real_pthread_create(void)
 {
     pthread_create_fn fn = atomic_load(&real_pthread_create_ptr);
-    if (fn == NULL) {
+    if (fn != NULL) return fn;
+    if (__interceptor_pthread_create != NULL) fn = __interceptor_pthread_create;
+    else if (__pthread_create_2_1 != NULL) fn = __pthread_create_2_1;
+    else {
         fn = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
-        if (fn != NULL) atomic_store(&real_pthread_create_ptr, fn);
+        if (fn == pthread_create) fn = NULL; /* never ourselves */
     }
+    if (fn != NULL) atomic_store(&real_pthread_create_ptr, fn);
     return fn;
 }
 
 void vaka_thread_stack_prepare(void)
 {
-    (void)real_pthread_create();
+    if (real_pthread_create() == NULL && !atomic_exchange(&said_no_pthread_create, 1)) {
+        static const char line[] = "vaka: the C library's pthread_create was not found (neither a sanitizer's, "
+                                   "glibc's static entry nor dlsym(RTLD_NEXT)): pthread_create fails with EAGAIN "
+                                   "in this program\n";
+        ssize_t ignored = write(2, line, sizeof line - 1);
+        (void)ignored;
+    }
     pthread_once(&key_once, make_key);
 }
 
@@ -177,15 +216,17 @@ static void *thread_trampoline(void *data)
 {
     thread_start start = *(thread_start *)data;
     free(data);
-    (void)vaka_crash_thread_attach(); /* best effort: without it the thread still runs, just uncovered */
-    vaka_sig_unblock_crash_signals(); /* the creator's mask is inherited, maybe with them blocked (sig_mask.c) */
+    /* Alternate stack (best effort: without it the thread still runs, just uncovered for stack overflows) and
+     * the crash signals unblocked: the creator's mask is inherited, maybe with them blocked (sig_mask.c). */
+    (void)vaka_crash_thread_attach();
+    vaka_sig_unblock_crash_signals();
     return start.start(start.arg);
 }
 
 int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg)
 {
     pthread_create_fn real = real_pthread_create();
-    if (real == NULL) return EAGAIN; /* no C library definition: cannot happen with glibc */
+    if (real == NULL) return EAGAIN; /* no pthread_create anywhere: said once on stderr at install */
     if (!vaka_crash_is_installed()) return real(thread, attr, start, arg);
     thread_start *data = malloc(sizeof *data);
     if (data == NULL) return real(thread, attr, start, arg); /* uncovered, but never fail the app */
