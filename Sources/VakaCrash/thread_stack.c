@@ -2,8 +2,9 @@
  * Install time: per-thread alternate signal stacks, so that a stack overflow can still be reported.
  * vaka_crash_thread_attach() maps `size` bytes plus a PROT_NONE guard page below them and installs them
  * with sigaltstack, unless the thread already has an alternate stack (that one is left alone). A
- * pthread key destructor disables and unmaps the stack when the thread exits. Threads created after
- * install get theirs automatically through the pthread_create interposer at the end of this file.
+ * pthread key destructor disables and unmaps the stack when the thread exits. While installed, attach also
+ * unblocks the synchronous crash signals in the calling thread (sig_mask.c). Threads created after install
+ * get both automatically through the pthread_create interposer at the end of this file.
  */
 #include "vaka_internal.h"
 
@@ -73,6 +74,10 @@ static size_t stack_size(size_t page)
 
 int vaka_crash_thread_attach(void)
 {
+    /* First the mask: a thread that existed before install may run under a mask inherited with the crash
+     * signals blocked (over exec, or from its creator), where a fault kills the process without a handler.
+     * Only this thread can change its own mask, so attach does it (a no-op while not installed). */
+    vaka_sig_unblock_crash_signals();
     stack_t cur;
     if (sigaltstack(NULL, &cur) != 0) return errno;
     if (!(cur.ss_flags & SS_DISABLE)) return 0; /* the thread has one already: leave it alone */
@@ -219,7 +224,6 @@ static void *thread_trampoline(void *data)
     /* Alternate stack (best effort: without it the thread still runs, just uncovered for stack overflows) and
      * the crash signals unblocked: the creator's mask is inherited, maybe with them blocked (sig_mask.c). */
     (void)vaka_crash_thread_attach();
-    vaka_sig_unblock_crash_signals();
     return start.start(start.arg);
 }
 
