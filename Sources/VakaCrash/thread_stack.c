@@ -15,8 +15,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <threads.h>
 #include <unistd.h>
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 28)
+#include <threads.h>
+#endif
 
 typedef struct alt_stack {
     void *mapping;     /* guard page + stack */
@@ -167,7 +169,7 @@ void vaka_thread_stack_detach(void)
  *      no dynamic linker and dlsym(RTLD_NEXT) finds nothing: __pthread_create_2_1, the function glibc's
  *      pthread_create is an alias of (libc.a, pthread_create.o). A weak reference alone does not make the
  *      static linker take pthread_create.o out of libc.a, so this file also refers to thrd_create (public in
- *      glibc >= 2.28; its object calls __pthread_create), which does. In a dynamic program both weak
+ *      glibc >= 2.28, not referred to with an older one; its object calls __pthread_create), which does. In a dynamic program both weak
  *      references stay NULL (libc.so does not export them).
  *   3. dlsym(RTLD_NEXT, "pthread_create"): the C library's (or a preloaded library's) definition.
  * Weak references are resolved by the static or dynamic linker before any code runs, so steps 1 and 2 cost
@@ -180,8 +182,11 @@ extern int __interceptor_pthread_create(pthread_t *, const pthread_attr_t *, voi
 extern int __pthread_create_2_1(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
     __attribute__((weak));
 
-/* The strong reference that makes a static link take glibc's pthread_create.o (see step 2 above). */
+/* The strong reference that makes a static link take glibc's pthread_create.o (see step 2 above). Only with a
+ * glibc that has thrd_create (2.28+), so that linking against an older one still works. */
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 28)
 __attribute__((used)) static int (*volatile const static_link_anchor)(thrd_t *, thrd_start_t, void *) = thrd_create;
+#endif
 
 static _Atomic(pthread_create_fn) real_pthread_create_ptr;
 static atomic_int said_no_pthread_create;
