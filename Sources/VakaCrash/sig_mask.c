@@ -13,9 +13,16 @@
  * SIGABRT is not touched: it is asynchronous (raise/kill leave it pending while blocked, which a program may
  * rely on), and abort() unblocks it itself before raising it.
  *
- * The interposers only copy the set, clear bits and call the C library's function through a pointer resolved
- * at load time (vaka_sig_mask_resolve, install.c) — or make the rt_sigprocmask system call themselves if that
- * has not happened yet — so they stay async-signal-safe, as POSIX requires of both functions.
+ * The interposers only copy the set, clear bits and pass the call on — so they stay async-signal-safe, as POSIX
+ * requires of both functions — to the first of:
+ *   1. a sanitizer's interceptor (__interceptor_pthread_sigmask / __interceptor_sigprocmask, weak references):
+ *      a static sanitizer runtime in the executable defines pthread_sigmask/sigprocmask as weak aliases of its
+ *      interceptors, which these strong definitions replace (see thread_stack.c for pthread_create);
+ *   2. the C library's function resolved with dlsym(RTLD_NEXT) at load time (resolve_sigmask_functions,
+ *      install.c);
+ *   3. glibc's own entries in a fully static program, where dlsym finds nothing (__pthread_sigmask,
+ *      __sigprocmask: weak references, NULL in a dynamic program since libc.so does not export them);
+ *   4. the rt_sigprocmask system call, made here.
  */
 #include "vaka_internal.h"
 
@@ -59,20 +66,30 @@ static const sigset_t *filtered(int how, const sigset_t *set, sigset_t *copy)
     return copy;
 }
 
+extern int __interceptor_pthread_sigmask(int, const sigset_t *, sigset_t *) __attribute__((weak));
+extern int __interceptor_sigprocmask(int, const sigset_t *, sigset_t *) __attribute__((weak));
+extern int __pthread_sigmask(int, const sigset_t *, sigset_t *) __attribute__((weak));
+extern int __sigprocmask(int, const sigset_t *, sigset_t *) __attribute__((weak));
+
 int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
 {
     sigset_t copy;
     set = filtered(how, set, &copy);
+    if (__interceptor_pthread_sigmask != NULL) return __interceptor_pthread_sigmask(how, set, old);
     vaka_sigmask_fn real = atomic_load_explicit(&vaka_real_pthread_sigmask, memory_order_relaxed);
-    return real != NULL ? real(how, set, old) : raw_sigmask(how, set, old);
+    if (real != NULL) return real(how, set, old);
+    if (__pthread_sigmask != NULL) return __pthread_sigmask(how, set, old);
+    return raw_sigmask(how, set, old);
 }
 
 int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 {
     sigset_t copy;
     set = filtered(how, set, &copy);
+    if (__interceptor_sigprocmask != NULL) return __interceptor_sigprocmask(how, set, old);
     vaka_sigmask_fn real = atomic_load_explicit(&vaka_real_sigprocmask, memory_order_relaxed);
     if (real != NULL) return real(how, set, old);
+    if (__sigprocmask != NULL) return __sigprocmask(how, set, old);
     int rc = raw_sigmask(how, set, old);
     if (rc != 0) {
         errno = rc;

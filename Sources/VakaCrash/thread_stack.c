@@ -2,8 +2,9 @@
  * Install time: per-thread alternate signal stacks, so that a stack overflow can still be reported.
  * vaka_crash_thread_attach() maps `size` bytes plus a PROT_NONE guard page below them and installs them
  * with sigaltstack, unless the thread already has an alternate stack (that one is left alone). A
- * pthread key destructor disables and unmaps the stack when the thread exits. Threads created after
- * install get theirs automatically through the pthread_create interposer at the end of this file.
+ * pthread key destructor disables and unmaps the stack when the thread exits. While installed, attach also
+ * unblocks the synchronous crash signals in the calling thread (sig_mask.c). Threads created after install
+ * get both automatically through the pthread_create interposer at the end of this file.
  */
 #include "vaka_internal.h"
 
@@ -15,6 +16,9 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 28)
+#include <threads.h>
+#endif
 
 typedef struct alt_stack {
     void *mapping;     /* guard page + stack */
@@ -72,6 +76,10 @@ static size_t stack_size(size_t page)
 
 int vaka_crash_thread_attach(void)
 {
+    /* First the mask: a thread that existed before install may run under a mask inherited with the crash
+     * signals blocked (over exec, or from its creator), where a fault kills the process without a handler.
+     * Only this thread can change its own mask, so attach does it (a no-op while not installed). */
+    vaka_sig_unblock_crash_signals();
     stack_t cur;
     if (sigaltstack(NULL, &cur) != 0) return errno;
     if (!(cur.ss_flags & SS_DISABLE)) return 0; /* the thread has one already: leave it alone */
@@ -145,12 +153,43 @@ void vaka_thread_stack_detach(void)
  * pthread_create is interposed: the crash runtime is linked into the executable, whose definition of
  * pthread_create comes first in the dynamic linker's search order, so every thread any library creates
  * (Foundation, Dispatch, the Swift concurrency pool, the app) starts here. While the runtime is installed,
- * the new thread first gets its alternate stack (vaka_crash_thread_attach) and then runs the caller's start
- * routine; otherwise the call goes straight to the C library. See docs/crash-handling.md for the trade-off.
+ * the new thread first gets its alternate stack and its crash signals unblocked (vaka_crash_thread_attach)
+ * and then runs the caller's start routine; otherwise the call goes straight on. See docs/crash-handling.md
+ * ("Sanitizers and static programs") for the trade-off.
+ *
+ * "Straight on" is the next pthread_create in this order (the first one found is used):
+ *   1. a sanitizer's interceptor, __interceptor_pthread_create (every clang and GCC sanitizer runtime that
+ *      intercepts pthread_create defines it: ASan, TSan, MSan, LSan, HWASan, memprof...). A static sanitizer runtime (`swiftc -sanitize=address|thread`, clang
+ *      -fsanitize=..., gcc -static-libasan/-static-libtsan) sits in the executable next to this file and
+ *      defines pthread_create as a weak alias of its interceptor, which our strong definition replaces; the
+ *      interceptor must still run, or the sanitizer never registers the thread (ASan aborts in pthread_join,
+ *      TSan crashes in the new thread). With a shared sanitizer runtime this is the same function RTLD_NEXT
+ *      would find.
+ *   2. glibc's own entry in a fully static program (`cc -static`, `swiftc -static-executable`), where there is
+ *      no dynamic linker and dlsym(RTLD_NEXT) finds nothing: __pthread_create_2_1, the function glibc's
+ *      pthread_create is an alias of (libc.a, pthread_create.o). A weak reference alone does not make the
+ *      static linker take pthread_create.o out of libc.a, so this file also refers to thrd_create (public in
+ *      glibc >= 2.28, not referred to with an older one; its object calls __pthread_create), which does. In a dynamic program both weak
+ *      references stay NULL (libc.so does not export them).
+ *   3. dlsym(RTLD_NEXT, "pthread_create"): the C library's (or a preloaded library's) definition.
+ * Weak references are resolved by the static or dynamic linker before any code runs, so steps 1 and 2 cost
+ * nothing and need no dl* call.
  */
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 
+extern int __interceptor_pthread_create(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
+    __attribute__((weak));
+extern int __pthread_create_2_1(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
+    __attribute__((weak));
+
+/* The strong reference that makes a static link take glibc's pthread_create.o (see step 2 above). Only with a
+ * glibc that has thrd_create (2.28+), so that linking against an older one still works. */
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 28)
+__attribute__((used)) static int (*volatile const static_link_anchor)(thrd_t *, thrd_start_t, void *) = thrd_create;
+#endif
+
 static _Atomic(pthread_create_fn) real_pthread_create_ptr;
+static atomic_int said_no_pthread_create;
 
 typedef struct thread_start {
     void *(*start)(void *);
@@ -160,16 +199,26 @@ typedef struct thread_start {
 static pthread_create_fn real_pthread_create(void)
 {
     pthread_create_fn fn = atomic_load(&real_pthread_create_ptr);
-    if (fn == NULL) {
+    if (fn != NULL) return fn;
+    if (__interceptor_pthread_create != NULL) fn = __interceptor_pthread_create;
+    else if (__pthread_create_2_1 != NULL) fn = __pthread_create_2_1;
+    else {
         fn = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
-        if (fn != NULL) atomic_store(&real_pthread_create_ptr, fn);
+        if (fn == pthread_create) fn = NULL; /* never ourselves */
     }
+    if (fn != NULL) atomic_store(&real_pthread_create_ptr, fn);
     return fn;
 }
 
 void vaka_thread_stack_prepare(void)
 {
-    (void)real_pthread_create();
+    if (real_pthread_create() == NULL && !atomic_exchange(&said_no_pthread_create, 1)) {
+        static const char line[] = "vaka: the C library's pthread_create was not found (neither a sanitizer's, "
+                                   "glibc's static entry nor dlsym(RTLD_NEXT)): pthread_create fails with EAGAIN "
+                                   "in this program\n";
+        ssize_t ignored = write(2, line, sizeof line - 1);
+        (void)ignored;
+    }
     pthread_once(&key_once, make_key);
 }
 
@@ -177,15 +226,16 @@ static void *thread_trampoline(void *data)
 {
     thread_start start = *(thread_start *)data;
     free(data);
-    (void)vaka_crash_thread_attach(); /* best effort: without it the thread still runs, just uncovered */
-    vaka_sig_unblock_crash_signals(); /* the creator's mask is inherited, maybe with them blocked (sig_mask.c) */
+    /* Alternate stack (best effort: without it the thread still runs, just uncovered for stack overflows) and
+     * the crash signals unblocked: the creator's mask is inherited, maybe with them blocked (sig_mask.c). */
+    (void)vaka_crash_thread_attach();
     return start.start(start.arg);
 }
 
 int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg)
 {
     pthread_create_fn real = real_pthread_create();
-    if (real == NULL) return EAGAIN; /* no C library definition: cannot happen with glibc */
+    if (real == NULL) return EAGAIN; /* no pthread_create anywhere: said once on stderr at install */
     if (!vaka_crash_is_installed()) return real(thread, attr, start, arg);
     thread_start *data = malloc(sizeof *data);
     if (data == NULL) return real(thread, attr, start, arg); /* uncovered, but never fail the app */

@@ -244,7 +244,8 @@ typedef int (*vaka_sigmask_fn)(int how, const sigset_t *set, sigset_t *old);
  *  SIG_SETMASK must leave unblocked; 0 while not installed (the interposers pass everything through). */
 extern atomic_uint vaka_sig_protected_mask;
 /** The C library's pthread_sigmask and sigprocmask (dlsym RTLD_NEXT, at load time: install.c); NULL before
- *  that (the interposers then make the rt_sigprocmask system call themselves). */
+ *  that and in a fully static program. A linked sanitizer's interceptors take precedence over these, glibc's
+ *  static entries or the rt_sigprocmask system call stand in for them (order: sig_mask.c). */
 extern _Atomic(vaka_sigmask_fn) vaka_real_pthread_sigmask;
 extern _Atomic(vaka_sigmask_fn) vaka_real_sigprocmask;
 /** Signal safe. Unblocks the protected signals (vaka_sig_protected_mask) in the calling thread. */
@@ -256,8 +257,9 @@ void vaka_sig_unblock_crash_signals(void);
 void vaka_thread_stack_set_size(size_t bytes);
 /** thread_stack.c: removes the alternate stack this runtime gave the calling thread, if any. */
 void vaka_thread_stack_detach(void);
-/** thread_stack.c: resolves the C library's pthread_create (dlsym RTLD_NEXT) and the thread key ahead of
- *  the first interposed pthread_create call. */
+/** thread_stack.c: resolves the pthread_create the interposer forwards to (a sanitizer's interceptor, glibc's
+ *  static entry or dlsym RTLD_NEXT: thread_stack.c) and the thread key ahead of the first interposed
+ *  pthread_create call; says once on stderr if there is no pthread_create to forward to. */
 void vaka_thread_stack_prepare(void);
 /** thread_stack.c: 1 if the calling thread's alternate stack was created by this runtime. */
 int vaka_thread_stack_is_ours(void);

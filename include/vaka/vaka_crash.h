@@ -95,12 +95,18 @@ int vaka_crash_uninstall(void);
 int vaka_crash_is_installed(void);
 
 /**
- * Gives the calling thread its own alternate signal stack (config.alt_stack_size bytes plus a guard
- * page, from mmap) so a stack overflow on this thread can still be reported. Leaves an alternate
- * stack the thread already has alone. The stack is released when the thread exits.
- * Threads created after vaka_crash_install() get one automatically; call this only on threads that
+ * Covers the calling thread, a thread that existed before vaka_crash_install(): while installed, unblocks the
+ * synchronous crash signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS as configured) in this thread's
+ * mask — a thread may have inherited them blocked (over exec, or from its creator), and a blocked fault kills
+ * the process without a report — and gives the thread its own alternate signal stack (config.alt_stack_size
+ * bytes plus a guard page, from mmap) so a stack overflow on it can still be reported. Leaves an alternate
+ * stack the thread already has alone. The stack is released when the thread exits. Before install only the
+ * stack is attached (there is nothing to unblock yet).
+ * Threads created after vaka_crash_install() get both automatically; call this only on threads that
  * already existed before install (the installing thread is covered by install itself).
- * @return 0 on success or when the thread already has an alternate stack; an errno value otherwise.
+ * @return 0 on success or when the thread already has an alternate stack; an errno value (of pthread_key_create,
+ *         mmap, mprotect, sigaltstack or pthread_setspecific; ENOMEM) otherwise — the signals are unblocked
+ *         even then.
  */
 int vaka_crash_thread_attach(void);
 
