@@ -89,4 +89,24 @@ final class DeliveryAdversarialTests: XCTestCase {
             XCTAssertLessThan(took, 3.5, "\(damage): flush waited its whole timeout for a file that can never be sent")
         }
     }
+
+    /// `Options.release` and `Options.environment` are never cut (``EventBudget/identityKeys``: "no step changes"
+    /// them), not even by the last step that cuts every string to 256. An app that passes a long release (a
+    /// build description, 1 MB by mistake) gets every event, and its crash, over the 900 KiB budget: the
+    /// server answers 413, the retry "cannot make it smaller" and the crash is given up (`.crash.dropped`).
+    /// `$VAKA_RELEASE` is cut to 200 (docs/ingest.md, kind 1), the option is not. Expected: the budget holds
+    /// for any option value (release and environment cut to Sentry's 200 / 64 characters, as Relay requires).
+    func testAHugeReleaseOrEnvironmentOptionStillFitsTheBudget() throws {
+        let huge = String(repeating: "r", count: 1_200_000)
+        for key in ["release", "environment"] {
+            var event: [String: JSONValue] = ["event_id": .string(eventID(30)), "level": .string("fatal"),
+                                              "platform": .string("native"), "release": .string("app@1"),
+                                              "environment": .string("production"),
+                                              "logentry": .object(["formatted": .string("boom")])]
+            event[key] = .string(huge)
+            let data = EventFactory.finalize(event)
+            XCTAssertLessThanOrEqual(data.count, EventBudget.standard.maxEventBytes,
+                                     "a \(huge.count)-character \(key) gives a \(data.count)-byte event: over the budget, 413 forever")
+        }
+    }
 }
