@@ -13,6 +13,7 @@
 #include <libelf.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -377,6 +378,8 @@ int vaka_crash_install(const vaka_crash_config *config)
     vaka_state.owner_pid = getpid();
     static int atfork_registered;
     if (!atfork_registered && pthread_atfork(NULL, NULL, vaka_sig_after_fork_child) == 0) atfork_registered = 1;
+    static int atexit_registered;
+    if (!atexit_registered && atexit(vaka_sig_at_exit) == 0) atexit_registered = 1;
     prepare_handler_state();
     atomic_store(&vaka_state.target, next);
     for (int i = 0; i < signal_count; i++) vaka_state.signals[i] = signals[i];

@@ -48,6 +48,12 @@ static int report_fd = -1;
  * process survives the signal; name NULL when none. */
 static int report_dir_used = -1;
 static const char *report_name_used;
+/* While the winner runs a previous handler function with our handlers in place (chain()): its thread and the
+ * stack pointer of chain()'s frame. A later entry on that thread tells a signal raised inside that handler
+ * (interrupted code below that frame / on the alternate stack) from one after the handler left with
+ * siglongjmp (the signal was survived). 0 when none. */
+static atomic_int chain_tid;
+static volatile uintptr_t chain_sp;
 static vaka_writer writer;
 static uintptr_t frame_ips[VAKA_MAX_FRAMES];
 static uint8_t frame_methods[VAKA_MAX_FRAMES];
@@ -567,17 +573,29 @@ static void discard_own_sigxfsz(void)
  *     so the process ends as it would without Vaka; for any other signal (sent with kill, raise...) return.
  * @return 1 when the signal was delivered and the process is still here (the previous handler returned, or
  *   the signal is ignored): the process survived it; 0 when the signal is left to repeat or was re-sent. */
-static int chain(int sig, siginfo_t *info, void *context, pid_t tid)
+static int repeats_by_itself(int sig, const siginfo_t *info)
 {
     int code = info != NULL ? info->si_code : 0;
     int repeats = (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && code > 0;
 #ifdef BUS_MCEERR_AO
     if (sig == SIGBUS && code == BUS_MCEERR_AO) repeats = 0;
 #endif
-    if (repeats) return 0;
+    return repeats;
+}
 
+static void put_ours_back(void);
+
+static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
+{
+    int code = info != NULL ? info->si_code : 0;
     struct sigaction prev = vaka_state.previous[sig];
     int siginfo_handler = (prev.sa_flags & SA_SIGINFO) != 0;
+    int function = siginfo_handler ? prev.sa_sigaction != vaka_sig_handler && prev.sa_sigaction != NULL
+                                   : prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN;
+    /* A hardware fault repeats: returning re-runs the instruction, which reaches the previous action. The
+     * winner calls a previous handler function directly instead (below), to see it return or leave. */
+    if (repeats_by_itself(sig, info) && !(winner && function)) return 0;
+
     if (siginfo_handler && (prev.sa_sigaction == vaka_sig_handler || prev.sa_sigaction == NULL)) {
         send_self(sig, tid); /* never call ourselves */
         return 0;
@@ -595,15 +613,40 @@ static int chain(int sig, siginfo_t *info, void *context, pid_t tid)
         send_self(sig, tid);
         return 0;
     }
+    /* The winner runs the previous handler with our handlers back in place: if it leaves with siglongjmp
+     * (recovered), the next crash is still captured (see chain_tid). */
+    if (winner) put_ours_back();
     if (prev.sa_flags & SA_RESETHAND) { /* what the kernel would have done on delivery */
         struct sigaction dfl;
         vaka_sig_zero(&dfl, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
         sigaction(sig, &dfl, NULL);
     }
+    volatile char frame = 0;
+    if (winner) {
+        chain_sp = (uintptr_t)&frame;
+        atomic_store(&chain_tid, (int)tid);
+    }
     if (siginfo_handler) prev.sa_sigaction(sig, info, context);
     else prev.sa_handler(sig);
+    if (winner) atomic_store(&chain_tid, 0);
+    (void)frame;
     return 1;
+}
+
+/* Our handlers for every installed signal again; the action found in place is what the signal meets without
+ * Vaka: the saved one, unless a previous handler changed it (Swift's backtracer resets every crash signal to
+ * SIG_DFL; SA_RESETHAND left SIG_DFL), which becomes the previous action chained to next time. */
+static void put_ours_back(void)
+{
+    atomic_store(&vaka_state.installed, 1);
+    for (size_t i = 0; i < vaka_state.signal_count; i++) {
+        int s = vaka_state.signals[i];
+        struct sigaction now;
+        if (sigaction(s, &vaka_state.action, &now) != 0) continue;
+        if (!((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == vaka_sig_handler)) vaka_state.previous[s] = now;
+    }
+    atomic_store(&vaka_sig_protected_mask, vaka_state.protect_mask);
 }
 
 /* The process survived the signal just captured (chain() returned 1: the previous handler returned — e.g. a
@@ -612,27 +655,20 @@ static int chain(int sig, siginfo_t *info, void *context, pid_t tid)
  * the process without entering any handler, so that report is the crash's; and see below). Then our handlers go back in
  * place with a fresh reserve, and the arbitration is reset, so the next crash is captured. Threads waiting
  * for this capture see crash_gen change and compete again. */
-static void survived(int sig)
+static void survived(int sig, int repeats)
 {
     /* A previous handler that put SIG_DFL in place for this signal (Swift's backtracer, SA_RESETHAND) expects
-     * it to come back and end the process (SIGTRAP: the next int3): that report stays until the next capture
-     * replaces it. */
+     * it to come back and end the process (SIGTRAP: the next int3; a hardware fault: the same instruction
+     * again, right after we return): that report stays until the next capture replaces it. For a fault that
+     * repeats, nothing is re-armed (the re-run instruction ends the process). */
     struct sigaction now;
     int expects_death = sigaction(sig, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL;
+    if (expects_death && repeats) return;
     if (report_name_used != NULL && sig != SIGABRT && !expects_death) unlinkat(report_dir_used, report_name_used, 0);
     report_name_used = NULL;
     vaka_report_target *target = atomic_load(&vaka_state.target);
     if (target != NULL && target->reserve_fd < 0) vaka_sig_make_reserve(target);
-    atomic_store(&vaka_state.installed, 1);
-    /* What is in place now is what a signal would meet without Vaka: the saved actions, unless the previous
-     * handler changed them (Swift's backtracer resets every crash signal to SIG_DFL before it returns from
-     * SIGTRAP; SA_RESETHAND left SIG_DFL). That becomes the previous action chained to next time. */
-    for (size_t i = 0; i < vaka_state.signal_count; i++) {
-        int s = vaka_state.signals[i];
-        if (sigaction(s, &vaka_state.action, &now) != 0) continue;
-        if (!((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == vaka_sig_handler)) vaka_state.previous[s] = now;
-    }
-    atomic_store(&vaka_sig_protected_mask, vaka_state.protect_mask);
+    put_ours_back();
     crash_sig = 0;
     atomic_store(&crash_done_ns, 0);
     atomic_store(&crash_done, 0);
@@ -842,6 +878,38 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
     entry_sig = 0;
 }
 
+/* 1 when the code `context` interrupted runs inside the previous handler chain() called on this thread: below
+ * chain()'s frame, on the same stack (the alternate stack, whose range the ucontext carries; without one,
+ * within 8 MiB). After a siglongjmp out of that handler the thread runs on its own stack again. */
+static int inside_chained_handler(const void *context)
+{
+    if (context == NULL) return 1;
+    const ucontext_t *uc = context;
+    uintptr_t sp = vaka_uc_sp(uc);
+    if (sp >= chain_sp) return 0;
+    if (!(uc->uc_stack.ss_flags & SS_DISABLE)) {
+        uintptr_t lo = (uintptr_t)uc->uc_stack.ss_sp;
+        uintptr_t hi = lo + uc->uc_stack.ss_size;
+        return chain_sp >= lo && chain_sp <= hi && sp >= lo;
+    }
+    return chain_sp - sp < ((uintptr_t)8 << 20);
+}
+
+void vaka_sig_at_exit(void)
+{
+    if (atomic_load(&chain_tid) != (int)current_tid()) return;
+    /* exit() called by the previous handler itself (on the alternate stack, or below chain()'s frame): the
+     * crash stands. Otherwise that handler left with siglongjmp and the process now exits normally. */
+    stack_t ss;
+    volatile char here = 0;
+    uintptr_t sp = (uintptr_t)&here;
+    if (sigaltstack(NULL, &ss) != 0 || (ss.ss_flags & SS_ONSTACK)) return;
+    if ((ss.ss_flags & SS_DISABLE) && sp < chain_sp && chain_sp - sp < ((uintptr_t)8 << 20)) return;
+    atomic_store(&chain_tid, 0);
+    if (report_name_used != NULL && crash_sig != SIGABRT) unlinkat(report_dir_used, report_name_used, 0);
+    report_name_used = NULL;
+}
+
 static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
 {
     int saved_errno = errno;
@@ -863,6 +931,20 @@ static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
     pid_t tid = current_tid();
     struct timespec step = { 0, VAKA_WAIT_STEP_NS };
 
+    if (atomic_load(&chain_tid) == (int)tid) {
+        if (inside_chained_handler(context)) {
+            /* Raised inside the previous handler we are running (e.g. it calls abort()): what it would meet
+             * without Vaka, no capture (the report is the signal it is handling). */
+            put_previous_back(sig);
+            chain(sig, info, context, tid, 0);
+            errno = saved_errno;
+            return;
+        }
+        /* The previous handler left with siglongjmp and the program went on: it survived that signal. */
+        atomic_store(&chain_tid, 0);
+        survived(crash_sig, 0);
+    }
+
 compete:;
     unsigned gen = atomic_load(&crash_gen);
     int expected = 0;
@@ -879,7 +961,7 @@ compete:;
         vaka_sig_restore_previous();
         atomic_store(&crash_done_ns, now_ns(CLOCK_MONOTONIC));
         atomic_store(&crash_done, 1);
-        if (chain(sig, info, context, tid) && armed) survived(sig);
+        if (chain(sig, info, context, tid, armed) && armed) survived(sig, repeats_by_itself(sig, info));
     } else if (expected == (int)tid && !atomic_load(&crash_done)) {
         die_after_nested_fault(sig, tid);
     } else {
@@ -904,7 +986,7 @@ compete:;
         }
         /* Then let this signal through to the previous action, which must really be in place. */
         put_previous_back(sig);
-        chain(sig, info, context, tid);
+        chain(sig, info, context, tid, 0);
     }
     errno = saved_errno;
 }

@@ -250,6 +250,9 @@ void vaka_sig_rearm(void);
  *  @return 0; or the errno of the O_TMPFILE open (EROFS, EACCES...; t->reserve_fd is then -1). A file system
  *  without O_TMPFILE (EOPNOTSUPP, EISDIR) or without room returns 0 with no reserve. */
 int vaka_sig_make_reserve(vaka_report_target *t);
+/** Normal exit (atexit, install.c): removes the report of a signal whose previous handler left with siglongjmp
+ *  (the process survived it) when nothing crashed since. */
+void vaka_sig_at_exit(void);
 /** Signal safe. Faults on purpose (test hook) when the configured stage equals `stage`. */
 void vaka_sig_test_fault(int stage);
 

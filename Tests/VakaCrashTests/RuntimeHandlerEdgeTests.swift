@@ -86,4 +86,82 @@ final class RuntimeHandlerEdgeTests: XCTestCase {
         XCTAssertEqual(run.reports, [])
         #endif
     }
+
+    /// A SIGSEGV handler installed before Vaka that recovers with siglongjmp (a probe for readable memory, as
+    /// some runtimes do), then a real NULL write. The recovered fault is survived: exactly one report, the real
+    /// crash's (the probe's fault address is 0x10, the crash's 0). Without the fix Vaka stayed off after the
+    /// probe and its report was the only one.
+    func testFaultRecoveredWithSiglongjmpDoesNotUninstallVaka() throws {
+        let program = try RuntimeProgram.build("edge-longjmp", """
+        #include <setjmp.h>
+        static sigjmp_buf env;
+        static volatile int probing;
+        static void h(int s) { if (probing) siglongjmp(env, 1); signal(SIGSEGV, SIG_DFL); /* fault again: die */ }
+        int main(int argc, char **argv) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sa.sa_flags = SA_NODEFER; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgelongjmp");
+            probing = 1;
+            if (sigsetjmp(env, 1) == 0) { *(volatile int *)0x10 = 1; printf("not reached\\n"); }
+            probing = 0;
+            printf("recovered %d\\n", NOVAKA ? -1 : vaka_crash_is_installed()); fflush(stdout);
+            if (argc > 1) return 0; /* "exit": a normal exit after the recovery */
+            vk_null();
+            return 0;
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        XCTAssertEqual(String(decoding: run.result.stdout, as: UTF8.self), "recovered 1\n")
+        XCTAssertEqual(run.reports, ["edgelongjmp.crash"])
+        XCTAssertEqual(reportValue(run.onlyReport, "fault_addr"), "0x0", run.onlyReport)
+
+        let exit = try RuntimeProgram.run(program, ["exit"], timeout: 30)
+        XCTAssertEqual(exit.result.outcome, "exit 0", exit.result.stderrTail())
+        XCTAssertEqual(exit.reports, [], "the recovered fault's report stayed behind at a normal exit")
+    }
+
+    /// A SIGSEGV handler installed before Vaka that makes the page writable and returns (a write barrier, a
+    /// lazily mapped heap): the instruction runs again and succeeds. Survived: no report, Vaka still installed.
+    func testFaultFixedByPreviousHandlerLeavesNoReport() throws {
+        let program = try RuntimeProgram.build("edge-mprotect", """
+        #include <sys/mman.h>
+        static char *page;
+        static void h(int s, siginfo_t *i, void *u) { mprotect(page, 4096, PROT_READ | PROT_WRITE); }
+        int main(void) {
+            page = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            struct sigaction sa = {0}; sa.sa_sigaction = h; sa.sa_flags = SA_SIGINFO; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgemprotect");
+            page[0] = 7;
+            printf("%d %d\\n", page[0], NOVAKA ? -1 : vaka_crash_is_installed());
+            return 0;
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "exit 0", run.result.stderrTail())
+        XCTAssertEqual(String(decoding: run.result.stdout, as: UTF8.self), "7 1\n")
+        XCTAssertEqual(run.reports, [])
+    }
+
+    /// A SIGSEGV handler installed before Vaka that calls abort() (prints, then aborts): Vaka runs it with its
+    /// own handlers in place (to see a siglongjmp), so the SIGABRT raised inside it must not replace the
+    /// SIGSEGV report. The process ends with SIGABRT, as without Vaka.
+    func testAbortInsidePreviousHandlerKeepsTheFaultsReport() throws {
+        let program = try RuntimeProgram.build("edge-abortinside", """
+        static void h(int s) { abort(); }
+        int main(void) {
+            signal(SIGSEGV, h);
+            vk_start("edgeabortinside");
+            vk_null();
+            return 0;
+        }
+        """)
+        for vaka in [false, true] {
+            let run = try RuntimeProgram.run(program, vaka: vaka, timeout: 30)
+            XCTAssertEqual(run.result.outcome, "signal 6 (SIGABRT)", "vaka=\(vaka) \(run.result.stderrTail())")
+            if vaka {
+                XCTAssertEqual(run.reports, ["edgeabortinside.crash"])
+                XCTAssertEqual(reportValue(run.onlyReport, "signal"), "11 SIGSEGV", run.onlyReport)
+            }
+        }
+    }
 }
