@@ -4,15 +4,17 @@
  * Entry: the first thread to arrive wins a compare-and-swap on `crash_tid` and writes the report; any
  * other crashing thread waits (bounded, ~10 s) until the winner has restored the previous handlers, then
  * waits another ~10 s for the winner's chained signal to end the process, and only then lets its own
- * signal through. A second entry on the winner's thread means the capture itself
+ * signal through — unless the process survived the winner's signal (crash_gen changes): then it competes
+ * again. A second entry on the winner's thread means the capture itself
  * faulted: the partial report is left without its `end` line and the process dies with the original
- * signal.
+ * signal. A signal sent from outside (si_code <= 0) to a signal ignored before us is ignored.
  *
- * Chaining: after the report is closed, every previous action is put back exactly as saved. Hardware
- * faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0) are left to repeat: returning re-executes the
- * faulting instruction, which now reaches the previous handler (e.g. the Swift runtime's backtracer) or
- * the default action. Everything else (SIGABRT, SIGTRAP — its PC is already past the int3 —, SIGSYS
- * from seccomp, any signal sent with kill/tgkill/sigqueue) is re-sent to the same thread with tgkill.
+ * Chaining: after the report is closed, every previous action is put back exactly as saved. A previous
+ * handler function is called directly by the winner (with our handlers back in place while it runs, so a
+ * siglongjmp out of it leaves Vaka armed); SIG_DFL is re-sent with tgkill, or, for a hardware fault
+ * (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0), left to repeat: returning re-executes the faulting
+ * instruction. When the previous handler returns (or the signal is ignored), the process survived: the
+ * report is removed and the handlers re-armed (survived()).
  *
  * Only async-signal-safe syscalls, libunwind and other sig_*.c code are used here; all storage is static.
  */
@@ -558,21 +560,7 @@ static void discard_own_sigxfsz(void)
 
 /* ------------------------------------------------------------------ chaining */
 
-/* Lets the signal reach whatever was installed before us (already restored).
- *
- * A synchronous hardware fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0, except the asynchronous
- * machine-check report BUS_MCEERR_AO) simply returns: the faulting instruction runs again and reaches the
- * previous action. Every other signal does not repeat by itself (SIGTRAP's PC is already past the trap, SIGSYS
- * from seccomp, SIGABRT, BUS_MCEERR_AO, anything sent with kill/tgkill/sigqueue, si_code <= 0):
- *   - previous action is a handler function: call it directly with the original signal, siginfo and
- *     ucontext (SA_SIGINFO or plain), so it sees the real si_code/si_addr and can change the context (e.g. a
- *     seccomp SIGSYS handler that emulates the system call);
- *   - SIG_DFL: re-send the signal to this thread with tgkill (the default action then ends the process);
- *   - SIG_IGN: for a signal the kernel raised for this thread's own instruction (si_code > 0: SIGTRAP from
- *     int3/brk, SIGSYS from seccomp) what the kernel does for a forced synchronous signal: SIG_DFL, re-sent,
- *     so the process ends as it would without Vaka; for any other signal (sent with kill, raise...) return.
- * @return 1 when the signal was delivered and the process is still here (the previous handler returned, or
- *   the signal is ignored): the process survived it; 0 when the signal is left to repeat or was re-sent. */
+/* 1 for a synchronous hardware fault: returning re-runs the faulting instruction. */
 static int repeats_by_itself(int sig, const siginfo_t *info)
 {
     int code = info != NULL ? info->si_code : 0;
@@ -585,6 +573,23 @@ static int repeats_by_itself(int sig, const siginfo_t *info)
 
 static void put_ours_back(void);
 
+/* Lets the signal reach whatever was installed before us (already restored).
+ *
+ * A synchronous hardware fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0, except the asynchronous
+ * machine-check report BUS_MCEERR_AO) simply returns, the faulting instruction runs again and reaches the
+ * previous action — except that the `winner` calls a previous handler function directly, as below, to see it
+ * return or leave. Every other signal does not repeat by itself (SIGTRAP's PC is already past the trap, SIGSYS
+ * from seccomp, SIGABRT, BUS_MCEERR_AO, anything sent with kill/tgkill/sigqueue, si_code <= 0):
+ *   - previous action is a handler function: call it directly with the original signal, siginfo and
+ *     ucontext (SA_SIGINFO or plain), so it sees the real si_code/si_addr and can change the context (e.g. a
+ *     seccomp SIGSYS handler that emulates the system call). For the winner our handlers are put back first
+ *     (put_ours_back) and chain_tid/chain_sp mark the call, so a siglongjmp out of it leaves Vaka armed;
+ *   - SIG_DFL: re-send the signal to this thread with tgkill (the default action then ends the process);
+ *   - SIG_IGN: for a signal the kernel raised for this thread's own instruction (si_code > 0: SIGTRAP from
+ *     int3/brk, SIGSYS from seccomp) what the kernel does for a forced synchronous signal: SIG_DFL, re-sent,
+ *     so the process ends as it would without Vaka; for any other signal (sent with kill, raise...) return.
+ * @return 1 when the signal was delivered and the process is still here (the previous handler returned, or
+ *   the signal is ignored): the process survived it; 0 when the signal is left to repeat or was re-sent. */
 static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
 {
     int code = info != NULL ? info->si_code : 0;
