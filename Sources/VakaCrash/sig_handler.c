@@ -932,7 +932,7 @@ static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
         errno = saved_errno;
         return;
     }
-    uint64_t start_ns = now_ns(CLOCK_MONOTONIC);
+    uint64_t start_ns = 0;
     pid_t tid = current_tid();
     struct timespec step = { 0, VAKA_WAIT_STEP_NS };
 
@@ -952,6 +952,7 @@ static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
 
 compete:;
     unsigned gen = atomic_load(&crash_gen);
+    start_ns = now_ns(CLOCK_MONOTONIC); /* again after a wait: capture_ns is the capture's own time */
     int expected = 0;
     if (atomic_compare_exchange_strong(&crash_tid, &expected, (int)tid)) {
         crash_sig = sig;
