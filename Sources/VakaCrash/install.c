@@ -13,8 +13,10 @@
 #include <libelf.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -89,8 +91,8 @@ static int valid_run_id(const char *id, size_t *len)
     return 1;
 }
 
-/* Closes the directory descriptor of `t` if it is still the one install opened (and not shared with `keep`,
- * the current target, which a fork child's copy shares). */
+/* Closes the directory descriptor and the reserve of `t` if they are still the ones install opened (and not
+ * shared with `keep`, the current target, which a fork child's copy shares). */
 static void close_target_dir(vaka_report_target *t, const vaka_report_target *keep)
 {
     struct stat st;
@@ -98,11 +100,29 @@ static void close_target_dir(vaka_report_target *t, const vaka_report_target *ke
         st.st_dev == t->dir_dev && st.st_ino == t->dir_ino)
         close(t->dir_fd);
     t->dir_fd = -1;
+    if (t->reserve_fd >= 0 && (keep == NULL || keep->reserve_fd != t->reserve_fd) && fstat(t->reserve_fd, &st) == 0 &&
+        st.st_dev == t->reserve_dev && st.st_ino == t->reserve_ino)
+        close(t->reserve_fd);
+    t->reserve_fd = -1;
 }
 
-/* Fills `t` from the config and opens the report directory (O_PATH: needs no read permission; the handler
- * creates the report with openat relative to it, so no path length limit applies at crash time). `current` is
- * the target in use, whose descriptor must stay open. @return 0, EINVAL or the errno of open(2). */
+/* 0 when files can be created in the directory `dir` (descriptor `fd`): write permission for the effective
+ * ids (faccessat with AT_EACCESS, which also reports EROFS, even for root) and a file system not mounted
+ * read-only (statvfs). @return 0 or the errno. */
+static int writable_directory(const char *dir, int fd)
+{
+    (void)fd;
+    if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) != 0) return errno != 0 ? errno : EACCES;
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) return EROFS;
+    return 0;
+}
+
+/* Fills `t` from the config, opens the report directory (O_PATH: needs no read permission; the handler
+ * creates the report with openat relative to it, so no path length limit applies at crash time), checks that
+ * files can be created in it and makes the report's space reserve (vaka_sig_make_reserve). `current` is the
+ * target in use, whose descriptors must stay open. @return 0, EINVAL, or the errno of open(2), of the
+ * writability check (EACCES, EROFS) or of the reserve's creation. */
 static int make_target(vaka_report_target *t, const vaka_report_target *current, const vaka_crash_config *config)
 {
     size_t id_len = 0;
@@ -118,10 +138,16 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
         close(fd);
         return e;
     }
+    int rc = writable_directory(dir, fd);
+    if (rc != 0) {
+        close(fd);
+        return rc;
+    }
     while (dir_len > 1 && dir[dir_len - 1] == '/') dir_len--;
 
     close_target_dir(t, current);
     memset(t, 0, sizeof *t);
+    t->reserve_fd = -1;
     t->dir_fd = fd;
     t->dir_dev = st.st_dev;
     t->dir_ino = st.st_ino;
@@ -135,7 +161,10 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
     memcpy(t->path + p, config->run_id, id_len);
     p += id_len;
     memcpy(t->path + p, ".crash", 7);
-    return 0;
+    /* The space for the report, reserved now (a full file system at crash time still takes it). */
+    rc = vaka_sig_make_reserve(t);
+    if (rc != 0) close_target_dir(t, current);
+    return rc;
 }
 
 static int supported_signal(int sig)
@@ -349,6 +378,8 @@ int vaka_crash_install(const vaka_crash_config *config)
     vaka_state.owner_pid = getpid();
     static int atfork_registered;
     if (!atfork_registered && pthread_atfork(NULL, NULL, vaka_sig_after_fork_child) == 0) atfork_registered = 1;
+    static int atexit_registered;
+    if (!atexit_registered && atexit(vaka_sig_at_exit) == 0) atexit_registered = 1;
     prepare_handler_state();
     atomic_store(&vaka_state.target, next);
     for (int i = 0; i < signal_count; i++) vaka_state.signals[i] = signals[i];
@@ -367,6 +398,8 @@ int vaka_crash_install(const vaka_crash_config *config)
      * watchdog signal is unblocked by the handler itself when it arms the watchdog. */
     sigfillset(&action.sa_mask);
     for (size_t i = 0; i < DEFAULT_SIGNAL_COUNT; i++) sigdelset(&action.sa_mask, default_signals[i]);
+    vaka_state.action = action; /* re-arming after a survived signal puts these back (sig_handler.c) */
+    vaka_state.protect_mask = protect;
     atomic_store(&vaka_state.installed, 1); /* before the first sigaction: a crash right now is captured */
     for (int i = 0; i < signal_count; i++) {
         if (sigaction(signals[i], &action, &vaka_state.previous[signals[i]]) != 0) {

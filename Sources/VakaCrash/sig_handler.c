@@ -4,15 +4,17 @@
  * Entry: the first thread to arrive wins a compare-and-swap on `crash_tid` and writes the report; any
  * other crashing thread waits (bounded, ~10 s) until the winner has restored the previous handlers, then
  * waits another ~10 s for the winner's chained signal to end the process, and only then lets its own
- * signal through. A second entry on the winner's thread means the capture itself
+ * signal through — unless the process survived the winner's signal (crash_gen changes): then it competes
+ * again. A second entry on the winner's thread means the capture itself
  * faulted: the partial report is left without its `end` line and the process dies with the original
- * signal.
+ * signal. A signal sent from outside (si_code <= 0) to a signal ignored before us is ignored.
  *
- * Chaining: after the report is closed, every previous action is put back exactly as saved. Hardware
- * faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0) are left to repeat: returning re-executes the
- * faulting instruction, which now reaches the previous handler (e.g. the Swift runtime's backtracer) or
- * the default action. Everything else (SIGABRT, SIGTRAP — its PC is already past the int3 —, SIGSYS
- * from seccomp, any signal sent with kill/tgkill/sigqueue) is re-sent to the same thread with tgkill.
+ * Chaining: after the report is closed, every previous action is put back exactly as saved. A previous
+ * handler function is called directly by the winner (with our handlers back in place while it runs, so a
+ * siglongjmp out of it leaves Vaka armed); SIG_DFL is re-sent with tgkill, or, for a hardware fault
+ * (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0), left to repeat: returning re-executes the faulting
+ * instruction. When the previous handler returns (or the signal is ignored), the process survived: the
+ * report is removed and the handlers re-armed (survived()).
  *
  * Only async-signal-safe syscalls, libunwind and other sig_*.c code are used here; all storage is static.
  */
@@ -21,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -28,7 +31,7 @@
 
 vaka_sig_state vaka_state = {
     .reader = { .method = VAKA_SAFE_READ_NONE, .pipe_r = -1, .pipe_w = -1 },
-    .targets = { { .dir_fd = -1 }, { .dir_fd = -1 } },
+    .targets = { { .dir_fd = -1, .reserve_fd = -1 }, { .dir_fd = -1, .reserve_fd = -1 } },
 };
 
 /* Kernel tid of the thread writing the report; 0 while no crash has started. */
@@ -37,9 +40,22 @@ static atomic_int crash_tid;
 static atomic_int crash_done;
 /* CLOCK_MONOTONIC ns when the winner finished its capture and restored the previous handlers; 0 before. */
 static _Atomic uint64_t crash_done_ns;
+/* Bumped each time a capture ends in a signal the process survived and the handlers are re-armed: a waiting
+ * thread that sees it change competes again instead of waiting out the grace period. */
+static atomic_uint crash_gen;
 /* The signal the winner is handling (for the nested-fault path). */
 static int crash_sig;
 static int report_fd = -1;
+/* Where the current report was created (directory descriptor or AT_FDCWD, and name), to remove it when the
+ * process survives the signal; name NULL when none. */
+static int report_dir_used = -1;
+static const char *report_name_used;
+/* While the winner runs a previous handler function with our handlers in place (chain()): its thread and the
+ * stack pointer of chain()'s frame. A later entry on that thread tells a signal raised inside that handler
+ * (interrupted code below that frame / on the alternate stack) from one after the handler left with
+ * siglongjmp (the signal was survived). 0 when none. */
+static atomic_int chain_tid;
+static volatile uintptr_t chain_sp;
 static vaka_writer writer;
 static uintptr_t frame_ips[VAKA_MAX_FRAMES];
 static uint8_t frame_methods[VAKA_MAX_FRAMES];
@@ -135,6 +151,14 @@ void vaka_sig_after_fork_child(void)
     if (current == NULL) return;
     vaka_report_target *next = current == &vaka_state.targets[0] ? &vaka_state.targets[1] : &vaka_state.targets[0];
     vaka_sig_copy(next, current, sizeof *next);
+    /* The reserve is the parent's (the same open file): the child must never write into it. Its copy of the
+     * descriptor is closed; the child's report is created by name. */
+    if (next->reserve_fd >= 0) {
+        struct stat st;
+        if (fstat(next->reserve_fd, &st) == 0 && st.st_dev == next->reserve_dev && st.st_ino == next->reserve_ino)
+            close(next->reserve_fd);
+        next->reserve_fd = -1;
+    }
     size_t p = current->dir_len;
     if (p == 0 || p + current->run_id_len + 1 + 10 + 6 + 1 > sizeof next->path) return;
     vaka_sig_copy(next->path + p, current->run_id, current->run_id_len);
@@ -270,17 +294,128 @@ static int open_report_at(int dir, const char *name)
     return fd;
 }
 
-/* The report file of `target`: relative to the directory opened at install when that descriptor is still
- * ours (same device and inode), else by its absolute path (the application closed or reused our descriptor;
- * works when the path is shorter than PATH_MAX). @return the descriptor, or -1. */
-static int open_report(const vaka_report_target *target)
+int vaka_sig_make_reserve(vaka_report_target *t)
 {
     struct stat st;
-    if (target->dir_fd >= 0 && fstat(target->dir_fd, &st) == 0 && st.st_dev == target->dir_dev &&
-        st.st_ino == target->dir_ino)
-        return open_report_at(target->dir_fd, target->path + target->dir_len);
-    if (vaka_sig_strnlen(target->path, VAKA_PATH_MAX) >= VAKA_PATH_MAX) return -1;
-    return open_report_at(AT_FDCWD, target->path);
+    int old = t->reserve_fd;
+    t->reserve_fd = -1;
+    if (old >= 0 && fstat(old, &st) == 0 && st.st_dev == t->reserve_dev && st.st_ino == t->reserve_ino) close(old);
+    if (t->dir_fd < 0) return 0;
+    int fd = openat(t->dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        return e == EROFS || e == EACCES || e == EPERM ? e : 0; /* EOPNOTSUPP, EISDIR, ENOSPC...: no reserve */
+    }
+    /* No room at all leaves the unnamed file without blocks: still a descriptor held for the crash (EMFILE). */
+    static const long sizes[] = VAKA_RESERVE_SIZES;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (syscall(SYS_fallocate, fd, FALLOC_FL_KEEP_SIZE, 0L, sizes[i]) == 0) break;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return 0;
+    }
+    t->reserve_dev = st.st_dev;
+    t->reserve_ino = st.st_ino;
+    t->reserve_pid = (pid_t)syscall(SYS_getpid);
+    t->reserve_fd = fd;
+    return 0;
+}
+
+/* Links the unnamed reserve `fd` as `name` in `dir` (replacing whatever is there). @return 1 on success. */
+static int link_reserve(int fd, int dir, const char *name)
+{
+    char proc[32] = "/proc/self/fd/";
+    size_t p = 14;
+    char digits[12];
+    size_t nd = 0;
+    unsigned v = (unsigned)fd;
+    do {
+        digits[nd++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0 && nd < sizeof digits);
+    while (nd > 0) proc[p++] = digits[--nd];
+    proc[p] = '\0';
+    for (int attempt = 0; attempt < 2; attempt++) {
+        /* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link works for everyone where /proc is mounted. */
+        if (syscall(SYS_linkat, fd, "", dir, name, AT_EMPTY_PATH) == 0) return 1;
+        if (syscall(SYS_linkat, AT_FDCWD, proc, dir, name, AT_SYMLINK_FOLLOW) == 0) return 1;
+        if (errno != EEXIST || unlinkat(dir, name, 0) != 0) return 0;
+    }
+    return 0;
+}
+
+/* The reserve of `target`, linked under the report's name (by the directory descriptor, else by the absolute
+ * path), when it is this process's and still unnamed. It is used up: the target no longer has a reserve.
+ * @return the descriptor, or -1. */
+static int take_reserve(vaka_report_target *target, int dir_ok, int path_ok)
+{
+    int fd = target->reserve_fd;
+    struct stat st;
+    if (fd < 0 || target->reserve_pid != (pid_t)syscall(SYS_getpid) || fstat(fd, &st) != 0 ||
+        st.st_dev != target->reserve_dev || st.st_ino != target->reserve_ino || st.st_nlink != 0)
+        return -1;
+    if (dir_ok && link_reserve(fd, target->dir_fd, target->path + target->dir_len)) {
+        report_dir_used = target->dir_fd;
+        report_name_used = target->path + target->dir_len;
+    } else if (path_ok && link_reserve(fd, AT_FDCWD, target->path)) {
+        report_dir_used = AT_FDCWD;
+        report_name_used = target->path;
+    } else {
+        return -1;
+    }
+    target->reserve_fd = -1;
+    return fd;
+}
+
+/* The report file of `target`: the reserve made at install, linked under the report's name; else created
+ * relative to the directory opened at install when that descriptor is still ours (same device and inode);
+ * else (or when that fails: the directory was deleted and created again) by its absolute path (the
+ * application closed or reused our descriptor; works when the path is shorter than PATH_MAX).
+ * @return the descriptor, or -1. */
+static int open_report(vaka_report_target *target)
+{
+    struct stat st;
+    int dir_ok = target->dir_fd >= 0 && fstat(target->dir_fd, &st) == 0 && st.st_dev == target->dir_dev &&
+                 st.st_ino == target->dir_ino;
+    int path_ok = vaka_sig_strnlen(target->path, VAKA_PATH_MAX) < VAKA_PATH_MAX;
+    report_name_used = NULL;
+    int fd = take_reserve(target, dir_ok, path_ok);
+    if (fd >= 0) return fd;
+    if (dir_ok) {
+        fd = open_report_at(target->dir_fd, target->path + target->dir_len);
+        if (fd >= 0) {
+            report_dir_used = target->dir_fd;
+            report_name_used = target->path + target->dir_len;
+            return fd;
+        }
+    }
+    if (!path_ok) return -1;
+    fd = open_report_at(AT_FDCWD, target->path);
+    if (fd >= 0) {
+        report_dir_used = AT_FDCWD;
+        report_name_used = target->path;
+    }
+    return fd;
+}
+
+/* RLIMIT_FSIZE as found at crash time, when the capture raised its soft limit to the hard one. */
+static struct { uint64_t cur, max; } fsize_saved;
+static int fsize_raised;
+
+/* A soft RLIMIT_FSIZE below the hard one would cut the report (even to 0 bytes): raise it for the capture. */
+static void raise_fsize_limit(void)
+{
+    fsize_raised = 0;
+    if (syscall(SYS_prlimit64, 0, RLIMIT_FSIZE, NULL, &fsize_saved) != 0 || fsize_saved.cur >= fsize_saved.max)
+        return;
+    struct { uint64_t cur, max; } raised = { fsize_saved.max, fsize_saved.max };
+    if (syscall(SYS_prlimit64, 0, RLIMIT_FSIZE, &raised, NULL) == 0) fsize_raised = 1;
+}
+
+static void restore_fsize_limit(void)
+{
+    if (fsize_raised) syscall(SYS_prlimit64, 0, RLIMIT_FSIZE, &fsize_saved, NULL);
+    fsize_raised = 0;
 }
 
 static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns, pid_t tid)
@@ -289,6 +424,7 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     vaka_report_target *target = atomic_load(&vaka_state.target);
     if (target == NULL || target->path[0] == '\0') return;
 
+    raise_fsize_limit();
     int fd = open_report(target);
     if (fd < 0) return; /* nowhere to write; chaining still happens */
     report_fd = fd;
@@ -424,45 +560,125 @@ static void discard_own_sigxfsz(void)
 
 /* ------------------------------------------------------------------ chaining */
 
-/* Lets the signal reach whatever was installed before us (already restored).
- *
- * A synchronous hardware fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0, except the asynchronous
- * machine-check report BUS_MCEERR_AO) simply returns: the faulting instruction runs again and reaches the
- * previous action. Every other signal does not repeat by itself (SIGTRAP's PC is already past the trap, SIGSYS
- * from seccomp, SIGABRT, BUS_MCEERR_AO, anything sent with kill/tgkill/sigqueue, si_code <= 0):
- *   - previous action is a handler function: call it directly with the original signal, siginfo and
- *     ucontext (SA_SIGINFO or plain), so it sees the real si_code/si_addr and can change the context (e.g. a
- *     seccomp SIGSYS handler that emulates the system call);
- *   - SIG_DFL: re-send the signal to this thread with tgkill (the default action then ends the process);
- *   - SIG_IGN: return. */
-static void chain(int sig, siginfo_t *info, void *context, pid_t tid)
+/* 1 for a synchronous hardware fault: returning re-runs the faulting instruction. */
+static int repeats_by_itself(int sig, const siginfo_t *info)
 {
     int code = info != NULL ? info->si_code : 0;
     int repeats = (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) && code > 0;
 #ifdef BUS_MCEERR_AO
     if (sig == SIGBUS && code == BUS_MCEERR_AO) repeats = 0;
 #endif
-    if (repeats) return;
+    return repeats;
+}
 
+static void put_ours_back(void);
+
+/* Lets the signal reach whatever was installed before us (already restored).
+ *
+ * A synchronous hardware fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0, except the asynchronous
+ * machine-check report BUS_MCEERR_AO) simply returns, the faulting instruction runs again and reaches the
+ * previous action — except that the `winner` calls a previous handler function directly, as below, to see it
+ * return or leave. Every other signal does not repeat by itself (SIGTRAP's PC is already past the trap, SIGSYS
+ * from seccomp, SIGABRT, BUS_MCEERR_AO, anything sent with kill/tgkill/sigqueue, si_code <= 0):
+ *   - previous action is a handler function: call it directly with the original signal, siginfo and
+ *     ucontext (SA_SIGINFO or plain), so it sees the real si_code/si_addr and can change the context (e.g. a
+ *     seccomp SIGSYS handler that emulates the system call). For the winner our handlers are put back first
+ *     (put_ours_back) and chain_tid/chain_sp mark the call, so a siglongjmp out of it leaves Vaka armed;
+ *   - SIG_DFL: re-send the signal to this thread with tgkill (the default action then ends the process);
+ *   - SIG_IGN: for a signal the kernel raised for this thread's own instruction (si_code > 0: SIGTRAP from
+ *     int3/brk, SIGSYS from seccomp) what the kernel does for a forced synchronous signal: SIG_DFL, re-sent,
+ *     so the process ends as it would without Vaka; for any other signal (sent with kill, raise...) return.
+ * @return 1 when the signal was delivered and the process is still here (the previous handler returned, or
+ *   the signal is ignored): the process survived it; 0 when the signal is left to repeat or was re-sent. */
+static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
+{
+    int code = info != NULL ? info->si_code : 0;
     struct sigaction prev = vaka_state.previous[sig];
     int siginfo_handler = (prev.sa_flags & SA_SIGINFO) != 0;
+    int function = siginfo_handler ? prev.sa_sigaction != vaka_sig_handler && prev.sa_sigaction != NULL
+                                   : prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN;
+    /* A hardware fault repeats: returning re-runs the instruction, which reaches the previous action. The
+     * winner calls a previous handler function directly instead (below), to see it return or leave. */
+    if (repeats_by_itself(sig, info) && !(winner && function)) return 0;
+
     if (siginfo_handler && (prev.sa_sigaction == vaka_sig_handler || prev.sa_sigaction == NULL)) {
         send_self(sig, tid); /* never call ourselves */
-        return;
+        return 0;
     }
-    if (!siginfo_handler && prev.sa_handler == SIG_IGN) return;
+    if (!siginfo_handler && prev.sa_handler == SIG_IGN) {
+        if (code <= 0) return 1;
+        struct sigaction dfl; /* force_sig: an ignored synchronous trap still ends the process */
+        vaka_sig_zero(&dfl, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, NULL);
+        send_self(sig, tid);
+        return 0;
+    }
     if (!siginfo_handler && prev.sa_handler == SIG_DFL) {
         send_self(sig, tid);
-        return;
+        return 0;
     }
+    /* The winner runs the previous handler with our handlers back in place: if it leaves with siglongjmp
+     * (recovered), the next crash is still captured (see chain_tid). */
+    if (winner) put_ours_back();
     if (prev.sa_flags & SA_RESETHAND) { /* what the kernel would have done on delivery */
         struct sigaction dfl;
         vaka_sig_zero(&dfl, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
         sigaction(sig, &dfl, NULL);
     }
+    volatile char frame = 0;
+    if (winner) {
+        chain_sp = (uintptr_t)&frame;
+        atomic_store(&chain_tid, (int)tid);
+    }
     if (siginfo_handler) prev.sa_sigaction(sig, info, context);
     else prev.sa_handler(sig);
+    if (winner) atomic_store(&chain_tid, 0);
+    (void)frame;
+    return 1;
+}
+
+/* Our handlers for every installed signal again; the action found in place is what the signal meets without
+ * Vaka: the saved one, unless a previous handler changed it (Swift's backtracer resets every crash signal to
+ * SIG_DFL; SA_RESETHAND left SIG_DFL), which becomes the previous action chained to next time. */
+static void put_ours_back(void)
+{
+    atomic_store(&vaka_state.installed, 1);
+    for (size_t i = 0; i < vaka_state.signal_count; i++) {
+        int s = vaka_state.signals[i];
+        struct sigaction now;
+        if (sigaction(s, &vaka_state.action, &now) != 0) continue;
+        if (!((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == vaka_sig_handler)) vaka_state.previous[s] = now;
+    }
+    atomic_store(&vaka_sig_protected_mask, vaka_state.protect_mask);
+}
+
+/* The process survived the signal just captured (chain() returned 1: the previous handler returned — e.g. a
+ * seccomp handler that emulated the system call — or the signal is ignored). The report is not a crash: it
+ * is removed (except for SIGABRT: abort() goes on to reset SIGABRT to SIG_DFL and raise it again, which ends
+ * the process without entering any handler, so that report is the crash's; and see below). Then our handlers go back in
+ * place with a fresh reserve, and the arbitration is reset, so the next crash is captured. Threads waiting
+ * for this capture see crash_gen change and compete again. */
+static void survived(int sig, int repeats)
+{
+    /* A previous handler that put SIG_DFL in place for this signal (Swift's backtracer, SA_RESETHAND) expects
+     * it to come back and end the process (SIGTRAP: the next int3; a hardware fault: the same instruction
+     * again, right after we return): that report stays until the next capture replaces it. For a fault that
+     * repeats, nothing is re-armed (the re-run instruction ends the process). */
+    struct sigaction now;
+    int expects_death = sigaction(sig, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL;
+    if (expects_death && repeats) return;
+    if (report_name_used != NULL && sig != SIGABRT && !expects_death) unlinkat(report_dir_used, report_name_used, 0);
+    report_name_used = NULL;
+    vaka_report_target *target = atomic_load(&vaka_state.target);
+    if (target != NULL && target->reserve_fd < 0) vaka_sig_make_reserve(target);
+    put_ours_back();
+    crash_sig = 0;
+    atomic_store(&crash_done_ns, 0);
+    atomic_store(&crash_done, 0);
+    atomic_store(&crash_tid, 0);
+    atomic_fetch_add(&crash_gen, 1u); /* after crash_tid: a waiter that saw the old value finds the slot free */
 }
 
 /* The capture faulted (or another signal hit the winner mid-capture): keep the complete lines written
@@ -667,6 +883,38 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
     entry_sig = 0;
 }
 
+/* 1 when the code `context` interrupted runs inside the previous handler chain() called on this thread: below
+ * chain()'s frame, on the same stack (the alternate stack, whose range the ucontext carries; without one,
+ * within 8 MiB). After a siglongjmp out of that handler the thread runs on its own stack again. */
+static int inside_chained_handler(const void *context)
+{
+    if (context == NULL) return 1;
+    const ucontext_t *uc = context;
+    uintptr_t sp = vaka_uc_sp(uc);
+    if (sp >= chain_sp) return 0;
+    if (!(uc->uc_stack.ss_flags & SS_DISABLE)) {
+        uintptr_t lo = (uintptr_t)uc->uc_stack.ss_sp;
+        uintptr_t hi = lo + uc->uc_stack.ss_size;
+        return chain_sp >= lo && chain_sp <= hi && sp >= lo;
+    }
+    return chain_sp - sp < ((uintptr_t)8 << 20);
+}
+
+void vaka_sig_at_exit(void)
+{
+    if (atomic_load(&chain_tid) != (int)current_tid()) return;
+    /* exit() called by the previous handler itself (on the alternate stack, or below chain()'s frame): the
+     * crash stands. Otherwise that handler left with siglongjmp and the process now exits normally. */
+    stack_t ss;
+    volatile char here = 0;
+    uintptr_t sp = (uintptr_t)&here;
+    if (sigaltstack(NULL, &ss) != 0 || (ss.ss_flags & SS_ONSTACK)) return;
+    if ((ss.ss_flags & SS_DISABLE) && sp < chain_sp && chain_sp - sp < ((uintptr_t)8 << 20)) return;
+    atomic_store(&chain_tid, 0);
+    if (report_name_used != NULL && crash_sig != SIGABRT) unlinkat(report_dir_used, report_name_used, 0);
+    report_name_used = NULL;
+}
+
 static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
 {
     int saved_errno = errno;
@@ -675,29 +923,59 @@ static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
         errno = saved_errno;
         return;
     }
-    uint64_t start_ns = now_ns(CLOCK_MONOTONIC);
+    /* Sent from outside (kill, tgkill, sigqueue: si_code <= 0) to a signal ignored before us: without Vaka
+     * nothing happens, so nothing happens — no report, handlers stay. (SIGABRT raised by this process itself
+     * is kept: abort() raises it again with SIG_DFL right after, and dies.) */
+    const struct sigaction *before = &vaka_state.previous[sig];
+    if (info != NULL && info->si_code <= 0 && !(before->sa_flags & SA_SIGINFO) && before->sa_handler == SIG_IGN &&
+        !(sig == SIGABRT && info->si_pid == vaka_state.owner_pid)) {
+        errno = saved_errno;
+        return;
+    }
+    uint64_t start_ns = 0;
     pid_t tid = current_tid();
-    int expected = 0;
+    struct timespec step = { 0, VAKA_WAIT_STEP_NS };
 
+    if (atomic_load(&chain_tid) == (int)tid) {
+        if (inside_chained_handler(context)) {
+            /* Raised inside the previous handler we are running (e.g. it calls abort()): what it would meet
+             * without Vaka, no capture (the report is the signal it is handling). */
+            put_previous_back(sig);
+            chain(sig, info, context, tid, 0);
+            errno = saved_errno;
+            return;
+        }
+        /* The previous handler left with siglongjmp and the program went on: it survived that signal. */
+        atomic_store(&chain_tid, 0);
+        survived(crash_sig, 0);
+    }
+
+compete:;
+    unsigned gen = atomic_load(&crash_gen);
+    start_ns = now_ns(CLOCK_MONOTONIC); /* again after a wait: capture_ns is the capture's own time */
+    int expected = 0;
     if (atomic_compare_exchange_strong(&crash_tid, &expected, (int)tid)) {
         crash_sig = sig;
-        if (atomic_load(&vaka_state.installed)) {
+        int armed = atomic_load(&vaka_state.installed);
+        if (armed) {
             arm_watchdog(tid);
             capture(sig, info, (ucontext_t *)context, start_ns, tid);
             disarm_watchdog();
+            restore_fsize_limit();
             if (writer.file_too_big) discard_own_sigxfsz();
         }
         vaka_sig_restore_previous();
         atomic_store(&crash_done_ns, now_ns(CLOCK_MONOTONIC));
         atomic_store(&crash_done, 1);
-        chain(sig, info, context, tid);
+        if (chain(sig, info, context, tid, armed) && armed) survived(sig, repeats_by_itself(sig, info));
     } else if (expected == (int)tid && !atomic_load(&crash_done)) {
         die_after_nested_fault(sig, tid);
     } else {
         /* Another thread is writing the report (or wrote it, and our handler was put back since): wait for
-         * it. */
-        struct timespec step = { 0, VAKA_WAIT_STEP_NS };
-        for (int i = 0; i < VAKA_WAIT_STEPS && !atomic_load(&crash_done); i++) nanosleep(&step, NULL);
+         * it. When the process survives its signal (crash_gen changes), compete again for this one. */
+        for (int i = 0; i < VAKA_WAIT_STEPS && !atomic_load(&crash_done) && atomic_load(&crash_gen) == gen; i++)
+            nanosleep(&step, NULL);
+        if (atomic_load(&crash_gen) != gen) goto compete;
         if (!atomic_load(&crash_done)) {
             vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
         } else {
@@ -707,12 +985,14 @@ static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
              * while it runs made Swift's backtracer start a second backtrace (and, under load, run out of
              * time). A fault long after a capture the process survived goes straight through. */
             uint64_t done = atomic_load(&crash_done_ns);
-            while (done != 0 && now_ns(CLOCK_MONOTONIC) - done < (uint64_t)VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS)
+            while (done != 0 && atomic_load(&crash_gen) == gen &&
+                   now_ns(CLOCK_MONOTONIC) - done < (uint64_t)VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS)
                 nanosleep(&step, NULL);
+            if (atomic_load(&crash_gen) != gen) goto compete;
         }
         /* Then let this signal through to the previous action, which must really be in place. */
         put_previous_back(sig);
-        chain(sig, info, context, tid);
+        chain(sig, info, context, tid, 0);
     }
     errno = saved_errno;
 }

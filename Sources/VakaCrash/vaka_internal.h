@@ -196,7 +196,15 @@ typedef struct vaka_report_target {
     int dir_fd;                                /* the report directory (O_PATH, opened at install), or -1 */
     dev_t dir_dev;                             /* its identity, checked before use (an app may close/dup2 */
     ino_t dir_ino;                             /* over our descriptor) */
+    int reserve_fd;                            /* the space reserve (vaka_sig_make_reserve), or -1 */
+    dev_t reserve_dev;                         /* its identity, checked before use */
+    ino_t reserve_ino;
+    pid_t reserve_pid;                         /* the process that made it: only that one writes into it */
 } vaka_report_target;
+
+/** Bytes reserved at install for the report (docs/crash-handling.md): tried in this order until the file
+ *  system grants one (a nearly full file system still gets room for the header and the frames). */
+#define VAKA_RESERVE_SIZES { 256 * 1024, 32 * 1024, 8 * 1024 }
 
 /** Everything the handler reads. Written only at install/uninstall (under install.c's mutex). */
 typedef struct vaka_sig_state {
@@ -217,6 +225,8 @@ typedef struct vaka_sig_state {
     uintptr_t page_size;                       /* sysconf(_SC_PAGESIZE), bytes */
     int watchdog_signal;                       /* SIGRTMAX (read at install): the capture watchdog's timers */
     vaka_safe_reader reader;                   /* for the handler only */
+    struct sigaction action;                   /* our handler's action, as installed (re-arming puts it back) */
+    unsigned protect_mask;                     /* vaka_sig_protected_mask while installed */
 } vaka_sig_state;
 
 extern vaka_sig_state vaka_state;
@@ -233,6 +243,16 @@ void vaka_sig_after_fork_child(void);
 /** Install time: after a finished capture that the process survived (a previous handler recovered),
  *  lets a new install capture again. */
 void vaka_sig_rearm(void);
+/** Signal safe (also used at install). Gives `t` a space reserve for the report: an unnamed file (O_TMPFILE)
+ *  in the report directory with blocks allocated but size 0 (fallocate FALLOC_FL_KEEP_SIZE, the first of
+ *  VAKA_RESERVE_SIZES the file system grants), linked under the report's name only at crash time, so a file
+ *  system full by then still takes the report. The previous reserve of `t`, if any, is closed.
+ *  @return 0; or the errno of the O_TMPFILE open (EROFS, EACCES...; t->reserve_fd is then -1). A file system
+ *  without O_TMPFILE (EOPNOTSUPP, EISDIR) or without room returns 0 with no reserve. */
+int vaka_sig_make_reserve(vaka_report_target *t);
+/** Normal exit (atexit, install.c): removes the report of a signal whose previous handler left with siglongjmp
+ *  (the process survived it) when nothing crashed since. */
+void vaka_sig_at_exit(void);
 /** Signal safe. Faults on purpose (test hook) when the configured stage equals `stage`. */
 void vaka_sig_test_fault(int stage);
 

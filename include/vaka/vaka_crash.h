@@ -76,8 +76,9 @@ typedef struct vaka_crash_config {
  *
  * @return 0 on success, or an errno value: EINVAL for a NULL config, a bad run id, a relative or too long
  *         report directory path, or an unsupported signal; the errno of opening the report directory (ENOENT,
- *         ENOTDIR, EACCES, ENAMETOOLONG...); the errno of a failed sigaction, mmap or sigaltstack otherwise
- *         (nothing is left half-installed).
+ *         ENOTDIR, EACCES, ENAMETOOLONG...); EACCES or EROFS when no file can be created in it (write
+ *         permission for the effective ids, a file system mounted read-only); the errno of a failed sigaction,
+ *         mmap or sigaltstack otherwise (nothing is left half-installed).
  */
 int vaka_crash_install(const vaka_crash_config *config);
 

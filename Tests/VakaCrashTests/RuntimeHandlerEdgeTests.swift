@@ -1,0 +1,167 @@
+import Foundation
+import XCTest
+
+/// Neighbours of the adversarial findings fixed in the crash handler (``RuntimeAdversarialTests``): cases of
+/// the same kinds the tester did not write, each a small C program against the runtime (``RuntimeProgram``).
+final class RuntimeHandlerEdgeTests: XCTestCase {
+    /// `abort()` with SIGABRT ignored (inherited over exec): glibc raises SIGABRT (ignored), then resets it to
+    /// SIG_DFL and raises it again, which ends the process without entering any handler. The first raise comes
+    /// from the process itself (si_code SI_TKILL): it must still be captured, and its report kept although the
+    /// handler "survived" it — it is the crash's only report.
+    func testAbortUnderIgnoredSigabrtIsStillReported() throws {
+        let program = try RuntimeProgram.build("edge-ignabrt", """
+        int main(void) {
+            signal(SIGABRT, SIG_IGN); /* as if inherited over exec */
+            vk_start("edgeignabrt");
+            abort();
+        }
+        """)
+        for vaka in [false, true] {
+            let run = try RuntimeProgram.run(program, vaka: vaka, timeout: 30)
+            XCTAssertEqual(run.result.outcome, "signal 6 (SIGABRT)", "vaka=\(vaka) \(run.result.stderrTail())")
+            if vaka {
+                XCTAssertEqual(run.reports, ["edgeignabrt.crash"])
+                XCTAssertEqual(reportValue(run.onlyReport, "signal"), "6 SIGABRT", run.onlyReport)
+                XCTAssertTrue(run.onlyReport.hasSuffix("end\n"), run.onlyReport)
+            }
+        }
+    }
+
+    /// A soft RLIMIT_FSIZE of 0 under an unlimited hard limit (set after start): every report write failed with
+    /// EFBIG and the report was 0 bytes. The handler may raise its own soft limit: a complete report, and the
+    /// process still ends with SIGSEGV (not the SIGXFSZ a write over the limit raises).
+    func testSoftFileSizeLimitStillGivesAFullReport() throws {
+        let program = try RuntimeProgram.build("edge-fsize", """
+        #include <sys/resource.h>
+        int main(void) {
+            vk_start("edgefsize");
+            struct rlimit r = { 0, RLIM_INFINITY };
+            if (setrlimit(RLIMIT_FSIZE, &r) != 0) { perror("setrlimit"); return 4; }
+            vk_null();
+            return 0;
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        XCTAssertEqual(run.reports, ["edgefsize.crash"])
+        XCTAssertEqual(reportValue(run.onlyReport, "signal"), "11 SIGSEGV", run.onlyReport)
+        XCTAssertTrue(run.onlyReport.hasSuffix("end\n"), run.onlyReport)
+    }
+
+    /// An emulated system call (seccomp SIGSYS handler that returns) on a program that then exits normally:
+    /// the survived signal's report must not stay behind to be joined as a crash at the next launch, and Vaka
+    /// is still installed afterwards.
+    func testSurvivedSignalLeavesNoReportAtNormalExit() throws {
+        #if arch(x86_64)
+        let program = try RuntimeProgram.build("edge-survive", #"""
+        #include <linux/filter.h>
+        #include <linux/seccomp.h>
+        #include <stddef.h>
+        #include <sys/prctl.h>
+        #include <sys/syscall.h>
+        #include <ucontext.h>
+        static void h(int s, siginfo_t *i, void *u) {
+            if (i->si_code == 1) ((ucontext_t *)u)->uc_mcontext.gregs[REG_RAX] = 4242;
+        }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_sigaction = h; sa.sa_flags = SA_SIGINFO; sigaction(SIGSYS, &sa, NULL);
+            vk_start("edgesurvive");
+            struct sock_filter f[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+            };
+            struct sock_fprog p = { 4, f };
+            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p)) { perror("seccomp"); return 4; }
+            long a = syscall(SYS_getppid), b = syscall(SYS_getppid);
+            printf("%ld %ld %d\n", a, b, vaka_crash_is_installed());
+            return 0;
+        }
+        """#)
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "exit 0", run.result.stderrTail())
+        XCTAssertEqual(String(decoding: run.result.stdout, as: UTF8.self), "4242 4242 1\n")
+        XCTAssertEqual(run.reports, [])
+        #endif
+    }
+
+    /// A SIGSEGV handler installed before Vaka that recovers with siglongjmp (a probe for readable memory, as
+    /// some runtimes do), then a real NULL write. The recovered fault is survived: exactly one report, the real
+    /// crash's (the probe's fault address is 0x10, the crash's 0). Without the fix Vaka stayed off after the
+    /// probe and its report was the only one.
+    func testFaultRecoveredWithSiglongjmpDoesNotUninstallVaka() throws {
+        let program = try RuntimeProgram.build("edge-longjmp", """
+        #include <setjmp.h>
+        static sigjmp_buf env;
+        static volatile int probing;
+        static void h(int s) { if (probing) siglongjmp(env, 1); signal(SIGSEGV, SIG_DFL); /* fault again: die */ }
+        int main(int argc, char **argv) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sa.sa_flags = SA_NODEFER; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgelongjmp");
+            probing = 1;
+            if (sigsetjmp(env, 1) == 0) { *(volatile int *)0x10 = 1; printf("not reached\\n"); }
+            probing = 0;
+            printf("recovered %d\\n", NOVAKA ? -1 : vaka_crash_is_installed()); fflush(stdout);
+            if (argc > 1) return 0; /* "exit": a normal exit after the recovery */
+            vk_null();
+            return 0;
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        XCTAssertEqual(String(decoding: run.result.stdout, as: UTF8.self), "recovered 1\n")
+        XCTAssertEqual(run.reports, ["edgelongjmp.crash"])
+        XCTAssertEqual(reportValue(run.onlyReport, "fault_addr"), "0x0", run.onlyReport)
+
+        let exit = try RuntimeProgram.run(program, ["exit"], timeout: 30)
+        XCTAssertEqual(exit.result.outcome, "exit 0", exit.result.stderrTail())
+        XCTAssertEqual(exit.reports, [], "the recovered fault's report stayed behind at a normal exit")
+    }
+
+    /// A SIGSEGV handler installed before Vaka that makes the page writable and returns (a write barrier, a
+    /// lazily mapped heap): the instruction runs again and succeeds. Survived: no report, Vaka still installed.
+    func testFaultFixedByPreviousHandlerLeavesNoReport() throws {
+        let program = try RuntimeProgram.build("edge-mprotect", """
+        #include <sys/mman.h>
+        static char *page;
+        static void h(int s, siginfo_t *i, void *u) { mprotect(page, 4096, PROT_READ | PROT_WRITE); }
+        int main(void) {
+            page = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            struct sigaction sa = {0}; sa.sa_sigaction = h; sa.sa_flags = SA_SIGINFO; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgemprotect");
+            page[0] = 7;
+            printf("%d %d\\n", page[0], NOVAKA ? -1 : vaka_crash_is_installed());
+            return 0;
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "exit 0", run.result.stderrTail())
+        XCTAssertEqual(String(decoding: run.result.stdout, as: UTF8.self), "7 1\n")
+        XCTAssertEqual(run.reports, [])
+    }
+
+    /// A SIGSEGV handler installed before Vaka that calls abort() (prints, then aborts): Vaka runs it with its
+    /// own handlers in place (to see a siglongjmp), so the SIGABRT raised inside it must not replace the
+    /// SIGSEGV report. The process ends with SIGABRT, as without Vaka.
+    func testAbortInsidePreviousHandlerKeepsTheFaultsReport() throws {
+        let program = try RuntimeProgram.build("edge-abortinside", """
+        static void h(int s) { abort(); }
+        int main(void) {
+            signal(SIGSEGV, h);
+            vk_start("edgeabortinside");
+            vk_null();
+            return 0;
+        }
+        """)
+        for vaka in [false, true] {
+            let run = try RuntimeProgram.run(program, vaka: vaka, timeout: 30)
+            XCTAssertEqual(run.result.outcome, "signal 6 (SIGABRT)", "vaka=\(vaka) \(run.result.stderrTail())")
+            if vaka {
+                XCTAssertEqual(run.reports, ["edgeabortinside.crash"])
+                XCTAssertEqual(reportValue(run.onlyReport, "signal"), "11 SIGSEGV", run.onlyReport)
+            }
+        }
+    }
+}
