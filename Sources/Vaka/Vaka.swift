@@ -31,7 +31,8 @@ public enum Vaka {
     /// leaves crash reporting off while events and sessions are still sent from memory (see ``flush(timeout:)``
     /// and docs/ingest.md, "What can go wrong"). Every failure that leaves the crash handlers out prints one
     /// `[vaka] ...` line on stderr, with or without `debug`: `crashes/` cannot be created, `vaka_crash_install`
-    /// fails, delivery cannot start.
+    /// fails, delivery cannot start. A `release`, `environment` or tags that Sentry would refuse or that are too
+    /// long are changed first (``Options/bounded(note:)``), with one `[vaka]` line each on stderr.
     public static func start(_ options: Options) {
         guard options.enabled else { return }
         lock.lock(); defer { lock.unlock() }

@@ -7,7 +7,7 @@ let outboxUsage = """
            vaka outbox show ENVELOPE [--storage DIR]
 
     Without a DSN, Vaka writes every envelope to DIR/outbox/<UTC time>-<event_id>.envelope instead of sending
-    it (DIR is Vaka.Options.storageDirectory; default ~/.local/state/vaka/<app>). --storage may also come from
+    it (DIR is Vaka.Options.storageDirectory; default ~/.local/state/vaka/<app>-<hash>). --storage may also come from
     $VAKA_STORAGE.
 
       list            One line per envelope, oldest first: file name, size in bytes, item types, and the

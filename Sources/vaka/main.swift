@@ -46,7 +46,7 @@ let reportUsage = """
     report's build IDs. For debug files kept elsewhere use `vaka symbolicate FILE --debug-dir DIR`.
 
     Arguments:
-      FILE            The report file, e.g. ~/.local/state/vaka/<app>/crashes/<run-id>.crash.
+      FILE            The report file, e.g. ~/.local/state/vaka/<app>-<hash>/crashes/<run-id>.crash.
 
     Options:
       --pretty        Indent the JSON.
