@@ -57,7 +57,7 @@ final class IdentityLimitsTests: XCTestCase {
         let dir = dirs.make("relay")
         let files = events.enumerated().map { i, data -> String in
             let path = dir.appendingPathComponent("event-\(i).json").path
-            FileManager.default.createFile(atPath: path, contents: data)
+            _ = FileManager.default.createFile(atPath: path, contents: data)
             return path
         }
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -101,19 +101,26 @@ final class IdentityAndStorageTests: XCTestCase {
     // MARK: - Kind 6: one default storage directory per program
 
     private func withState(_ body: () throws -> Void) rethrows {
-        let saved = CommandLine.arguments
         let savedXDG = getenv("XDG_STATE_HOME").map { String(cString: $0) }
-        defer {
-            CommandLine.arguments = saved
-            if let savedXDG { setenv("XDG_STATE_HOME", savedXDG, 1) } else { unsetenv("XDG_STATE_HOME") }
-        }
+        defer { if let savedXDG { setenv("XDG_STATE_HOME", savedXDG, 1) } else { unsetenv("XDG_STATE_HOME") } }
         setenv("XDG_STATE_HOME", "/tmp/vaka-identity-state", 1)
         try body()
     }
 
+    /// The default storage directory a process with `argv[0]` = `argv0` gets (`$XDG_STATE_HOME/vaka/` and
+    /// ``Vaka/programDirectoryName(argv0:)``, as ``Vaka/defaultStorageDirectory()`` composes them; see
+    /// ``testDefaultStorageDirectoryIsTheProgramDirectoryUnderXDGState()``), normalized.
     private func storage(argv0: String) -> String {
-        CommandLine.arguments = [argv0] + CommandLine.arguments.dropFirst()
-        return Vaka.defaultStorageDirectory().standardizedFileURL.path
+        URL(fileURLWithPath: "/tmp/vaka-identity-state/vaka").appendingPathComponent(Vaka.programDirectoryName(argv0: argv0))
+            .standardizedFileURL.path
+    }
+
+    /// `defaultStorageDirectory()` = `$XDG_STATE_HOME/vaka/<programDirectoryName(argv[0])>`.
+    func testDefaultStorageDirectoryIsTheProgramDirectoryUnderXDGState() {
+        withState {
+            XCTAssertEqual(Vaka.defaultStorageDirectory().path,
+                           "/tmp/vaka-identity-state/vaka/" + Vaka.programDirectoryName(argv0: CommandLine.arguments.first))
+        }
     }
 
     /// `argv[0]` values an `execve` caller may choose: `/`, empty, `.`, `..`, `//`, `a/`, `/..`, `../..`: the
