@@ -31,11 +31,15 @@ public enum Vaka {
     /// leaves crash reporting off while events and sessions are still sent from memory (see ``flush(timeout:)``
     /// and docs/ingest.md, "What can go wrong"). Every failure that leaves the crash handlers out prints one
     /// `[vaka] ...` line on stderr, with or without `debug`: `crashes/` cannot be created, `vaka_crash_install`
-    /// fails, delivery cannot start.
+    /// fails, delivery cannot start. A `release`, `environment` or tags that Sentry would refuse or that are too
+    /// long are changed first (``Options/bounded(note:)``), with one `[vaka]` line each on stderr.
     public static func start(_ options: Options) {
         guard options.enabled else { return }
         lock.lock(); defer { lock.unlock() }
         guard client == nil else { return }
+        // Release, environment and tags within Sentry's limits (always one line when one is changed: a
+        // configuration mistake that would otherwise make every event too large or lose its release).
+        let options = options.bounded { PrivateFiles.writeStandardError("[vaka] \($0)\n") }
         let log: ((String) -> Void)? = options.debug ? { line in
             PrivateFiles.writeStandardError("[vaka] \(line)\n")
         } : nil
@@ -61,7 +65,7 @@ public enum Vaka {
             }
             if rc != 0 {
                 // Always on stderr (not only with debug): a crash reporter that silently does not report.
-                FileHandle.standardError.write(Data("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.path)); crash reporting is off\n".utf8))
+                PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.path)); crash reporting is off\n")
             } else {
                 log?("crash handlers installed; reports go to \(crashes.path)/\(runID).crash")
             }
@@ -79,7 +83,7 @@ public enum Vaka {
             started.begin()
             client = started
         } catch {
-            FileHandle.standardError.write(Data("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n".utf8))
+            PrivateFiles.writeStandardError("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n")
             _ = vaka_crash_uninstall()
             return
         }
@@ -144,14 +148,16 @@ public enum Vaka {
     }
 
     /// Sets the user id (`user.id`) of later events and of this run's crash; `nil` removes it. Opt-in: Vaka
-    /// sends no user id unless given one.
+    /// sends no user id unless given one. Cut to its first 200 Unicode scalars (``Options/maxTagChars``).
     public static func identify(_ userID: String?) {
-        current?.identify(userID)
+        current?.identify(userID.map { Options.cut($0, maxChars: Options.maxTagChars) })
     }
 
-    /// Sets a tag on later events and on this run's crash; `nil` removes it.
+    /// Sets a tag on later events and on this run's crash; `nil` removes it. Key and value are cut to their
+    /// first 200 Unicode scalars (Sentry's tag limits, ``Options/maxTagChars``).
     public static func setTag(_ key: String, _ value: String?) {
-        current?.setTag(key, value)
+        current?.setTag(Options.cut(key, maxChars: Options.maxTagChars),
+                        value.map { Options.cut($0, maxChars: Options.maxTagChars) })
     }
 
     /// Sends everything queued, waiting at most `timeout` seconds (default 10; clamped to 0...86,400, NaN
@@ -203,31 +209,72 @@ public enum Vaka {
         vaka_crash_thread_attach() == 0
     }
 
-    /// The default release: `$VAKA_RELEASE` when set and non-empty (its first 200 characters, Sentry's
-    /// limit for a release); else `<executable name>@0.0.0+<first 12 hex
+    /// The default release: `$VAKA_RELEASE` when set and non-empty; else `<executable name>@0.0.0+<first 12 hex
     /// digits of the executable's GNU build ID>` (read with libelf from `/proc/self/exe`), so each build is its
-    /// own release; else `<executable name>@0.0.0`.
+    /// own release; else `<executable name>@0.0.0`. Always passed through ``Options/boundedRelease(_:)``
+    /// (at most 200 UTF-8 bytes, Relay's limit for a release; no control characters, `/` or `\`).
     public static func defaultRelease() -> String {
-        if let env = ProcessInfo.processInfo.environment["VAKA_RELEASE"], !env.isEmpty { return String(env.prefix(200)) }
+        if let env = ProcessInfo.processInfo.environment["VAKA_RELEASE"], !env.isEmpty { return Options.boundedRelease(env) }
         let path = EventFactory.executablePath()
         let name = (path as NSString).lastPathComponent
         if let file = try? ElfFile(path: path), let id = file.buildID, !id.isEmpty {
-            return "\(name)@0.0.0+\(id.prefix(12))"
+            return Options.boundedRelease("\(name)@0.0.0+\(id.prefix(12))")
         }
-        return "\(name)@0.0.0"
+        return Options.boundedRelease("\(name)@0.0.0")
     }
 
-    /// The default storage directory: `$XDG_STATE_HOME/vaka/<executable name>` when `XDG_STATE_HOME` is an
-    /// absolute path, else `$HOME/.local/state/vaka/<executable name>` (`$HOME` when it is an absolute path,
-    /// else the user's home directory from the password database).
+    /// The default storage directory: `$XDG_STATE_HOME/vaka/<program>` when `XDG_STATE_HOME` is an
+    /// absolute path, else `$HOME/.local/state/vaka/<program>` (`$HOME` when it is an absolute path, else the
+    /// user's home directory from the password database). `<program>` is ``programDirectoryName(argv0:)``
+    /// of `CommandLine.arguments[0]`, e.g. `server-3f2a9c1e`: one directory per program, never the shared
+    /// `vaka/` directory or a parent of it.
     public static func defaultStorageDirectory() -> URL {
         let env = ProcessInfo.processInfo.environment
-        let app = URL(fileURLWithPath: CommandLine.arguments.first ?? "app").lastPathComponent
+        let app = programDirectoryName(argv0: CommandLine.arguments.first)
         if let xdg = env["XDG_STATE_HOME"], xdg.hasPrefix("/") {
             return URL(fileURLWithPath: xdg).appendingPathComponent("vaka").appendingPathComponent(app)
         }
         let home = env["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
         return URL(fileURLWithPath: home).appendingPathComponent(".local/state/vaka").appendingPathComponent(app)
+    }
+
+    /// The name of a program's default storage directory: `<name>-<hash>`.
+    /// - `<hash>`: 8 lower-case hex digits, the 32-bit FNV-1a hash of the UTF-8 bytes of the program's
+    ///   absolute path (stable across runs, Swift versions and machines). That path is `argv0` made absolute
+    ///   against the working directory with symbolic links resolved (`realpath(3)`) when `argv0` contains a `/`
+    ///   (`./server`, `/srv/billing/server`; kept as written, `.` and `..` removed, when it does not resolve),
+    ///   else (a name found through `PATH`, an empty or missing `argv0`) the target of `/proc/self/exe`.
+    ///   So `/srv/billing/server` and `/srv/search/server` get different directories, while one program started
+    ///   as `./server`, as `/srv/billing/server` or through `PATH` or a symbolic link gets the same one.
+    /// - `<name>`: the last path component of `argv0`, else of that absolute path, else `program`; ASCII
+    ///   control characters and `\` replaced by `_`, at most 64 UTF-8 bytes. Never empty, `.` or `..`.
+    public static func programDirectoryName(argv0: String?) -> String {
+        func usable(_ component: String) -> Bool { !component.isEmpty && component != "." && component != ".." }
+        func lastComponent(_ path: String) -> String { path.split(separator: "/").last.map(String.init) ?? "" }
+        var path: String?
+        if let argv0, argv0.contains("/"), !argv0.hasSuffix("/"), usable(lastComponent(argv0)) {
+            let absolute = argv0.hasPrefix("/") ? argv0 : FileManager.default.currentDirectoryPath + "/" + argv0
+            if let resolved = realpath(absolute, nil) {
+                path = String(cString: resolved)
+                free(resolved)
+            } else {
+                path = URL(fileURLWithPath: absolute).standardizedFileURL.path
+            }
+        }
+        if path == nil, let resolved = realpath("/proc/self/exe", nil) {
+            path = String(cString: resolved)
+            free(resolved)
+        }
+        let identity = path ?? argv0 ?? ""
+        var hash: UInt32 = 0x811C_9DC5
+        for byte in identity.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
+        var name = argv0.map(lastComponent) ?? ""
+        if !usable(name) { name = lastComponent(identity) }
+        if !usable(name) { name = "program" }
+        name = Options.bounded(name, maxBytes: 64)  // control characters (and `/`, `\`) become `_`
+        if !usable(name) { name = "program" }
+        let hex = String(hash, radix: 16)
+        return "\(name)-\(String(repeating: "0", count: 8 - hex.count))\(hex)"
     }
 
     private static let lastScreen = LockedValue<String?>(nil)

@@ -137,7 +137,7 @@ func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withSc
     scenario?.run(storage)
     let flushTimeout = Double(ProcessInfo.processInfo.environment["VAKA_FLUSH_TIMEOUT"] ?? "") ?? 30
     let sent = Vaka.flush(timeout: flushTimeout)
-    if !sent { FileHandle.standardError.write(Data("vaka-crashme: flush did not empty the queue\n".utf8)) }
+    if !sent { writeErr("vaka-crashme: flush did not empty the queue\n") }
     exit(0)
 }
 

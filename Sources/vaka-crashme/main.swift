@@ -31,8 +31,21 @@ let usage = """
     Scenarios:
     """
 
+/// Writes `text` to stderr with write(2) (retrying `EINTR` and short writes), ignoring errors:
+/// `FileHandle.write` traps on a write error (a full disk, a closed stderr).
+func writeErr(_ text: String) {
+    let data = Array(text.utf8)
+    var done = 0
+    while done < data.count {
+        let n = data[done...].withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 { return }
+        done += n
+    }
+}
+
 func fail(_ message: String, status: Int32) -> Never {
-    FileHandle.standardError.write(Data("vaka-crashme: \(message)\n".utf8))
+    writeErr("vaka-crashme: \(message)\n")
     exit(status)
 }
 

@@ -7,7 +7,7 @@ let outboxUsage = """
            vaka outbox show ENVELOPE [--storage DIR]
 
     Without a DSN, Vaka writes every envelope to DIR/outbox/<UTC time>-<event_id>.envelope instead of sending
-    it (DIR is Vaka.Options.storageDirectory; default ~/.local/state/vaka/<app>). --storage may also come from
+    it (DIR is Vaka.Options.storageDirectory; default ~/.local/state/vaka/<app>-<hash>). --storage may also come from
     $VAKA_STORAGE.
 
       list            One line per envelope, oldest first: file name, size in bytes, item types, and the
@@ -47,12 +47,12 @@ func outboxCommand(_ arguments: ArraySlice<String>) -> Never {
         requireDirectory(storage)
         var info = stat()
         if stat(outbox.directory.path, &info) != 0 && errno == ENOENT {
-            FileHandle.standardError.write(Data("vaka: no envelopes: \(outbox.directory.path) does not exist yet\n".utf8))
+            writeErr("vaka: no envelopes: \(outbox.directory.path) does not exist yet\n")
             exit(0)
         }
         requireDirectory(outbox.directory.path)
         let files = outbox.list()
-        if files.isEmpty { FileHandle.standardError.write(Data("vaka: no envelopes in \(outbox.directory.path)\n".utf8)) }
+        if files.isEmpty { writeErr("vaka: no envelopes in \(outbox.directory.path)\n") }
         for url in files {
             let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) ?? 0
             guard let envelope = try? outbox.read(url) else {

@@ -1,7 +1,8 @@
 // The `vaka` command-line tool. Plain argument parsing (no outside packages).
 //
-// Exit status: 0 success; 1 the command failed (missing, unreadable, empty or invalid input, …); 2 usage error.
-// Every failure prints one `vaka: ...` line on stderr.
+// Exit status: 0 success; 1 the command failed (missing, unreadable, empty or invalid input, output that cannot
+// be written, …); 2 usage error. Every failure prints one `vaka: ...` line on stderr. All output goes through
+// Output.swift (write(2); never FileHandle.write, which traps on a write error).
 import Foundation
 import Vaka
 import VakaSymbolication
@@ -28,8 +29,10 @@ let toolUsage = """
       --version       Print the version.
 
     Exit status: 0 success; 1 the command failed: a missing, unreadable or empty input file, a directory
-    where a file is expected (or the reverse), an invalid report, event or envelope; 2 usage error (unknown
-    command or option, missing or extra arguments). Every failure prints one `vaka: ...` line on stderr.
+    where a file is expected (or the reverse), an invalid report, event or envelope, output that cannot be
+    written (a full disk, a closed stdout, a file over the size limit); 2 usage error (unknown command or
+    option, missing or extra arguments). Every failure prints one `vaka: ...` line on stderr. A reader that
+    goes away (`vaka ... | head -c1`) ends vaka by SIGPIPE, quietly, like other filters.
 
     """
 
@@ -43,7 +46,7 @@ let reportUsage = """
     report's build IDs. For debug files kept elsewhere use `vaka symbolicate FILE --debug-dir DIR`.
 
     Arguments:
-      FILE            The report file, e.g. ~/.local/state/vaka/<app>/crashes/<run-id>.crash.
+      FILE            The report file, e.g. ~/.local/state/vaka/<app>-<hash>/crashes/<run-id>.crash.
 
     Options:
       --pretty        Indent the JSON.
@@ -55,13 +58,10 @@ let reportUsage = """
 
     """
 
+/// Prints `vaka: <message>` on stderr and exits with `status`.
 func fail(_ message: String, status: Int32) -> Never {
-    FileHandle.standardError.write(Data("vaka: \(message)\n".utf8))
+    writeErr("vaka: \(message)\n")
     exit(status)
-}
-
-func printOut(_ text: String) {
-    FileHandle.standardOutput.write(Data(text.utf8))
 }
 
 /// Why `path` cannot serve as an input file, as the text after `vaka: PATH: `, or `nil` when it is a
@@ -173,15 +173,14 @@ func convert(_ arguments: ArraySlice<String>) -> Never {
         fail("\(path): cannot encode the event: \(error)", status: 1)
     }
     if report.isTruncated {
-        FileHandle.standardError.write(Data("vaka: warning: \(path): the report is truncated; the event is partial\n".utf8))
+        writeErr("vaka: warning: \(path): the report is truncated; the event is partial\n")
     }
     let skipped = report.diagnostics.skippedLongLines + report.diagnostics.malformedLines
     if skipped > 0 {
         let first = report.diagnostics.problems.first.map { " (first: \($0))" } ?? ""
-        FileHandle.standardError.write(Data("vaka: warning: \(path): skipped \(skipped) bad line(s)\(first)\n".utf8))
+        writeErr("vaka: warning: \(path): skipped \(skipped) bad line(s)\(first)\n")
     }
-    FileHandle.standardOutput.write(json)
-    FileHandle.standardOutput.write(Data("\n".utf8))
+    writeOut(json + Data("\n".utf8))
     exit(0)
 }
 
@@ -304,7 +303,7 @@ func symbolicate(_ arguments: ArraySlice<String>) -> Never {
             fail("\(path): cannot encode the event: \(error)", status: 1)
         }
         if report.isTruncated {
-            FileHandle.standardError.write(Data("vaka: warning: \(path): the report is truncated; the event is partial\n".utf8))
+            writeErr("vaka: warning: \(path): the report is truncated; the event is partial\n")
         }
     } else {
         let event: JSONValue
@@ -327,12 +326,11 @@ func symbolicate(_ arguments: ArraySlice<String>) -> Never {
     }
     let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1_000_000
     let cpu = cpuMilliseconds() - startedCPU
-    FileHandle.standardOutput.write(json)
-    FileHandle.standardOutput.write(Data("\n".utf8))
+    writeOut(json + Data("\n".utf8))
     if options.flags.contains("--stats") {
         let stats = String(format: "{\"frames\":%d,\"resolved_frames\":%d,\"files_opened\":%d,\"symbolicate_ms\":%.3f,\"cpu_ms\":%.3f}\n",
                            frames, resolved, symbolicator.openedFileCount, elapsed, cpu)
-        FileHandle.standardError.write(Data(stats.utf8))
+        writeErr(stats)
     }
     exit(0)
 }
@@ -345,14 +343,14 @@ func debugFilesCheck(_ arguments: ArraySlice<String>) -> Never {
     var failed = false
     for path in options.files {
         if let problem = inputFileProblem(path) {
-            FileHandle.standardError.write(Data("vaka: \(path): \(problem)\n".utf8))
+            writeErr("vaka: \(path): \(problem)\n")
             failed = true
             continue
         }
         do {
             checks.append(try DebugFileCheck(path: path))
         } catch {
-            FileHandle.standardError.write(Data("vaka: \(error)\n".utf8))
+            writeErr("vaka: \(error)\n")
             failed = true
         }
     }
@@ -360,7 +358,7 @@ func debugFilesCheck(_ arguments: ArraySlice<String>) -> Never {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let data = try? (options.files.count == 1 ? checks.first.map { try encoder.encode($0) } : encoder.encode(checks))
-        if let data { FileHandle.standardOutput.write(data + Data("\n".utf8)) }
+        if let data { writeOut(data + Data("\n".utf8)) }
     } else {
         for check in checks {
             let variant = check.variants.first
@@ -415,7 +413,7 @@ func debugFilesCollect(_ arguments: ArraySlice<String>) -> Never {
             printOut("skipped \(entry.source): \(reason)\n")
         }
     }
-    FileHandle.standardError.write(Data("vaka: collected \(copied) file(s) into \(outputs[0])\n".utf8))
+    writeErr("vaka: collected \(copied) file(s) into \(outputs[0])\n")
     exit(failed ? 1 : 0)
 }
 
@@ -438,9 +436,10 @@ func report(_ arguments: ArraySlice<String>) -> Never {
     }
 }
 
+prepareOutput()
 let arguments = CommandLine.arguments.dropFirst()
 guard let command = arguments.first else {
-    FileHandle.standardError.write(Data(toolUsage.utf8))
+    writeErr(toolUsage)
     exit(2)
 }
 switch command {

@@ -137,9 +137,14 @@ extension Client {
 /// reports an event settled (``Uploader/onEventSettled``), its report and run directory are deleted
 /// (accepted) or the report is set aside as `<run-id>.crash.dropped` with the reason beside it (given up).
 ///
+/// One event id may have several report files: a copy of a report (`zz-copy.crash`), a fork child's report
+/// renamed — any two files with the same `run_id` (and pid, for a fork child) give the same `event_id`. The
+/// ledger keeps every file watched for an event id, and settles all of them together (each report deleted or
+/// set aside, each run directory removed once), so a copy is neither left behind nor sent again.
+///
 /// The delivery thread starts sending `pending/` (possibly a crash queued by an earlier launch) before the
 /// crash join runs; settlements of events not watched yet are remembered until ``finishJoin()`` so that the
-/// join can act on them (``watch(_:_:)``). Thread-safe.
+/// join can act on them (``watch(_:_:)``), for every file of that event id. Thread-safe.
 final class CrashLedger: @unchecked Sendable {
     /// The files of one crash.
     struct Entry: Equatable {
@@ -150,7 +155,7 @@ final class CrashLedger: @unchecked Sendable {
     }
 
     private let lock = NSLock()
-    private var watched: [String: Entry] = [:]
+    private var watched: [String: [Entry]] = [:]
     private var early: [String: Uploader.EventSettlement] = [:]
     private var joining = true
     private let log: ((String) -> Void)?
@@ -158,16 +163,26 @@ final class CrashLedger: @unchecked Sendable {
     /// A ledger logging to `log` (debug output).
     init(log: ((String) -> Void)?) { self.log = log }
 
-    /// Watches `eventID`. Returns how it ended when the uploader already settled it in this process (the
-    /// caller then ``resolve(_:_:_:)``s it); `nil` when it is now watched.
+    /// Watches `entry`'s files for `eventID`, besides any other entry already watched for it (the same entry
+    /// twice counts once). Returns how the event ended when the uploader already settled it in this process
+    /// (the caller then ``resolve(_:_:_:)``s the entry); that outcome is kept until ``finishJoin()``, so every
+    /// other file of the same event id is settled the same way; `nil` when the entry is now watched.
     func watch(_ eventID: String, _ entry: Entry) -> Uploader.EventSettlement? {
         lock.lock(); defer { lock.unlock() }
-        if let outcome = early.removeValue(forKey: eventID) { return outcome }
-        watched[eventID] = entry
+        if let outcome = early[eventID] { return outcome }
+        var entries = watched[eventID] ?? []
+        if !entries.contains(entry) { entries.append(entry) }
+        watched[eventID] = entries
         return nil
     }
 
-    /// Stops watching `eventID` (its envelope could not be persisted).
+    /// The entries watched for `eventID` (empty when none), in the order they were watched.
+    func entries(_ eventID: String) -> [Entry] {
+        lock.lock(); defer { lock.unlock() }
+        return watched[eventID] ?? []
+    }
+
+    /// Stops watching every entry of `eventID` (its envelope could not be persisted).
     func unwatch(_ eventID: String) {
         lock.lock(); watched[eventID] = nil; lock.unlock()
     }
@@ -180,13 +195,16 @@ final class CrashLedger: @unchecked Sendable {
     /// Event `eventID` was accepted or given up (called by the uploader on the delivery thread).
     func settled(_ eventID: String, _ outcome: Uploader.EventSettlement) {
         lock.lock()
-        guard let entry = watched.removeValue(forKey: eventID) else {
-            if joining, early.count < 10_000 { early[eventID] = outcome }  // bounded even if the join never runs
-            lock.unlock()
-            return
-        }
+        // Remembered during the join also when watched: a copy of the report may be found after this.
+        if joining, early.count < 10_000 { early[eventID] = outcome }  // bounded even if the join never runs
+        let entries = watched.removeValue(forKey: eventID) ?? []
         lock.unlock()
-        resolve(eventID, entry, outcome)
+        // Each run directory once: a later entry naming an already removed directory does not name it again.
+        var removedDirectories = Set<URL>()
+        for var entry in entries {
+            if let dir = entry.runDirectory, !removedDirectories.insert(dir.standardizedFileURL).inserted { entry.runDirectory = nil }
+            resolve(eventID, entry, outcome)
+        }
     }
 
     /// Deletes the crash's files (accepted), or renames the report to `.crash.dropped` and writes the

@@ -17,6 +17,9 @@ import Foundation
 /// - breadcrumb `data` values: 1024 (``maxBreadcrumbDataChars``); at most the last 100 breadcrumbs;
 /// - `extra`: a string value 16384 (``maxExtraValueChars``, Sentry's 16 kB per item); all of `extra` at most
 ///   256 KiB of JSON (Sentry's total), the largest entries dropped first;
+/// - identity fields, which no trimming step changes (``limitIdentity(_:_:)``): `release` 200 UTF-8 bytes and
+///   `environment` 64 (Relay's limits; control characters, `/` and `\` become `_`), `dist` 64, `server_name`
+///   200, `sdk` strings 200; so an identity field can never keep an event over its budget;
 /// - every other string: 8192;
 /// - stack traces: at most 250 frames each (``maxFrames``, Relay's hard limit), keeping the oldest 125 and the
 ///   newest 125 (Relay alone would keep only the newest 250).
@@ -243,9 +246,41 @@ public struct EventBudget: Sendable, Equatable {
     static let identityKeys: Set<String> = ["event_id", "timestamp", "platform", "level", "release", "environment",
                                             "dist", "sdk", "type"]
 
+    /// Most Unicode scalars of `dist` (Relay drops a longer one).
+    static let maxDistChars = 64
+
+    /// The per-field limits of the identity keys, which no trimming step touches, so that they can never keep
+    /// an event over its budget (an option set by mistake to a whole file, a tampered `scope.json`):
+    /// `release` and `environment` as ``Vaka/Options/boundedRelease(_:)`` and
+    /// ``Vaka/Options/boundedEnvironment(_:)`` make them (200 and 64 UTF-8 bytes, Relay's limits); `dist` 64
+    /// scalars; `server_name` 200 (Sentry turns it into a tag); `sdk` strings 200 and its lists (`packages`,
+    /// `integrations`) 100 entries; any other string of `event_id`, `timestamp`, `platform`, `level`, `type`
+    /// 200. Each value is only read unless it is over its limit.
+    static func limitIdentity(_ e: inout [String: JSONValue], _ trace: inout Trace) {
+        for (key, bound) in [("release", Vaka.Options.boundedRelease), ("environment", Vaka.Options.boundedEnvironment)] {
+            if case .string(let s)? = e[key], case let b = bound(s), b != s { e[key] = .string(b); trace.strings += 1 }
+        }
+        if case .string(let s)? = e["dist"], let cut = truncated(s, maxDistChars) { e["dist"] = .string(cut); trace.strings += 1 }
+        for key in ["event_id", "timestamp", "platform", "level", "type", "server_name", "release", "environment", "dist"] {
+            if let value = e[key], exceeds(value, maxTagChars) { capStrings(&e[key]!, cap: maxTagChars, &trace) }
+        }
+        if case .object(var sdk)? = e["sdk"], exceeds(.object(sdk), maxTagChars) || sdk.values.contains(where: {
+            if case .array(let a) = $0 { return a.count > 100 }
+            return false
+        }) {
+            for (k, v) in sdk {
+                if case .array(let a) = v, a.count > 100 { sdk[k] = .array(Array(a.prefix(100))); trace.entries += a.count - 100 }
+            }
+            var value = JSONValue.object(sdk)
+            capStrings(&value, cap: maxTagChars, &trace)
+            e["sdk"] = value
+        }
+    }
+
     /// Applies the per-field limits. Each field is first only read; it is rebuilt only when over a limit (the
     /// common event is not copied). `eventBytes`: the encoded event's size, a bound on `extra`'s.
     static func applyFieldLimits(_ e: inout [String: JSONValue], eventBytes: Int, _ trace: inout Trace) {
+        limitIdentity(&e, &trace)
         for key in e.keys.sorted() where !identityKeys.contains(key) {
             let value = e[key]!
             switch key {

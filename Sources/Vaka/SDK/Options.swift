@@ -19,8 +19,12 @@ extension Vaka {
         /// The release every event and session carries (`release`, `attrs.release`). `nil` selects
         /// ``Vaka/defaultRelease()``: `$VAKA_RELEASE` when set, else `<executable name>@0.0.0+<first 12 hex
         /// digits of the executable's GNU build ID>` (e.g. `myapp@0.0.0+68220ae2c65d`), else `<executable name>@0.0.0`.
+        /// Made acceptable to Relay at ``Vaka/start(_:)`` (``boundedRelease(_:)``: control characters, `/` and
+        /// `\` become `_`, cut to 200 UTF-8 bytes), with one `[vaka]` line on stderr when changed.
         public var release: String?
-        /// The environment (`environment`, `attrs.environment`). Default `"production"`.
+        /// The environment (`environment`, `attrs.environment`). Default `"production"`. Made acceptable to
+        /// Relay at ``Vaka/start(_:)`` (``boundedEnvironment(_:)``: control characters, `/` and `\` become `_`,
+        /// cut to 64 UTF-8 bytes), with one `[vaka]` line on stderr when changed.
         public var environment: String
         /// Install the crash handlers and send last run's crash at the next start. Default `true`.
         public var crashReporting: Bool
@@ -38,11 +42,15 @@ extension Vaka {
         public var debug: Bool
         /// `false` makes every call a no-op (nothing installed, written or sent). Default `true`.
         public var enabled: Bool
-        /// Tags put on every event (`tags`); ``Vaka/setTag(_:_:)`` adds more. Default empty.
+        /// Tags put on every event (`tags`); ``Vaka/setTag(_:_:)`` adds more. Default empty. Keys and values are
+        /// cut to 200 Unicode scalars at ``Vaka/start(_:)`` (Sentry's tag limits; one `[vaka]` line on stderr
+        /// when any is); an event with more tags than its byte budget holds loses the last ones (``EventBudget``).
         public var tags: [String: String]
         /// Where Vaka keeps its files (`crashes/`, `runs/`, `pending/`, `outbox/`, `anon_id`). `nil` selects
-        /// `$XDG_STATE_HOME/vaka/<executable name>` (when `XDG_STATE_HOME` is an absolute path), else
-        /// `~/.local/state/vaka/<executable name>`. Directories are created with mode 0700, files 0600.
+        /// ``Vaka/defaultStorageDirectory()``: `$XDG_STATE_HOME/vaka/<program name>-<8 hex digits>` (when
+        /// `XDG_STATE_HOME` is an absolute path), else `~/.local/state/vaka/<program name>-<8 hex digits>`, the
+        /// hex digits a hash of the program's absolute path, so two programs with the same name in different
+        /// directories never share one. Directories are created with mode 0700, files 0600.
         public var storageDirectory: URL?
 
         /// Options with a DSN (or none: outbox mode). Parameters are described on the properties.
@@ -86,5 +94,88 @@ extension Vaka {
             if key != nil || endpoint != nil { return try DSN(key: key ?? "", endpoint: endpoint ?? "") }
             return nil
         }
+    }
+}
+
+extension Vaka.Options {
+    /// Most UTF-8 bytes of a release (Relay drops a longer `release` from the event, and Sentry refuses the
+    /// session of one).
+    public static let maxReleaseBytes = 200
+    /// Most UTF-8 bytes of an environment (Relay drops a longer `environment`).
+    public static let maxEnvironmentBytes = 64
+    /// Most Unicode scalars of a user id (``Vaka/identify(_:)``) and of a tag key or value: Sentry's tag value
+    /// limit (the user id is also indexed as the `user` tag).
+    public static let maxTagChars = 200
+
+    /// `release` as Relay accepts it: ASCII control characters (newline, tab, ...), `/` and `\` (which Relay
+    /// refuses in a release) replaced by `_`, then cut to ``maxReleaseBytes`` UTF-8 bytes at a Unicode scalar
+    /// boundary. Relay also refuses the exact values `.`, `..`, ` ` (one space), `latest` and the empty string;
+    /// those are left as they are (the server then stores the event without a release).
+    public static func boundedRelease(_ release: String) -> String {
+        bounded(release, maxBytes: maxReleaseBytes)
+    }
+
+    /// `environment` as Relay accepts it: ASCII control characters, `/` and `\` replaced by `_`, then cut to
+    /// ``maxEnvironmentBytes`` UTF-8 bytes at a Unicode scalar boundary. (`None`, which Relay also refuses, is
+    /// left as it is.)
+    public static func boundedEnvironment(_ environment: String) -> String {
+        bounded(environment, maxBytes: maxEnvironmentBytes)
+    }
+
+    /// `s` with ASCII control characters, `/` and `\` replaced by `_`, cut to `maxBytes` UTF-8 bytes at a Unicode
+    /// scalar boundary. Returns `s` itself (no copy) when nothing needs to change.
+    static func bounded(_ s: String, maxBytes: Int) -> String {
+        let clean = !s.utf8.contains { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "\\") }
+        if clean && s.utf8.count <= maxBytes { return s }
+        var out = String.UnicodeScalarView()
+        var bytes = 0
+        for scalar in s.unicodeScalars {
+            let v = scalar.value
+            let replaced: Unicode.Scalar = (v < 0x20 || v == 0x7F || scalar == "/" || scalar == "\\") ? "_" : scalar
+            let size = UTF8.width(replaced)
+            if bytes + size > maxBytes { break }
+            out.append(replaced)
+            bytes += size
+        }
+        return String(out)
+    }
+
+    /// `s` cut to `maxChars` Unicode scalars (no mark added), or `s` itself when not longer.
+    static func cut(_ s: String, maxChars: Int) -> String {
+        if s.utf8.count <= maxChars { return s }  // at least one byte per scalar
+        let scalars = s.unicodeScalars
+        guard scalars.count > maxChars else { return s }
+        return String(String.UnicodeScalarView(scalars.prefix(maxChars)))
+    }
+
+    /// These options with ``release``, ``environment`` and ``tags`` made acceptable to Sentry (see each
+    /// property). `note` gets one line per field that was changed (``Vaka/start(_:)`` prints it on stderr):
+    /// a value set by mistake (a whole file read into `release`) would otherwise make every event too large or
+    /// be dropped by the server.
+    func bounded(note: (String) -> Void) -> Vaka.Options {
+        var o = self
+        if let release, case let b = Self.boundedRelease(release), b != release {
+            o.release = b
+            note("release of \(release.utf8.count) bytes changed to \(b.utf8.count) bytes (Relay refuses a release over \(Self.maxReleaseBytes) bytes or with control characters, / or \\)")
+        }
+        let env = Self.boundedEnvironment(environment)
+        if env != environment {
+            o.environment = env
+            note("environment of \(environment.utf8.count) bytes changed to \(env.utf8.count) bytes (Relay refuses an environment over \(Self.maxEnvironmentBytes) bytes or with control characters, / or \\)")
+        }
+        if tags.contains(where: { $0.key.utf8.count > Self.maxTagChars || $0.value.utf8.count > Self.maxTagChars }) {
+            var cutTags: [String: String] = [:]
+            var changed = 0
+            for (key, value) in tags {
+                let k = Self.cut(key, maxChars: Self.maxTagChars), v = Self.cut(value, maxChars: Self.maxTagChars)
+                if k != key || v != value { changed += 1 }
+                cutTags[k] = v
+            }
+            if changed > 0 {
+                o.tags = cutTags
+                note("\(changed) tag(s) cut to \(Self.maxTagChars) characters per key and value (Sentry's tag limits)")
+            }
+        }
+        return o
     }
 }

@@ -1,0 +1,182 @@
+import XCTest
+#if canImport(Glibc)
+import Glibc
+#endif
+@testable import Vaka
+
+/// Kinds 5 and 6 of the SDK adversary's findings (issue 8), through the public facade:
+/// - every value from options or calls that goes into an event is bounded as Sentry/Relay keep it (release,
+///   environment, tags, user id), cut at `start` with one `[vaka]` line on stderr;
+/// - the default storage directory is one per program (name plus a hash of its absolute path), never the
+///   shared `vaka/` root or a parent of it.
+final class IdentityAndStorageTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    /// Runs `body` with fd 2 on a temporary file; returns what was written to stderr.
+    private func capturingStandardError(_ body: () throws -> Void) rethrows -> String {
+        let file = dirs.make("stderr").appendingPathComponent("stderr.txt")
+        let fd = open(file.path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        let saved = dup(2)
+        dup2(fd, 2)
+        close(fd)
+        defer { dup2(saved, 2); close(saved) }
+        try body()
+        return (try? String(contentsOf: file, encoding: .utf8)) ?? ""
+    }
+
+    /// The events written to `<storage>/outbox/` (outbox mode: no DSN).
+    private func outboxEvents(_ storage: URL) throws -> [[String: Any]] {
+        let outbox = storage.appendingPathComponent("outbox")
+        return try FileManager.default.contentsOfDirectory(atPath: outbox.path).sorted().flatMap { name -> [[String: Any]] in
+            let envelope = try Envelope(data: Data(contentsOf: outbox.appendingPathComponent(name)))
+            return try envelope.items.filter { $0.type == .event }.map {
+                try XCTUnwrap(try JSONSerialization.jsonObject(with: $0.payload) as? [String: Any])
+            }
+        }
+    }
+
+    // MARK: - Kind 5: bounded identity fields
+
+    /// A 1.2 M-character release with a newline and a `/`, a 100,000-character environment, 1,000 tags with
+    /// 1,000-character keys and values, a 1 MB user id and a 1 MB tag through `setTag`: `start` cuts them with
+    /// one stderr line per option, and the event written is within the budget with every field as Relay
+    /// accepts it.
+    func testHugeOptionsAndFacadeValuesAreCutAtStartAndTheEventFits() throws {
+        let storage = dirs.make("identity")
+        let release = "app@1.0/" + String(repeating: "r", count: 1_200_000) + "\n"
+        var tags: [String: String] = [:]
+        for i in 0..<1_000 { tags["k\(i)-" + String(repeating: "k", count: 1_000)] = String(repeating: "v", count: 1_000) }
+        let stderr = capturingStandardError {
+            Vaka.start(Vaka.Options(release: release, environment: String(repeating: "e", count: 100_000),
+                                    crashReporting: false, sessionTracking: false, tags: tags, storageDirectory: storage))
+        }
+        defer { Vaka.close() }
+        let lines = stderr.split(separator: "\n")
+        XCTAssertEqual(lines.filter { $0.hasPrefix("[vaka] release of 1200009 bytes changed to 200 bytes") }.count, 1, stderr)
+        XCTAssertEqual(lines.filter { $0.hasPrefix("[vaka] environment of 100000 bytes changed to 64 bytes") }.count, 1, stderr)
+        XCTAssertEqual(lines.filter { $0.hasPrefix("[vaka] 1000 tag(s) cut to 200 characters") }.count, 1, stderr)
+        XCTAssertLessThan(stderr.utf8.count, 2_000, "one short line each, not the values: \(stderr.prefix(500))")
+
+        Vaka.identify(String(repeating: "u", count: 1_000_000))
+        Vaka.setTag(String(repeating: "t", count: 1_000_000), String(repeating: "w", count: 1_000_000))
+        Vaka.capture(message: "boom", level: .error)
+        Vaka.close()
+
+        let events = try outboxEvents(storage)
+        XCTAssertEqual(events.count, 1)
+        let event = try XCTUnwrap(events.first)
+        let data = try JSONSerialization.data(withJSONObject: event)
+        XCTAssertLessThanOrEqual(data.count, EventBudget.standard.maxEventBytes)
+        let cutRelease = try XCTUnwrap(event["release"] as? String)
+        XCTAssertEqual(cutRelease.utf8.count, 200)
+        XCTAssertTrue(cutRelease.hasPrefix("app@1.0_rrr"), "`/` replaced: \(cutRelease.prefix(20))")
+        XCTAssertEqual((event["environment"] as? String)?.utf8.count, 64)
+        let user = try XCTUnwrap((event["user"] as? [String: Any])?["id"] as? String)
+        XCTAssertEqual(user.count, 200)
+        let eventTags = try XCTUnwrap(event["tags"] as? [String: String])
+        XCTAssertFalse(eventTags.isEmpty)
+        for (key, value) in eventTags {
+            XCTAssertLessThanOrEqual(key.count, 200)
+            XCTAssertLessThanOrEqual(value.count, 200)
+        }
+        XCTAssertEqual(eventTags[String(repeating: "t", count: 200)], String(repeating: "w", count: 200), "setTag cut, not dropped")
+        XCTAssertEqual(((event["contexts"] as? [String: Any])?["app"] as? [String: Any])?["app_version"] as? String, cutRelease)
+    }
+
+    /// `$VAKA_RELEASE` with control characters, a backslash and 300 two-byte characters: the default release
+    /// is cut to 200 UTF-8 bytes (not 200 characters: Relay counts bytes) with `_` for the refused characters.
+    func testDefaultReleaseFromTheEnvironmentIsBoundedInBytes() {
+        let saved = getenv("VAKA_RELEASE").map { String(cString: $0) }
+        defer { if let saved { setenv("VAKA_RELEASE", saved, 1) } else { unsetenv("VAKA_RELEASE") } }
+        setenv("VAKA_RELEASE", "a\tb\\c@" + String(repeating: "é", count: 300), 1)
+        let release = Vaka.defaultRelease()
+        XCTAssertEqual(release.utf8.count, 200)
+        XCTAssertTrue(release.hasPrefix("a_b_c@é"), release)
+        XCTAssertEqual(Vaka.Options.boundedRelease("ok@1.2.3+abc"), "ok@1.2.3+abc", "a good release is left alone")
+        XCTAssertEqual(Vaka.Options.boundedEnvironment("staging"), "staging")
+        XCTAssertEqual(Vaka.Options.boundedEnvironment(String(repeating: "é", count: 40)).utf8.count, 64)
+    }
+
+    // MARK: - Kind 6: one default storage directory per program
+
+    private func withState(_ body: () throws -> Void) rethrows {
+        let savedXDG = getenv("XDG_STATE_HOME").map { String(cString: $0) }
+        defer { if let savedXDG { setenv("XDG_STATE_HOME", savedXDG, 1) } else { unsetenv("XDG_STATE_HOME") } }
+        setenv("XDG_STATE_HOME", "/tmp/vaka-identity-state", 1)
+        try body()
+    }
+
+    /// The default storage directory a process with `argv[0]` = `argv0` gets (`$XDG_STATE_HOME/vaka/` and
+    /// ``Vaka/programDirectoryName(argv0:)``, as ``Vaka/defaultStorageDirectory()`` composes them; see
+    /// ``testDefaultStorageDirectoryIsTheProgramDirectoryUnderXDGState()``), normalized.
+    private func storage(argv0: String) -> String {
+        URL(fileURLWithPath: "/tmp/vaka-identity-state/vaka").appendingPathComponent(Vaka.programDirectoryName(argv0: argv0))
+            .standardizedFileURL.path
+    }
+
+    /// `defaultStorageDirectory()` = `$XDG_STATE_HOME/vaka/<programDirectoryName(argv[0])>`.
+    func testDefaultStorageDirectoryIsTheProgramDirectoryUnderXDGState() {
+        withState {
+            XCTAssertEqual(Vaka.defaultStorageDirectory().path,
+                           "/tmp/vaka-identity-state/vaka/" + Vaka.programDirectoryName(argv0: CommandLine.arguments.first))
+        }
+    }
+
+    /// `argv[0]` values an `execve` caller may choose: `/`, empty, `.`, `..`, `//`, `a/`, `/..`, `../..`: the
+    /// directory is always a named child of `vaka/`, never `vaka/` itself or a parent.
+    func testOddArgv0NeverGivesTheSharedRootOrAParent() {
+        withState {
+            let root = "/tmp/vaka-identity-state/vaka"
+            for argv0 in ["/", "", ".", "..", "//", "a/", "/..", "../..", "./", "\n", "x/.."] {
+                let path = storage(argv0: argv0)
+                XCTAssertEqual((path as NSString).deletingLastPathComponent, root, "argv[0] \(argv0.debugDescription) gives \(path)")
+                let name = (path as NSString).lastPathComponent
+                XCTAssertNotNil(name.range(of: "^[^/\\x00-\\x1f]+-[0-9a-f]{8}$", options: .regularExpression),
+                                "argv[0] \(argv0.debugDescription) gives the name \(name.debugDescription)")
+            }
+        }
+    }
+
+    /// One program reached by different `argv[0]` (its absolute path, a symbolic link, a path with `.`) gets
+    /// one directory; another file with the same base name gets another. The hash is FNV-1a of the path, so it
+    /// is the same in every Vaka version and process.
+    func testSameProgramSameDirectoryOtherProgramOtherDirectory() throws {
+        let dir = dirs.make("programs")
+        for sub in ["a", "b", "links"] {
+            try FileManager.default.createDirectory(at: dir.appendingPathComponent(sub), withIntermediateDirectories: true)
+        }
+        let a = dir.appendingPathComponent("a/server"), b = dir.appendingPathComponent("b/server")
+        for file in [a, b] { XCTAssertTrue(FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8))) }
+        let link = dir.appendingPathComponent("links/server")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: a)
+        withState {
+            let viaPath = storage(argv0: a.path)
+            XCTAssertEqual(storage(argv0: link.path), viaPath, "through a symbolic link")
+            XCTAssertEqual(storage(argv0: dir.path + "/b/../a/./server"), viaPath, "with . and ..")
+            XCTAssertNotEqual(storage(argv0: b.path), viaPath, "another program named server")
+            XCTAssertTrue((viaPath as NSString).lastPathComponent.hasPrefix("server-"), viaPath)
+        }
+        // FNV-1a 32 of "/srv/billing/server", computed independently: python3 -c 'h=0x811c9dc5
+        // for c in b"/srv/billing/server": h=((h^c)*0x01000193)&0xffffffff
+        // print("%08x"%h)'
+        XCTAssertEqual(Vaka.programDirectoryName(argv0: "/srv/billing/server"), "server-43831043")
+    }
+
+    /// A name without `/` (found through `PATH`) is hashed from `/proc/self/exe`: the same directory as the
+    /// executable's own path would give.
+    func testNameFoundThroughPATHUsesTheExecutablesPath() throws {
+        let exe = try XCTUnwrap(realpath("/proc/self/exe", nil).map { p -> String in defer { free(p) }; return String(cString: p) })
+        let viaPATH = Vaka.programDirectoryName(argv0: "myserver")
+        XCTAssertEqual(viaPATH, "myserver-\(Self.fnv1a(exe))")
+        XCTAssertEqual(String(Vaka.programDirectoryName(argv0: exe).suffix(9)), String(viaPATH.suffix(9)))
+        XCTAssertEqual(Vaka.programDirectoryName(argv0: nil), "\((exe as NSString).lastPathComponent)-\(Self.fnv1a(exe))")
+    }
+
+    /// The reference FNV-1a (32 bit), 8 hex digits.
+    private static func fnv1a(_ s: String) -> String {
+        var h: UInt32 = 2_166_136_261
+        for c in s.utf8 { h = (h ^ UInt32(c)) &* 16_777_619 }
+        return String(format: "%08x", h)
+    }
+}
