@@ -125,10 +125,18 @@ final class BreadcrumbStore {
         }
     }
 
+    /// Most bytes read from the end of a breadcrumbs file by ``load(runDirectory:capacity:)``: 4 MiB, room for
+    /// 100 breadcrumbs of 40 KiB each (more than an event keeps of one: ``EventBudget`` cuts a breadcrumb's
+    /// message to 8192 characters and its data values to 1024). The file the SDK writes holds at most
+    /// 2 × 100 lines; a bigger one (damaged, or grown by something else) is never read whole.
+    static let maxLoadBytes = 4 << 20
+
     /// The last `capacity` breadcrumbs a run left in `runDirectory` (oldest first); empty when there is no file.
-    /// Lines that are not a whole JSON breadcrumb (e.g. cut short by a crash) are skipped.
+    /// Only the last ``maxLoadBytes`` of the file are read (a 1 GiB file costs one 4 MiB read); lines that are
+    /// not a whole JSON breadcrumb (cut short by a crash, or by where that tail starts) are skipped.
     static func load(runDirectory: URL, capacity: Int = BreadcrumbStore.defaultCapacity) -> [Breadcrumb] {
-        guard let data = try? Data(contentsOf: runDirectory.appendingPathComponent("breadcrumbs.jsonl")) else { return [] }
+        let path = runDirectory.appendingPathComponent("breadcrumbs.jsonl").path
+        guard let data = PrivateFiles.readTail(path, maxBytes: maxLoadBytes) else { return [] }
         let decoder = JSONDecoder()
         var crumbs: [Breadcrumb] = []
         for line in data.split(separator: 0x0A) where !line.isEmpty {
