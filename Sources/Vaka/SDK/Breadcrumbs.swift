@@ -138,10 +138,25 @@ final class BreadcrumbStore {
         let path = runDirectory.appendingPathComponent("breadcrumbs.jsonl").path
         guard let data = PrivateFiles.readTail(path, maxBytes: maxLoadBytes) else { return [] }
         let decoder = JSONDecoder()
-        var crumbs: [Breadcrumb] = []
-        for line in data.split(separator: 0x0A) where !line.isEmpty {
-            if let crumb = try? decoder.decode(Breadcrumb.self, from: Data(line)) { crumbs.append(crumb) }
+        // Lines found with memchr, newest last; only the last `capacity` lines that decode are kept, and
+        // decoding walks back from the end so that older lines (up to 2 × capacity) are not decoded at all.
+        var lines: [Range<Int>] = []
+        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            guard let base = raw.baseAddress else { return }
+            var start = 0
+            while start < raw.count {
+                var end = raw.count
+                if let hit = memchr(base + start, 0x0A, raw.count - start) {
+                    end = UnsafeRawPointer(hit) - base
+                }
+                if end > start { lines.append(start..<end) }
+                start = end + 1
+            }
         }
-        return Array(crumbs.suffix(capacity))
+        var crumbs: [Breadcrumb] = []
+        for range in lines.reversed() where crumbs.count < max(0, capacity) {
+            if let crumb = try? decoder.decode(Breadcrumb.self, from: data.subdata(in: range)) { crumbs.append(crumb) }
+        }
+        return crumbs.reversed()
     }
 }
