@@ -154,7 +154,20 @@ struct header_sink {
     size_t length;
     size_t capacity;
     int failed;
+    long status;   // from the last status line ("HTTP/1.1 200 OK", "HTTP/2 429")
+    int complete;  // the header block of a final (non-1xx) response ended: its status counts
 };
+
+/// The status code of a status line, 0 when there is none (at most 3 digits are read).
+static long status_of(const char *line, size_t n) {
+    size_t i = 5;
+    while (i < n && line[i] != ' ') i++;
+    while (i < n && line[i] == ' ') i++;
+    long code = 0;
+    int digits = 0;
+    while (i < n && digits < 3 && line[i] >= '0' && line[i] <= '9') code = code * 10 + (line[i++] - '0'), digits++;
+    return digits == 3 ? code : 0;
+}
 
 static size_t on_header(char *buffer, size_t size, size_t count, void *userdata) {
     struct header_sink *sink = userdata;
@@ -162,9 +175,14 @@ static size_t on_header(char *buffer, size_t size, size_t count, void *userdata)
     if (n >= 5 && memcmp(buffer, "HTTP/", 5) == 0) {  // a new response starts
         sink->length = 0;
         if (sink->data) sink->data[0] = '\0';
+        sink->status = status_of(buffer, n);
+        sink->complete = 0;
         return n;
     }
-    if (n == 0 || (n <= 2 && (buffer[0] == '\r' || buffer[0] == '\n'))) return n;  // end of block
+    if (n == 0 || (n <= 2 && (buffer[0] == '\r' || buffer[0] == '\n'))) {  // end of block
+        if (sink->status >= 200) sink->complete = 1;
+        return n;
+    }
     if (sink->failed) return n;
     if (sink->length + n + 1 > sink->capacity) {
         size_t want = sink->capacity ? sink->capacity * 2 : 1024;
@@ -187,10 +205,25 @@ static size_t on_header(char *buffer, size_t size, size_t count, void *userdata)
     return n;
 }
 
+/// Bytes of response body read at most (VAKA_CURL_MAX_BODY); the body is discarded anyway.
+struct body_sink {
+    size_t received;
+    int capped;  // the transfer was aborted at the cap
+};
+
 static size_t on_body(char *buffer, size_t size, size_t count, void *userdata) {
     (void)buffer;
-    (void)userdata;
-    return size * count;  // discarded: the uploader needs only the status and headers
+    struct body_sink *sink = userdata;
+    size_t n = size * count;
+    // Discarded: the uploader needs only the status and headers. A body longer than the cap (an endless
+    // or huge answer) is not read on: returning less than `n` makes curl abort with CURLE_WRITE_ERROR,
+    // and the status of the headers already received decides (see vaka_curl_post).
+    if (n > VAKA_CURL_MAX_BODY - sink->received) {
+        sink->capped = 1;
+        return 0;
+    }
+    sink->received += n;
+    return n;
 }
 
 static vaka_curl_failure finish(vaka_curl_session *s, vaka_curl_result *result, CURLcode rc) {
@@ -234,6 +267,7 @@ vaka_curl_failure vaka_curl_post(vaka_curl_session *s, const char *url, const ch
     struct curl_slist *next = s->lib->slist_append(headers, "Expect:");
     if (next) headers = next;
     struct header_sink sink = {0};
+    struct body_sink body_sink = {0};
     if (timeout_ms < 1) timeout_ms = 1;
 
     CURLcode rc = CURLE_OK;
@@ -258,7 +292,7 @@ vaka_curl_failure vaka_curl_post(vaka_curl_session *s, const char *url, const ch
     SET(CURLOPT_HEADERFUNCTION, on_header);
     SET(CURLOPT_HEADERDATA, &sink);
     SET(CURLOPT_WRITEFUNCTION, on_body);
-    SET(CURLOPT_WRITEDATA, NULL);
+    SET(CURLOPT_WRITEDATA, &body_sink);
     // OpenSSL's standard variables for a private CA (libcurl's built-in bundle path would override them).
     const char *ca_file = getenv("SSL_CERT_FILE");
     if (ca_file && ca_file[0]) SET(CURLOPT_CAINFO, ca_file);
@@ -272,12 +306,27 @@ done:
     s->lib->easy_setopt(e, CURLOPT_HTTPHEADER, (struct curl_slist *)NULL);
     s->lib->easy_setopt(e, CURLOPT_HEADERDATA, (void *)NULL);
     s->lib->easy_setopt(e, CURLOPT_HEADERFUNCTION, (curl_write_callback)NULL);
-    if (rc != CURLE_OK) {
-        free(sink.data);
-        return finish(s, result, rc);
-    }
+    s->lib->easy_setopt(e, CURLOPT_WRITEDATA, (void *)NULL);
     long status = 0;
-    s->lib->easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK) {
+        // The status line and the whole header block of a final response arrived, then the body failed
+        // (our cap, a partial body, a timeout or a reset while reading it): the server has decided, and its
+        // status counts. Anything earlier is a failure to get an answer.
+        if (!sink.complete || sink.status < 200) {
+            free(sink.data);
+            return finish(s, result, rc);
+        }
+        status = sink.status;
+        result->curl_code = (int)rc;
+        if (body_sink.capped) {
+            snprintf(result->error, sizeof result->error, "response body not read past %u bytes", (unsigned)VAKA_CURL_MAX_BODY);
+        } else {
+            const char *text = s->error[0] ? s->error : s->lib->easy_strerror(rc);
+            snprintf(result->error, sizeof result->error, "response body cut short (curl %d: %s)", (int)rc, text);
+        }
+    } else {
+        s->lib->easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    }
     if (status <= 0) {
         free(sink.data);
         result->failure = VAKA_CURL_TRANSIENT;

@@ -186,8 +186,14 @@ final class HostileNumbersTests: XCTestCase {
         let q = try PersistentQueue(storageDirectory: storage, log: log.sink)
         let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: CurlTransport(timeout: 2),
                          clock: clock, requestTimeout: 2, log: log.sink)
-        for ref in q.sealedBatches() { XCTAssertEqual(q.records(of: ref), []) }
+        // No intact envelope: set aside as .bad (finding 2 of the SDK adversary), the empty intact one deleted.
+        for ref in q.sealedBatches() { XCTAssertNil(q.records(of: ref)) }
         XCTAssertEqual(q.stats.damagedFiles, bodies.count)
+        XCTAssertEqual(q.stats.setAsideFiles, bodies.count)
+        XCTAssertTrue(q.isEmpty)
+        let left = try FileManager.default.contentsOfDirectory(atPath: pending.path).sorted()
+        XCTAssertEqual(left.filter { $0.hasSuffix(".batch.bad") }.count, bodies.count, "\(left)")
+        XCTAssertFalse(left.contains { $0.hasSuffix(".batch") }, "\(left)")
         try q.enqueue(eventEnvelope(1))
         XCTAssertEqual(u.pump(), .idle)
         XCTAssertEqual(receivedEventIDs(server), [eventID(1)])

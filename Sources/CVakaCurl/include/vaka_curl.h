@@ -53,6 +53,10 @@ typedef enum vaka_curl_failure {
     VAKA_CURL_PERMANENT = 2,
 } vaka_curl_failure;
 
+/// Most bytes of a response body read (64 KiB): Vaka needs only the status and headers. A longer body (a
+/// huge Content-Length, endless chunks) is not read on: the transfer is aborted and the status counts.
+#define VAKA_CURL_MAX_BODY ((size_t)64 * 1024)
+
 /// The outcome of vaka_curl_post().
 typedef struct vaka_curl_result {
     /// VAKA_CURL_OK when an HTTP response came back (any status), else why not.
@@ -61,7 +65,9 @@ typedef struct vaka_curl_result {
     long status;
     /// The CURLcode of curl_easy_perform (0 = CURLE_OK), or of the failing curl_easy_setopt.
     int curl_code;
-    /// One line: curl's error buffer or curl_easy_strerror(); empty on success.
+    /// One line: curl's error buffer or curl_easy_strerror() on failure. With VAKA_CURL_OK it is empty, or a
+    /// note saying the response body was not read to its end (over VAKA_CURL_MAX_BODY, or curl failed after
+    /// the header block; `curl_code` then holds curl's code) while the status still counts.
     char error[256];
     /// The final response's header block as received ("Name: value\r\n" lines, without the status line;
     /// earlier blocks such as 100 Continue are discarded). malloc'ed, NUL-terminated; free with
@@ -74,7 +80,9 @@ typedef struct vaka_curl_result {
 /// POSTs `body` (`body_length` bytes) to `url` with the given header lines ("Name: value", `header_count` of
 /// them; NULL entries are skipped) and fills `result`. Blocks the calling thread for at most `timeout_ms` (CURLOPT_TIMEOUT_MS; connect
 /// bounded by the same, CURLOPT_CONNECTTIMEOUT_MS). Only http and https are allowed; redirects are not
-/// followed; the response body is discarded; no signals are used (CURLOPT_NOSIGNAL), so any thread may call
+/// followed; the response body is discarded, and at most VAKA_CURL_MAX_BODY bytes of it are read. A response
+/// whose status line and header block arrived is a response (VAKA_CURL_OK, its status) even when curl
+/// then fails on the body (cap, partial body, timeout, reset after the headers); no signals are used (CURLOPT_NOSIGNAL), so any thread may call
 /// it. The standard proxy variables (http_proxy, https_proxy, all_proxy, no_proxy) apply, as libcurl reads them;
 /// SSL_CERT_FILE / SSL_CERT_DIR, when set, replace the system CA bundle / directory (CURLOPT_CAINFO/CAPATH).
 /// Returns `result->failure`.

@@ -66,6 +66,79 @@ public enum BatchFile {
     }
 }
 
+extension BatchFile {
+    /// The header line (the envelope header JSON, up to `maxHeaderBytes`) of each record of the batch file at
+    /// `path`, in order, read without reading the envelopes' bodies: one `pread` for each length line and one
+    /// for each header, the bodies skipped by their length. Used to list the queued `event_id`s.
+    /// - Returns: `nil` when the file cannot be opened or is not a regular file; the headers of the intact
+    ///   records before the first damage otherwise (wrong magic: none).
+    static func scanHeaders(path: String, maxHeaderBytes: Int = 8 * 1024) -> [Data]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        let size = Int64(info.st_size)
+        func read(at offset: Int64, _ count: Int) -> [UInt8] {
+            var buffer = [UInt8](repeating: 0, count: max(0, count))
+            var got = 0
+            while got < count {
+                let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, count - got, off_t(offset) + off_t(got)) }
+                if n < 0, errno == EINTR { continue }
+                if n <= 0 { break }
+                got += n
+            }
+            return Array(buffer[0..<got])
+        }
+        let m = Array((magic + "\n").utf8)
+        guard read(at: 0, m.count) == m else { return [] }
+        var pos = Int64(m.count)
+        var headers: [Data] = []
+        while pos < size {
+            let line = read(at: pos, 13)
+            var len: Int64 = 0, digits = 0
+            while digits < line.count, digits < 12, line[digits] >= 48, line[digits] <= 57 {
+                len = len * 10 + Int64(line[digits] - 48)
+                digits += 1
+            }
+            guard digits > 0, digits < line.count, line[digits] == 0x0A else { break }
+            pos += Int64(digits) + 1
+            guard size - pos >= len + 1, read(at: pos + len, 1) == [0x0A] else { break }
+            let head = read(at: pos, Int(min(len, Int64(maxHeaderBytes))))
+            headers.append(Data(head.prefix(while: { $0 != 0x0A })))
+            pos += len + 1
+        }
+        return headers
+    }
+
+    /// The `event_id` in an envelope header line (`{"event_id":"…",…}`), or `nil` (found by a byte search:
+    /// Vaka writes the header itself, compact, with this key once).
+    static func eventID(inHeader header: Data) -> String? {
+        let needle = Array("\"event_id\":\"".utf8)
+        let bytes = [UInt8](header)
+        guard bytes.count > needle.count else { return nil }
+        for start in 0...(bytes.count - needle.count) where bytes[start] == needle[0] {
+            guard bytes[start..<(start + needle.count)].elementsEqual(needle) else { continue }
+            let from = start + needle.count
+            guard let end = bytes[from...].firstIndex(of: 0x22) else { return nil }
+            return String(decoding: bytes[from..<end], as: UTF8.self)
+        }
+        return nil
+    }
+}
+
+/// The result of ``PrivateFiles/readCapped(_:maxBytes:)``.
+enum CappedRead {
+    /// The whole file (at most the cap).
+    case data(Data)
+    /// The file holds more than the cap (its size in bytes); nothing was read.
+    case tooLarge(Int64)
+    /// A directory, FIFO, socket or device: nothing was read.
+    case notRegular
+    /// It could not be opened or read: the `errno` (`ENOENT` when it does not exist).
+    case unreadable(Int32)
+}
+
 /// Small POSIX file helpers with explicit modes (directories 0700, files 0600).
 ///
 /// Every SDK write runs inside ``withFileSizeSignalBlocked(_:)``: a write past `RLIMIT_FSIZE` then fails with
@@ -102,6 +175,59 @@ enum PrivateFiles {
     static func writeStandardError(_ text: String) {
         let data = Data(text.utf8)
         _ = withFileSizeSignalBlocked { writeAll(2, data) }
+    }
+
+    /// Reads the whole regular file at `path` if it holds at most `maxBytes` bytes, without reading more than
+    /// `maxBytes + 1` bytes whatever the file holds (a 1 GiB or sparse file costs one `fstat`). Opened with
+    /// `O_NONBLOCK`, so a FIFO with a file's name never blocks. Every file the SDK reads back from its
+    /// storage directory goes through this or ``readTail(_:maxBytes:)``.
+    static func readCapped(_ path: String, maxBytes: Int) -> CappedRead {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return .unreadable(errno) }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return .unreadable(errno) }
+        guard info.st_mode & S_IFMT == S_IFREG else { return .notRegular }
+        let cap = max(0, maxBytes)
+        if Int64(info.st_size) > Int64(cap) { return .tooLarge(Int64(info.st_size)) }
+        var code: Int32 = 0
+        guard let data = readAll(fd, from: 0, upTo: cap + 1, errorCode: &code) else { return .unreadable(code) }
+        return data.count > cap ? .tooLarge(Int64(data.count)) : .data(data)  // it grew meanwhile
+    }
+
+    /// The last `maxBytes` bytes of the regular file at `path` (all of it when smaller), reading nothing
+    /// before them; `nil` when it cannot be opened or read or is not a regular file.
+    static func readTail(_ path: String, maxBytes: Int) -> Data? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        let cap = Int64(max(0, maxBytes))
+        let start = max(0, Int64(info.st_size) - cap)
+        var code: Int32 = 0
+        return readAll(fd, from: start, upTo: Int(cap), errorCode: &code)
+    }
+
+    /// Up to `limit` bytes of `fd` from `offset` (`pread`, retrying `EINTR`), stopping at end of file; `nil`
+    /// with `errorCode` set to `errno` when a read fails.
+    private static func readAll(_ fd: Int32, from offset: Int64, upTo limit: Int, errorCode: inout Int32) -> Data? {
+        var data = Data()
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        var position = offset
+        while data.count < limit {
+            let want = min(chunk.count, limit - data.count)
+            let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, want, off_t(position)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                errorCode = errno
+                return nil
+            }
+            if n == 0 { break }
+            data.append(contentsOf: chunk[0..<n])
+            position += Int64(n)
+        }
+        return data
     }
 
     /// Creates `url` and missing parents with mode 0700 and makes sure `url` itself is 0700.

@@ -34,6 +34,37 @@ public enum Gzip {
         return out
     }
 
+    /// The size of `data` gzip-compressed (as ``compress(_:level:)`` makes it), or `nil` as soon as the
+    /// output exceeds `limit` bytes: compression stops there, so asking whether a large body fits a small
+    /// limit costs only the work up to the limit. No output is kept.
+    /// - Throws: ``GzipError`` when zlib fails to initialise or reports an error.
+    public static func compressedSize(of data: Data, upTo limit: Int, level: Int32 = -1) throws -> Int? {
+        var stream = z_stream()
+        var rc = vaka_deflate_init_gzip(&stream, level)
+        guard rc == Z_OK else { throw GzipError(operation: "deflateInit2", code: rc, message: nil) }
+        defer { deflateEnd(&stream) }
+        let chunk = 64 * 1024
+        var buffer = [UInt8](repeating: 0, count: chunk)
+        var total = 0
+        return try data.withUnsafeBytes { raw -> Int? in
+            stream.next_in = UnsafeMutablePointer(mutating: raw.bindMemory(to: Bytef.self).baseAddress)
+            stream.avail_in = uInt(raw.count)
+            repeat {
+                try buffer.withUnsafeMutableBufferPointer { outp in
+                    stream.next_out = outp.baseAddress
+                    stream.avail_out = uInt(chunk)
+                    rc = deflate(&stream, Z_FINISH)
+                    guard rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR else {
+                        throw GzipError(operation: "deflate", code: rc, message: stream.msg.map { String(cString: $0) })
+                    }
+                    total += chunk - Int(stream.avail_out)
+                }
+                if total > limit { return nil }
+            } while rc != Z_STREAM_END
+            return total
+        }
+    }
+
     /// Decompresses gzip (or zlib-wrapped) bytes; concatenated gzip members are all decoded.
     /// - Throws: ``GzipError`` for corrupt or truncated input.
     public static func decompress(_ data: Data) throws -> Data {

@@ -45,9 +45,16 @@ public struct Outbox {
             .map { directory.appendingPathComponent($0) }
     }
 
-    /// Reads and parses one outbox file.
-    /// - Throws: a `Foundation` read error, or ``EnvelopeError`` when the bytes are not an envelope.
+    /// Reads and parses one outbox file, at most ``PersistentQueue/maxEnvelopeBytes`` (1 MiB, the largest
+    /// envelope the SDK writes): a bigger file or a non-regular one is not read.
+    /// - Throws: ``DeliveryIOError`` when it cannot be read, is over the cap (`EFBIG`) or is not a regular
+    ///   file (`EISDIR`), or ``EnvelopeError`` when the bytes are not an envelope.
     public func read(_ url: URL) throws -> Envelope {
-        try Envelope(data: Data(contentsOf: url))
+        switch PrivateFiles.readCapped(url.path, maxBytes: PersistentQueue.maxEnvelopeBytes) {
+        case .data(let data): return try Envelope(data: data)
+        case .tooLarge: throw DeliveryIOError(operation: "read (over \(PersistentQueue.maxEnvelopeBytes) B)", path: url.path, code: EFBIG)
+        case .notRegular: throw DeliveryIOError(operation: "read (not a regular file)", path: url.path, code: EISDIR)
+        case .unreadable(let code): throw DeliveryIOError(operation: "read", path: url.path, code: code)
+        }
     }
 }

@@ -20,6 +20,14 @@ import Glibc
 /// oldest sealed files are deleted first; ``stats`` counts the files and envelopes dropped.
 /// Files left by a previous run are found at init and are sealed batches; leftover temporary files are removed.
 ///
+/// Damaged files never block the queue: a batch file with no intact envelope (0 bytes after a power loss,
+/// a wrong magic line), a directory, FIFO or other non-regular file with a batch file's name, or a file over
+/// ``maxFileBytes`` (not read at all) is **set aside** when the uploader reaches it: renamed to
+/// `<name>.bad` (no longer a batch name; at most ``maxBadFiles`` are kept, the oldest deleted), counted in
+/// ``Stats/setAsideFiles`` and logged. A file whose magic line is right but holds no record is deleted.
+/// Batch files are read with the size cap ``maxFileBytes``; the crash join reads only the envelope
+/// headers (``queuedEventIDs()``).
+///
 /// File names are `<sequence, 16 digits>-<8 random hex>.batch`; the sequence continues after the highest one
 /// found in the directory, so name order is age order across runs. One process per storage directory at a time.
 ///
@@ -59,6 +67,9 @@ final class PersistentQueue {
         var droppedEnvelopes = 0
         /// Batch files found damaged (their intact records are kept).
         var damagedFiles = 0
+        /// Batch files set aside as `<name>.bad`: no intact envelope, not a regular file, or over
+        /// ``PersistentQueue/maxFileBytes``.
+        var setAsideFiles = 0
         /// Batch-file writes (new files and rewrites) that failed.
         var writeFailures = 0
         /// Envelopes neither written nor sent: dropped from memory over ``PersistentQueue/maxMemoryBytes``, or
@@ -69,6 +80,13 @@ final class PersistentQueue {
     /// Most bytes of serialized envelopes held only in memory (batches whose file could not be written):
     /// 4 MiB. The oldest held envelopes are dropped first beyond it.
     static let defaultMaxMemoryBytes = 4 << 20
+
+    /// Largest envelope the SDK writes, bytes: 1 MiB, the event budget (``EventBudget/standard``, 900 KiB of
+    /// event JSON) plus 124 KiB for the envelope and item headers and a session update.
+    static let maxEnvelopeBytes = 1 << 20
+
+    /// Most `.bad` files (set-aside batch files) kept in `pending/`; older ones are deleted.
+    static let maxBadFiles = 8
 
     /// `<storage>/pending`, mode 0700.
     let directory: URL
@@ -81,6 +99,10 @@ final class PersistentQueue {
     let syncWrites: Bool
     /// Most bytes held only in memory (``defaultMaxMemoryBytes`` unless given).
     let maxMemoryBytes: Int
+    /// Largest batch file read, bytes: the largest the SDK can write, `maxBatchSize` × (``maxEnvelopeBytes`` +
+    /// 16 bytes of length line) + the magic line (50 MiB + 816 B with the default 50). A bigger file is set
+    /// aside without being read.
+    var maxFileBytes: Int { maxBatchSize * (PersistentQueue.maxEnvelopeBytes + 16) + 16 }
 
     private let lock = NSLock()
     private var memoryBatches: [BatchRef: [Data]] = [:]  // sealed batches whose file could not be written
@@ -126,6 +148,7 @@ final class PersistentQueue {
                 files.append(ref)
             }
         }
+        pruneBadFiles()
         files.sort()
         nextSequence = min(files.last?.sequence ?? 0, 9_000_000_000_000_000) + 1  // 16 digits: cannot overflow
         if !files.isEmpty { log("found \(files.count) pending batch file(s) from a previous run") }
@@ -216,13 +239,46 @@ final class PersistentQueue {
     }
 
     /// The envelopes (serialized) in a batch file, in order; `nil` when the file no longer exists (it was
-    /// dropped by the cap). A damaged file yields its intact records and is counted in ``stats``.
+    /// dropped by the cap) or cannot be read now. A damaged file yields its intact records and is counted in
+    /// ``stats``; one with none, a non-regular file or one over ``maxFileBytes`` is set aside (`.bad`, see
+    /// the type's documentation) and gives `nil`; an intact file without records is deleted and gives `nil`.
     func records(of ref: BatchRef) -> [Data]? {
         lock.lock(); defer { lock.unlock() }
         if ref.inMemory { return memoryBatches[ref] }
         if let overlay = overlays[ref] { return files.contains(ref) ? overlay : nil }
-        guard files.contains(ref), let data = FileManager.default.contents(atPath: path(ref)) else { return nil }
+        guard files.contains(ref) else { return nil }
+        let data: Data
+        switch PrivateFiles.readCapped(path(ref), maxBytes: maxFileBytes) {
+        case .data(let d): data = d
+        case .tooLarge(let size):
+            setAsideLocked(ref, because: "\(size) B, over the \(maxFileBytes) B a batch file can hold; not read")
+            return nil
+        case .notRegular:
+            setAsideLocked(ref, because: "not a regular file")
+            return nil
+        case .unreadable(let code):
+            if code == ENOENT {
+                files.removeAll { $0 == ref }
+                overlays[ref] = nil
+            } else if code == EMFILE || code == ENFILE || code == ENOMEM {
+                log("cannot read batch file \(ref.name) now: \(String(cString: strerror(code)))")  // may pass
+            } else {
+                setAsideLocked(ref, because: "unreadable: \(String(cString: strerror(code)))")
+            }
+            return nil
+        }
         let (records, damaged) = BatchFile.decode(data)
+        if records.isEmpty {
+            if damaged {
+                _stats.damagedFiles += 1
+                setAsideLocked(ref, because: "damaged, no intact envelope (\(data.count) B)")
+            } else {
+                unlink(path(ref))
+                files.removeAll { $0 == ref }
+                log("batch file \(ref.name) holds no envelope; deleted")
+            }
+            return nil
+        }
         if damaged {
             _stats.damagedFiles += 1
             log("batch file \(ref.name) is damaged; keeping its \(records.count) intact envelope(s)")
@@ -266,30 +322,29 @@ final class PersistentQueue {
         return true
     }
 
-    /// Whether an envelope with this `event_id` is waiting (in the open batch or a batch file). Reads only the
-    /// header line of each stored envelope; used by the crash join so that a crash queued by an earlier launch
-    /// and not yet sent is not queued twice.
-    func containsEvent(_ eventID: String) -> Bool {
-        let needle = Array("\"event_id\":\"\(eventID)\"".utf8)
-        func matches(_ record: Data) -> Bool {
-            let header = record.prefix(while: { $0 != 0x0A })
-            guard header.count >= needle.count else { return false }
-            return header.withUnsafeBytes { raw -> Bool in
-                let bytes = raw.bindMemory(to: UInt8.self)
-                for start in 0...(bytes.count - needle.count) where bytes[start] == needle[0] {
-                    if needle.indices.allSatisfy({ bytes[start + $0] == needle[$0] }) { return true }
-                }
-                return false
-            }
-        }
+    /// The `event_id`s of the envelopes waiting (open batch, batches held in memory, batch files): one pass
+    /// over `pending/` reading only the header line of each stored envelope (``BatchFile/scanHeaders(path:maxHeaderBytes:)``,
+    /// the bodies skipped). Used by the crash join, once per launch, so that a crash queued by an earlier
+    /// launch and not yet sent is not queued twice; a file that cannot be read counts as holding none.
+    func queuedEventIDs() -> Set<String> {
+        func header(_ record: Data) -> Data { record.prefix(while: { $0 != 0x0A }).prefix(8 * 1024) }
         lock.lock(); defer { lock.unlock() }
-        if let o = open, o.records.contains(where: matches) { return true }
-        if memoryBatches.values.contains(where: { $0.contains(where: matches) }) { return true }
-        for ref in files where ref != open?.ref {
-            guard let data = FileManager.default.contents(atPath: path(ref)) else { continue }
-            if BatchFile.decode(data).records.contains(where: matches) { return true }
+        var ids = Set<String>()
+        func add(_ headers: [Data]) {
+            for h in headers { if let id = BatchFile.eventID(inHeader: h) { ids.insert(id) } }
         }
-        return false
+        if let o = open { add(o.records.map(header)) }
+        for records in memoryBatches.values { add(records.map(header)) }
+        for ref in files where ref != open?.ref {
+            if let overlay = overlays[ref] { add(overlay.map(header)); continue }
+            add(BatchFile.scanHeaders(path: path(ref)) ?? [])
+        }
+        return ids
+    }
+
+    /// Whether an envelope with this `event_id` is waiting (``queuedEventIDs()``; for many ids, call that once).
+    func containsEvent(_ eventID: String) -> Bool {
+        queuedEventIDs().contains(eventID)
     }
 
     /// `true` when no envelope is waiting: the open batch is empty, no batch file exists and none is held in memory.
@@ -403,9 +458,7 @@ final class PersistentQueue {
     private func enforceCapLocked() {
         var droppedFiles = 0, droppedEnvelopes = 0
         while files.count > maxBatchFiles, let oldest = files.first(where: { $0 != open?.ref }) {
-            if let data = FileManager.default.contents(atPath: path(oldest)) {
-                droppedEnvelopes += BatchFile.decode(data).records.count
-            }
+            droppedEnvelopes += BatchFile.scanHeaders(path: path(oldest))?.count ?? 0
             unlink(path(oldest))
             files.removeAll { $0 == oldest }
             overlays[oldest] = nil
@@ -419,6 +472,27 @@ final class PersistentQueue {
     }
 
     private func path(_ ref: BatchRef) -> String { directory.appendingPathComponent(ref.name).path }
+
+    /// Renames a batch file that can never be sent to `<name>.bad` (deleted when the rename fails), forgets it
+    /// and keeps at most ``maxBadFiles`` set-aside files.
+    private func setAsideLocked(_ ref: BatchRef, because reason: String) {
+        let from = path(ref)
+        if rename(from, from + ".bad") != 0 { try? FileManager.default.removeItem(atPath: from) }
+        files.removeAll { $0 == ref }
+        overlays[ref] = nil
+        _stats.setAsideFiles += 1
+        log("batch file \(ref.name) set aside as \(ref.name).bad: \(reason)")
+        pruneBadFiles()
+    }
+
+    /// Deletes the oldest `.bad` files beyond ``maxBadFiles``.
+    private func pruneBadFiles() {
+        let bad = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
+            .filter { $0.hasSuffix(".batch.bad") }.sorted()
+        for name in bad.dropLast(PersistentQueue.maxBadFiles) {
+            try? FileManager.default.removeItem(atPath: directory.appendingPathComponent(name).path)
+        }
+    }
 
     /// Parses `<16 digits>-<hex>.batch`.
     private static func ref(_ name: String) -> BatchRef? {

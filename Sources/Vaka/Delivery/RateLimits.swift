@@ -12,6 +12,11 @@ import Foundation
 /// For each category the longest deadline wins (a shorter new limit never shortens a running one).
 /// Item types map to categories with ``category(for:)``.
 ///
+/// A recorded limit lasts at least ``minimumDelay`` (1 s): `Retry-After: 0.001`, `0`, a date in the past, or
+/// `X-Sentry-Rate-Limits: 0.001:error` limit for one second, so a server answering every request so cannot
+/// make the SDK resend in a tight loop (sentry-native reads whole seconds, so `0.001` is 0 there, and it drops
+/// the envelope instead of retrying; Vaka keeps it, hence the floor).
+///
 /// Values from the server are never trusted: every delay is clamped to `0...Bounded.maxDelay` (one day); NaN,
 /// infinity, negative numbers, HTTP dates outside years 0...9999 and garbage groups are ignored (a 429 then
 /// falls back to 60 s). At most ``maxGroups`` groups and ``maxCategoriesPerGroup`` categories per group are
@@ -21,6 +26,9 @@ struct RateLimits: Equatable {
     static let all = ""
     /// Delay for a 429 without usable headers, in seconds.
     static let default429Delay: TimeInterval = 60
+    /// Shortest limit recorded from a server's answer, seconds: 1. Parsed delays below it (sub-second
+    /// decimals, 0, dates in the past) are raised to it by ``update(status:headers:now:)``.
+    static let minimumDelay: TimeInterval = 1
     /// Most `,`-separated groups read from one `X-Sentry-Rate-Limits` header (the rest is ignored).
     static let maxGroups = 64
     /// Most `;`-separated categories read from one group (the rest is ignored).
@@ -40,7 +48,7 @@ struct RateLimits: Equatable {
         }
     }
 
-    /// Records the limits carried by a response received at `now`.
+    /// Records the limits carried by a response received at `now`; every delay lasts at least ``minimumDelay``.
     /// - Parameters:
     ///   - status: HTTP status code.
     ///   - headers: response headers with lower-cased names.
@@ -50,13 +58,13 @@ struct RateLimits: Equatable {
         if let header = headers["x-sentry-rate-limits"], !header.trimmingCharacters(in: .whitespaces).isEmpty {
             var any = false
             for (delay, categories) in RateLimits.parseSentryHeader(header) {
-                for c in categories { limit(c, until: now.addingTimeInterval(delay)); any = true }
+                for c in categories { limit(c, until: now.addingTimeInterval(max(delay, RateLimits.minimumDelay))); any = true }
             }
             if any || status != 429 { return any }
         }
         guard status == 429 else { return false }
         let delay = headers["retry-after"].flatMap { RateLimits.parseRetryAfter($0, now: now) } ?? RateLimits.default429Delay
-        limit(RateLimits.all, until: now.addingTimeInterval(delay))
+        limit(RateLimits.all, until: now.addingTimeInterval(max(delay, RateLimits.minimumDelay)))
         return true
     }
 

@@ -72,7 +72,10 @@ private final class ResultBox {
 ///
 /// One CURL easy handle is reused, so connections are kept alive between requests. Each request: POST, only
 /// `http`/`https`, redirects not followed (a 3xx goes back to the uploader as is), no cookies, the response
-/// body discarded, bounded by `request.timeout` (whole exchange and connect), no signals (`CURLOPT_NOSIGNAL`).
+/// body discarded and read only up to 64 KiB (`VAKA_CURL_MAX_BODY`: a huge or endless body is cut off there),
+/// bounded by `request.timeout` (whole exchange and connect), no signals (`CURLOPT_NOSIGNAL`). A response
+/// whose status line and headers arrived is judged by its status even when the body then fails (cut at the
+/// cap, cut short, timed out): a 200 with an endless body is a delivery, logged with a note.
 /// libcurl brings IPv6 literal hosts (`http://[::1]:8000`), TLS and the standard proxy variables (`http_proxy`,
 /// `https_proxy`, `all_proxy`, `no_proxy`).
 ///
@@ -170,6 +173,9 @@ final class CurlTransport: HTTPTransport {
             }
             return .failure(TransportError(reason: reason, isPermanent: failure == VAKA_CURL_PERMANENT))
         }
+        // A status with a note: the body was not read to its end (capped, or cut after the headers).
+        let note = withUnsafeBytes(of: result.error) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
+        if !note.isEmpty { log("HTTP \(result.status): \(note); the status counts") }
         var headerBlock = ""
         if let raw = result.headers {
             headerBlock = String(decoding: UnsafeRawBufferPointer(start: raw, count: result.headers_length), as: UTF8.self)

@@ -17,8 +17,9 @@ import Foundation
 ///     gzipped size, keeping its `event_id`, and sent again in its place; when half its size would be under
 ///     ``EventBudget/floorBytes`` (16 KiB), or trimming cannot make it smaller, it is given up (dropped,
 ///     ``Stats/droppedTooLarge``). Any other single item that gets 413 is dropped.
-///   - **429**: limits from `X-Sentry-Rate-Limits`, else `Retry-After`, else 60 s for all categories; the
-///     envelope is held while its categories are limited and other categories keep flowing. When the
+///   - **429**: limits from `X-Sentry-Rate-Limits`, else `Retry-After`, else 60 s for all categories, each at
+///     least 1 s (``RateLimits/minimumDelay``); the envelope is held while its categories are limited (and
+///     not sent again in the same pump) and other categories keep flowing. When the
 ///     answer does not limit the envelope's own categories, it counts as a failure (below).
 ///   - **other 4xx** (not 408): permanent rejection; the envelope is removed (``Stats/droppedRejected``).
 ///   - **a permanent transport error** (``TransportError/isPermanent``: libcurl missing, a URL or scheme it
@@ -210,9 +211,15 @@ final class Uploader {
                     }
                     guard commit(ref, records) else { break fileLoop }
                 case .rateLimited:
+                    // Held now: never sent again in this pump (even if the limit ended meanwhile), so a server
+                    // answering 429 to everything gets at most one request per envelope per pump.
                     let after = clock.now
-                    if part.items.contains(where: { _rateLimits.isLimited(RateLimits.category(for: $0.type), at: after) }) {
-                        continue  // re-evaluated: now held
+                    if let until = blockedUntil(after) { return .waiting(until: until) }  // all categories limited
+                    let limits = part.items.compactMap { _rateLimits.limitedUntil(RateLimits.category(for: $0.type), at: after) }
+                    if let until = limits.max() {
+                        heldUntil = min(heldUntil ?? until, until)
+                        i += 1
+                        continue
                     }
                     return fail(reason: "429 without a limit on this envelope's categories", retryAfter: nil)
                 case .unauthorized:

@@ -125,15 +125,38 @@ final class BreadcrumbStore {
         }
     }
 
+    /// Most bytes read from the end of a breadcrumbs file by ``load(runDirectory:capacity:)``: 4 MiB, room for
+    /// 100 breadcrumbs of 40 KiB each (more than an event keeps of one: ``EventBudget`` cuts a breadcrumb's
+    /// message to 8192 characters and its data values to 1024). The file the SDK writes holds at most
+    /// 2 × 100 lines; a bigger one (damaged, or grown by something else) is never read whole.
+    static let maxLoadBytes = 4 << 20
+
     /// The last `capacity` breadcrumbs a run left in `runDirectory` (oldest first); empty when there is no file.
-    /// Lines that are not a whole JSON breadcrumb (e.g. cut short by a crash) are skipped.
+    /// Only the last ``maxLoadBytes`` of the file are read (a 1 GiB file costs one 4 MiB read); lines that are
+    /// not a whole JSON breadcrumb (cut short by a crash, or by where that tail starts) are skipped.
     static func load(runDirectory: URL, capacity: Int = BreadcrumbStore.defaultCapacity) -> [Breadcrumb] {
-        guard let data = try? Data(contentsOf: runDirectory.appendingPathComponent("breadcrumbs.jsonl")) else { return [] }
+        let path = runDirectory.appendingPathComponent("breadcrumbs.jsonl").path
+        guard let data = PrivateFiles.readTail(path, maxBytes: maxLoadBytes) else { return [] }
         let decoder = JSONDecoder()
-        var crumbs: [Breadcrumb] = []
-        for line in data.split(separator: 0x0A) where !line.isEmpty {
-            if let crumb = try? decoder.decode(Breadcrumb.self, from: Data(line)) { crumbs.append(crumb) }
+        // Lines found with memchr, newest last; only the last `capacity` lines that decode are kept, and
+        // decoding walks back from the end so that older lines (up to 2 × capacity) are not decoded at all.
+        var lines: [Range<Int>] = []
+        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            guard let base = raw.baseAddress else { return }
+            var start = 0
+            while start < raw.count {
+                var end = raw.count
+                if let hit = memchr(base + start, 0x0A, raw.count - start) {
+                    end = UnsafeRawPointer(hit) - base
+                }
+                if end > start { lines.append(start..<end) }
+                start = end + 1
+            }
         }
-        return Array(crumbs.suffix(capacity))
+        var crumbs: [Breadcrumb] = []
+        for range in lines.reversed() where crumbs.count < max(0, capacity) {
+            if let crumb = try? decoder.decode(Breadcrumb.self, from: data.subdata(in: range)) { crumbs.append(crumb) }
+        }
+        return crumbs.reversed()
     }
 }

@@ -207,9 +207,11 @@ final class Client: @unchecked Sendable {
     // MARK: - Storage
 
     /// The anon id (`did`): a random UUID kept in `<storage>/anon_id` (mode 0600), created on first use.
+    /// At most 4 KiB of the file is read; a bigger or unreadable one is replaced by a new id.
     static func anonID(storage: URL, log: ((String) -> Void)?) -> String? {
         let url = storage.appendingPathComponent("anon_id")
-        if let text = try? String(contentsOf: url, encoding: .utf8) {
+        if case .data(let data) = PrivateFiles.readCapped(url.path, maxBytes: 4096) {
+            let text = String(decoding: data, as: UTF8.self)
             let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
             if UUID(uuidString: id) != nil { return id.lowercased() }
         }

@@ -14,7 +14,8 @@ import VakaSymbolication
 ///   - outbox mode: once the envelope is written to `outbox/`;
 ///   - with a DSN: once the server accepted it (2xx), told by the uploader through ``CrashLedger``. Until
 ///     then they stay; at the next launch a report whose event is still in `pending/` is not queued again
-///     (``PersistentQueue/containsEvent(_:)``), one whose event is not (accepted just before the process
+///     (``PersistentQueue/queuedEventIDs()``, read once per join: one pass over `pending/`, envelope headers
+///     only), one whose event is not (accepted just before the process
 ///     died, or its batch file dropped by the cap) is queued again with the same `event_id`, which servers
 ///     deduplicate: a crash is re-sent at most once per launch that dies in that window.
 ///   - given up (413 even at the smallest budget, or another permanent 4xx): the report is renamed to
@@ -28,10 +29,13 @@ extension Client {
     func joinPreviousRuns() {
         let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
         var runs: [String: RunDirectory.Previous] = [:]
-        for run in RunDirectory.finishedRuns(storage: storage, except: runID) { runs[run.runID] = run }
+        for run in RunDirectory.finishedRuns(storage: storage, except: runID, log: { [weak self] in self?.logLine($0) }) { runs[run.runID] = run }
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? [])
             .filter { $0.hasSuffix(".crash") && $0 != "\(runID).crash" }.sorted()
         let builder = FatalEventBuilder(symbolicator: Symbolicator())
+        // Read once, not once per report (that was quadratic in reports × pending/). An event settled by the
+        // uploader after this snapshot is caught by the ledger (watch returns its outcome).
+        let queued = names.isEmpty ? [] : (delivery.queue?.queuedEventIDs() ?? [])
         for name in names {
             let path = crashes.appendingPathComponent(name).path
             let crashedRun = String(name.dropLast(".crash".count))
@@ -53,12 +57,12 @@ extension Client {
             let eventID = FatalEventBuilder.eventID(forRunID: report.runID ?? crashedRun,
                                                     forkChildPID: report.isForkChild ? report.pid : nil)
             let entry = CrashLedger.Entry(reportPath: path, runDirectory: report.isForkChild ? nil : previous?.url)
-            if let queue = delivery.queue {
+            if delivery.queue != nil {
                 if let outcome = crashLedger.watch(eventID, entry) {
                     crashLedger.resolve(eventID, entry, outcome)  // settled before the join looked
                     continue
                 }
-                if queue.containsEvent(eventID) {
+                if queued.contains(eventID) {
                     logLine("the crash of run \(crashedRun) is already queued as event \(eventID); the report stays until the server accepts it")
                     continue
                 }

@@ -136,11 +136,12 @@ public struct EventBudget: Sendable, Equatable {
             outcome.entriesDropped = trace.entries
             return outcome
         }
-        if within(e) { return finish(true) }
+        // Unchanged by the field limits: it was just measured (and did not fit).
+        if trace.breadcrumbs + trace.frames + trace.strings + trace.entries > 0, within(e) { return finish(true) }
 
         // 1. Breadcrumbs, oldest first.
         if case .object(var crumbs)? = e["breadcrumbs"], case .array(let values)? = crumbs["values"], !values.isEmpty {
-            let keep = largestFitting(upTo: values.count) { k in
+            let keep = largestFitting(upTo: values.count, guess: breadcrumbGuess(e, values)) { k in
                 var t = e
                 crumbs["values"] = .array(Array(values.suffix(k)))
                 t["breadcrumbs"] = k == 0 ? nil : .object(crumbs)
@@ -216,14 +217,61 @@ public struct EventBudget: Sendable, Equatable {
         if data.count > maxEventBytes - EventBudget.reserve { return false }
         // gzip never grows data by more than a few bytes per 16 KiB block plus its 18-byte frame.
         if data.count + data.count / 1024 + 64 <= maxCompressedBytes - EventBudget.reserve { return true }
-        let compressed = (try? Gzip.compress(data))?.count ?? data.count
-        return compressed <= maxCompressedBytes - EventBudget.reserve
+        // Compression stops as soon as the output is over the limit (most failing checks cost a fraction).
+        let limit = maxCompressedBytes - EventBudget.reserve
+        do { return try Gzip.compressedSize(of: data, upTo: limit) != nil } catch { return data.count <= limit }
     }
 
-    /// The largest `k` in `0...n` for which `fits(k)` holds, assuming fitting shrinks as `k` grows (binary
-    /// search; `0` when none does).
-    private func largestFitting(upTo n: Int, _ fits: (Int) -> Bool) -> Int {
+    /// How many of the newest `values` (breadcrumbs) probably fit, estimated without encoding the event
+    /// for each count: the event's JSON without breadcrumbs, plus each breadcrumb's own JSON size (one pass),
+    /// and for the compressed limit the gzip ratio of the newest breadcrumbs (compressed once, at most
+    /// 64 KiB). Only a starting point for ``largestFitting(upTo:guess:_:)``, which checks for real.
+    private func breadcrumbGuess(_ event: [String: JSONValue], _ values: [JSONValue]) -> Int {
+        var base = event
+        base["breadcrumbs"] = nil
+        let baseBytes = EventFactory.encode(base).count + 32  // + `"breadcrumbs":{"values":[]},`
+        let sizes = values.map { EventFactory.encode(["v": $0]).count - 6 + 1 }  // without `{"v":}`, + comma
+        var sample = Data()
+        for v in values.reversed() where sample.count < 64 * 1024 { sample.append(EventFactory.encode(["v": v])) }
+        let ratio = sample.isEmpty ? 1 : Double((try? Gzip.compress(sample))?.count ?? sample.count) / Double(sample.count)
+        let jsonLimit = maxEventBytes - EventBudget.reserve
+        let gzipLimit = Double(maxCompressedBytes - EventBudget.reserve)
+        var json = baseBytes, k = 0
+        for size in sizes.reversed() {
+            let next = json + size
+            // The base compresses at least as well as breadcrumbs do, usually better: counted at the same ratio.
+            guard next <= jsonLimit, Double(next) * ratio <= gzipLimit else { break }
+            json = next
+            k += 1
+        }
+        return k
+    }
+
+    /// The largest `k` in `0...n` for which `fits(k)` holds, assuming fitting shrinks as `k` grows; `0` when
+    /// none does. Starts at `guess` (when given) and gallops from there (1, 2, 4... steps) before a binary
+    /// search, so a good guess costs about two calls of `fits` instead of log2(n).
+    private func largestFitting(upTo n: Int, guess: Int? = nil, _ fits: (Int) -> Bool) -> Int {
         var lo = 0, hi = n  // answer in lo...hi; fits(lo) assumed or 0
+        if let guess, n > 0 {
+            let g = min(max(guess, 0), n)
+            if g > 0, fits(g) {
+                lo = g
+                var step = 1
+                while lo < hi {
+                    let c = min(hi, lo + step)
+                    if fits(c) { lo = c; step *= 2 } else { hi = c - 1; break }
+                }
+            } else if g > 0 {
+                hi = g - 1
+                var step = 1
+                while lo < hi {
+                    let c = max(lo + 1, hi - step + 1)
+                    if fits(c) { lo = c; break }
+                    hi = c - 1
+                    step *= 2
+                }
+            }
+        }
         while lo < hi {
             let mid = (lo + hi + 1) / 2
             if fits(mid) { lo = mid } else { hi = mid - 1 }

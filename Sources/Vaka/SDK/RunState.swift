@@ -35,6 +35,10 @@ final class RunDirectory {
         return e
     }()
 
+    /// Largest `scope.json` read back, bytes: 1 MiB (a scope is release, environment, tags, user id and
+    /// session: a few KiB). A bigger file is ignored with a debug line, without being read.
+    static let maxScopeBytes = 1 << 20
+
     /// `<storage>/runs`.
     static func root(_ storage: URL) -> URL { storage.appendingPathComponent("runs", isDirectory: true) }
 
@@ -72,8 +76,9 @@ final class RunDirectory {
     }
 
     /// The run directories under `<storage>/runs` whose process is gone (their lock can be taken), except
-    /// `current`. A directory whose lock is held belongs to a live process and is left alone.
-    static func finishedRuns(storage: URL, except current: String) -> [Previous] {
+    /// `current`. A directory whose lock is held belongs to a live process and is left alone. A `scope.json`
+    /// over ``maxScopeBytes`` or not a regular file gives no scope (logged to `log`).
+    static func finishedRuns(storage: URL, except current: String, log: ((String) -> Void)? = nil) -> [Previous] {
         let root = root(storage)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []
         var runs: [Previous] = []
@@ -85,8 +90,13 @@ final class RunDirectory {
                 Glibc.close(fd)
                 if !free { continue }
             }
-            let scope = (try? Data(contentsOf: dir.appendingPathComponent("scope.json")))
-                .flatMap { try? JSONDecoder().decode(RunScope.self, from: $0) }
+            var scope: RunScope? = nil
+            switch PrivateFiles.readCapped(dir.appendingPathComponent("scope.json").path, maxBytes: RunDirectory.maxScopeBytes) {
+            case .data(let data): scope = try? JSONDecoder().decode(RunScope.self, from: data)
+            case .tooLarge(let size): log?("run \(name): scope.json is \(size) B, over \(RunDirectory.maxScopeBytes) B; ignored")
+            case .notRegular: log?("run \(name): scope.json is not a regular file; ignored")
+            case .unreadable: break  // none: the run never wrote one
+            }
             runs.append(Previous(url: dir, runID: name, scope: scope))
         }
         return runs
