@@ -7,7 +7,7 @@ import VakaCrashmeC
 
 let usage = """
     usage: vaka-crashme SCENARIO --storage DIR [--no-vaka] [--deny-process-vm-readv] [--fault-in-handler STAGE]
-                        [--dsn DSN] [--scope] [--big-breadcrumbs N:BYTES]
+                        [--dsn DSN] [--scope] [--big-breadcrumbs N:BYTES] [--block-signals HOW]
            vaka-crashme --list
            vaka-crashme --help
 
@@ -20,7 +20,7 @@ let usage = """
     with EPERM, as under some container policies, so the crash runtime must use its fallback memory reader.
     --fault-in-handler STAGE arms the crash runtime's test hook after start: the capture faults on purpose at
     STAGE (1 = after the report header, 2 = while unwinding), to exercise the re-entrancy path.
-    Also [--block-signals HOW]: blocks every signal in the main thread's mask after start (with --no-vaka at the same
+    --block-signals HOW blocks every signal in the main thread's mask after start (with --no-vaka at the same
     point), before the scenario runs. HOW: pthread_sigmask-block, pthread_sigmask-setmask, sigprocmask-block,
     sigprocmask-setmask (the C library calls, which Vaka interposes so the synchronous crash signals stay
     unblocked), or raw-syscall (rt_sigprocmask directly: Vaka cannot see it; see docs/crash-handling.md).

@@ -6,7 +6,7 @@ let outboxUsage = """
     Usage: vaka outbox list --storage DIR
            vaka outbox show ENVELOPE [--storage DIR]
 
-    Without a DSN, Vaka writes every envelope to DIR/outbox/<UTC time>-<event_id>.envelope instead of sending
+    Without a DSN, Vaka writes every envelope to DIR/outbox/<UTC time>-<sequence>-<event_id>.envelope instead of sending
     it (DIR is Vaka.Options.storageDirectory; default ~/.local/state/vaka/<app>-<hash>). --storage may also come from
     $VAKA_STORAGE.
 
