@@ -118,7 +118,8 @@ final class IdentityLimitsTests: XCTestCase {
         if let problems = relayProblems(events) { XCTAssertEqual(problems, []) }
     }
 
-    /// A crashed run whose `scope.json` holds a 1.2 M-character release and environment (written by an older
+    /// A crashed run whose `scope.json` holds a 400 k-character release and environment (under the 1 MiB cap on
+    /// `scope.json`, above which the scope is ignored; written by an older
     /// Vaka, or tampered with): the fatal event is bounded all the same and accepted, and only then is the
     /// report deleted — not given up as "cannot make it smaller".
     func testAHugeReleaseInACrashedRunsScopeStillGivesAnAcceptedCrash() throws {
@@ -136,8 +137,8 @@ final class IdentityLimitsTests: XCTestCase {
             .write(to: report, atomically: true, encoding: .utf8)
         do {
             let dir = try RunDirectory(storage: storage, runID: runID)
-            try dir.write(RunScope(runID: runID, release: String(repeating: "r", count: 1_200_000),
-                                   environment: String(repeating: "e", count: 1_200_000), tags: [:], userID: nil, session: nil))
+            try dir.write(RunScope(runID: runID, release: String(repeating: "r", count: 400_000),
+                                   environment: String(repeating: "e", count: 400_000), tags: [:], userID: nil, session: nil))
         }
         let (client, _) = try makeClient(Vaka.Options(dsn: server.dsn, sessionTracking: false, storageDirectory: storage), storage: storage)
         client.begin()

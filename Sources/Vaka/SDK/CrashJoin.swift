@@ -35,7 +35,9 @@ extension Client {
         let builder = FatalEventBuilder(symbolicator: Symbolicator())
         // Read once, not once per report (that was quadratic in reports × pending/). An event settled by the
         // uploader after this snapshot is caught by the ledger (watch returns its outcome).
-        let queued = names.isEmpty ? [] : (delivery.queue?.queuedEventIDs() ?? [])
+        // Event ids already in pending/ (read once), and those this join queues: a copy of a report (same run_id)
+        // is watched with the first one, not queued again.
+        var queued = names.isEmpty ? [] : (delivery.queue?.queuedEventIDs() ?? [])
         for name in names {
             let path = crashes.appendingPathComponent(name).path
             let crashedRun = String(name.dropLast(".crash".count))
@@ -79,6 +81,7 @@ extension Client {
                 CrashLedger.remove(entry)
                 logLine("wrote the crash of run \(crashedRun) as event \(eventID) to the outbox")
             } else {
+                queued.insert(eventID)
                 logLine("queued the crash of run \(crashedRun) as event \(eventID); the report is deleted once the server accepts it")
             }
         }
