@@ -179,4 +179,22 @@ final class IdentityAndStorageTests: XCTestCase {
         for c in s.utf8 { h = (h ^ UInt32(c)) &* 16_777_619 }
         return String(format: "%08x", h)
     }
+
+    /// The crash join builds session updates from an earlier run's `scope.json`: a huge or refused release and
+    /// environment there are bounded in the update as in events (`crashed`, `abnormal`, `exited` alike).
+    func testSessionUpdatesBoundReleaseAndEnvironmentFromDisk() throws {
+        for status in [SessionUpdate.Status.crashed, .abnormal, .exited] {
+            var state = SessionState(did: nil, started: Date(timeIntervalSince1970: 1_700_000_000))
+            let update = state.update(status, now: Date(timeIntervalSince1970: 1_700_000_100),
+                                      release: "x/" + String(repeating: "r", count: 400_000),
+                                      environment: String(repeating: "e", count: 100))
+            XCTAssertEqual(update.attrs.release.utf8.count, 200, "\(status)")
+            XCTAssertFalse(update.attrs.release.contains("/"), "\(status)")
+            XCTAssertEqual(update.attrs.environment?.utf8.count, 64, "\(status)")
+        }
+        var state = SessionState(did: nil, started: Date())
+        let plain = state.update(.exited, now: Date(), release: "app@1.0", environment: "production")
+        XCTAssertEqual(plain.attrs.release, "app@1.0")
+        XCTAssertEqual(plain.attrs.environment, "production")
+    }
 }

@@ -85,7 +85,9 @@ struct SessionState: Codable, Equatable {
     }
 
     /// The update for `status` at `now`; marks `init` as sent. `crashed` counts the fatal event as one more
-    /// error (once: a session that is already `crashed` is not counted again).
+    /// error (once: a session that is already `crashed` is not counted again). `release` and `environment` are
+    /// made what Sentry accepts (``Vaka/Options/boundedRelease(_:)``): for the crash join they come from an
+    /// earlier run's `scope.json`.
     mutating func update(_ status: SessionUpdate.Status, now: Date, release: String, environment: String?) -> SessionUpdate {
         if status == .crashed && self.status != .crashed { errors += 1 }
         self.status = status
@@ -98,6 +100,7 @@ struct SessionState: Codable, Equatable {
                              started: Timestamps.rfc3339(start), timestamp: Timestamps.rfc3339(now),
                              duration: status == .ok || !duration.isFinite ? nil : max(0, duration),
                              status: status, errors: errors,
-                             attrs: .init(release: release, environment: environment))
+                             attrs: .init(release: Vaka.Options.boundedRelease(release),
+                                            environment: environment.map(Vaka.Options.boundedEnvironment)))
     }
 }
