@@ -22,4 +22,53 @@ final class DeliveryAdversarialRound2Tests: XCTestCase {
         XCTAssertLessThan(outcome.data.count, 300 * 1024)
         XCTAssertLessThan(elapsed, 10, "fitting an event with 30,000 extra entries took \(elapsed) s")
     }
+
+    /// An HTTPS DSN through a proxy (`https_proxy`): the proxy answers the `CONNECT` with `200 Connection
+    /// established`, then the tunnel fails (closed here; equally a TLS-intercepting proxy whose CA is not trusted,
+    /// or an upstream that resets). libcurl hands the CONNECT answer's header block to the header callback, so
+    /// `vaka_curl_post` sees a complete final `200` block and, as "the status counts once headers arrived",
+    /// reports the request as answered 200 although the TLS handshake failed (curl 35) and nothing reached a
+    /// server. The uploader then settles a crash event as accepted and deletes its report: the crash is lost.
+    func testAProxysConnectAnswerIsNotTheServersAnswer() throws {
+        let proxy = Process()
+        proxy.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        let script = """
+        import socket, threading, time, sys
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8); s.settimeout(1)
+        print(s.getsockname()[1], flush=True)
+        end = time.time() + 20
+        def handle(c):
+            data = b""
+            while b"\\r\\n\\r\\n" not in data:
+                d = c.recv(4096)
+                if not d: break
+                data += d
+            c.sendall(b"HTTP/1.1 200 Connection established\\r\\n\\r\\n"); time.sleep(0.2); c.close()
+        while time.time() < end:
+            try: c, _ = s.accept()
+            except socket.timeout: continue
+            threading.Thread(target=handle, args=(c,), daemon=True).start()
+        """
+        proxy.arguments = ["-c", script]
+        let out = Pipe()
+        proxy.standardOutput = out
+        try proxy.run()
+        defer { proxy.terminate(); proxy.waitUntilExit() }
+        var portLine = Data()
+        while !portLine.contains(0x0A) {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            portLine.append(chunk)
+        }
+        let port = try XCTUnwrap(Int(String(decoding: portLine, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)))
+        setenv("https_proxy", "http://127.0.0.1:\(port)", 1)
+        defer { unsetenv("https_proxy") }
+        let t = CurlTransport(timeout: 5)
+        let request = HTTPRequest(url: try XCTUnwrap(URL(string: "https://sentry.example.invalid/api/1/envelope/")),
+                                  headers: [], body: Data("x".utf8), timeout: 5)
+        switch t.sendSynchronously(request) {
+        case .success(let r): XCTAssertFalse((200..<300).contains(r.status), "no server was reached, yet the transport says \(r.status)")
+        case .failure(let e): XCTAssertFalse(e.isPermanent, "\(e)")
+        }
+    }
 }
