@@ -30,6 +30,24 @@ final class DeliveryAdversarialRound2Tests: XCTestCase {
     /// reports the request as answered 200 although the TLS handshake failed (curl 35) and nothing reached a
     /// server. The uploader then settles a crash event as accepted and deletes its report: the crash is lost.
     func testAProxysConnectAnswerIsNotTheServersAnswer() throws {
+        switch try sendThroughProxy(answeringConnectWith: "200 Connection established") {
+        case .success(let r): XCTAssertFalse((200..<300).contains(r.status), "no server was reached, yet the transport says \(r.status)")
+        case .failure(let e): XCTAssertFalse(e.isPermanent, "\(e)")
+        }
+    }
+
+    /// Same root: a proxy refusing the `CONNECT` (`407 Proxy Authentication Required`: credentials missing or
+    /// expired; or a `403` of its ACL) comes back as the server's 407, a permanent 4xx: the crash event is given
+    /// up, its report becomes `.crash.dropped`, never sent again, though the server never saw it.
+    func testAProxyRefusingTheTunnelDoesNotGiveTheEventUp() throws {
+        switch try sendThroughProxy(answeringConnectWith: "407 Proxy Authentication Required") {
+        case .success(let r): XCTAssertFalse((400..<500).contains(r.status), "the proxy's \(r.status) is taken for the server's verdict")
+        case .failure(let e): XCTAssertFalse(e.isPermanent, "\(e)")
+        }
+    }
+
+    /// Sends one request to an HTTPS URL through a loopback proxy that answers `CONNECT` with `status`, then closes.
+    private func sendThroughProxy(answeringConnectWith status: String) throws -> Result<HTTPResponse, TransportError> {
         let proxy = Process()
         proxy.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         let script = """
@@ -43,7 +61,7 @@ final class DeliveryAdversarialRound2Tests: XCTestCase {
                 d = c.recv(4096)
                 if not d: break
                 data += d
-            c.sendall(b"HTTP/1.1 200 Connection established\\r\\n\\r\\n"); time.sleep(0.2); c.close()
+            c.sendall(b"HTTP/1.1 \(status)\\r\\nContent-Length: 0\\r\\n\\r\\n"); time.sleep(0.2); c.close()
         while time.time() < end:
             try: c, _ = s.accept()
             except socket.timeout: continue
@@ -66,9 +84,6 @@ final class DeliveryAdversarialRound2Tests: XCTestCase {
         let t = CurlTransport(timeout: 5)
         let request = HTTPRequest(url: try XCTUnwrap(URL(string: "https://sentry.example.invalid/api/1/envelope/")),
                                   headers: [], body: Data("x".utf8), timeout: 5)
-        switch t.sendSynchronously(request) {
-        case .success(let r): XCTAssertFalse((200..<300).contains(r.status), "no server was reached, yet the transport says \(r.status)")
-        case .failure(let e): XCTAssertFalse(e.isPermanent, "\(e)")
-        }
+        return t.sendSynchronously(request)
     }
 }
