@@ -42,4 +42,27 @@ final class SDKAdversarialRound2Tests: XCTestCase {
         XCTAssertEqual(abnormal.count, 1, "scope.json of run A is \(size) B (cap \(RunDirectory.maxScopeBytes) B); sessions sent: \(sessions)")
         XCTAssertEqual(dig(abnormal.first, "attrs", "release") as? String, "app@1.0")
     }
+
+    /// The default storage directory is named after the program's path *with symbolic links resolved*. Deploys
+    /// that switch a `current` symbolic link between release directories (`/srv/app/current ->
+    /// releases/20261130-1`, Capistrano style; Nix store paths alike) start the same program, by the same path,
+    /// in a new storage directory after every deploy: the crash reports (and `pending/` batches) the previous
+    /// release left (often the crash that made you deploy a fix) are never read again, and each deploy leaves
+    /// a directory behind.
+    func testOneProgramDeployedBehindASymlinkKeepsItsStorageAcrossReleases() throws {
+        let root = dirs.make("deploy")
+        let fm = FileManager.default
+        for release in ["r1", "r2"] {
+            let dir = root.appendingPathComponent("releases/\(release)")
+            try fm.createDirectory(at: dir, withIntermediateDirectories: true)
+            try Data("#!/bin/sh\n".utf8).write(to: dir.appendingPathComponent("server"))
+        }
+        let current = root.appendingPathComponent("current")
+        try fm.createSymbolicLink(atPath: current.path, withDestinationPath: "releases/r1")
+        let before = Vaka.programDirectoryName(argv0: current.path + "/server")
+        try fm.removeItem(at: current)
+        try fm.createSymbolicLink(atPath: current.path, withDestinationPath: "releases/r2")
+        let after = Vaka.programDirectoryName(argv0: current.path + "/server")
+        XCTAssertEqual(before, after, "started as \(current.path)/server before and after a deploy")
+    }
 }
