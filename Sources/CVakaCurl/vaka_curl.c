@@ -147,8 +147,10 @@ int vaka_curl_code_is_permanent(int code) {
     }
 }
 
-/// The header block of the final response: reset at each status line, so 100 Continue and a proxy's
-/// CONNECT answer are not mixed into it.
+/// The header block of the origin server's final response: reset at each status line, so 100 Continue and
+/// a proxy's CONNECT answer are not mixed into it. CONNECT answers are not even passed here when libcurl
+/// knows CURLOPT_SUPPRESS_CONNECT_HEADERS (>= 7.54); with an older libcurl, vaka_curl_post() does not let a
+/// block count when curl failed after a CONNECT (see there).
 struct header_sink {
     char *data;
     size_t length;
@@ -235,7 +237,11 @@ static vaka_curl_failure finish(vaka_curl_session *s, vaka_curl_result *result, 
     int connected = s->lib->easy_getinfo(s->easy, CURLINFO_PRIMARY_IP, &ip) == CURLE_OK && ip && ip[0];
     result->failure = vaka_curl_code_is_permanent(rc) && !connected ? VAKA_CURL_PERMANENT : VAKA_CURL_TRANSIENT;
     const char *text = s->error[0] ? s->error : s->lib->easy_strerror(rc);
-    snprintf(result->error, sizeof result->error, "curl %d: %s", (int)rc, text);
+    if (result->proxy_status > 0 && result->proxy_status != 200)
+        snprintf(result->error, sizeof result->error, "proxy answered CONNECT with %ld (curl %d: %s)",
+                 result->proxy_status, (int)rc, text);
+    else
+        snprintf(result->error, sizeof result->error, "curl %d: %s", (int)rc, text);
     return result->failure;
 }
 
@@ -270,6 +276,7 @@ vaka_curl_failure vaka_curl_post(vaka_curl_session *s, const char *url, const ch
     struct body_sink body_sink = {0};
     if (timeout_ms < 1) timeout_ms = 1;
 
+    int connect_headers_suppressed = 0;  // libcurl >= 7.54 knows CURLOPT_SUPPRESS_CONNECT_HEADERS
     CURLcode rc = CURLE_OK;
 #define SET(option, value)                                   \
     do {                                                     \
@@ -293,6 +300,9 @@ vaka_curl_failure vaka_curl_post(vaka_curl_session *s, const char *url, const ch
     SET(CURLOPT_HEADERDATA, &sink);
     SET(CURLOPT_WRITEFUNCTION, on_body);
     SET(CURLOPT_WRITEDATA, &body_sink);
+    // Through an https proxy tunnel, the proxy's answer to CONNECT ("200 Connection established", "407 Proxy
+    // Authentication Required") must never reach the header callback as if the server had answered.
+    connect_headers_suppressed = s->lib->easy_setopt(e, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L) == CURLE_OK;
     // OpenSSL's standard variables for a private CA (libcurl's built-in bundle path would override them).
     const char *ca_file = getenv("SSL_CERT_FILE");
     if (ca_file && ca_file[0]) SET(CURLOPT_CAINFO, ca_file);
@@ -308,11 +318,16 @@ done:
     s->lib->easy_setopt(e, CURLOPT_HEADERFUNCTION, (curl_write_callback)NULL);
     s->lib->easy_setopt(e, CURLOPT_WRITEDATA, (void *)NULL);
     long status = 0;
+    long connect_code = 0;
+    if (s->lib->easy_getinfo(e, CURLINFO_HTTP_CONNECTCODE, &connect_code) == CURLE_OK && connect_code > 0)
+        result->proxy_status = connect_code;
     if (rc != CURLE_OK) {
-        // The status line and the whole header block of a final response arrived, then the body failed
-        // (our cap, a partial body, a timeout or a reset while reading it): the server has decided, and its
-        // status counts. Anything earlier is a failure to get an answer.
-        if (!sink.complete || sink.status < 200) {
+        // The status line and the whole header block of the origin server's final response arrived, then
+        // the body failed (our cap, a partial body, a timeout or a reset while reading it): the server has
+        // decided, and its status counts. Anything earlier is a failure to get an answer, and so is any
+        // failure after a proxy CONNECT when libcurl could not keep the CONNECT answer out of the sink (the
+        // block seen may be the proxy's: "200 Connection established" then a failed TLS handshake, or 407).
+        if (!sink.complete || sink.status < 200 || (connect_code > 0 && !connect_headers_suppressed)) {
             free(sink.data);
             return finish(s, result, rc);
         }

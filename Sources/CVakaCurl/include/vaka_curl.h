@@ -75,6 +75,10 @@ typedef struct vaka_curl_result {
     char *headers;
     /// Length of `headers` in bytes, without the NUL.
     size_t headers_length;
+    /// The status a proxy answered the CONNECT with (CURLINFO_HTTP_CONNECTCODE: e.g. 200, 407), 0 when no
+    /// tunnel was asked for. Never the server's answer: a failure after a CONNECT is a transport failure
+    /// (VAKA_CURL_TRANSIENT), and `status` is only ever the origin server's final response.
+    long proxy_status;
 } vaka_curl_result;
 
 /// POSTs `body` (`body_length` bytes) to `url` with the given header lines ("Name: value", `header_count` of

@@ -85,6 +85,7 @@ final class Delivery {
     private var reportedDrops = 0            // queue.stats.droppedUnwritable at the last flush's return
     private var outboxFailures = 0           // outbox writes that failed
     private var reportedOutboxFailures = 0   // outboxFailures at the last flush's return
+    private var reportedOutboxDrops = 0      // outbox.droppedFiles at the last flush's return
 
     /// `configuration` with its numbers clamped (see the type's documentation); each change is logged.
     static func sanitized(_ configuration: Configuration, log: (String) -> Void) -> Configuration {
@@ -149,6 +150,7 @@ final class Delivery {
     func submit(_ envelope: Envelope, durable: Bool = false) throws {
         guard let queue = queue else {
             let url: URL
+            let droppedBefore = outbox.droppedFiles
             do {
                 url = try outbox.write(envelope, at: clock.now)
             } catch {
@@ -157,6 +159,10 @@ final class Delivery {
                 throw error
             }
             log("wrote \(url.lastPathComponent)")
+            let dropped = outbox.droppedFiles - droppedBefore
+            if dropped > 0 {
+                log("outbox over \(outbox.maxFiles) files or \(outbox.maxBytes) B: dropped the \(dropped) oldest file(s)")
+            }
             return
         }
         do {
@@ -170,18 +176,21 @@ final class Delivery {
 
     /// Sends everything queued, waiting until the queue is empty or `timeout` seconds pass (clamped to
     /// 0...86,400; NaN counts as 0).
-    /// Returns early (`false`) when sending is stopped (a 401 or a permanent transport error), or the next allowed attempt (backoff or
-    /// rate limit) lies beyond the deadline. Outbox mode: `true` unless an outbox write failed since the
+    /// Returns early (`false`) when sending is stopped (a 401, a 3xx or a permanent transport error), or the next allowed attempt (backoff or
+    /// rate limit) lies beyond the deadline. Outbox mode: `true` unless an outbox write failed, or old outbox
+    /// files were dropped to keep it within its caps (``Outbox/maxFiles``, ``Outbox/maxBytes``), since the
     /// previous flush.
     /// - Returns: `true` when nothing is left to send and nothing was dropped unwritten and unsent since the
     ///   previous flush (an envelope dropped from memory because the storage could not be written, or an
-    ///   outbox file that could not be written, makes it `false` once).
+    ///   outbox file that could not be written or was dropped at the outbox's cap, makes it `false` once).
     @discardableResult
     func flush(timeout: TimeInterval) -> Bool {
         guard let queue = queue, let uploader = uploader else {
             cond.lock(); defer { cond.unlock() }
-            let clean = outboxFailures == reportedOutboxFailures
+            let dropped = outbox.droppedFiles
+            let clean = outboxFailures == reportedOutboxFailures && dropped == reportedOutboxDrops
             reportedOutboxFailures = outboxFailures
+            reportedOutboxDrops = dropped
             return clean
         }
         let deadline = Date().addingTimeInterval(Bounded.timeout(timeout))

@@ -7,16 +7,44 @@ import Foundation
 /// holding exactly the bytes that would have been POSTed before gzip (Sentry envelope wire format).
 /// Directory mode 0700, files 0600, written atomically. Name order is time order. `vaka outbox list|show`
 /// reads them with ``list()`` and ``read(_:)``.
+///
+/// Bounded like the send queue: at most ``maxFiles`` files (default 1,000) and ``maxBytes`` bytes (default
+/// 64 MiB) across runs. A write that would go over either drops the oldest files (by name) first; the count
+/// of files dropped by this value's writes is ``droppedFiles``.
 public struct Outbox {
     private static let sequenceLock = NSLock()
     nonisolated(unsafe) private static var sequence = 0
 
     /// `<storage>/outbox`.
     public let directory: URL
+    /// Most files kept (default 1,000); at least 1.
+    public let maxFiles: Int
+    /// Most bytes kept over all files (default 64 MiB); the newest file is kept even when it alone is larger.
+    public let maxBytes: Int
+
+    /// Sizes of the files present, by name, read once at the first write and kept up to date after.
+    private final class Usage: @unchecked Sendable {
+        let lock = NSLock()
+        var files: [String: Int]? = nil  // name -> bytes; nil until scanned
+        var bytes = 0
+        var dropped = 0
+    }
+    private let usage = Usage()
 
     /// An outbox in `<storageDirectory>/outbox` (created on first write).
-    public init(storageDirectory: URL) {
+    /// - Parameters:
+    ///   - maxFiles: most files kept (clamped to at least 1).
+    ///   - maxBytes: most bytes kept (clamped to at least 1).
+    public init(storageDirectory: URL, maxFiles: Int = 1_000, maxBytes: Int = 64 << 20) {
         directory = storageDirectory.appendingPathComponent("outbox", isDirectory: true)
+        self.maxFiles = max(1, maxFiles)
+        self.maxBytes = max(1, maxBytes)
+    }
+
+    /// Files removed by this outbox's writes to stay within ``maxFiles`` and ``maxBytes`` (oldest first).
+    public var droppedFiles: Int {
+        usage.lock.lock(); defer { usage.lock.unlock() }
+        return usage.dropped
     }
 
     /// Writes `envelope` as a new file, stamped with `date` (file name only; the envelope is unchanged).
@@ -34,8 +62,37 @@ public struct Outbox {
         let number = Outbox.sequence
         Outbox.sequenceLock.unlock()
         let url = directory.appendingPathComponent("\(stamp)-\(String(format: "%06d", number % 1_000_000))-\(safeID).envelope")
-        try PrivateFiles.writeAtomically(envelope.serialized(), to: url, sync: false)
+        let bytes = envelope.serialized()
+        try PrivateFiles.writeAtomically(bytes, to: url, sync: false)
+        trim(adding: url.lastPathComponent, size: bytes.count)
         return url
+    }
+
+    /// Records the file just written and removes the oldest files while over ``maxFiles`` or ``maxBytes``
+    /// (never the one just written). The directory is listed once per process, at the first write.
+    private func trim(adding name: String, size: Int) {
+        usage.lock.lock(); defer { usage.lock.unlock() }
+        if usage.files == nil {
+            var files: [String: Int] = [:]
+            for url in list() {
+                let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
+                files[url.lastPathComponent] = (attributes?[.size] as? NSNumber)?.intValue ?? 0
+            }
+            usage.files = files
+            usage.bytes = files.values.reduce(0, +)
+        } else {
+            usage.bytes += size - (usage.files?[name] ?? 0)
+            usage.files?[name] = size
+        }
+        guard var files = usage.files, files.count > maxFiles || usage.bytes > maxBytes else { return }
+        for old in files.keys.sorted() where old != name {
+            guard files.count > maxFiles || usage.bytes > maxBytes else { break }
+            let path = directory.appendingPathComponent(old).path
+            if unlink(path) != 0 && errno != ENOENT { continue }
+            usage.bytes -= files.removeValue(forKey: old) ?? 0
+            usage.dropped += 1
+        }
+        usage.files = files
     }
 
     /// The outbox files, oldest first (by name); empty when the directory does not exist.

@@ -31,6 +31,9 @@ struct TransportError: Error, CustomStringConvertible {
     /// `true` when retrying can never work in this process (unsupported scheme, a URL libcurl cannot parse,
     /// libcurl not installed...): the uploader stops sending until the next launch instead of backing off.
     var isPermanent = false
+    /// The status a proxy answered `CONNECT` with when it refused the tunnel (e.g. 407 Proxy Authentication
+    /// Required, 403 of its ACL), `nil` otherwise. Never the server's answer: the envelope did not reach it.
+    var proxyStatus: Int? = nil
     /// The reason.
     var description: String { reason }
 }
@@ -75,7 +78,11 @@ private final class ResultBox {
 /// body discarded and read only up to 64 KiB (`VAKA_CURL_MAX_BODY`: a huge or endless body is cut off there),
 /// bounded by `request.timeout` (whole exchange and connect), no signals (`CURLOPT_NOSIGNAL`). A response
 /// whose status line and headers arrived is judged by its status even when the body then fails (cut at the
-/// cap, cut short, timed out): a 200 with an endless body is a delivery, logged with a note.
+/// cap, cut short, timed out): a 200 with an endless body is a delivery, logged with a note. Only the origin
+/// server's final response counts: a proxy's answer to `CONNECT` is kept out of the headers
+/// (`CURLOPT_SUPPRESS_CONNECT_HEADERS`), and a failure after a `CONNECT` (the proxy's `200 Connection
+/// established` then a failed TLS handshake, or a refused tunnel: 407, 403) is a transient ``TransportError``
+/// (with ``TransportError/proxyStatus`` when the proxy refused), never a status.
 /// libcurl brings IPv6 literal hosts (`http://[::1]:8000`), TLS and the standard proxy variables (`http_proxy`,
 /// `https_proxy`, `all_proxy`, `no_proxy`).
 ///
@@ -171,7 +178,8 @@ final class CurlTransport: HTTPTransport {
             let reason = withUnsafeBytes(of: result.error) { bytes in
                 String(decoding: bytes.prefix(while: { $0 != 0 }), as: UTF8.self)
             }
-            return .failure(TransportError(reason: reason, isPermanent: failure == VAKA_CURL_PERMANENT))
+            let proxy = result.proxy_status > 0 && result.proxy_status != 200 ? Int(result.proxy_status) : nil
+            return .failure(TransportError(reason: reason, isPermanent: failure == VAKA_CURL_PERMANENT, proxyStatus: proxy))
         }
         // A status with a note: the body was not read to its end (capped, or cut after the headers).
         let note = withUnsafeBytes(of: result.error) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }

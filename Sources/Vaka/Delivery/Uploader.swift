@@ -11,7 +11,10 @@ import Foundation
 ///   to the send time;
 /// - the answer decides (`X-Sentry-Rate-Limits` is recorded from every answer):
 ///   - **2xx**: the envelope is removed from its batch file (the file is deleted when empty); backoff reset.
-///   - **401**: sending stops for the life of this uploader (until the next launch); files kept.
+///   - **401** (the key is refused) and **3xx** (a redirect: Sentry SDKs do not follow redirects for
+///     envelopes, so the DSN's scheme or host is wrong): sending stops for the life of this uploader (until
+///     the next launch); files kept; one always-on `[vaka]` line (``warn``) names the status, the DSN's host and,
+///     for a redirect, the `Location` host (never the key).
 ///   - **413**: the envelope's items are split into two halves which replace it and are sent in turn. A
 ///     single event that still gets 413 is trimmed again (``EventBudget``) to half its JSON size and half its
 ///     gzipped size, keeping its `event_id`, and sent again in its place; when half its size would be under
@@ -21,10 +24,16 @@ import Foundation
 ///     least 1 s (``RateLimits/minimumDelay``); the envelope is held while its categories are limited (and
 ///     not sent again in the same pump) and other categories keep flowing. When the
 ///     answer does not limit the envelope's own categories, it counts as a failure (below).
-///   - **other 4xx** (not 408): permanent rejection; the envelope is removed (``Stats/droppedRejected``).
-///   - **a permanent transport error** (``TransportError/isPermanent``: libcurl missing, a URL or scheme it
-///     can never send to): like 401, sending stops until the next launch; files kept.
-///   - **5xx, 408, 1xx/3xx, no answer** (offline, refused, timed out, garbage): exponential ``Backoff``
+///   - **407** (a proxy needs credentials; never the server's verdict on the event), and a proxy refusing
+///     the `CONNECT` tunnel (``TransportError/proxyStatus``): a failure (backoff, below), files kept, plus one
+///     always-on `[vaka]` line per process: the proxy may be fixed or its credentials renewed meanwhile.
+///   - **other 4xx** (not 408): permanent rejection; the envelope is removed (``Stats/droppedRejected``);
+///     the first rejection with each status prints one always-on `[vaka]` line (a 403 or 404 for every
+///     envelope is a misconfiguration that must be visible without debug).
+///   - **a permanent transport error** (``TransportError/isPermanent``: libcurl missing or broken, a URL or
+///     scheme it can never send to): like 401, sending stops until the next launch; files kept; one
+///     always-on `[vaka]` line.
+///   - **5xx, 408, 1xx, no answer** (offline, refused, timed out, garbage): exponential ``Backoff``
 ///     (5, 10, 20, ... 300 s), nothing is sent before it passes; the pump stops.
 ///
 /// Every envelope with an event that is accepted (2xx) or given up (413 at the floor, other 4xx) is reported
@@ -41,7 +50,7 @@ final class Uploader {
         case held(until: Date)
         /// A failure: no sending before `until` (backoff or a global rate limit).
         case waiting(until: Date)
-        /// A 401 or a permanent transport error stopped sending until the next launch.
+        /// A 401, a 3xx or a permanent transport error stopped sending until the next launch.
         case stopped
     }
 
@@ -90,6 +99,12 @@ final class Uploader {
     private var _notBefore: Date?  // a 5xx's Retry-After, when longer than the backoff
     private var _stats = Stats()
     private let log: (String) -> Void
+    /// Always-on sink for misconfigurations (one line each, without the `[vaka] ` prefix or newline).
+    private let warn: (String) -> Void
+    private var warned = Set<String>()  // keys of the ``warn`` lines printed (guarded by stateLock)
+
+    /// Writes `[vaka] <line>` to standard error: the default ``warn`` sink.
+    static func standardError(_ line: String) { PrivateFiles.writeStandardError("[vaka] \(line)\n") }
 
     /// - Parameters:
     ///   - queue: where the envelopes are.
@@ -98,9 +113,13 @@ final class Uploader {
     ///   - clock: time source for backoff and rate limits.
     ///   - requestTimeout: bound on each request, seconds.
     ///   - log: debug sink; never given the key.
+    ///   - warn: always-on sink for misconfigurations (401, 3xx, 407, a rejecting 4xx, libcurl missing), each
+    ///     kind at most once per uploader (one per process in the SDK); never given the key. Default: standard
+    ///     error with a `[vaka] ` prefix.
     ///   - onEventSettled: told when an event is accepted or given up (``onEventSettled``).
     init(queue: PersistentQueue, dsn: DSN, transport: HTTPTransport, clock: DeliveryClock,
          requestTimeout: TimeInterval = 15, log: @escaping (String) -> Void = { _ in },
+         warn: @escaping (String) -> Void = Uploader.standardError,
          onEventSettled: ((String, EventSettlement) -> Void)? = nil) {
         self.onEventSettled = onEventSettled
         self.queue = queue
@@ -109,7 +128,19 @@ final class Uploader {
         self.clock = clock
         self.requestTimeout = requestTimeout
         self.log = log
+        self.warn = warn
     }
+
+    /// Prints `line` through ``warn`` unless a line with the same `key` was printed already.
+    private func warnOnce(_ key: String, _ line: String) {
+        stateLock.lock()
+        let first = warned.insert(key).inserted
+        stateLock.unlock()
+        if first { warn(line) }
+    }
+
+    /// The DSN's host for messages (never the key).
+    private var serverName: String { dsn.envelopeURL.host ?? "the server" }
 
     /// Current rate limits.
     var rateLimits: RateLimits { stateLock.lock(); defer { stateLock.unlock() }; return _rateLimits }
@@ -225,12 +256,19 @@ final class Uploader {
                 case .unauthorized:
                     mutate { _stopped = true }
                     log("401 Unauthorized: sending stopped until the next launch; \(queue.fileCount) batch file(s) kept")
+                    warnOnce("401", "\(serverName) answered HTTP 401 Unauthorized: the DSN's key is refused; sending stopped until the next launch, envelopes kept in \(queue.directory.path)")
+                    return .stopped
+                case .redirected(let status, let location):
+                    mutate { _stopped = true }
+                    log("HTTP \(status) redirect to \(location): sending stopped until the next launch; \(queue.fileCount) batch file(s) kept")
+                    warnOnce("3xx", "\(serverName) answered HTTP \(status), a redirect to \(location): envelopes are not sent to redirects, check the DSN's scheme and host; sending stopped until the next launch, envelopes kept in \(queue.directory.path)")
                     return .stopped
                 case .retry(let reason, let retryAfter):
                     return fail(reason: reason, retryAfter: retryAfter)
                 case .cannotSend(let reason):
                     mutate { _stopped = true }
                     log("cannot send (\(reason)): sending stopped until the next launch; \(queue.fileCount) batch file(s) kept")
+                    warnOnce("cannotSend", "cannot send (\(reason)): sending stopped until the next launch, envelopes kept in \(queue.directory.path)")
                     return .stopped
                 }
             }
@@ -311,6 +349,7 @@ final class Uploader {
 
     private enum Verdict {
         case delivered, tooLarge, rateLimited, unauthorized
+        case redirected(Int, location: String)  // 3xx and the Location's host
         case rejected(Int)
         case retry(String, retryAfter: TimeInterval?)
         case cannotSend(String)  // a permanent transport error
@@ -338,6 +377,9 @@ final class Uploader {
         case .failure(let error):
             if error.isPermanent { return .cannotSend("\(error)") }
             log("\(what): no answer: \(error)")
+            if let proxy = error.proxyStatus {
+                warnOnce("proxy\(proxy)", "the proxy refused the tunnel to \(serverName) with HTTP \(proxy)\(proxy == 407 ? " (it needs credentials: user:password in https_proxy/all_proxy)" : ""): envelopes stay queued and are retried with backoff")
+            }
             return .retry("no answer: \(error)", retryAfter: nil)
         case .success(let response):
             let after = clock.now
@@ -357,9 +399,19 @@ final class Uploader {
             case 413: return .tooLarge
             case 429: return .rateLimited
             case 408: return .retry("HTTP 408", retryAfter: retryAfter)
+            case 407:
+                // Only a proxy answers 407: it says nothing about the event.
+                warnOnce("proxy407", "a proxy answered HTTP 407 Proxy Authentication Required (it needs credentials: user:password in http_proxy/all_proxy): envelopes stay queued and are retried with backoff")
+                return .retry("HTTP 407 from a proxy", retryAfter: retryAfter)
+            case 300..<400:
+                // Not followed (Sentry SDKs never follow redirects for envelopes): the DSN is wrong, and it
+                // will not fix itself. Only the Location's host is named: its query could carry the key.
+                let target = response.headers["location"].flatMap { URL(string: $0)?.host } ?? "(no Location host)"
+                return .redirected(response.status, location: target)
             case 400..<500:
                 mutate { _stats.droppedRejected += 1 }
                 log("dropping \(what): permanent \(response.status)")
+                warnOnce("\(response.status)", "\(serverName) rejected an envelope with HTTP \(response.status): it is dropped (later ones with the same status are dropped silently; debug shows each)")
                 return .rejected(response.status)
             default: return .retry("HTTP \(response.status)", retryAfter: retryAfter)
             }
