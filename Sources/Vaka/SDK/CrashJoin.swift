@@ -23,6 +23,11 @@ import VakaSymbolication
 ///     is deleted.
 ///   When persisting fails both stay for the next launch. A report that does not parse is renamed to
 ///   `<run-id>.crash.invalid` and left alone.
+/// - Before any report is parsed: reports of runs still alive (their run lock held; a fork child's while its
+///   pid exists) are left alone, only the newest ``Client/maxKeptReports`` are kept (older ones deleted), and a
+///   report whose event (named after the file) is already in `pending/` is only watched. A parsed report is
+///   joined to the run of its own `run_id` line; reports named after their own run go first, so a copy never
+///   takes the original's scope or session and is settled with it.
 /// - A finished run directory without a report whose session never ended (status still `ok`: the process was
 ///   killed) gives a session update `abnormal`; then the directory is deleted.
 extension Client {
