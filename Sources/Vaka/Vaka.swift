@@ -154,7 +154,8 @@ public enum Vaka {
     }
 
     /// Sets a tag on later events and on this run's crash; `nil` removes it. Key and value are cut to their
-    /// first 200 Unicode scalars (Sentry's tag limits, ``Options/maxTagChars``).
+    /// first 200 Unicode scalars (Sentry's tag limits, ``Options/maxTagChars``). A run keeps at most 200 tags:
+    /// a new key beyond that removes the tag set longest ago (a debug line), so the newest tags win.
     public static func setTag(_ key: String, _ value: String?) {
         current?.setTag(Options.cut(key, maxChars: Options.maxTagChars),
                         value.map { Options.cut($0, maxChars: Options.maxTagChars) })
@@ -240,25 +241,38 @@ public enum Vaka {
 
     /// The name of a program's default storage directory: `<name>-<hash>`.
     /// - `<hash>`: 8 lower-case hex digits, the 32-bit FNV-1a hash of the UTF-8 bytes of the program's
-    ///   absolute path (stable across runs, Swift versions and machines). That path is `argv0` made absolute
-    ///   against the working directory with symbolic links resolved (`realpath(3)`) when `argv0` contains a `/`
-    ///   (`./server`, `/srv/billing/server`; kept as written, `.` and `..` removed, when it does not resolve),
-    ///   else (a name found through `PATH`, an empty or missing `argv0`) the target of `/proc/self/exe`.
-    ///   So `/srv/billing/server` and `/srv/search/server` get different directories, while one program started
-    ///   as `./server`, as `/srv/billing/server` or through `PATH` or a symbolic link gets the same one.
+    ///   absolute path as it was started (stable across runs, Swift versions and machines), **without**
+    ///   resolving symbolic links, so that a program deployed behind a switched link (`/srv/app/current ->
+    ///   releases/42`, Capistrano, Nix profiles) keeps one directory across releases. That path is:
+    ///   `argv0` when it contains a `/`, made absolute against the working directory (`$PWD` when it names the
+    ///   working directory, as the shell keeps it, else `getcwd(3)`) and lexically normalised (`.`, `..` and
+    ///   repeated `/` removed); else (a bare name) the first `PATH` entry holding an executable file of that
+    ///   name, as the shell searches it; else (not found, empty or missing `argv0`) the target of
+    ///   `/proc/self/exe`. So `/srv/billing/server` and `/srv/search/server` get different directories, one
+    ///   program started as `./server` or as `/srv/billing/server` gets the same one, and a symbolic link to a
+    ///   program is a program of its own (its own directory).
     /// - `<name>`: the last path component of `argv0`, else of that absolute path, else `program`; ASCII
     ///   control characters and `\` replaced by `_`, at most 64 UTF-8 bytes. Never empty, `.` or `..`.
     public static func programDirectoryName(argv0: String?) -> String {
+        programDirectoryName(argv0: argv0, environment: ProcessInfo.processInfo.environment)
+    }
+
+    /// ``programDirectoryName(argv0:)`` with `PATH` and `PWD` taken from `environment` (tests).
+    static func programDirectoryName(argv0: String?, environment: [String: String]) -> String {
         func usable(_ component: String) -> Bool { !component.isEmpty && component != "." && component != ".." }
         func lastComponent(_ path: String) -> String { path.split(separator: "/").last.map(String.init) ?? "" }
         var path: String?
         if let argv0, argv0.contains("/"), !argv0.hasSuffix("/"), usable(lastComponent(argv0)) {
-            let absolute = argv0.hasPrefix("/") ? argv0 : FileManager.default.currentDirectoryPath + "/" + argv0
-            if let resolved = realpath(absolute, nil) {
-                path = String(cString: resolved)
-                free(resolved)
-            } else {
-                path = URL(fileURLWithPath: absolute).standardizedFileURL.path
+            path = lexicallyNormalised(absolute(argv0, environment: environment))
+        } else if let argv0, usable(argv0), !argv0.contains("/") {
+            // A bare name: the shell found it through PATH (an empty entry is the working directory).
+            for entry in (environment["PATH"] ?? "").split(separator: ":", omittingEmptySubsequences: false) {
+                let candidate = (entry.isEmpty ? "." : String(entry)) + "/" + argv0
+                var st = stat()
+                if stat(candidate, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, access(candidate, X_OK) == 0 {
+                    path = lexicallyNormalised(absolute(candidate, environment: environment))
+                    break
+                }
             }
         }
         if path == nil, let resolved = realpath("/proc/self/exe", nil) {
@@ -275,6 +289,30 @@ public enum Vaka {
         if !usable(name) { name = "program" }
         let hex = String(hash, radix: 16)
         return "\(name)-\(String(repeating: "0", count: 8 - hex.count))\(hex)"
+    }
+
+    /// `path` made absolute against the working directory: `$PWD` when it is absolute and names the same
+    /// directory as `.` (the shell's logical working directory, symbolic links kept), else `getcwd(3)`.
+    static func absolute(_ path: String, environment: [String: String]) -> String {
+        if path.hasPrefix("/") { return path }
+        var cwd = FileManager.default.currentDirectoryPath
+        if let pwd = environment["PWD"], pwd.hasPrefix("/") {
+            var a = stat(), b = stat()
+            if stat(pwd, &a) == 0, stat(".", &b) == 0, a.st_dev == b.st_dev, a.st_ino == b.st_ino { cwd = pwd }
+        }
+        return cwd + "/" + path
+    }
+
+    /// An absolute path with `.`, `..` and repeated `/` removed, without looking at the file system
+    /// (`/a/b/../c` is `/a/c` even when `b` is a symbolic link).
+    static func lexicallyNormalised(_ path: String) -> String {
+        var parts: [Substring] = []
+        for part in path.split(separator: "/") {
+            if part == "." { continue }
+            if part == ".." { _ = parts.popLast(); continue }
+            parts.append(part)
+        }
+        return "/" + parts.joined(separator: "/")
     }
 
     private static let lastScreen = LockedValue<String?>(nil)

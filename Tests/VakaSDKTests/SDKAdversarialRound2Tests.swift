@@ -65,4 +65,144 @@ final class SDKAdversarialRound2Tests: XCTestCase {
         let after = Vaka.programDirectoryName(argv0: current.path + "/server")
         XCTAssertEqual(before, after, "started as \(current.path)/server before and after a deploy")
     }
+
+    // MARK: - Variants written with the fixes (issue 8, kinds 3, 4, 6, 8, 9)
+
+    /// Worst case for `scope.json`: 250 tags whose keys and values are 200 control characters each (every one
+    /// escaped as `\u00XX` in JSON), a 200-character user id. The newest 200 tags are kept (the 50 set first
+    /// are gone), and the file stays under the derived bound and the 1 MiB the join reads.
+    func testTheNewestTagsWinAndTheScopeStaysReadable() throws {
+        XCTAssertLessThan(RunScope.maxEncodedBytes, RunDirectory.maxScopeBytes)
+        let storage = dirs.make("tags2")
+        let runA = "A-\(UUID().uuidString)"
+        let control = String(repeating: "\u{01}", count: 190)
+        do {
+            let a = try Client(options: Vaka.Options(release: "app@1.0", sessionTracking: true, storageDirectory: storage),
+                               storage: storage, runID: runA, dsn: nil, log: nil)
+            a.begin()
+            a.identify(String(repeating: "\u{02}", count: 1000))
+            for i in 0..<250 { a.setTag(control + String(format: "%010d", i), control + "v") }
+        }
+        let scopeFile = RunDirectory.root(storage).appendingPathComponent(runA).appendingPathComponent("scope.json")
+        let data = try Data(contentsOf: scopeFile)
+        XCTAssertLessThanOrEqual(data.count, RunScope.maxEncodedBytes)
+        let scope = try JSONDecoder().decode(RunScope.self, from: data)
+        XCTAssertEqual(scope.tags.count, RunScope.maxTags)
+        XCTAssertNil(scope.tags[control + String(format: "%010d", 49)], "the oldest tags go first")
+        XCTAssertNotNil(scope.tags[control + String(format: "%010d", 50)])
+        XCTAssertNotNil(scope.tags[control + String(format: "%010d", 249)], "the newest tag is kept")
+        XCTAssertEqual(scope.userID?.unicodeScalars.count, 200)
+    }
+
+    /// `extra` whose keys are long and values tiny: measured as values only it looked like 45 KB and was kept
+    /// whole (~530 KB). Keys count: what is left of `extra` is at most 256 KiB encoded.
+    func testExtraKeysCountTowardTheLimit() throws {
+        var extra: [String: JSONValue] = [:]
+        for i in 0..<5_000 { extra[String(repeating: "k", count: 100) + "\(i)"] = .string("x") }
+        let event: [String: JSONValue] = ["event_id": .string(String(repeating: "a", count: 32)), "level": .string("info"),
+                                          "platform": .string("native"), "extra": .object(extra)]
+        let outcome = EventBudget.standard.fit(event)
+        XCTAssertTrue(outcome.fits)
+        let decoded = try XCTUnwrap(JSONSerialization.jsonObject(with: outcome.data) as? [String: Any])
+        let kept = try XCTUnwrap(decoded["extra"] as? [String: Any])
+        XCTAssertGreaterThan(kept.count, 1_000, "only as many as needed are dropped")
+        XCTAssertLessThan(kept.count, 5_000)
+        XCTAssertLessThanOrEqual(try JSONSerialization.data(withJSONObject: kept).count, EventBudget.maxExtraBytes + 64)
+    }
+
+    /// 60 reports in `crashes/` (none parses): the 10 oldest by modification time are deleted unread (no
+    /// `.invalid`, which only parsing gives), the newest 50 are read (and set aside as `.invalid`).
+    func testOnlyTheNewestReportsAreKeptAndParsed() throws {
+        let storage = dirs.make("pileup")
+        let crashes = storage.appendingPathComponent("crashes")
+        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+        let base = Date(timeIntervalSince1970: 1_700_000_000)
+        for i in 0..<60 {
+            let file = crashes.appendingPathComponent(String(format: "r%02d.crash", 59 - i))  // name order ≠ age order
+            try Data("not a report \(i)\n".utf8).write(to: file)
+            try FileManager.default.setAttributes([.modificationDate: base.addingTimeInterval(Double(i))], ofItemAtPath: file.path)
+        }
+        let log = LinesLog()
+        let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage),
+                                storage: storage, runID: UUID().uuidString, dsn: nil, log: log.add)
+        client.begin()
+        client.end(timeout: 1)
+        let left = try FileManager.default.contentsOfDirectory(atPath: crashes.path).sorted()
+        XCTAssertEqual(left.count, 50, "\(left)")
+        // File i was written i seconds after the first: the oldest ten are r59...r50.
+        for i in 0..<10 { XCTAssertFalse(left.contains { $0.hasPrefix(String(format: "r%02d.crash", 59 - i)) }, "r\(59 - i) is among the oldest") }
+        XCTAssertTrue(left.allSatisfy { $0.hasSuffix(".crash.invalid") }, "\(left)")
+        XCTAssertEqual(log.lines.filter { $0.contains("deleted the 10 oldest") }.count, 1, "\(log.lines)")
+    }
+
+    /// A report of a run whose lock is still held (a sibling process of the same program; its crash handler
+    /// may still be writing) is not read: it stays as it is, and is read once that run is gone. The same for
+    /// a fork child's report of that run while the child's pid exists.
+    func testALiveSiblingsReportIsNotRead() throws {
+        let storage = dirs.make("live")
+        let crashes = storage.appendingPathComponent("crashes")
+        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+        let sibling = "S-\(UUID().uuidString)"
+        var live: RunDirectory? = try RunDirectory(storage: storage, runID: sibling)  // holds the lock, as a live process
+        let half = crashes.appendingPathComponent("\(sibling).crash")
+        let child = crashes.appendingPathComponent("\(sibling)-\(getpid()).crash")  // a pid that exists
+        for file in [half, child] { try Data("vaka-crash-report 1\nsignal 11\n".utf8).write(to: file) }
+        func launch() throws {
+            let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage),
+                                    storage: storage, runID: UUID().uuidString, dsn: nil, log: nil)
+            client.begin()
+            client.end(timeout: 1)
+        }
+        try launch()
+        XCTAssertTrue(FileManager.default.fileExists(atPath: half.path), "a live run's report was read")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: child.path), "a live child's report was read")
+        XCTAssertEqual(try readOutbox(storage).flatMap(\.events).count, 0)
+        XCTAssertNotNil(live)
+        live = nil  // the sibling exits
+        try launch()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: half.path), "read once the run is gone")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: half.path + ".invalid"))
+    }
+
+    /// A copy of a report named to sort first (`000-copy.crash`, the same `run_id`): the event carries the
+    /// crashed run's scope (release) and its `crashed` session update, once; the original and the copy are
+    /// both gone, and so is the run directory.
+    func testACopySortedFirstDoesNotReplaceTheOriginal() throws {
+        let storage = dirs.make("copy")
+        let doc = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/report-format.md"), encoding: .utf8)
+        let example = try XCTUnwrap(doc.range(of: "## Example").map { doc[$0.upperBound...] })
+        let open = try XCTUnwrap(example.range(of: "```\n"))
+        let close = try XCTUnwrap(example[open.upperBound...].range(of: "```"))
+        let runID = UUID().uuidString
+        let text = String(example[open.upperBound..<close.lowerBound])
+            .replacingOccurrences(of: "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B", with: runID)
+        let crashes = storage.appendingPathComponent("crashes")
+        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+        let files = [crashes.appendingPathComponent("\(runID).crash"), crashes.appendingPathComponent("000-copy.crash")]
+        for file in files { try text.write(to: file, atomically: true, encoding: .utf8) }
+        do {
+            let dir = try RunDirectory(storage: storage, runID: runID)
+            try dir.write(RunScope(runID: runID, release: "crashed@1.0", environment: "production", tags: ["t": "1"],
+                                   userID: nil, session: SessionState(did: nil, started: Date().addingTimeInterval(-5))))
+        }
+        let client = try Client(options: Vaka.Options(release: "current@2.0", sessionTracking: false, storageDirectory: storage),
+                                storage: storage, runID: UUID().uuidString, dsn: nil, log: nil)
+        client.begin()
+        client.end(timeout: 1)
+        let envelopes = try readOutbox(storage).filter { !$0.events.isEmpty }
+        XCTAssertEqual(envelopes.count, 1, "one event for two files with one run_id")
+        XCTAssertEqual(envelopes.first?.events.first?["release"] as? String, "crashed@1.0", "the copy took the scope")
+        XCTAssertEqual(envelopes.first?.sessions.map { $0["status"] as? String }, ["crashed"])
+        for file in files { XCTAssertFalse(FileManager.default.fileExists(atPath: file.path), file.lastPathComponent) }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: RunDirectory.root(storage).appendingPathComponent(runID).path))
+    }
+}
+
+/// Collects debug lines (thread-safe).
+final class LinesLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [String] = []
+    var lines: [String] { lock.lock(); defer { lock.unlock() }; return stored }
+    func add(_ line: String) { lock.lock(); stored.append(line); lock.unlock() }
 }

@@ -26,6 +26,8 @@ final class Client: @unchecked Sendable {
     private let runDirectory: RunDirectory?
     private let breadcrumbs: BreadcrumbStore
     private var ended = false
+    /// The tag keys of `scope.tags`, oldest set first (the first to go when a new one is over the cap).
+    private var tagOrder: [String]
     private let logSink: ((String) -> Void)?
 
     /// Starts everything except the crash handlers (``Vaka/start(_:)`` installs those first).
@@ -47,7 +49,11 @@ final class Client: @unchecked Sendable {
             onEventSettled: { id, outcome in ledger.settled(id, outcome) }))
         var session: SessionState?
         if options.sessionTracking { session = SessionState(did: Client.anonID(storage: storage, log: log), started: now) }
-        scope = RunScope(runID: runID, release: release, environment: options.environment, tags: options.tags,
+        let tags = RunScope.bounded(tags: options.tags)
+        if tags.dropped > 0 { log?("\(tags.dropped) of \(options.tags.count) tags left out: a run keeps at most \(RunScope.maxTags) tags") }
+        tagOrder = tags.tags.keys.sorted()
+        scope = RunScope(runID: runID, release: Vaka.Options.boundedRelease(release),
+                         environment: Vaka.Options.boundedEnvironment(options.environment), tags: tags.tags,
                          userID: nil, session: session)
         var dir: RunDirectory?
         do { dir = try RunDirectory(storage: storage, runID: runID) } catch { log?("cannot create the run directory: \(error)") }
@@ -93,18 +99,31 @@ final class Client: @unchecked Sendable {
     }
 
     /// Sets (or with `nil` removes) a tag on all later events and on this run's crash. Key and value are cut to
-    /// 200 characters (``EventBudget/maxTagChars``) first, as the server would.
+    /// 200 characters (``EventBudget/maxTagChars``) first, as the server would. The run keeps at most
+    /// ``RunScope/maxTags`` tags: a new key beyond that removes the tag set longest ago (debug line), so the
+    /// newest tags win. `scope.json` is rewritten only when the tags change, and stays under
+    /// ``RunScope/maxEncodedBytes`` (so each call costs at most one bounded write).
     func setTag(_ key: String, _ value: String?) {
         let key = EventBudget.truncated(key, EventBudget.maxTagChars) ?? key
         let value = value.map { EventBudget.truncated($0, EventBudget.maxTagChars) ?? $0 }
         lock.lock(); defer { lock.unlock() }
         guard !ended, scope.tags[key] != value else { return }
+        if let i = tagOrder.firstIndex(of: key) { tagOrder.remove(at: i) }
+        if value != nil {
+            if tagOrder.count >= RunScope.maxTags {
+                let oldest = tagOrder.removeFirst()
+                scope.tags[oldest] = nil
+                log("tag \(oldest.prefix(64).debugDescription) removed: a run keeps at most \(RunScope.maxTags) tags, the newest")
+            }
+            tagOrder.append(key)
+        }
         scope.tags[key] = value
         persistScopeLocked()
     }
 
-    /// Sets or clears `user.id`.
+    /// Sets or clears `user.id` (cut to ``Vaka/Options/maxTagChars`` scalars).
     func identify(_ userID: String?) {
+        let userID = userID.map { Vaka.Options.cut($0, maxChars: Vaka.Options.maxTagChars) }
         lock.lock(); defer { lock.unlock() }
         guard !ended, scope.userID != userID else { return }
         scope.userID = userID

@@ -23,24 +23,63 @@ import VakaSymbolication
 ///     is deleted.
 ///   When persisting fails both stay for the next launch. A report that does not parse is renamed to
 ///   `<run-id>.crash.invalid` and left alone.
+/// - Before any report is parsed: reports of runs still alive (their run lock held; a fork child's while its
+///   pid exists) are left alone, only the newest ``Client/maxKeptReports`` are kept (older ones deleted), and a
+///   report whose event (named after the file) is already in `pending/` is only watched. A parsed report is
+///   joined to the run of its own `run_id` line; reports named after their own run go first, so a copy never
+///   takes the original's scope or session and is settled with it.
 /// - A finished run directory without a report whose session never ended (status still `ok`: the process was
 ///   killed) gives a session update `abnormal`; then the directory is deleted.
 extension Client {
+    /// Most crash reports (`*.crash`) kept in `crashes/`: the newest 50 by modification time. Older ones are
+    /// deleted by the join (with their run directories) with a debug line, so that a program crashing in a
+    /// loop without a reachable server does not fill the disk.
+    static let maxKeptReports = 50
+
     func joinPreviousRuns() {
         let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
         var runs: [String: RunDirectory.Previous] = [:]
-        for run in RunDirectory.finishedRuns(storage: storage, except: runID, log: { [weak self] in self?.logLine($0) }) { runs[run.runID] = run }
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? [])
+        var live = Set<String>()
+        for run in RunDirectory.finishedRuns(storage: storage, except: runID, live: &live, log: { [weak self] in self?.logLine($0) }) {
+            runs[run.runID] = run
+        }
+        live.insert(runID)
+        var names = ((try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? [])
             .filter { $0.hasSuffix(".crash") && $0 != "\(runID).crash" }.sorted()
+        // A report of a run whose process still lives (a sibling process of the same program) may be half
+        // written by its crash handler: left for a later launch.
+        names.removeAll { name in
+            guard Client.belongsToLiveRun(String(name.dropLast(".crash".count)), live: live) else { return false }
+            logLine("crash report \(name) belongs to a run that is still running; left for a later launch")
+            return true
+        }
+        names = capReports(names, in: crashes, runs: &runs)
         let builder = FatalEventBuilder(symbolicator: Symbolicator())
         // Read once, not once per report (that was quadratic in reports × pending/). An event settled by the
         // uploader after this snapshot is caught by the ledger (watch returns its outcome).
         // Event ids already in pending/ (read once), and those this join queues: a copy of a report (same run_id)
         // is watched with the first one, not queued again.
         var queued = names.isEmpty ? [] : (delivery.queue?.queuedEventIDs() ?? [])
+        // Cheap checks first (no parsing): a report whose event, named after the file, is already queued is
+        // only watched. The others are parsed, then taken originals first (file named after its own run_id),
+        // so that a copy never takes the original's scope or session.
+        var parsed: [(name: String, path: String, report: CrashReport, original: Bool)] = []
         for name in names {
             let path = crashes.appendingPathComponent(name).path
-            let crashedRun = String(name.dropLast(".crash".count))
+            let nameRun = String(name.dropLast(".crash".count))
+            if delivery.queue != nil {
+                let fork = runs[nameRun] == nil ? Client.forkChildName(nameRun) : nil
+                let eventID = FatalEventBuilder.eventID(forRunID: fork?.run ?? nameRun, forkChildPID: fork?.pid)
+                if queued.contains(eventID) {
+                    let entry = CrashLedger.Entry(reportPath: path, runDirectory: fork == nil ? runs.removeValue(forKey: nameRun)?.url : nil)
+                    if let outcome = crashLedger.watch(eventID, entry) {
+                        crashLedger.resolve(eventID, entry, outcome)
+                    } else {
+                        logLine("the crash of run \(nameRun) is already queued as event \(eventID); the report stays until the server accepts it")
+                    }
+                    continue
+                }
+            }
             let report: CrashReport
             do {
                 report = try CrashReport(contentsOf: path)
@@ -49,8 +88,22 @@ extension Client {
                 _ = rename(path, path + ".invalid")
                 continue
             }
-            // A fork child's report (<run-id>-<pid>.crash) takes its parent run's scope, but the run directory and
-            // its session stay the parent's (ended by the parent's own report, exit or abnormal update).
+            let own = report.isForkChild ? report.runID.map { "\($0)-\(report.pid ?? -1)" } : report.runID
+            parsed.append((name, path, report, own == nil || own == nameRun))
+        }
+        parsed.sort { ($0.original ? 0 : 1, $0.name) < ($1.original ? 0 : 1, $1.name) }
+        var done = Set<String>()  // event ids written to the outbox by this join
+        for (name, path, report, _) in parsed {
+            let nameRun = String(name.dropLast(".crash".count))
+            let crashedRun = report.runID ?? nameRun
+            let ownName = report.isForkChild ? "\(crashedRun)-\(report.pid ?? -1)" : crashedRun
+            if Client.belongsToLiveRun(ownName, live: live) {
+                logLine("crash report \(name) is of run \(crashedRun), still running; left for a later launch")
+                continue
+            }
+            // The scope is looked up by the report's own run_id, not its file name. A fork child's report
+            // (<run-id>-<pid>.crash) takes its parent run's scope, but the run directory and its session stay the
+            // parent's (ended by the parent's own report, exit or abnormal update).
             let previous = report.isForkChild ? report.runID.flatMap { runs[$0] }.map { run in
                 var parentRun = run
                 parentRun.scope?.session = nil
@@ -68,6 +121,10 @@ extension Client {
                     logLine("the crash of run \(crashedRun) is already queued as event \(eventID); the report stays until the server accepts it")
                     continue
                 }
+            } else if done.contains(eventID) {
+                CrashLedger.remove(entry)  // a copy of a report already written to the outbox
+                logLine("crash report \(name) is a copy of event \(eventID), already in the outbox; deleted")
+                continue
             }
             let envelope = fatalEnvelope(report: report, previous: previous, builder: builder, eventID: eventID)
             do {
@@ -79,6 +136,7 @@ extension Client {
             }
             if delivery.queue == nil {
                 CrashLedger.remove(entry)
+                done.insert(eventID)
                 logLine("wrote the crash of run \(crashedRun) as event \(eventID) to the outbox")
             } else {
                 queued.insert(eventID)
@@ -99,6 +157,42 @@ extension Client {
             }
             try? FileManager.default.removeItem(at: run.url)
         }
+    }
+
+    /// `<run-id>-<pid>` (a fork child's report name) split, when it has that form.
+    static func forkChildName(_ name: String) -> (run: String, pid: Int64)? {
+        guard let dash = name.lastIndex(of: "-"), let pid = Int64(name[name.index(after: dash)...]), pid > 0 else { return nil }
+        return (String(name[..<dash]), pid)
+    }
+
+    /// Whether the report named `name` (without `.crash`) may still be being written: its run is in `live`
+    /// (its lock is held), or it is a fork child's (`<run-id>-<pid>`) of a live run and that pid still exists.
+    /// (A fork child keeps its parent's run lock while it lives, so a dead child of a live parent is told
+    /// apart by its pid.)
+    static func belongsToLiveRun(_ name: String, live: Set<String>) -> Bool {
+        if live.contains(name) { return true }
+        guard let fork = forkChildName(name), live.contains(fork.run), fork.pid <= Int64(Int32.max) else { return false }
+        return kill(pid_t(fork.pid), 0) == 0 || errno == EPERM
+    }
+
+    /// `names` (report files in `crashes`) cut to the newest ``maxKeptReports`` by modification time (ties: by
+    /// name); the older ones are deleted, with the run directories named like them (removed from `runs`: a
+    /// crashed run gets no `abnormal` update). One `stat` per report, nothing parsed. Returns the kept names, sorted.
+    func capReports(_ names: [String], in crashes: URL, runs: inout [String: RunDirectory.Previous]) -> [String] {
+        guard names.count > Client.maxKeptReports else { return names }
+        let dated = names.map { name -> (name: String, mtime: Int) in
+            var st = stat()
+            let mtime = stat(crashes.appendingPathComponent(name).path, &st) == 0 ? st.st_mtim.tv_sec * 1_000_000_000 + st.st_mtim.tv_nsec : 0
+            return (name, mtime)
+        }.sorted { ($0.mtime, $0.name) > ($1.mtime, $1.name) }
+        for old in dated.dropFirst(Client.maxKeptReports) {
+            unlink(crashes.appendingPathComponent(old.name).path)
+            if let run = runs.removeValue(forKey: String(old.name.dropLast(".crash".count))) {
+                try? FileManager.default.removeItem(at: run.url)
+            }
+        }
+        logLine("crashes/ held \(names.count) reports; deleted the \(names.count - Client.maxKeptReports) oldest (at most \(Client.maxKeptReports) are kept)")
+        return dated.prefix(Client.maxKeptReports).map(\.name).sorted()
     }
 
     /// The envelope for one crash: the fatal event (`event_id` `eventID`) with the crashed run's scope, within

@@ -388,16 +388,21 @@ public struct EventBudget: Sendable, Equatable {
         }
     }
 
-    /// Strings in `extra` at most 16384 scalars; all of `extra` at most 256 KiB (largest entries dropped).
+    /// Strings in `extra` at most 16384 scalars; all of `extra` at most 256 KiB, each entry counted as its key
+    /// and value encoded (`"key":value,`). Over that, the largest entries are dropped (ties: the later key
+    /// first) in one pass: every entry is measured once and sorted once (n log n, not a rescan per removal).
     static func limitExtra(_ value: inout JSONValue, _ trace: inout Trace) {
         capStrings(&value, cap: maxExtraValueChars, &trace)
         guard case .object(var extra) = value else { return }
-        var sizes = extra.mapValues { EventFactory.encode(["v": $0]).count }
-        var total = sizes.values.reduce(0, +)
-        while total > maxExtraBytes, let largest = sizes.max(by: { ($0.value, $1.key) < ($1.value, $0.key) }) {
-            extra[largest.key] = nil
-            sizes[largest.key] = nil
-            total -= largest.value
+        // {"key":value} minus the braces, plus a comma: what the entry adds to the encoded object.
+        var sizes = extra.map { (key: $0.key, bytes: EventFactory.encode([$0.key: $0.value]).count - 1) }
+        var total = sizes.reduce(2) { $0 + $1.bytes }
+        guard total > maxExtraBytes else { return }
+        sizes.sort { ($0.bytes, $0.key) > ($1.bytes, $1.key) }
+        for entry in sizes {
+            if total <= maxExtraBytes { break }
+            extra[entry.key] = nil
+            total -= entry.bytes
             trace.entries += 1
         }
         value = .object(extra)

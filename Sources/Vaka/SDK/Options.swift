@@ -44,13 +44,17 @@ extension Vaka {
         public var enabled: Bool
         /// Tags put on every event (`tags`); ``Vaka/setTag(_:_:)`` adds more. Default empty. Keys and values are
         /// cut to 200 Unicode scalars at ``Vaka/start(_:)`` (Sentry's tag limits; one `[vaka]` line on stderr
-        /// when any is); an event with more tags than its byte budget holds loses the last ones (``EventBudget``).
+        /// when any is); at most 200 tags are kept, the first by key order (one line when more are given;
+        /// ``Vaka/setTag(_:_:)`` beyond 200 removes the tag set longest ago); an event with more tags than its
+        /// byte budget holds loses the last ones (``EventBudget``).
         public var tags: [String: String]
         /// Where Vaka keeps its files (`crashes/`, `runs/`, `pending/`, `outbox/`, `anon_id`). `nil` selects
         /// ``Vaka/defaultStorageDirectory()``: `$XDG_STATE_HOME/vaka/<program name>-<8 hex digits>` (when
         /// `XDG_STATE_HOME` is an absolute path), else `~/.local/state/vaka/<program name>-<8 hex digits>`, the
-        /// hex digits a hash of the program's absolute path, so two programs with the same name in different
-        /// directories never share one. Directories are created with mode 0700, files 0600.
+        /// hex digits a hash of the program's absolute path as started, symbolic links not resolved
+        /// (``Vaka/programDirectoryName(argv0:)``), so two programs with the same name in different
+        /// directories never share one, and a program started as `/srv/app/current/bin/server` keeps its
+        /// directory when a deploy switches `current` to another release. Directories are created with mode 0700, files 0600.
         public var storageDirectory: URL?
 
         /// Options with a DSN (or none: outbox mode). Parameters are described on the properties.
@@ -149,7 +153,7 @@ extension Vaka.Options {
     }
 
     /// These options with ``release``, ``environment`` and ``tags`` made acceptable to Sentry (see each
-    /// property). `note` gets one line per field that was changed (``Vaka/start(_:)`` prints it on stderr):
+    /// property), and at most ``RunScope/maxTags`` tags (the first by key order). `note` gets one line per field that was changed (``Vaka/start(_:)`` prints it on stderr):
     /// a value set by mistake (a whole file read into `release`) would otherwise make every event too large or
     /// be dropped by the server.
     func bounded(note: (String) -> Void) -> Vaka.Options {
@@ -175,6 +179,11 @@ extension Vaka.Options {
                 o.tags = cutTags
                 note("\(changed) tag(s) cut to \(Self.maxTagChars) characters per key and value (Sentry's tag limits)")
             }
+        }
+        if o.tags.count > RunScope.maxTags {
+            let count = o.tags.count
+            o.tags = RunScope.bounded(tags: o.tags).tags
+            note("\(count - o.tags.count) of \(count) tags left out: a run keeps at most \(RunScope.maxTags) tags (the first by key order)")
         }
         return o
     }

@@ -19,6 +19,30 @@ struct RunScope: Codable, Equatable {
     var userID: String?
     /// The run's session, when session tracking is on.
     var session: SessionState?
+
+    /// Most tags a run keeps (options' tags plus ``Vaka/setTag(_:_:)``): 200. A further new key removes the
+    /// tag set longest ago (with a debug line): the newest tags win. Bounds `scope.json` (see
+    /// ``maxEncodedBytes``) and the cost of rewriting it on every scope change.
+    static let maxTags = 200
+
+    /// Most bytes `scope.json` can take, derived from the limits: ``maxTags`` tags of key and value at most
+    /// ``Vaka/Options/maxTagChars`` scalars each, a user id of as many, release and environment at their byte
+    /// limits, every scalar escaped at worst as `\u00XX` (6 bytes), plus 16 KiB for the run id, session and
+    /// JSON syntax: 500,768 B, under ``RunDirectory/maxScopeBytes`` (1 MiB), so the next launch always reads it.
+    static let maxEncodedBytes = maxTags * (2 * Vaka.Options.maxTagChars * 6 + 8) + Vaka.Options.maxTagChars * 6
+        + (Vaka.Options.maxReleaseBytes + Vaka.Options.maxEnvironmentBytes) * 6 + 16 * 1024
+
+    /// `tags` with at most ``maxTags`` entries (the first by key order) and each key and value cut to
+    /// ``Vaka/Options/maxTagChars`` scalars; `dropped` is how many tags were left out.
+    static func bounded(tags: [String: String]) -> (tags: [String: String], dropped: Int) {
+        var out: [String: String] = [:]
+        for key in tags.keys.sorted() {
+            let k = Vaka.Options.cut(key, maxChars: Vaka.Options.maxTagChars)
+            if out[k] == nil, out.count >= maxTags { continue }
+            out[k] = Vaka.Options.cut(tags[key]!, maxChars: Vaka.Options.maxTagChars)
+        }
+        return (out, tags.count - out.count)
+    }
 }
 
 /// `<storage>/runs/<run-id>/`: the persisted scope, the breadcrumbs and a lock file held (`flock`) for as
@@ -54,9 +78,17 @@ final class RunDirectory {
 
     deinit { if lockFD >= 0 { Glibc.close(lockFD) } }
 
-    /// Writes `scope.json` atomically. Failures are returned as an error for debug logging.
+    /// Writes `scope.json` atomically. Failures are returned as an error for debug logging. A scope that would
+    /// encode over ``maxScopeBytes`` (never, within ``RunScope``'s limits; a guard) is written without its tags
+    /// rather than as a file the next launch would refuse.
     func write(_ scope: RunScope) throws {
-        try PrivateFiles.writeAtomically(try encoder.encode(scope), to: url.appendingPathComponent("scope.json"), sync: false)
+        var data = try encoder.encode(scope)
+        if data.count > RunDirectory.maxScopeBytes {
+            var smaller = scope
+            smaller.tags = [:]
+            data = try encoder.encode(smaller)
+        }
+        try PrivateFiles.writeAtomically(data, to: url.appendingPathComponent("scope.json"), sync: false)
     }
 
     /// Deletes the directory (the run ended and everything about it was sent or queued).
@@ -79,6 +111,14 @@ final class RunDirectory {
     /// `current`. A directory whose lock is held belongs to a live process and is left alone. A `scope.json`
     /// over ``maxScopeBytes`` or not a regular file gives no scope (logged to `log`).
     static func finishedRuns(storage: URL, except current: String, log: ((String) -> Void)? = nil) -> [Previous] {
+        var live = Set<String>()
+        return finishedRuns(storage: storage, except: current, live: &live, log: log)
+    }
+
+    /// ``finishedRuns(storage:except:log:)``, also collecting in `live` the run ids whose lock is held (a
+    /// process of that run still runs: its crash report, if any, may be half written).
+    static func finishedRuns(storage: URL, except current: String, live: inout Set<String>,
+                             log: ((String) -> Void)? = nil) -> [Previous] {
         let root = root(storage)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []
         var runs: [Previous] = []
@@ -88,7 +128,7 @@ final class RunDirectory {
             if fd >= 0 {
                 let free = flock(fd, LOCK_EX | LOCK_NB) == 0
                 Glibc.close(fd)
-                if !free { continue }
+                if !free { live.insert(name); continue }
             }
             var scope: RunScope? = nil
             switch PrivateFiles.readCapped(dir.appendingPathComponent("scope.json").path, maxBytes: RunDirectory.maxScopeBytes) {
