@@ -1,0 +1,66 @@
+import Foundation
+import XCTest
+
+/// Second adversarial round on the crash runtime (issue 8): signals the process survives, the report reserve,
+/// the mask interposers. Each test compares a small C program (``RuntimeProgram``) with and without Vaka; each
+/// failed when written (findings, not fixed here).
+final class RuntimeAdversarialRound2Tests: XCTestCase {
+    /// A SIGSEGV handler installed before Vaka with SA_NODEFER that recovers with `longjmp` from a `setjmp` that
+    /// saved no mask (glibc's `setjmp`): without Vaka the thread's mask is unchanged afterwards, so a later
+    /// SIGTERM ends the process. With Vaka the previous handler runs inside Vaka's handler, whose `sa_mask`
+    /// blocks every non-crash signal; the `longjmp` leaves that mask in place: SIGTERM, SIGINT, SIGALRM,
+    /// SIGCHLD stay blocked for good and the program ignores `kill -TERM`.
+    func testLongjmpOutOfPreviousHandlerKeepsTheThreadsSignalMask() throws {
+        let program = try RuntimeProgram.build("r2-longjmp-mask", """
+        #include <setjmp.h>
+        static jmp_buf env;
+        static void h(int s) { longjmp(env, 1); }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sa.sa_flags = SA_NODEFER; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("r2mask");
+            if (setjmp(env) == 0) { *(volatile int *)0x10 = 1; }
+            sigset_t now; sigprocmask(SIG_BLOCK, NULL, &now);
+            printf("recovered, SIGTERM blocked: %d\\n", sigismember(&now, SIGTERM)); fflush(stdout);
+            kill(getpid(), SIGTERM);
+            sleep(1);
+            printf("still alive after SIGTERM\\n");
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "signal 15 (SIGTERM)", without.result.stderrTail())
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self).split(separator: "\n").first,
+                       "recovered, SIGTERM blocked: 0")
+        XCTAssertEqual(with.result.outcome, without.result.outcome, with.result.stderrTail())
+        XCTAssertEqual(with.reports, [], "the recovered fault left a report")
+    }
+
+    /// SIGABRT the process survives: a handler that returns from `raise(SIGABRT)`/`kill(getpid(), SIGABRT)`,
+    /// or a test harness that leaves `abort()` with `siglongjmp`. Without Vaka the program goes on and exits 0.
+    /// With Vaka it also exits 0, but the SIGABRT report is kept (survived() and vaka_sig_at_exit() never
+    /// remove a SIGABRT report): the next launch joins a crash that never happened.
+    func testSurvivedSigabrtLeavesNoReportAtNormalExit() throws {
+        let program = try RuntimeProgram.build("r2-abrt-survived", """
+        #include <setjmp.h>
+        static sigjmp_buf env;
+        static volatile int got;
+        static void h(int s) { got++; if (got == 3) siglongjmp(env, 1); }
+        int main(int argc, char **argv) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sigaction(SIGABRT, &sa, NULL);
+            vk_start("r2abrt");
+            raise(SIGABRT);                       /* handler returns */
+            kill(getpid(), SIGABRT);              /* handler returns */
+            if (sigsetjmp(env, 1) == 0) abort();  /* handler leaves with siglongjmp */
+            printf("handled %d\\n", got); fflush(stdout);
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "exit 0", without.result.stderrTail())
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(with.result.outcome, "exit 0", with.result.stderrTail())
+        XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "handled 3\n")
+        XCTAssertEqual(with.reports, [], "a SIGABRT the process survived left a crash report:\n\(with.onlyReport)")
+    }
+}
