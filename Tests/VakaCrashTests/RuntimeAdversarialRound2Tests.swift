@@ -63,4 +63,52 @@ final class RuntimeAdversarialRound2Tests: XCTestCase {
         XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "handled 3\n")
         XCTAssertEqual(with.reports, [], "a SIGABRT the process survived left a crash report:\n\(with.onlyReport)")
     }
+    /// Two libraries that both recover faults: A (installed before Vaka) makes page 1 writable and returns; B
+    /// (installed after Vaka, chaining to what it saved — Vaka's handler — as such libraries do) makes page 2
+    /// writable and returns. Without Vaka both pages are fixed, then the NULL write dies with SIGSEGV. With Vaka
+    /// the first fault goes B → Vaka, whose capture puts A back in place of B (vaka_sig_restore_previous) and,
+    /// when A recovers, re-arms its own handler (put_ours_back): B is gone, so page 2's fault reaches A, which
+    /// resets SIGSEGV to SIG_DFL: the app dies of a fault its library would have recovered.
+    func testHandlerInstalledAfterVakaStillRecoversAfterASurvivedFault() throws {
+        let program = try RuntimeProgram.build("r2-two-recoverers", """
+        #include <sys/mman.h>
+        static char *p1, *p2;
+        static long pg;
+        static void A(int s, siginfo_t *si, void *uc) {
+            char *a = si->si_addr;
+            if (a >= p1 && a < p1 + pg) { mprotect(p1, pg, PROT_READ | PROT_WRITE); return; }
+            signal(SIGSEGV, SIG_DFL);
+        }
+        static struct sigaction B_prev;
+        static void B(int s, siginfo_t *si, void *uc) {
+            char *a = si->si_addr;
+            if (a >= p2 && a < p2 + pg) { mprotect(p2, pg, PROT_READ | PROT_WRITE); return; }
+            if (B_prev.sa_flags & SA_SIGINFO) B_prev.sa_sigaction(s, si, uc);
+            else if (B_prev.sa_handler == SIG_DFL) signal(SIGSEGV, SIG_DFL);
+            else if (B_prev.sa_handler != SIG_IGN) B_prev.sa_handler(s);
+        }
+        int main(void) {
+            pg = sysconf(_SC_PAGESIZE);
+            p1 = mmap(0, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            p2 = mmap(0, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            struct sigaction sa = {0}; sa.sa_sigaction = A; sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+            sigaction(SIGSEGV, &sa, NULL);
+            vk_start("r2two");
+            struct sigaction sb = {0}; sb.sa_sigaction = B; sb.sa_flags = SA_SIGINFO | SA_NODEFER;
+            sigaction(SIGSEGV, &sb, &B_prev);
+            p1[0] = 1; printf("p1\\n"); fflush(stdout);
+            p2[0] = 1; printf("p2\\n"); fflush(stdout);
+            vk_null();
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "signal 11 (SIGSEGV)", without.result.stderrTail())
+        XCTAssertEqual(String(decoding: without.result.stdout, as: UTF8.self), "p1\np2\n")
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "p1\np2\n",
+                       "the library installed after Vaka no longer recovered its own fault")
+        XCTAssertEqual(with.result.outcome, "signal 11 (SIGSEGV)", with.result.stderrTail())
+        XCTAssertEqual(with.reports, ["r2two.crash"])
+        XCTAssertEqual(reportValue(with.onlyReport, "fault_addr"), "0x0", with.onlyReport)
+    }
 }
