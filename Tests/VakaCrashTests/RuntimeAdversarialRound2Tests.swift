@@ -111,4 +111,27 @@ final class RuntimeAdversarialRound2Tests: XCTestCase {
         XCTAssertEqual(with.reports, ["r2two.crash"])
         XCTAssertEqual(reportValue(with.onlyReport, "fault_addr"), "0x0", with.onlyReport)
     }
+    /// A one-shot SIGTRAP handler (SA_RESETHAND) that returns: the kernel resets SIGTRAP to SIG_DFL, the program
+    /// goes on past the `int3` and exits 0. With Vaka survived() sees SIG_DFL in place ("expects death", as for
+    /// Swift's backtracer) and keeps the report; nothing removes it at the normal exit: a false crash is joined
+    /// at the next launch.
+    func testOneShotTrapHandlerThatReturnsLeavesNoReportAtNormalExit() throws {
+        let program = try RuntimeProgram.build("r2-resethand-trap", """
+        static volatile int got;
+        static void h(int s) { got++; }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sa.sa_flags = SA_RESETHAND; sigaction(SIGTRAP, &sa, NULL);
+            vk_start("r2trap");
+            __asm__ volatile("int3");
+            printf("handled %d\\n", got); fflush(stdout);
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "exit 0", without.result.stderrTail())
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(with.result.outcome, "exit 0", with.result.stderrTail())
+        XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "handled 1\n")
+        XCTAssertEqual(with.reports, [], "a SIGTRAP the process survived left a crash report")
+    }
 }
