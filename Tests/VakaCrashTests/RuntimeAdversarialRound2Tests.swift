@@ -134,4 +134,51 @@ final class RuntimeAdversarialRound2Tests: XCTestCase {
         XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "handled 1\n")
         XCTAssertEqual(with.reports, [], "a SIGTRAP the process survived left a crash report")
     }
+    /// Full file system, and signals the process survives (a seccomp-emulated call, a handled `int3`) while
+    /// another thread keeps writing (a logger on the full disk). Each survived capture unlinks its report,
+    /// which frees the reserve's blocks, and only then makes a new reserve (survived(): unlinkat, then
+    /// vaka_sig_make_reserve): the writer takes the freed blocks first, the new reserve gets none, and the real
+    /// crash that follows leaves a 0-byte report. Without survived signals the same crash keeps its whole
+    /// report (testFullFileSystemAtCrashTimeStillKeepsTheHeader). Needs root.
+    func testSurvivedSignalsOnAFullDiskKeepTheReserve() throws {
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else {
+            throw XCTSkip("needs root and unshare(1) for a private tmpfs mount")
+        }
+        let program = try RuntimeProgram.build("r2-full-survived", """
+        #include <fcntl.h>
+        static volatile int n, stop;
+        static int f;
+        static void h(int s) { n++; }
+        static void *filler(void *a) {
+            static char buf[4096];
+            while (!stop) (void)!write(f, buf, sizeof buf);
+            return NULL;
+        }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sigaction(SIGTRAP, &sa, NULL);
+            vk_start("r2full");
+            char path[4200]; snprintf(path, sizeof path, "%s/../fill", getenv("VK_DIR"));
+            f = open(path, O_WRONLY | O_CREAT, 0600);
+            static char buf[4096];
+            while (write(f, buf, sizeof buf) > 0) {}
+            pthread_t t; pthread_create(&t, 0, filler, 0);
+            for (int i = 0; i < 200; i++) __asm__ volatile("int3");
+            stop = 1; pthread_join(t, NULL);
+            vk_null();
+            return 0;
+        }
+        """)
+        let dir = Paths.freshDirectory("r2-full-run")
+        let mnt = dir.appendingPathComponent("mnt")
+        try FileManager.default.createDirectory(at: mnt, withIntermediateDirectories: true)
+        let script = "set -e; export MNT='\(mnt.path)'; mount -t tmpfs -o size=1m tmpfs \"$MNT\"; mkdir \"$MNT/r\"; " +
+            "VK_DIR=\"$MNT/r\" '\(program.path)' || true; df -k \"$MNT\" | tail -1; cat \"$MNT/r/r2full.crash\""
+        let result = try runChild(URL(fileURLWithPath: "/usr/bin/unshare"),
+                                  ["-m", "--propagation", "private", "/bin/bash", "-c", script],
+                                  label: "unshare", outputDirectory: dir, timeout: 60)
+        let out = String(decoding: result.stdout, as: UTF8.self)
+        XCTAssertTrue(out.contains(" 100% "), "the file system was not full:\n\(out)")
+        XCTAssertEqual(reportValue(out, "signal"), "11 SIGSEGV", "no header in the report:\n\(out)\n\(result.stderrTail())")
+        XCTAssertTrue(out.hasSuffix("end\n"), "the report is incomplete:\n\(out)")
+    }
 }
