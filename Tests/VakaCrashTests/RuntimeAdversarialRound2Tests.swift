@@ -181,4 +181,36 @@ final class RuntimeAdversarialRound2Tests: XCTestCase {
         XCTAssertEqual(reportValue(out, "signal"), "11 SIGSEGV", "no header in the report:\n\(out)\n\(result.stderrTail())")
         XCTAssertTrue(out.hasSuffix("end\n"), "the report is incomplete:\n\(out)")
     }
+    /// A one-shot SIGSEGV handler (SA_RESETHAND) that fixes the fault (makes the page writable) and returns: the
+    /// instruction runs again and succeeds. survived() sees SIG_DFL in place and a fault that repeats, assumes the
+    /// re-run instruction will end the process and returns early: the report stays and the arbitration is never
+    /// reset (crash_tid still set). The real NULL write that follows gets no report of its own — the only report
+    /// is the fixed fault's (its address, its stack) — and with a normal exit instead, that report stays behind.
+    func testOneShotHandlerThatFixesTheFaultLeavesVakaArmed() throws {
+        let program = try RuntimeProgram.build("r2-resethand-fix", """
+        #include <sys/mman.h>
+        static char *p1; static long pg;
+        static void A(int s) { mprotect(p1, pg, PROT_READ | PROT_WRITE); }
+        int main(int argc, char **argv) {
+            pg = sysconf(_SC_PAGESIZE);
+            p1 = mmap(0, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            struct sigaction sa = {0}; sa.sa_handler = A; sa.sa_flags = SA_RESETHAND; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("r2fix");
+            p1[0] = 1; printf("fixed\\n"); fflush(stdout);
+            if (argc > 1) return 0;
+            vk_null();
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "signal 11 (SIGSEGV)", without.result.stderrTail())
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(with.result.outcome, "signal 11 (SIGSEGV)", with.result.stderrTail())
+        XCTAssertEqual(with.reports, ["r2fix.crash"])
+        XCTAssertEqual(reportValue(with.onlyReport, "fault_addr"), "0x0", "the report is the fixed fault's:\n\(with.onlyReport)")
+
+        let exit = try RuntimeProgram.run(program, ["exit"], timeout: 30)
+        XCTAssertEqual(exit.result.outcome, "exit 0", exit.result.stderrTail())
+        XCTAssertEqual(exit.reports, [], "the fixed fault left a crash report at a normal exit")
+    }
 }
