@@ -213,4 +213,37 @@ final class RuntimeAdversarialRound2Tests: XCTestCase {
         XCTAssertEqual(exit.result.outcome, "exit 0", exit.result.stderrTail())
         XCTAssertEqual(exit.reports, [], "the fixed fault left a crash report at a normal exit")
     }
+    /// A survived signal on one signal drops the handlers installed after Vaka on every other crash signal: a
+    /// SIGTRAP handled before Vaka (returns), and a SIGSEGV handler a JIT/GC installed after Vaka that recovers
+    /// its own faults and never chains to Vaka. The SIGTRAP capture restores every saved previous action
+    /// (vaka_sig_restore_previous: SIGSEGV goes back to SIG_DFL) and re-arms ours (put_ours_back): the JIT's
+    /// handler is gone, and its next recoverable fault kills the app. Without Vaka the program exits 0.
+    func testSurvivedTrapKeepsAnotherSignalsHandlerInstalledAfterVaka() throws {
+        let program = try RuntimeProgram.build("r2-trap-drops-segv", """
+        #include <sys/mman.h>
+        static char *p2; static long pg;
+        static void T(int s) {}
+        static void B(int s, siginfo_t *si, void *uc) {
+            char *a = si->si_addr;
+            if (a >= p2 && a < p2 + pg) { mprotect(p2, pg, PROT_READ | PROT_WRITE); return; }
+            signal(SIGSEGV, SIG_DFL);
+        }
+        int main(void) {
+            pg = sysconf(_SC_PAGESIZE);
+            p2 = mmap(0, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            struct sigaction st = {0}; st.sa_handler = T; sigaction(SIGTRAP, &st, NULL);
+            vk_start("r2trapsegv");
+            struct sigaction sb = {0}; sb.sa_sigaction = B; sb.sa_flags = SA_SIGINFO; sigaction(SIGSEGV, &sb, NULL);
+            __asm__ volatile("int3");
+            p2[0] = 1; printf("fixed\\n"); fflush(stdout);
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "exit 0", without.result.stderrTail())
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(with.result.outcome, "exit 0", "the JIT's handler was dropped: \(with.result.stderrTail())")
+        XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "fixed\n")
+        XCTAssertEqual(with.reports, [])
+    }
 }
