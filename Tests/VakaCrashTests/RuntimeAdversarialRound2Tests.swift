@@ -246,4 +246,19 @@ final class RuntimeAdversarialRound2Tests: XCTestCase {
         XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "fixed\n")
         XCTAssertEqual(with.reports, [])
     }
+    /// The reserve's blocks (fallocate with FALLOC_FL_KEEP_SIZE, 256 KiB) stay allocated past the end of the
+    /// linked report: every report of a few KiB holds 256 KiB of disk until it is deleted (a crash loop while
+    /// offline keeps one per launch). Expected: the report holds about its own size.
+    func testReportHoldsAboutItsOwnSizeOnDisk() throws {
+        let program = try RuntimeProgram.build("r2-report-blocks", """
+        int main(void) { vk_start("r2blocks"); vk_null(); return 0; }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.reports, ["r2blocks.crash"])
+        var st = stat()
+        XCTAssertEqual(stat(run.directory.appendingPathComponent("r2blocks.crash").path, &st), 0)
+        let onDisk = Int(st.st_blocks) * 512
+        XCTAssertLessThanOrEqual(onDisk, Int(st.st_size) + 64 * 1024,
+                                 "a \(st.st_size)-byte report holds \(onDisk) bytes of disk")
+    }
 }
