@@ -9,12 +9,14 @@
  * faulted: the partial report is left without its `end` line and the process dies with the original
  * signal. A signal sent from outside (si_code <= 0) to a signal ignored before us is ignored.
  *
- * Chaining: after the report is closed, every previous action is put back exactly as saved. A previous
- * handler function is called directly by the winner (with our handlers back in place while it runs, so a
- * siglongjmp out of it leaves Vaka armed); SIG_DFL is re-sent with tgkill, or, for a hardware fault
- * (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0), left to repeat: returning re-executes the faulting
- * instruction. When the previous handler returns (or the signal is ignored), the process survived: the
- * report is removed and the handlers re-armed (survived()).
+ * Chaining: after the report is closed, every previous action is put back as saved — only where our handler
+ * is the current action: a handler installed after ours is never replaced (restore_one(), put_ours_back()).
+ * A previous handler function is called directly by the winner, under the signal mask the kernel would have
+ * given it (with our handlers back in place while it runs, so a siglongjmp out of it leaves Vaka armed);
+ * SIG_DFL is re-sent with tgkill, or, for a hardware fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE with
+ * si_code > 0), left to repeat: returning re-executes the faulting instruction. When the previous handler
+ * returns (or the signal is ignored), the process survived: the report is removed (or, while death may still
+ * follow, kept until a normal exit) and the handlers re-armed (survived()).
  *
  * Only async-signal-safe syscalls, libunwind and other sig_*.c code are used here; all storage is static.
  */
@@ -46,6 +48,14 @@ static atomic_uint crash_gen;
 /* The signal the winner is handling (for the nested-fault path). */
 static int crash_sig;
 static int report_fd = -1;
+/* The last report written, still open after its capture, and its length in bytes: when the process survives
+ * the signal, that file (blocks and all) becomes the next reserve; when death follows, the blocks past its
+ * end are released (trim_report()). -1 when none. */
+static int kept_fd = -1;
+static long kept_len;
+/* 1 while a report of a signal the process survived is kept because death may still follow (SIGABRT:
+ * abort() raises it again; a previous handler that put SIG_DFL in place): a normal exit removes it. */
+static int kept_survived;
 /* Where the current report was created (directory descriptor or AT_FDCWD, and name), to remove it when the
  * process survives the signal; name NULL when none. */
 static int report_dir_used = -1;
@@ -123,12 +133,34 @@ void vaka_sig_rearm(void)
     }
 }
 
+/* 1 when `a` is our crash handler. */
+static int is_ours(const struct sigaction *a)
+{
+    return (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == vaka_sig_handler;
+}
+
+/* Signals whose current action is the previous one that we put back in place ourselves (restore_one()):
+ * only those, and those still carrying our handler, are ever changed by us again. */
+static volatile uint8_t put_by_us[VAKA_NSIG];
+
+/* Puts the saved previous action of `sig` back, only where our handler is the current one: a handler
+ * installed after ours (a library that chains to us, a JIT's SIGSEGV handler) is never replaced. */
+static void restore_one(int sig)
+{
+    put_by_us[sig] = 0;
+    struct sigaction now;
+    if (sigaction(sig, NULL, &now) != 0 || !is_ours(&now)) return;
+    struct sigaction action = vaka_state.previous[sig];
+    if (is_ours(&action)) {
+        vaka_sig_zero(&action, sizeof action);
+        action.sa_handler = SIG_DFL;
+    }
+    if (sigaction(sig, &action, NULL) == 0) put_by_us[sig] = 1;
+}
+
 void vaka_sig_restore_previous(void)
 {
-    for (size_t i = 0; i < vaka_state.signal_count; i++) {
-        int sig = vaka_state.signals[i];
-        sigaction(sig, &vaka_state.previous[sig], NULL);
-    }
+    for (size_t i = 0; i < vaka_state.signal_count; i++) restore_one(vaka_state.signals[i]);
     atomic_store(&vaka_state.installed, 0); /* our handlers are gone: a later install starts afresh */
     atomic_store(&vaka_sig_protected_mask, 0u); /* and programs may block those signals again */
 }
@@ -423,6 +455,9 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     uint64_t wall_ns = now_ns(CLOCK_REALTIME);
     vaka_report_target *target = atomic_load(&vaka_state.target);
     if (target == NULL || target->path[0] == '\0') return;
+    if (kept_fd >= 0) close(kept_fd); /* an earlier survived report, replaced by this one */
+    kept_fd = -1;
+    kept_survived = 0;
 
     raise_fsize_limit();
     int fd = open_report(target);
@@ -543,8 +578,23 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     vaka_w_flush(&writer);
     /* No fsync: the data is in the page cache, which outlives this process (only a kernel crash or power
      * loss would lose it), and fsync costs milliseconds on real disks — more than the whole capture. */
-    close(fd);
+    /* The file stays open (kept_fd) until it is known whether death follows. */
+    long len = (long)syscall(SYS_lseek, fd, 0L, SEEK_CUR);
+    kept_fd = len >= 0 ? fd : -1;
+    kept_len = len;
+    if (kept_fd < 0) close(fd);
     report_fd = -1;
+}
+
+/* Death follows the report just written: release the reserve's blocks past its end (fallocate with
+ * FALLOC_FL_KEEP_SIZE kept up to 256 KiB allocated beyond the written length). */
+static void trim_report(void)
+{
+    if (kept_fd < 0) return;
+    syscall(SYS_ftruncate, kept_fd, kept_len);
+    syscall(SYS_fallocate, kept_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, kept_len, 64L << 20);
+    close(kept_fd);
+    kept_fd = -1;
 }
 
 /* A report write over RLIMIT_FSIZE made the kernel raise SIGXFSZ (blocked by our sa_mask). It is ours, not
@@ -599,7 +649,10 @@ static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
                                    : prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN;
     /* A hardware fault repeats: returning re-runs the instruction, which reaches the previous action. The
      * winner calls a previous handler function directly instead (below), to see it return or leave. */
-    if (repeats_by_itself(sig, info) && !(winner && function)) return 0;
+    if (repeats_by_itself(sig, info) && !(winner && function)) {
+        trim_report();
+        return 0;
+    }
 
     if (siginfo_handler && (prev.sa_sigaction == vaka_sig_handler || prev.sa_sigaction == NULL)) {
         send_self(sig, tid); /* never call ourselves */
@@ -611,10 +664,23 @@ static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
         vaka_sig_zero(&dfl, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
         sigaction(sig, &dfl, NULL);
+        trim_report();
         send_self(sig, tid);
         return 0;
     }
     if (!siginfo_handler && prev.sa_handler == SIG_DFL) {
+        /* A handler installed after ours is in place (it called us, as the action it saved): the default
+         * action must still end the process, as without Vaka, instead of re-entering that handler forever. */
+        struct sigaction now;
+        int dfl_now = sigaction(sig, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL;
+        trim_report();
+        if (dfl_now && repeats_by_itself(sig, info)) return 0;
+        if (!dfl_now) {
+            struct sigaction dfl;
+            vaka_sig_zero(&dfl, sizeof dfl);
+            dfl.sa_handler = SIG_DFL;
+            sigaction(sig, &dfl, NULL);
+        }
         send_self(sig, tid);
         return 0;
     }
@@ -625,15 +691,27 @@ static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
         struct sigaction dfl;
         vaka_sig_zero(&dfl, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
-        sigaction(sig, &dfl, NULL);
+        if (sigaction(sig, &dfl, NULL) == 0 && winner) put_by_us[sig] = 1; /* ours to re-arm if it survives */
     }
+    /* The mask the kernel would have given that handler (the interrupted code's, plus its sa_mask, plus the
+     * signal unless SA_NODEFER), not ours (every non-crash signal blocked): a handler that leaves with
+     * longjmp must leave the thread with the mask it would have had without Vaka. */
+    uint64_t mask = 0, ours = 0;
+    if (context != NULL) vaka_sig_copy(&mask, &((const ucontext_t *)context)->uc_sigmask, sizeof mask);
+    else syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &mask, sizeof mask);
+    uint64_t extra = 0;
+    vaka_sig_copy(&extra, &prev.sa_mask, sizeof extra);
+    mask |= extra;
+    if (!(prev.sa_flags & SA_NODEFER)) mask |= (uint64_t)1 << (sig - 1);
     volatile char frame = 0;
     if (winner) {
         chain_sp = (uintptr_t)&frame;
         atomic_store(&chain_tid, (int)tid);
     }
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, &ours, sizeof mask);
     if (siginfo_handler) prev.sa_sigaction(sig, info, context);
     else prev.sa_handler(sig);
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &ours, NULL, sizeof ours);
     if (winner) atomic_store(&chain_tid, 0);
     (void)frame;
     return 1;
@@ -648,8 +726,11 @@ static void put_ours_back(void)
     for (size_t i = 0; i < vaka_state.signal_count; i++) {
         int s = vaka_state.signals[i];
         struct sigaction now;
-        if (sigaction(s, &vaka_state.action, &now) != 0) continue;
-        if (!((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == vaka_sig_handler)) vaka_state.previous[s] = now;
+        /* Only over the previous action we put there ourselves: a handler installed after ours stays. */
+        if (!put_by_us[s] || sigaction(s, NULL, &now) != 0) continue;
+        put_by_us[s] = 0;
+        if (is_ours(&now) || sigaction(s, &vaka_state.action, NULL) != 0) continue;
+        vaka_state.previous[s] = now;
     }
     atomic_store(&vaka_sig_protected_mask, vaka_state.protect_mask);
 }
@@ -662,15 +743,34 @@ static void put_ours_back(void)
  * for this capture see crash_gen change and compete again. */
 static void survived(int sig, int repeats)
 {
-    /* A previous handler that put SIG_DFL in place for this signal (Swift's backtracer, SA_RESETHAND) expects
-     * it to come back and end the process (SIGTRAP: the next int3; a hardware fault: the same instruction
-     * again, right after we return): that report stays until the next capture replaces it. For a fault that
-     * repeats, nothing is re-armed (the re-run instruction ends the process). */
+    (void)repeats;
+    /* SIGABRT (abort() resets it to SIG_DFL and raises it again after a returning handler), or a previous
+     * handler that put SIG_DFL in place for this signal (Swift's backtracer, SA_RESETHAND: the next int3, or
+     * the same faulting instruction re-run right after we return, may end the process): death may follow, so
+     * that report stays — until the next capture replaces it, or a normal exit removes it (vaka_sig_at_exit).
+     * Either way the slot is freed and our handlers re-armed: a fault the one-shot handler fixed is not the
+     * last one captured. */
     struct sigaction now;
     int expects_death = sigaction(sig, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL;
-    if (expects_death && repeats) return;
-    if (report_name_used != NULL && sig != SIGABRT && !expects_death) unlinkat(report_dir_used, report_name_used, 0);
-    report_name_used = NULL;
+    int keep = sig == SIGABRT || expects_death;
+    if (keep) {
+        trim_report();
+        kept_survived = report_name_used != NULL;
+    } else {
+        /* The new reserve first, while the report still holds its blocks (a full disk); then the report goes. */
+        vaka_report_target *target = atomic_load(&vaka_state.target);
+        if (target != NULL && target->reserve_fd < 0) vaka_sig_make_reserve(target);
+        if (report_name_used != NULL) unlinkat(report_dir_used, report_name_used, 0);
+        if (kept_fd >= 0) close(kept_fd);
+        kept_fd = -1;
+        report_name_used = NULL;
+        /* The report's blocks are free now: take what the new reserve could not get before, at once. */
+        if (target != NULL && target->reserve_fd >= 0) {
+            static const long sizes[] = VAKA_RESERVE_SIZES;
+            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+                if (syscall(SYS_fallocate, target->reserve_fd, FALLOC_FL_KEEP_SIZE, 0L, sizes[i]) == 0) break;
+        }
+    }
     vaka_report_target *target = atomic_load(&vaka_state.target);
     if (target != NULL && target->reserve_fd < 0) vaka_sig_make_reserve(target);
     put_ours_back();
@@ -815,12 +915,7 @@ static void disarm_watchdog(void)
  * that chaining reaches it even when a library re-installed our handler after the capture. */
 static void put_previous_back(int sig)
 {
-    struct sigaction action = vaka_state.previous[sig];
-    if ((action.sa_flags & SA_SIGINFO) && action.sa_sigaction == vaka_sig_handler) {
-        vaka_sig_zero(&action, sizeof action);
-        action.sa_handler = SIG_DFL;
-    }
-    sigaction(sig, &action, NULL);
+    restore_one(sig); /* only where our handler is in place: never over a handler installed after ours */
 }
 
 /* The signal hit a process the state does not belong to: a vfork child (shares our memory) or a raw
@@ -900,8 +995,17 @@ static int inside_chained_handler(const void *context)
     return chain_sp - sp < ((uintptr_t)8 << 20);
 }
 
+/* A normal exit: the report of a signal the process survived is not a crash. */
+static void remove_report_at_exit(void)
+{
+    if (report_name_used != NULL) unlinkat(report_dir_used, report_name_used, 0);
+    report_name_used = NULL;
+    kept_survived = 0;
+}
+
 void vaka_sig_at_exit(void)
 {
+    if (kept_survived && atomic_load(&crash_tid) == 0) remove_report_at_exit();
     if (atomic_load(&chain_tid) != (int)current_tid()) return;
     /* exit() called by the previous handler itself (on the alternate stack, or below chain()'s frame): the
      * crash stands. Otherwise that handler left with siglongjmp and the process now exits normally. */
@@ -911,8 +1015,7 @@ void vaka_sig_at_exit(void)
     if (sigaltstack(NULL, &ss) != 0 || (ss.ss_flags & SS_ONSTACK)) return;
     if ((ss.ss_flags & SS_DISABLE) && sp < chain_sp && chain_sp - sp < ((uintptr_t)8 << 20)) return;
     atomic_store(&chain_tid, 0);
-    if (report_name_used != NULL && crash_sig != SIGABRT) unlinkat(report_dir_used, report_name_used, 0);
-    report_name_used = NULL;
+    remove_report_at_exit();
 }
 
 static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
