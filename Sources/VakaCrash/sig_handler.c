@@ -174,6 +174,12 @@ void vaka_sig_after_fork_child(void)
     atomic_store(&crash_done, 0);
     atomic_store(&capture_phase, PHASE_IDLE);
     report_fd = -1;
+    /* A report the parent kept (a survived signal death may follow) is the parent's: the child's normal exit
+     * must not remove it, nor its death trim it. */
+    if (kept_fd >= 0) close(kept_fd);
+    kept_fd = -1;
+    kept_survived = 0;
+    report_name_used = NULL;
     for (int k = 0; k < 2; k++) watchdog_timers[k] = -1; /* timers are not inherited */
     watchdog_armed = 0;
 
