@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h> /* renameat only (no stdio streams in the handler) */
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -56,6 +57,19 @@ static long kept_len;
 /* 1 while a report of a signal the process survived is kept because death may still follow (SIGABRT:
  * abort() raises it again; a previous handler that put SIG_DFL in place): a normal exit removes it. */
 static int kept_survived;
+/* The report of a signal the process survived, kept as the next reserve (blocks and all: on a full disk,
+ * freeing them would let another thread take them before a new reserve could): renamed to the hidden
+ * `.<run_id>.spare` in the report directory, still open. The next capture writes it from offset 0, cuts it to
+ * the written length and renames it to the report's name; a normal exit or uninstall unlinks it. spare_dir
+ * is the directory descriptor the name is relative to (spare_path + spare_rel), or AT_FDCWD (spare_path is
+ * absolute). -1 when none. */
+static int spare_fd = -1;
+static int spare_dir;
+static dev_t spare_dev;
+static ino_t spare_ino;
+static pid_t spare_pid;
+static size_t spare_rel;
+static char spare_path[VAKA_REPORT_PATH_MAX + 8];
 /* Where the current report was created (directory descriptor or AT_FDCWD, and name), to remove it when the
  * process survives the signal; name NULL when none. */
 static int report_dir_used = -1;
@@ -180,6 +194,8 @@ void vaka_sig_after_fork_child(void)
     kept_fd = -1;
     kept_survived = 0;
     report_name_used = NULL;
+    /* So is the spare (the parent's open file, under the parent's name): never written, nor unlinked here. */
+    spare_fd = -1;
     for (int k = 0; k < 2; k++) watchdog_timers[k] = -1; /* timers are not inherited */
     watchdog_armed = 0;
 
@@ -405,7 +421,97 @@ static int take_reserve(vaka_report_target *target, int dir_ok, int path_ok)
     return fd;
 }
 
-/* The report file of `target`: the reserve made at install, linked under the report's name; else created
+/* The spare (a survived signal's report kept as reserve), renamed to the report's name (by the directory
+ * descriptor, else by the absolute path) and positioned at offset 0, when it is this process's. The caller
+ * cuts it to the written length. It is used up. @return the descriptor, or -1. */
+static int take_spare(vaka_report_target *target, int dir_ok, int path_ok)
+{
+    int fd = spare_fd;
+    struct stat st;
+    if (fd < 0 || spare_pid != (pid_t)syscall(SYS_getpid) || fstat(fd, &st) != 0 || st.st_dev != spare_dev ||
+        st.st_ino != spare_ino)
+        return -1;
+    spare_fd = -1;
+    if (dir_ok && spare_dir == target->dir_fd &&
+        renameat(target->dir_fd, spare_path + spare_rel, target->dir_fd, target->path + target->dir_len) == 0) {
+        report_dir_used = target->dir_fd;
+        report_name_used = target->path + target->dir_len;
+    } else if (path_ok && spare_dir == AT_FDCWD &&
+               renameat(AT_FDCWD, spare_path, AT_FDCWD, target->path) == 0) {
+        report_dir_used = AT_FDCWD;
+        report_name_used = target->path;
+    } else if (path_ok && spare_path[0] == '/' &&
+               renameat(AT_FDCWD, spare_path, AT_FDCWD, target->path) == 0) {
+        report_dir_used = AT_FDCWD; /* the directory descriptor is stale: by the absolute path */
+        report_name_used = target->path;
+    } else {
+        close(fd); /* the name is gone (deleted from outside): the reserve or a new file instead */
+        return -1;
+    }
+    if (syscall(SYS_lseek, fd, 0L, SEEK_SET) != 0) {
+        close(fd);
+        report_name_used = NULL;
+        return -1;
+    }
+    return fd;
+}
+
+/* Keeps the report just written (kept_fd, named report_name_used) as the spare: renames it to
+ * `.<run_id>.spare` in the same directory. @return 1 when done (kept_fd is then the spare's). */
+static int keep_as_spare(vaka_report_target *target)
+{
+    struct stat st;
+    if (target == NULL || kept_fd < 0 || report_name_used == NULL || spare_fd >= 0) return 0;
+    size_t need = target->dir_len + 1 + target->run_id_len + 6 + 1;
+    if (need > sizeof spare_path || fstat(kept_fd, &st) != 0) return 0;
+    size_t p = 0;
+    vaka_sig_copy(spare_path, target->path, target->dir_len);
+    p = target->dir_len;
+    spare_path[p++] = '.';
+    vaka_sig_copy(spare_path + p, target->run_id, target->run_id_len);
+    p += target->run_id_len;
+    vaka_sig_copy(spare_path + p, ".spare", 7);
+    spare_rel = target->dir_len;
+    int ok = report_dir_used == AT_FDCWD
+                 ? renameat(AT_FDCWD, report_name_used, AT_FDCWD, spare_path) == 0
+                 : renameat(report_dir_used, report_name_used, report_dir_used, spare_path + spare_rel) == 0;
+    if (!ok) return 0;
+    spare_dir = report_dir_used;
+    spare_dev = st.st_dev;
+    spare_ino = st.st_ino;
+    spare_pid = (pid_t)syscall(SYS_getpid);
+    spare_fd = kept_fd;
+    kept_fd = -1;
+    report_name_used = NULL;
+    return 1;
+}
+
+void vaka_sig_drop_spare(void)
+{
+    struct stat st;
+    int fd = spare_fd;
+    if (fd < 0) return;
+    spare_fd = -1;
+    if (spare_pid != (pid_t)syscall(SYS_getpid) || fstat(fd, &st) != 0 || st.st_dev != spare_dev ||
+        st.st_ino != spare_ino)
+        return; /* not ours (any more): the descriptor may be someone else's now */
+    if (spare_dir == AT_FDCWD) unlinkat(AT_FDCWD, spare_path, 0);
+    else if (unlinkat(spare_dir, spare_path + spare_rel, 0) != 0 && spare_path[0] == '/')
+        unlinkat(AT_FDCWD, spare_path, 0);
+    close(fd);
+}
+
+/* Cuts the report being written at `fd` to what was written so far (a reused spare holds an earlier
+ * report's bytes past it). */
+static void cut_at_offset(int fd)
+{
+    struct stat st;
+    long pos = (long)syscall(SYS_lseek, fd, 0L, SEEK_CUR);
+    /* Only when longer: a truncate to the same size may free the blocks allocated past the end (ext4). */
+    if (pos >= 0 && fstat(fd, &st) == 0 && st.st_size > pos) syscall(SYS_ftruncate, fd, pos);
+}
+
+/* The report file of `target`: a survived signal's spare, else the reserve made at install, linked under the report's name; else created
  * relative to the directory opened at install when that descriptor is still ours (same device and inode);
  * else (or when that fails: the directory was deleted and created again) by its absolute path (the
  * application closed or reused our descriptor; works when the path is shorter than PATH_MAX).
@@ -417,7 +523,9 @@ static int open_report(vaka_report_target *target)
                  st.st_ino == target->dir_ino;
     int path_ok = vaka_sig_strnlen(target->path, VAKA_PATH_MAX) < VAKA_PATH_MAX;
     report_name_used = NULL;
-    int fd = take_reserve(target, dir_ok, path_ok);
+    int fd = take_spare(target, dir_ok, path_ok);
+    if (fd >= 0) return fd;
+    fd = take_reserve(target, dir_ok, path_ok);
     if (fd >= 0) return fd;
     if (dir_ok) {
         fd = open_report_at(target->dir_fd, target->path + target->dir_len);
@@ -586,6 +694,7 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
      * loss would lose it), and fsync costs milliseconds on real disks — more than the whole capture. */
     /* The file stays open (kept_fd) until it is known whether death follows. */
     long len = (long)syscall(SYS_lseek, fd, 0L, SEEK_CUR);
+    if (len >= 0) cut_at_offset(fd); /* a reused spare may be longer */
     kept_fd = len >= 0 ? fd : -1;
     kept_len = len;
     if (kept_fd < 0) close(fd);
@@ -762,6 +871,9 @@ static void survived(int sig, int repeats)
     if (keep) {
         trim_report();
         kept_survived = report_name_used != NULL;
+    } else if (keep_as_spare(atomic_load(&vaka_state.target))) {
+        /* The report, blocks and all, is the next capture's file: no gap where another thread could take the
+         * blocks (a full disk). */
     } else {
         /* The new reserve first, while the report still holds its blocks (a full disk); then the report goes. */
         vaka_report_target *target = atomic_load(&vaka_state.target);
@@ -778,7 +890,7 @@ static void survived(int sig, int repeats)
         }
     }
     vaka_report_target *target = atomic_load(&vaka_state.target);
-    if (target != NULL && target->reserve_fd < 0) vaka_sig_make_reserve(target);
+    if (target != NULL && target->reserve_fd < 0 && spare_fd < 0) vaka_sig_make_reserve(target);
     put_ours_back();
     crash_sig = 0;
     atomic_store(&crash_done_ns, 0);
@@ -794,6 +906,7 @@ __attribute__((noreturn)) static void die_after_nested_fault(int nested_sig, pid
     int sig = crash_sig;
     if (report_fd >= 0) {
         vaka_w_flush_lines(&writer);
+        cut_at_offset(report_fd);
         close(report_fd);
         report_fd = -1;
     }
@@ -863,6 +976,7 @@ static void vaka_sig_watchdog(int sig, siginfo_t *info, void *context)
             vaka_w_str(&watchdog_writer, pre_methods[i] == VAKA_FRAME_CONTEXT ? " context\n" : " fp\n");
         }
         vaka_w_flush(&watchdog_writer);
+        cut_at_offset(report_fd);
     }
     die_from_other_thread();
 }
@@ -1011,6 +1125,7 @@ static void remove_report_at_exit(void)
 
 void vaka_sig_at_exit(void)
 {
+    if (atomic_load(&crash_tid) == 0) vaka_sig_drop_spare();
     if (kept_survived && atomic_load(&crash_tid) == 0) remove_report_at_exit();
     if (atomic_load(&chain_tid) != (int)current_tid()) return;
     /* exit() called by the previous handler itself (on the alternate stack, or below chain()'s frame): the
