@@ -564,6 +564,32 @@ static void restore_fsize_limit(void)
     fsize_raised = 0;
 }
 
+/* A reused spare longer than this report: `pad` lines (a key readers ignore, at most 4 KiB each) fill it up to
+ * its old size less the `end` line, so the report ends exactly where the file does without a truncate (one
+ * would free the blocks past the new end, and those allocated past it with FALLOC_FL_KEEP_SIZE: another
+ * thread on a full disk takes them before the process knows whether it survives this signal). */
+static void pad_to_file_size(int fd)
+{
+    struct stat st;
+    vaka_w_flush(&writer);
+    long pos = (long)syscall(SYS_lseek, fd, 0L, SEEK_CUR);
+    if (pos < 0 || fstat(fd, &st) != 0) return;
+    long fill = (long)st.st_size - pos - 4; /* 4: `end\n` */
+    if (fill <= 0) return;
+    if (fill < 4) fill += 4096; /* shorter than `pad\n`: into the blocks past the end */
+    while (fill > 0) {
+        long n = fill > 4096 ? 4096 : fill;
+        if (fill - n > 0 && fill - n < 4) n -= 4; /* leave room for a last `pad\n` */
+        vaka_w_str(&writer, "pad");
+        if (n >= 5) {
+            vaka_w_char(&writer, ' ');
+            for (long i = 0; i < n - 5; i++) vaka_w_char(&writer, '.');
+        }
+        vaka_w_char(&writer, '\n');
+        fill -= n;
+    }
+}
+
 static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns, pid_t tid)
 {
     uint64_t wall_ns = now_ns(CLOCK_REALTIME);
@@ -688,6 +714,7 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     vaka_w_key(&writer, "capture_ns");
     vaka_w_udec(&writer, now_ns(CLOCK_MONOTONIC) - start_ns);
     vaka_w_nl(&writer);
+    pad_to_file_size(fd);
     vaka_w_str(&writer, "end\n");
     vaka_w_flush(&writer);
     /* No fsync: the data is in the page cache, which outlives this process (only a kernel crash or power

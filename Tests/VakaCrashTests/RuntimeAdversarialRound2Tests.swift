@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import Vaka
 
 /// Second adversarial round on the crash runtime (issue 8): signals the process survives, the report reserve,
 /// the mask interposers. Each test compares a small C program (``RuntimeProgram``) with and without Vaka; each
@@ -194,10 +195,15 @@ final class RuntimeAdversarialRound2Tests: XCTestCase {
     func testSurvivedSignalsSpareIsReusedAndRemoved() throws {
         let program = try RuntimeProgram.build("r2-spare", """
         static void h(int s) { }
+        /* Deep: the SIGTRAP report (many frames) is longer than the crash's, which is padded to its size. */
+        __attribute__((noinline)) static int deep(int n) {
+            if (n == 0) { __asm__ volatile("int3"); return 0; }
+            return deep(n - 1) + 1;
+        }
         int main(int argc, char **argv) {
             struct sigaction sa = {0}; sa.sa_handler = h; sigaction(SIGTRAP, &sa, NULL);
             vk_start("r2spare");
-            __asm__ volatile("int3");
+            if (deep(100) != 100) return 3;
             if (argc > 1 && argv[1][0] == 'k') kill(getpid(), SIGKILL);
             if (argc > 1 && argv[1][0] == 'c') vk_null();
             return 0;
@@ -218,6 +224,12 @@ final class RuntimeAdversarialRound2Tests: XCTestCase {
         XCTAssertEqual(reportValue(crash.onlyReport, "signal"), "11 SIGSEGV", crash.onlyReport)
         XCTAssertTrue(crash.onlyReport.hasSuffix("end\n"), crash.onlyReport)
         XCTAssertEqual(crash.onlyReport.components(separatedBy: "\nend\n").count, 2, "bytes of the SIGTRAP report remain")
+        XCTAssertTrue(crash.onlyReport.contains("\npad "), "the longer SIGTRAP file was not padded:\n\(crash.onlyReport)")
+        XCTAssertFalse(crash.onlyReport.contains("SIGTRAP"), crash.onlyReport)
+        let parsed = try CrashReport(contentsOf: crash.directory.appendingPathComponent("r2spare.crash").path)
+        XCTAssertFalse(parsed.isTruncated)
+        XCTAssertEqual(parsed.signal.number, 11)
+        XCTAssertEqual(parsed.diagnostics, CrashReport.Diagnostics(), "the pad lines were not ignored")
     }
     /// A one-shot SIGSEGV handler (SA_RESETHAND) that fixes the fault (makes the page writable) and returns: the
     /// instruction runs again and succeeds. survived() sees SIG_DFL in place and a fault that repeats, assumes the
