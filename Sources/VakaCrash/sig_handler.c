@@ -9,12 +9,14 @@
  * faulted: the partial report is left without its `end` line and the process dies with the original
  * signal. A signal sent from outside (si_code <= 0) to a signal ignored before us is ignored.
  *
- * Chaining: after the report is closed, every previous action is put back exactly as saved. A previous
- * handler function is called directly by the winner (with our handlers back in place while it runs, so a
- * siglongjmp out of it leaves Vaka armed); SIG_DFL is re-sent with tgkill, or, for a hardware fault
- * (SIGSEGV, SIGBUS, SIGILL, SIGFPE with si_code > 0), left to repeat: returning re-executes the faulting
- * instruction. When the previous handler returns (or the signal is ignored), the process survived: the
- * report is removed and the handlers re-armed (survived()).
+ * Chaining: after the report is closed, every previous action is put back as saved — only where our handler
+ * is the current action: a handler installed after ours is never replaced (restore_one(), put_ours_back()).
+ * A previous handler function is called directly by the winner, under the signal mask the kernel would have
+ * given it (with our handlers back in place while it runs, so a siglongjmp out of it leaves Vaka armed);
+ * SIG_DFL is re-sent with tgkill, or, for a hardware fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE with
+ * si_code > 0), left to repeat: returning re-executes the faulting instruction. When the previous handler
+ * returns (or the signal is ignored), the process survived: the report is removed (or, while death may still
+ * follow, kept until a normal exit) and the handlers re-armed (survived()).
  *
  * Only async-signal-safe syscalls, libunwind and other sig_*.c code are used here; all storage is static.
  */
@@ -22,6 +24,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h> /* renameat only (no stdio streams in the handler) */
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -46,6 +49,27 @@ static atomic_uint crash_gen;
 /* The signal the winner is handling (for the nested-fault path). */
 static int crash_sig;
 static int report_fd = -1;
+/* The last report written, still open after its capture, and its length in bytes: when the process survives
+ * the signal, that file (blocks and all) becomes the next reserve; when death follows, the blocks past its
+ * end are released (trim_report()). -1 when none. */
+static int kept_fd = -1;
+static long kept_len;
+/* 1 while a report of a signal the process survived is kept because death may still follow (SIGABRT:
+ * abort() raises it again; a previous handler that put SIG_DFL in place): a normal exit removes it. */
+static int kept_survived;
+/* The report of a signal the process survived, kept as the next reserve (blocks and all: on a full disk,
+ * freeing them would let another thread take them before a new reserve could): renamed to the hidden
+ * `.<run_id>.spare` in the report directory, still open. The next capture writes it from offset 0, cuts it to
+ * the written length and renames it to the report's name; a normal exit or uninstall unlinks it. spare_dir
+ * is the directory descriptor the name is relative to (spare_path + spare_rel), or AT_FDCWD (spare_path is
+ * absolute). -1 when none. */
+static int spare_fd = -1;
+static int spare_dir;
+static dev_t spare_dev;
+static ino_t spare_ino;
+static pid_t spare_pid;
+static size_t spare_rel;
+static char spare_path[VAKA_REPORT_PATH_MAX + 8];
 /* Where the current report was created (directory descriptor or AT_FDCWD, and name), to remove it when the
  * process survives the signal; name NULL when none. */
 static int report_dir_used = -1;
@@ -123,12 +147,34 @@ void vaka_sig_rearm(void)
     }
 }
 
+/* 1 when `a` is our crash handler. */
+static int is_ours(const struct sigaction *a)
+{
+    return (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == vaka_sig_handler;
+}
+
+/* Signals whose current action is the previous one that we put back in place ourselves (restore_one()):
+ * only those, and those still carrying our handler, are ever changed by us again. */
+static volatile uint8_t put_by_us[VAKA_NSIG];
+
+/* Puts the saved previous action of `sig` back, only where our handler is the current one: a handler
+ * installed after ours (a library that chains to us, a JIT's SIGSEGV handler) is never replaced. */
+static void restore_one(int sig)
+{
+    put_by_us[sig] = 0;
+    struct sigaction now;
+    if (sigaction(sig, NULL, &now) != 0 || !is_ours(&now)) return;
+    struct sigaction action = vaka_state.previous[sig];
+    if (is_ours(&action)) {
+        vaka_sig_zero(&action, sizeof action);
+        action.sa_handler = SIG_DFL;
+    }
+    if (sigaction(sig, &action, NULL) == 0) put_by_us[sig] = 1;
+}
+
 void vaka_sig_restore_previous(void)
 {
-    for (size_t i = 0; i < vaka_state.signal_count; i++) {
-        int sig = vaka_state.signals[i];
-        sigaction(sig, &vaka_state.previous[sig], NULL);
-    }
+    for (size_t i = 0; i < vaka_state.signal_count; i++) restore_one(vaka_state.signals[i]);
     atomic_store(&vaka_state.installed, 0); /* our handlers are gone: a later install starts afresh */
     atomic_store(&vaka_sig_protected_mask, 0u); /* and programs may block those signals again */
 }
@@ -142,6 +188,14 @@ void vaka_sig_after_fork_child(void)
     atomic_store(&crash_done, 0);
     atomic_store(&capture_phase, PHASE_IDLE);
     report_fd = -1;
+    /* A report the parent kept (a survived signal death may follow) is the parent's: the child's normal exit
+     * must not remove it, nor its death trim it. */
+    if (kept_fd >= 0) close(kept_fd);
+    kept_fd = -1;
+    kept_survived = 0;
+    report_name_used = NULL;
+    /* So is the spare (the parent's open file, under the parent's name): never written, nor unlinked here. */
+    spare_fd = -1;
     for (int k = 0; k < 2; k++) watchdog_timers[k] = -1; /* timers are not inherited */
     watchdog_armed = 0;
 
@@ -367,7 +421,97 @@ static int take_reserve(vaka_report_target *target, int dir_ok, int path_ok)
     return fd;
 }
 
-/* The report file of `target`: the reserve made at install, linked under the report's name; else created
+/* The spare (a survived signal's report kept as reserve), renamed to the report's name (by the directory
+ * descriptor, else by the absolute path) and positioned at offset 0, when it is this process's. The caller
+ * cuts it to the written length. It is used up. @return the descriptor, or -1. */
+static int take_spare(vaka_report_target *target, int dir_ok, int path_ok)
+{
+    int fd = spare_fd;
+    struct stat st;
+    if (fd < 0 || spare_pid != (pid_t)syscall(SYS_getpid) || fstat(fd, &st) != 0 || st.st_dev != spare_dev ||
+        st.st_ino != spare_ino)
+        return -1;
+    spare_fd = -1;
+    if (dir_ok && spare_dir == target->dir_fd &&
+        renameat(target->dir_fd, spare_path + spare_rel, target->dir_fd, target->path + target->dir_len) == 0) {
+        report_dir_used = target->dir_fd;
+        report_name_used = target->path + target->dir_len;
+    } else if (path_ok && spare_dir == AT_FDCWD &&
+               renameat(AT_FDCWD, spare_path, AT_FDCWD, target->path) == 0) {
+        report_dir_used = AT_FDCWD;
+        report_name_used = target->path;
+    } else if (path_ok && spare_path[0] == '/' &&
+               renameat(AT_FDCWD, spare_path, AT_FDCWD, target->path) == 0) {
+        report_dir_used = AT_FDCWD; /* the directory descriptor is stale: by the absolute path */
+        report_name_used = target->path;
+    } else {
+        close(fd); /* the name is gone (deleted from outside): the reserve or a new file instead */
+        return -1;
+    }
+    if (syscall(SYS_lseek, fd, 0L, SEEK_SET) != 0) {
+        close(fd);
+        report_name_used = NULL;
+        return -1;
+    }
+    return fd;
+}
+
+/* Keeps the report just written (kept_fd, named report_name_used) as the spare: renames it to
+ * `.<run_id>.spare` in the same directory. @return 1 when done (kept_fd is then the spare's). */
+static int keep_as_spare(vaka_report_target *target)
+{
+    struct stat st;
+    if (target == NULL || kept_fd < 0 || report_name_used == NULL || spare_fd >= 0) return 0;
+    size_t need = target->dir_len + 1 + target->run_id_len + 6 + 1;
+    if (need > sizeof spare_path || fstat(kept_fd, &st) != 0) return 0;
+    size_t p = 0;
+    vaka_sig_copy(spare_path, target->path, target->dir_len);
+    p = target->dir_len;
+    spare_path[p++] = '.';
+    vaka_sig_copy(spare_path + p, target->run_id, target->run_id_len);
+    p += target->run_id_len;
+    vaka_sig_copy(spare_path + p, ".spare", 7);
+    spare_rel = target->dir_len;
+    int ok = report_dir_used == AT_FDCWD
+                 ? renameat(AT_FDCWD, report_name_used, AT_FDCWD, spare_path) == 0
+                 : renameat(report_dir_used, report_name_used, report_dir_used, spare_path + spare_rel) == 0;
+    if (!ok) return 0;
+    spare_dir = report_dir_used;
+    spare_dev = st.st_dev;
+    spare_ino = st.st_ino;
+    spare_pid = (pid_t)syscall(SYS_getpid);
+    spare_fd = kept_fd;
+    kept_fd = -1;
+    report_name_used = NULL;
+    return 1;
+}
+
+void vaka_sig_drop_spare(void)
+{
+    struct stat st;
+    int fd = spare_fd;
+    if (fd < 0) return;
+    spare_fd = -1;
+    if (spare_pid != (pid_t)syscall(SYS_getpid) || fstat(fd, &st) != 0 || st.st_dev != spare_dev ||
+        st.st_ino != spare_ino)
+        return; /* not ours (any more): the descriptor may be someone else's now */
+    if (spare_dir == AT_FDCWD) unlinkat(AT_FDCWD, spare_path, 0);
+    else if (unlinkat(spare_dir, spare_path + spare_rel, 0) != 0 && spare_path[0] == '/')
+        unlinkat(AT_FDCWD, spare_path, 0);
+    close(fd);
+}
+
+/* Cuts the report being written at `fd` to what was written so far (a reused spare holds an earlier
+ * report's bytes past it). */
+static void cut_at_offset(int fd)
+{
+    struct stat st;
+    long pos = (long)syscall(SYS_lseek, fd, 0L, SEEK_CUR);
+    /* Only when longer: a truncate to the same size may free the blocks allocated past the end (ext4). */
+    if (pos >= 0 && fstat(fd, &st) == 0 && st.st_size > pos) syscall(SYS_ftruncate, fd, pos);
+}
+
+/* The report file of `target`: a survived signal's spare, else the reserve made at install, linked under the report's name; else created
  * relative to the directory opened at install when that descriptor is still ours (same device and inode);
  * else (or when that fails: the directory was deleted and created again) by its absolute path (the
  * application closed or reused our descriptor; works when the path is shorter than PATH_MAX).
@@ -379,7 +523,9 @@ static int open_report(vaka_report_target *target)
                  st.st_ino == target->dir_ino;
     int path_ok = vaka_sig_strnlen(target->path, VAKA_PATH_MAX) < VAKA_PATH_MAX;
     report_name_used = NULL;
-    int fd = take_reserve(target, dir_ok, path_ok);
+    int fd = take_spare(target, dir_ok, path_ok);
+    if (fd >= 0) return fd;
+    fd = take_reserve(target, dir_ok, path_ok);
     if (fd >= 0) return fd;
     if (dir_ok) {
         fd = open_report_at(target->dir_fd, target->path + target->dir_len);
@@ -418,11 +564,40 @@ static void restore_fsize_limit(void)
     fsize_raised = 0;
 }
 
+/* A reused spare longer than this report: `pad` lines (a key readers ignore, at most 4 KiB each) fill it up to
+ * its old size less the `end` line, so the report ends exactly where the file does without a truncate (one
+ * would free the blocks past the new end, and those allocated past it with FALLOC_FL_KEEP_SIZE: another
+ * thread on a full disk takes them before the process knows whether it survives this signal). */
+static void pad_to_file_size(int fd)
+{
+    struct stat st;
+    vaka_w_flush(&writer);
+    long pos = (long)syscall(SYS_lseek, fd, 0L, SEEK_CUR);
+    if (pos < 0 || fstat(fd, &st) != 0) return;
+    long fill = (long)st.st_size - pos - 4; /* 4: `end\n` */
+    if (fill <= 0) return;
+    if (fill < 4) fill += 4096; /* shorter than `pad\n`: into the blocks past the end */
+    while (fill > 0) {
+        long n = fill > 4096 ? 4096 : fill;
+        if (fill - n > 0 && fill - n < 4) n -= 4; /* leave room for a last `pad\n` */
+        vaka_w_str(&writer, "pad");
+        if (n >= 5) {
+            vaka_w_char(&writer, ' ');
+            for (long i = 0; i < n - 5; i++) vaka_w_char(&writer, '.');
+        }
+        vaka_w_char(&writer, '\n');
+        fill -= n;
+    }
+}
+
 static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns, pid_t tid)
 {
     uint64_t wall_ns = now_ns(CLOCK_REALTIME);
     vaka_report_target *target = atomic_load(&vaka_state.target);
     if (target == NULL || target->path[0] == '\0') return;
+    if (kept_fd >= 0) close(kept_fd); /* an earlier survived report, replaced by this one */
+    kept_fd = -1;
+    kept_survived = 0;
 
     raise_fsize_limit();
     int fd = open_report(target);
@@ -539,12 +714,29 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     vaka_w_key(&writer, "capture_ns");
     vaka_w_udec(&writer, now_ns(CLOCK_MONOTONIC) - start_ns);
     vaka_w_nl(&writer);
+    pad_to_file_size(fd);
     vaka_w_str(&writer, "end\n");
     vaka_w_flush(&writer);
     /* No fsync: the data is in the page cache, which outlives this process (only a kernel crash or power
      * loss would lose it), and fsync costs milliseconds on real disks — more than the whole capture. */
-    close(fd);
+    /* The file stays open (kept_fd) until it is known whether death follows. */
+    long len = (long)syscall(SYS_lseek, fd, 0L, SEEK_CUR);
+    if (len >= 0) cut_at_offset(fd); /* a reused spare may be longer */
+    kept_fd = len >= 0 ? fd : -1;
+    kept_len = len;
+    if (kept_fd < 0) close(fd);
     report_fd = -1;
+}
+
+/* Death follows the report just written: release the reserve's blocks past its end (fallocate with
+ * FALLOC_FL_KEEP_SIZE kept up to 256 KiB allocated beyond the written length). */
+static void trim_report(void)
+{
+    if (kept_fd < 0) return;
+    syscall(SYS_ftruncate, kept_fd, kept_len);
+    syscall(SYS_fallocate, kept_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, kept_len, 64L << 20);
+    close(kept_fd);
+    kept_fd = -1;
 }
 
 /* A report write over RLIMIT_FSIZE made the kernel raise SIGXFSZ (blocked by our sa_mask). It is ours, not
@@ -599,7 +791,10 @@ static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
                                    : prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN;
     /* A hardware fault repeats: returning re-runs the instruction, which reaches the previous action. The
      * winner calls a previous handler function directly instead (below), to see it return or leave. */
-    if (repeats_by_itself(sig, info) && !(winner && function)) return 0;
+    if (repeats_by_itself(sig, info) && !(winner && function)) {
+        trim_report();
+        return 0;
+    }
 
     if (siginfo_handler && (prev.sa_sigaction == vaka_sig_handler || prev.sa_sigaction == NULL)) {
         send_self(sig, tid); /* never call ourselves */
@@ -611,10 +806,23 @@ static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
         vaka_sig_zero(&dfl, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
         sigaction(sig, &dfl, NULL);
+        trim_report();
         send_self(sig, tid);
         return 0;
     }
     if (!siginfo_handler && prev.sa_handler == SIG_DFL) {
+        /* A handler installed after ours is in place (it called us, as the action it saved): the default
+         * action must still end the process, as without Vaka, instead of re-entering that handler forever. */
+        struct sigaction now;
+        int dfl_now = sigaction(sig, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL;
+        trim_report();
+        if (dfl_now && repeats_by_itself(sig, info)) return 0;
+        if (!dfl_now) {
+            struct sigaction dfl;
+            vaka_sig_zero(&dfl, sizeof dfl);
+            dfl.sa_handler = SIG_DFL;
+            sigaction(sig, &dfl, NULL);
+        }
         send_self(sig, tid);
         return 0;
     }
@@ -625,15 +833,27 @@ static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
         struct sigaction dfl;
         vaka_sig_zero(&dfl, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
-        sigaction(sig, &dfl, NULL);
+        if (sigaction(sig, &dfl, NULL) == 0 && winner) put_by_us[sig] = 1; /* ours to re-arm if it survives */
     }
+    /* The mask the kernel would have given that handler (the interrupted code's, plus its sa_mask, plus the
+     * signal unless SA_NODEFER), not ours (every non-crash signal blocked): a handler that leaves with
+     * longjmp must leave the thread with the mask it would have had without Vaka. */
+    uint64_t mask = 0, ours = 0;
+    if (context != NULL) vaka_sig_copy(&mask, &((const ucontext_t *)context)->uc_sigmask, sizeof mask);
+    else syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &mask, sizeof mask);
+    uint64_t extra = 0;
+    vaka_sig_copy(&extra, &prev.sa_mask, sizeof extra);
+    mask |= extra;
+    if (!(prev.sa_flags & SA_NODEFER)) mask |= (uint64_t)1 << (sig - 1);
     volatile char frame = 0;
     if (winner) {
         chain_sp = (uintptr_t)&frame;
         atomic_store(&chain_tid, (int)tid);
     }
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, &ours, sizeof mask);
     if (siginfo_handler) prev.sa_sigaction(sig, info, context);
     else prev.sa_handler(sig);
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &ours, NULL, sizeof ours);
     if (winner) atomic_store(&chain_tid, 0);
     (void)frame;
     return 1;
@@ -648,8 +868,11 @@ static void put_ours_back(void)
     for (size_t i = 0; i < vaka_state.signal_count; i++) {
         int s = vaka_state.signals[i];
         struct sigaction now;
-        if (sigaction(s, &vaka_state.action, &now) != 0) continue;
-        if (!((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == vaka_sig_handler)) vaka_state.previous[s] = now;
+        /* Only over the previous action we put there ourselves: a handler installed after ours stays. */
+        if (!put_by_us[s] || sigaction(s, NULL, &now) != 0) continue;
+        put_by_us[s] = 0;
+        if (is_ours(&now) || sigaction(s, &vaka_state.action, NULL) != 0) continue;
+        vaka_state.previous[s] = now;
     }
     atomic_store(&vaka_sig_protected_mask, vaka_state.protect_mask);
 }
@@ -662,17 +885,39 @@ static void put_ours_back(void)
  * for this capture see crash_gen change and compete again. */
 static void survived(int sig, int repeats)
 {
-    /* A previous handler that put SIG_DFL in place for this signal (Swift's backtracer, SA_RESETHAND) expects
-     * it to come back and end the process (SIGTRAP: the next int3; a hardware fault: the same instruction
-     * again, right after we return): that report stays until the next capture replaces it. For a fault that
-     * repeats, nothing is re-armed (the re-run instruction ends the process). */
+    (void)repeats;
+    /* SIGABRT (abort() resets it to SIG_DFL and raises it again after a returning handler), or a previous
+     * handler that put SIG_DFL in place for this signal (Swift's backtracer, SA_RESETHAND: the next int3, or
+     * the same faulting instruction re-run right after we return, may end the process): death may follow, so
+     * that report stays — until the next capture replaces it, or a normal exit removes it (vaka_sig_at_exit).
+     * Either way the slot is freed and our handlers re-armed: a fault the one-shot handler fixed is not the
+     * last one captured. */
     struct sigaction now;
     int expects_death = sigaction(sig, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL;
-    if (expects_death && repeats) return;
-    if (report_name_used != NULL && sig != SIGABRT && !expects_death) unlinkat(report_dir_used, report_name_used, 0);
-    report_name_used = NULL;
+    int keep = sig == SIGABRT || expects_death;
+    if (keep) {
+        trim_report();
+        kept_survived = report_name_used != NULL;
+    } else if (keep_as_spare(atomic_load(&vaka_state.target))) {
+        /* The report, blocks and all, is the next capture's file: no gap where another thread could take the
+         * blocks (a full disk). */
+    } else {
+        /* The new reserve first, while the report still holds its blocks (a full disk); then the report goes. */
+        vaka_report_target *target = atomic_load(&vaka_state.target);
+        if (target != NULL && target->reserve_fd < 0) vaka_sig_make_reserve(target);
+        if (report_name_used != NULL) unlinkat(report_dir_used, report_name_used, 0);
+        if (kept_fd >= 0) close(kept_fd);
+        kept_fd = -1;
+        report_name_used = NULL;
+        /* The report's blocks are free now: take what the new reserve could not get before, at once. */
+        if (target != NULL && target->reserve_fd >= 0) {
+            static const long sizes[] = VAKA_RESERVE_SIZES;
+            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+                if (syscall(SYS_fallocate, target->reserve_fd, FALLOC_FL_KEEP_SIZE, 0L, sizes[i]) == 0) break;
+        }
+    }
     vaka_report_target *target = atomic_load(&vaka_state.target);
-    if (target != NULL && target->reserve_fd < 0) vaka_sig_make_reserve(target);
+    if (target != NULL && target->reserve_fd < 0 && spare_fd < 0) vaka_sig_make_reserve(target);
     put_ours_back();
     crash_sig = 0;
     atomic_store(&crash_done_ns, 0);
@@ -688,6 +933,7 @@ __attribute__((noreturn)) static void die_after_nested_fault(int nested_sig, pid
     int sig = crash_sig;
     if (report_fd >= 0) {
         vaka_w_flush_lines(&writer);
+        cut_at_offset(report_fd);
         close(report_fd);
         report_fd = -1;
     }
@@ -757,6 +1003,7 @@ static void vaka_sig_watchdog(int sig, siginfo_t *info, void *context)
             vaka_w_str(&watchdog_writer, pre_methods[i] == VAKA_FRAME_CONTEXT ? " context\n" : " fp\n");
         }
         vaka_w_flush(&watchdog_writer);
+        cut_at_offset(report_fd);
     }
     die_from_other_thread();
 }
@@ -815,12 +1062,7 @@ static void disarm_watchdog(void)
  * that chaining reaches it even when a library re-installed our handler after the capture. */
 static void put_previous_back(int sig)
 {
-    struct sigaction action = vaka_state.previous[sig];
-    if ((action.sa_flags & SA_SIGINFO) && action.sa_sigaction == vaka_sig_handler) {
-        vaka_sig_zero(&action, sizeof action);
-        action.sa_handler = SIG_DFL;
-    }
-    sigaction(sig, &action, NULL);
+    restore_one(sig); /* only where our handler is in place: never over a handler installed after ours */
 }
 
 /* The signal hit a process the state does not belong to: a vfork child (shares our memory) or a raw
@@ -900,8 +1142,18 @@ static int inside_chained_handler(const void *context)
     return chain_sp - sp < ((uintptr_t)8 << 20);
 }
 
+/* A normal exit: the report of a signal the process survived is not a crash. */
+static void remove_report_at_exit(void)
+{
+    if (report_name_used != NULL) unlinkat(report_dir_used, report_name_used, 0);
+    report_name_used = NULL;
+    kept_survived = 0;
+}
+
 void vaka_sig_at_exit(void)
 {
+    if (atomic_load(&crash_tid) == 0) vaka_sig_drop_spare();
+    if (kept_survived && atomic_load(&crash_tid) == 0) remove_report_at_exit();
     if (atomic_load(&chain_tid) != (int)current_tid()) return;
     /* exit() called by the previous handler itself (on the alternate stack, or below chain()'s frame): the
      * crash stands. Otherwise that handler left with siglongjmp and the process now exits normally. */
@@ -911,8 +1163,7 @@ void vaka_sig_at_exit(void)
     if (sigaltstack(NULL, &ss) != 0 || (ss.ss_flags & SS_ONSTACK)) return;
     if ((ss.ss_flags & SS_DISABLE) && sp < chain_sp && chain_sp - sp < ((uintptr_t)8 << 20)) return;
     atomic_store(&chain_tid, 0);
-    if (report_name_used != NULL && crash_sig != SIGABRT) unlinkat(report_dir_used, report_name_used, 0);
-    report_name_used = NULL;
+    remove_report_at_exit();
 }
 
 static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)

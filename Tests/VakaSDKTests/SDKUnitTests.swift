@@ -117,6 +117,29 @@ final class SDKUnitTests: XCTestCase {
         XCTAssertTrue(images.contains { $0.codeFile == newest.package && $0.codeID != nil }, "\(images)")
     }
 
+    /// The crash join deletes `crashes/.<run-id>.spare` (a survived signal's report the C runtime keeps as its
+    /// next reserve) left by a killed run, and keeps this run's and a live run's (its `runs/<id>/lock` held).
+    func testCrashJoinRemovesSparesOfKilledRunsOnly() throws {
+        let storage = dirs.make("spares")
+        let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
+        let liveRun = storage.appendingPathComponent("runs/live", isDirectory: true)
+        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: liveRun, withIntermediateDirectories: true)
+        let lock = open(liveRun.appendingPathComponent("lock").path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        XCTAssertEqual(flock(lock, LOCK_EX | LOCK_NB), 0)
+        defer { close(lock) }
+        let current = "T-\(UUID().uuidString)"
+        for run in ["dead", "live", current] {
+            try Data("x\n".utf8).write(to: crashes.appendingPathComponent(".\(run).spare"))
+        }
+        let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
+                                runID: current, dsn: nil, log: nil)
+        client.joinPreviousRuns()
+        client.end(timeout: 1)
+        let left = ((try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? []).sorted()
+        XCTAssertEqual(left, [".\(current).spare", ".live.spare"])
+    }
+
     /// Concurrent calls from many threads neither crash nor lose breadcrumbs beyond the cap.
     func testBreadcrumbStoreUnderTheClientLockFromManyThreads() throws {
         let storage = dirs.make("threads")

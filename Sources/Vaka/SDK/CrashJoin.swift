@@ -37,6 +37,7 @@ extension Client {
     static let maxKeptReports = 50
 
     func joinPreviousRuns() {
+        removeStaleSpares()
         let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
         var runs: [String: RunDirectory.Previous] = [:]
         var live = Set<String>()
@@ -335,5 +336,27 @@ final class CrashLedger: @unchecked Sendable {
     static func remove(_ entry: Entry) {
         unlink(entry.reportPath)
         if let dir = entry.runDirectory { try? FileManager.default.removeItem(at: dir) }
+    }
+}
+
+extension Client {
+    /// Deletes `<storage>/crashes/.<run-id>.spare` files left by runs killed (SIGKILL) after a signal they
+    /// survived: the C runtime keeps that report's file open under this hidden name as its next reserve and
+    /// unlinks it at a normal exit (docs/crash-handling.md). Spares of this run, and of runs whose
+    /// `runs/<run-id>/lock` is still held (a live process), are left alone.
+    func removeStaleSpares() {
+        let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? []
+        for name in names where name.hasPrefix(".") && name.hasSuffix(".spare") {
+            let run = String(name.dropFirst().dropLast(".spare".count))
+            guard !run.isEmpty, run != runID, !run.contains("/") else { continue }
+            let lock = open(storage.appendingPathComponent("runs/\(run)/lock").path, O_RDWR | O_CLOEXEC)
+            if lock >= 0 {
+                let free = flock(lock, LOCK_EX | LOCK_NB) == 0
+                Glibc.close(lock)
+                if !free { continue }
+            }
+            if unlink(crashes.appendingPathComponent(name).path) == 0 { logLine("removed \(name), left by a killed run") }
+        }
     }
 }
