@@ -76,6 +76,17 @@ final class EnvelopeTests: XCTestCase {
         XCTAssertThrowsError(try Gzip.decompress(Data("plain text".utf8)))
     }
 
+    /// `compressedSize(of:upTo:)` is the size `compress` produces, or `nil` once the output passes the limit.
+    func testGzipCompressedSizeAgreesWithCompressAndStopsAtTheLimit() throws {
+        let random = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) })
+        for input in [Data(), Data("hello".utf8), random, Data(repeating: 0x41, count: 1 << 20)] {
+            let size = try Gzip.compress(input).count
+            XCTAssertEqual(try Gzip.compressedSize(of: input, upTo: Int.max), size)
+            XCTAssertEqual(try Gzip.compressedSize(of: input, upTo: size), size, "exactly at the limit fits")
+            XCTAssertNil(try Gzip.compressedSize(of: input, upTo: size - 1), "one byte over does not")
+        }
+    }
+
     func testGzipIsReadableByAnIndependentDecoder() throws {
         // python3's gzip module (zlib-based but not our code path) must read what we write.
         let input = eventEnvelope(7).serialized()

@@ -8,28 +8,10 @@ public enum Gzip {
     /// - Returns: the gzip bytes (header, deflate stream, CRC-32 and size trailer).
     /// - Throws: ``GzipError`` when zlib fails to initialise or reports an error.
     public static func compress(_ data: Data, level: Int32 = -1) throws -> Data {
-        var stream = z_stream()
-        var rc = vaka_deflate_init_gzip(&stream, level)
-        guard rc == Z_OK else { throw GzipError(operation: "deflateInit2", code: rc, message: nil) }
-        defer { deflateEnd(&stream) }
         var out = Data()
-        let chunk = 64 * 1024
-        var buffer = [UInt8](repeating: 0, count: chunk)
-        var input = [UInt8](data)
-        try input.withUnsafeMutableBufferPointer { inp in
-            stream.next_in = inp.baseAddress
-            stream.avail_in = uInt(inp.count)
-            repeat {
-                try buffer.withUnsafeMutableBufferPointer { outp in
-                    stream.next_out = outp.baseAddress
-                    stream.avail_out = uInt(chunk)
-                    rc = deflate(&stream, Z_FINISH)
-                    guard rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR else {
-                        throw GzipError(operation: "deflate", code: rc, message: stream.msg.map { String(cString: $0) })
-                    }
-                    out.append(outp.baseAddress!, count: chunk - Int(stream.avail_out))
-                }
-            } while rc != Z_STREAM_END
+        try deflateGzip(data, level: level) { chunk in
+            out.append(chunk)
+            return true
         }
         return out
     }
@@ -39,29 +21,43 @@ public enum Gzip {
     /// limit costs only the work up to the limit. No output is kept.
     /// - Throws: ``GzipError`` when zlib fails to initialise or reports an error.
     public static func compressedSize(of data: Data, upTo limit: Int, level: Int32 = -1) throws -> Int? {
+        var total = 0
+        let finished = try deflateGzip(data, level: level) { chunk in
+            total += chunk.count
+            return total <= limit
+        }
+        return finished ? total : nil
+    }
+
+    /// Deflates `data` into a gzip member, handing the output to `sink` in chunks of at most 64 KiB (each valid
+    /// only during the call); stops early when `sink` returns `false`.
+    /// - Returns: `true` when the whole member was produced, `false` when `sink` stopped it.
+    /// - Throws: ``GzipError`` when zlib fails to initialise or reports an error.
+    @discardableResult
+    private static func deflateGzip(_ data: Data, level: Int32, _ sink: (UnsafeBufferPointer<UInt8>) -> Bool) throws -> Bool {
         var stream = z_stream()
         var rc = vaka_deflate_init_gzip(&stream, level)
         guard rc == Z_OK else { throw GzipError(operation: "deflateInit2", code: rc, message: nil) }
         defer { deflateEnd(&stream) }
         let chunk = 64 * 1024
         var buffer = [UInt8](repeating: 0, count: chunk)
-        var total = 0
-        return try data.withUnsafeBytes { raw -> Int? in
+        return try data.withUnsafeBytes { raw -> Bool in
+            // zlib does not write through next_in; nil with avail_in 0 (empty input) is valid for Z_FINISH.
             stream.next_in = UnsafeMutablePointer(mutating: raw.bindMemory(to: Bytef.self).baseAddress)
             stream.avail_in = uInt(raw.count)
             repeat {
-                try buffer.withUnsafeMutableBufferPointer { outp in
+                let more = try buffer.withUnsafeMutableBufferPointer { outp -> Bool in
                     stream.next_out = outp.baseAddress
                     stream.avail_out = uInt(chunk)
                     rc = deflate(&stream, Z_FINISH)
                     guard rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR else {
                         throw GzipError(operation: "deflate", code: rc, message: stream.msg.map { String(cString: $0) })
                     }
-                    total += chunk - Int(stream.avail_out)
+                    return sink(UnsafeBufferPointer(rebasing: outp[..<(chunk - Int(stream.avail_out))]))
                 }
-                if total > limit { return nil }
+                if !more { return false }
             } while rc != Z_STREAM_END
-            return total
+            return true
         }
     }
 
