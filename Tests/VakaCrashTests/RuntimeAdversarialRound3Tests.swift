@@ -70,4 +70,52 @@ final class RuntimeAdversarialRound3Tests: XCTestCase {
         }
         XCTAssertEqual(left, [], "files left by normal exits")
     }
+
+    /// A SIGABRT the process survives (a handler that returns from `raise(SIGABRT)`), then `vaka_crash_uninstall()`
+    /// (`Vaka.close()`), then a normal exit. Without Vaka: exit 0, nothing. With Vaka the SIGABRT report stays:
+    /// uninstall drops the spare but not a survived report kept for a death that may follow (kept_survived), and
+    /// at exit vaka_sig_at_exit() unlinks it relative to report_dir_used, a directory descriptor uninstall has
+    /// closed. The next launch joins a crash that never happened.
+    func testSurvivedAbortThenUninstallLeavesNoReportAtNormalExit() throws {
+        let program = try RuntimeProgram.build("r3-abort-uninstall", """
+        static void h(int s) { }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sigaction(SIGABRT, &sa, NULL);
+            vk_start("r3abrt");
+            raise(SIGABRT);
+            if (!NOVAKA) vaka_crash_uninstall();
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "exit 0", without.result.stderrTail())
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(with.result.outcome, "exit 0", with.result.stderrTail())
+        XCTAssertEqual(with.reports, [], "the survived SIGABRT's report stayed after uninstall and a normal exit")
+    }
+
+    /// Same as above, and the program then opens directories (which get the descriptor numbers uninstall
+    /// closed). At exit vaka_sig_at_exit() runs `unlinkat(report_dir_used, "<run_id>.crash")` on the reused
+    /// number: it deletes the application's own file of that name in an unrelated directory.
+    func testExitAfterUninstallDoesNotUnlinkInAReusedDirectoryDescriptor() throws {
+        let program = try RuntimeProgram.build("r3-stale-dirfd", """
+        #include <fcntl.h>
+        static void h(int s) { }
+        int main(int argc, char **argv) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sigaction(SIGABRT, &sa, NULL);
+            vk_start("r3dirfd");
+            raise(SIGABRT);
+            if (!NOVAKA) vaka_crash_uninstall();
+            for (int i = 0; i < 8; i++) if (open(argv[1], O_PATH | O_DIRECTORY) < 0) return 7;
+            return 0;
+        }
+        """)
+        let other = Paths.freshDirectory("r3-app-dir")
+        let precious = other.appendingPathComponent("r3dirfd.crash")
+        try Data("the application's own file\n".utf8).write(to: precious)
+        let with = try RuntimeProgram.run(program, [other.path], timeout: 30)
+        XCTAssertEqual(with.result.outcome, "exit 0", with.result.stderrTail())
+        XCTAssertTrue(FileManager.default.fileExists(atPath: precious.path),
+                      "Vaka's exit handler deleted a file in a directory it does not own")
+    }
 }
