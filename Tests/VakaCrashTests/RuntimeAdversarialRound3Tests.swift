@@ -118,4 +118,31 @@ final class RuntimeAdversarialRound3Tests: XCTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: precious.path),
                       "Vaka's exit handler deleted a file in a directory it does not own")
     }
+
+    /// A SIGABRT (or SIGTRAP) the process survives, then `execv` of a program that exits 0. Without Vaka: exit 0,
+    /// nothing on disk. With Vaka no atexit handler runs at exec: the survived SIGABRT's report stays as a
+    /// complete `r3exec.crash` (a crash that never happened, joined by the next launch), and a survived SIGTRAP
+    /// leaves `.r3exec.spare` (left for some later launch's crash join; a program without the Swift SDK keeps it).
+    func testSurvivedSignalThenExecLeavesNothing() throws {
+        let program = try RuntimeProgram.build("r3-exec", """
+        static void h(int s) { }
+        int main(int argc, char **argv) {
+            if (argc > 2) return 0;
+            struct sigaction sa = {0}; sa.sa_handler = h; sigaction(SIGABRT, &sa, NULL); sigaction(SIGTRAP, &sa, NULL);
+            vk_start("r3exec");
+            if (argv[1][0] == 'a') raise(SIGABRT); else __asm__ volatile("int3");
+            char *a[] = { argv[0], argv[1], "again", NULL };
+            execv(argv[0], a);
+            return 9;
+        }
+        """)
+        for kind in ["abort", "trap"] {
+            let without = try RuntimeProgram.run(program, [kind], vaka: false, timeout: 30)
+            XCTAssertEqual(without.result.outcome, "exit 0", without.result.stderrTail())
+            let with = try RuntimeProgram.run(program, [kind], timeout: 30)
+            XCTAssertEqual(with.result.outcome, "exit 0", with.result.stderrTail())
+            let left = ((try? FileManager.default.contentsOfDirectory(atPath: with.directory.path)) ?? []).sorted()
+            XCTAssertEqual(left, [], "\(kind): files left after exec and exit 0")
+        }
+    }
 }
