@@ -797,6 +797,15 @@ static void put_ours_back(void);
  *     so the process ends as it would without Vaka; for any other signal (sent with kill, raise...) return.
  * @return 1 when the signal was delivered and the process is still here (the previous handler returned, or
  *   the signal is ignored): the process survived it; 0 when the signal is left to repeat or was re-sent. */
+/* 1 when the previous action of `sig` is a handler function (not SIG_DFL/SIG_IGN, not ours): chain() calls
+ * it directly. */
+static int previous_is_function(int sig)
+{
+    const struct sigaction *prev = &vaka_state.previous[sig];
+    return (prev->sa_flags & SA_SIGINFO) ? prev->sa_sigaction != vaka_sig_handler && prev->sa_sigaction != NULL
+                                         : prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN;
+}
+
 static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
 {
     int code = info != NULL ? info->si_code : 0;
@@ -1249,7 +1258,12 @@ compete:;
             restore_fsize_limit();
             if (writer.file_too_big) discard_own_sigxfsz();
         }
-        vaka_sig_restore_previous();
+        /* A previous handler function is called directly by chain() with our handlers in place (it puts them
+         * back itself): no window where every previous action is in place process-wide, so another thread's
+         * real fault meanwhile still reaches Vaka (it waits for this slot and competes again after the
+         * survival). A signal raised on this thread inside that handler goes to its previous action
+         * (chain_tid, inside_chained_handler()). Otherwise the previous actions go back now. */
+        if (!(armed && previous_is_function(sig))) vaka_sig_restore_previous();
         atomic_store(&crash_done_ns, now_ns(CLOCK_MONOTONIC));
         atomic_store(&crash_done, 1);
         if (chain(sig, info, context, tid, armed) && armed) survived(sig, repeats_by_itself(sig, info));
