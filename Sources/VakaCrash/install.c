@@ -443,7 +443,7 @@ int vaka_crash_uninstall(void)
         atomic_store(&vaka_sig_protected_mask, 0u);
         vaka_state.signal_count = 0;
         vaka_thread_stack_detach();
-        vaka_sig_drop_spare(); /* before the directory descriptors close */
+        vaka_sig_at_uninstall(); /* before the directory descriptors close */
         close_target_dir(&vaka_state.targets[0], NULL);
         close_target_dir(&vaka_state.targets[1], NULL);
         gave_alt_stack = 0;

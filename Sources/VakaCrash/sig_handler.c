@@ -59,7 +59,7 @@ static long kept_len;
 static int kept_survived;
 /* The report of a signal the process survived, kept as the next reserve (blocks and all: on a full disk,
  * freeing them would let another thread take them before a new reserve could): renamed to the hidden
- * `.<run_id>.spare` in the report directory, still open. The next capture writes it from offset 0, cuts it to
+ * `.<run_id>-<pid>.spare` in the report directory, still open. The next capture writes it from offset 0, cuts it to
  * the written length and renames it to the report's name; a normal exit or uninstall unlinks it. spare_dir
  * is the directory descriptor the name is relative to (spare_path + spare_rel), or AT_FDCWD (spare_path is
  * absolute). -1 when none. */
@@ -432,15 +432,22 @@ static int take_spare(vaka_report_target *target, int dir_ok, int path_ok)
         st.st_ino != spare_ino)
         return -1;
     spare_fd = -1;
-    if (dir_ok && spare_dir == target->dir_fd &&
+    /* Only the file this process created is renamed: the name must still be its (dev, inode). */
+    struct stat by_dir, by_path;
+    int dir_same = dir_ok && spare_dir == target->dir_fd &&
+                   fstatat(target->dir_fd, spare_path + spare_rel, &by_dir, AT_SYMLINK_NOFOLLOW) == 0 &&
+                   by_dir.st_dev == spare_dev && by_dir.st_ino == spare_ino;
+    int path_same = path_ok && fstatat(AT_FDCWD, spare_path, &by_path, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    by_path.st_dev == spare_dev && by_path.st_ino == spare_ino;
+    if (dir_same &&
         renameat(target->dir_fd, spare_path + spare_rel, target->dir_fd, target->path + target->dir_len) == 0) {
         report_dir_used = target->dir_fd;
         report_name_used = target->path + target->dir_len;
-    } else if (path_ok && spare_dir == AT_FDCWD &&
+    } else if (path_same && spare_dir == AT_FDCWD &&
                renameat(AT_FDCWD, spare_path, AT_FDCWD, target->path) == 0) {
         report_dir_used = AT_FDCWD;
         report_name_used = target->path;
-    } else if (path_ok && spare_path[0] == '/' &&
+    } else if (path_same && spare_path[0] == '/' &&
                renameat(AT_FDCWD, spare_path, AT_FDCWD, target->path) == 0) {
         report_dir_used = AT_FDCWD; /* the directory descriptor is stale: by the absolute path */
         report_name_used = target->path;
@@ -457,12 +464,18 @@ static int take_spare(vaka_report_target *target, int dir_ok, int path_ok)
 }
 
 /* Keeps the report just written (kept_fd, named report_name_used) as the spare: renames it to
- * `.<run_id>.spare` in the same directory. @return 1 when done (kept_fd is then the spare's). */
+ * `.<run_id>-<pid>.spare` in the same directory. @return 1 when done (kept_fd is then the spare's). */
 static int keep_as_spare(vaka_report_target *target)
 {
     struct stat st;
     if (target == NULL || kept_fd < 0 || report_name_used == NULL || spare_fd >= 0) return 0;
-    size_t need = target->dir_len + 1 + target->run_id_len + 6 + 1;
+    /* The pid in the name: a fork child keeps the parent's run_id, and its spare must not take (or be taken
+     * for) the parent's. */
+    pid_t pid = (pid_t)syscall(SYS_getpid);
+    char digits[24];
+    size_t nd = 0;
+    for (unsigned long v = (unsigned long)pid; nd == 0 || v != 0; v /= 10) digits[nd++] = (char)('0' + v % 10);
+    size_t need = target->dir_len + 1 + target->run_id_len + 1 + nd + 6 + 1;
     if (need > sizeof spare_path || fstat(kept_fd, &st) != 0) return 0;
     size_t p = 0;
     vaka_sig_copy(spare_path, target->path, target->dir_len);
@@ -470,6 +483,8 @@ static int keep_as_spare(vaka_report_target *target)
     spare_path[p++] = '.';
     vaka_sig_copy(spare_path + p, target->run_id, target->run_id_len);
     p += target->run_id_len;
+    spare_path[p++] = '-';
+    while (nd > 0) spare_path[p++] = digits[--nd];
     vaka_sig_copy(spare_path + p, ".spare", 7);
     spare_rel = target->dir_len;
     int ok = report_dir_used == AT_FDCWD
@@ -479,7 +494,7 @@ static int keep_as_spare(vaka_report_target *target)
     spare_dir = report_dir_used;
     spare_dev = st.st_dev;
     spare_ino = st.st_ino;
-    spare_pid = (pid_t)syscall(SYS_getpid);
+    spare_pid = pid;
     spare_fd = kept_fd;
     kept_fd = -1;
     report_name_used = NULL;
@@ -782,6 +797,15 @@ static void put_ours_back(void);
  *     so the process ends as it would without Vaka; for any other signal (sent with kill, raise...) return.
  * @return 1 when the signal was delivered and the process is still here (the previous handler returned, or
  *   the signal is ignored): the process survived it; 0 when the signal is left to repeat or was re-sent. */
+/* 1 when the previous action of `sig` is a handler function (not SIG_DFL/SIG_IGN, not ours): chain() calls
+ * it directly. */
+static int previous_is_function(int sig)
+{
+    const struct sigaction *prev = &vaka_state.previous[sig];
+    return (prev->sa_flags & SA_SIGINFO) ? prev->sa_sigaction != vaka_sig_handler && prev->sa_sigaction != NULL
+                                         : prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN;
+}
+
 static int chain(int sig, siginfo_t *info, void *context, pid_t tid, int winner)
 {
     int code = info != NULL ? info->si_code : 0;
@@ -1150,6 +1174,25 @@ static void remove_report_at_exit(void)
     kept_survived = 0;
 }
 
+void vaka_sig_at_uninstall(void)
+{
+    vaka_sig_drop_spare();
+    /* A survived signal's report kept for a death that may follow: the handlers go, so nothing ends it now. */
+    if (kept_survived && atomic_load(&crash_tid) == 0) remove_report_at_exit();
+    /* The directory descriptors close next (their numbers get reused): a report name still remembered (a
+     * previous handler's survival not seen end yet) is kept by its absolute path, else forgotten. */
+    if (report_name_used != NULL && report_dir_used != AT_FDCWD) {
+        const char *full = NULL;
+        for (int k = 0; k < 2; k++) {
+            const vaka_report_target *t = &vaka_state.targets[k];
+            if (report_name_used == t->path + t->dir_len && t->path[0] == '/') full = t->path;
+        }
+        report_name_used = full;
+        report_dir_used = AT_FDCWD;
+        if (full == NULL) kept_survived = 0;
+    }
+}
+
 void vaka_sig_at_exit(void)
 {
     if (atomic_load(&crash_tid) == 0) vaka_sig_drop_spare();
@@ -1215,7 +1258,12 @@ compete:;
             restore_fsize_limit();
             if (writer.file_too_big) discard_own_sigxfsz();
         }
-        vaka_sig_restore_previous();
+        /* A previous handler function is called directly by chain() with our handlers in place (it puts them
+         * back itself): no window where every previous action is in place process-wide, so another thread's
+         * real fault meanwhile still reaches Vaka (it waits for this slot and competes again after the
+         * survival). A signal raised on this thread inside that handler goes to its previous action
+         * (chain_tid, inside_chained_handler()). Otherwise the previous actions go back now. */
+        if (!(armed && previous_is_function(sig))) vaka_sig_restore_previous();
         atomic_store(&crash_done_ns, now_ns(CLOCK_MONOTONIC));
         atomic_store(&crash_done, 1);
         if (chain(sig, info, context, tid, armed) && armed) survived(sig, repeats_by_itself(sig, info));

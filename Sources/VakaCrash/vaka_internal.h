@@ -253,9 +253,13 @@ int vaka_sig_make_reserve(vaka_report_target *t);
 /** Normal exit (atexit, install.c): removes the report of a signal whose previous handler left with siglongjmp
  *  (the process survived it) when nothing crashed since. */
 void vaka_sig_at_exit(void);
-/** Unlinks and closes the kept spare report (`.<run_id>.spare`, a survived signal's report kept as the next
+/** Unlinks and closes the kept spare report (`.<run_id>-<pid>.spare`, a survived signal's report kept as the next
  * reserve) when it is this process's; install.c calls it at uninstall. */
 void vaka_sig_drop_spare(void);
+/** Uninstall (install.c, before the directory descriptors close): drops the spare, removes a survived signal's
+ *  kept report, and keeps any report name still remembered by its absolute path (never by a descriptor about
+ *  to close). */
+void vaka_sig_at_uninstall(void);
 /** Signal safe. Faults on purpose (test hook) when the configured stage equals `stage`. */
 void vaka_sig_test_fault(int stage);
 

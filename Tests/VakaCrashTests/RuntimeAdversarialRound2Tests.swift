@@ -217,7 +217,11 @@ final class RuntimeAdversarialRound2Tests: XCTestCase {
         XCTAssertEqual(files(exit), [], "a normal exit left files")
         let killed = try RuntimeProgram.run(program, ["kill"], timeout: 30)
         XCTAssertEqual(killed.result.outcome, "signal 9 (SIGKILL)", killed.result.stderrTail())
-        XCTAssertEqual(files(killed), [".r2spare.spare"])
+        let spare = files(killed)
+        XCTAssertEqual(spare.count, 1, "\(spare)")
+        let pid = spare.first?.dropFirst(".r2spare-".count).dropLast(".spare".count) ?? ""
+        XCTAssertTrue(spare.first?.hasPrefix(".r2spare-") == true && spare.first?.hasSuffix(".spare") == true &&
+                      !pid.isEmpty && pid.allSatisfy(\.isNumber), "\(spare): not `.r2spare-<pid>.spare`")
         let crash = try RuntimeProgram.run(program, ["crash"], timeout: 30)
         XCTAssertEqual(crash.result.outcome, "signal 11 (SIGSEGV)", crash.result.stderrTail())
         XCTAssertEqual(files(crash), ["r2spare.crash"])

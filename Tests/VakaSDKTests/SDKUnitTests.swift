@@ -117,7 +117,7 @@ final class SDKUnitTests: XCTestCase {
         XCTAssertTrue(images.contains { $0.codeFile == newest.package && $0.codeID != nil }, "\(images)")
     }
 
-    /// The crash join deletes `crashes/.<run-id>.spare` (a survived signal's report the C runtime keeps as its
+    /// The crash join deletes `crashes/.<run-id>-<pid>.spare` (and older `.<run-id>.spare`; a survived signal's report the C runtime keeps as its
     /// next reserve) left by a killed run, and keeps this run's and a live run's (its `runs/<id>/lock` held).
     func testCrashJoinRemovesSparesOfKilledRunsOnly() throws {
         let storage = dirs.make("spares")
@@ -129,7 +129,7 @@ final class SDKUnitTests: XCTestCase {
         XCTAssertEqual(flock(lock, LOCK_EX | LOCK_NB), 0)
         defer { close(lock) }
         let current = "T-\(UUID().uuidString)"
-        for run in ["dead", "live", current] {
+        for run in ["dead", "live", current, "dead-123", "live-456", "\(current)-789"] {
             try Data("x\n".utf8).write(to: crashes.appendingPathComponent(".\(run).spare"))
         }
         let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
@@ -137,7 +137,7 @@ final class SDKUnitTests: XCTestCase {
         client.joinPreviousRuns()
         client.end(timeout: 1)
         let left = ((try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? []).sorted()
-        XCTAssertEqual(left, [".\(current).spare", ".live.spare"])
+        XCTAssertEqual(left, [".\(current)-789.spare", ".\(current).spare", ".live-456.spare", ".live.spare"])
     }
 
     /// Concurrent calls from many threads neither crash nor lose breadcrumbs beyond the cap.

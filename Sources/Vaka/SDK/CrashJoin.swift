@@ -340,7 +340,7 @@ final class CrashLedger: @unchecked Sendable {
 }
 
 extension Client {
-    /// Deletes `<storage>/crashes/.<run-id>.spare` files left by runs killed (SIGKILL) after a signal they
+    /// Deletes `<storage>/crashes/.<run-id>-<pid>.spare` files (and older `.<run-id>.spare`) left by runs killed (SIGKILL) after a signal they
     /// survived: the C runtime keeps that report's file open under this hidden name as its next reserve and
     /// unlinks it at a normal exit (docs/crash-handling.md). Spares of this run, and of runs whose
     /// `runs/<run-id>/lock` is still held (a live process), are left alone.
@@ -348,14 +348,22 @@ extension Client {
         let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? []
         for name in names where name.hasPrefix(".") && name.hasSuffix(".spare") {
-            let run = String(name.dropFirst().dropLast(".spare".count))
-            guard !run.isEmpty, run != runID, !run.contains("/") else { continue }
-            let lock = open(storage.appendingPathComponent("runs/\(run)/lock").path, O_RDWR | O_CLOEXEC)
-            if lock >= 0 {
-                let free = flock(lock, LOCK_EX | LOCK_NB) == 0
-                Glibc.close(lock)
-                if !free { continue }
+            // `.<run-id>-<pid>.spare` (the pid of the process that kept it: a fork child keeps its parent's
+            // run id); `.<run-id>.spare` from an older version.
+            let whole = String(name.dropFirst().dropLast(".spare".count))
+            var run = whole
+            if let dash = whole.lastIndex(of: "-") {
+                let pid = whole[whole.index(after: dash)...]
+                if !pid.isEmpty && pid.allSatisfy({ $0 >= "0" && $0 <= "9" }) { run = String(whole[..<dash]) }
             }
+            guard !run.isEmpty, run != runID, whole != runID, !run.contains("/") else { continue }
+            let held = Set([run, whole]).contains { candidate in
+                let lock = open(storage.appendingPathComponent("runs/\(candidate)/lock").path, O_RDWR | O_CLOEXEC)
+                guard lock >= 0 else { return false }
+                defer { Glibc.close(lock) }
+                return flock(lock, LOCK_EX | LOCK_NB) != 0
+            }
+            if held { continue }
             if unlink(crashes.appendingPathComponent(name).path) == 0 { logLine("removed \(name), left by a killed run") }
         }
     }
