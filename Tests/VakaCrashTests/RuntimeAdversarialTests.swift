@@ -32,15 +32,7 @@ final class RuntimeAdversarialTests: XCTestCase {
         int main(void) {
             struct sigaction sa = {0}; sa.sa_sigaction = h; sa.sa_flags = SA_SIGINFO; sigaction(SIGSYS, &sa, NULL);
             vk_start("advsys");
-            struct sock_filter f[] = {
-                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-            };
-            struct sock_fprog p = { 4, f };
-            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p)) { perror("seccomp"); return 4; }
+            if (vk_trap_getppid()) { perror("seccomp"); return 4; }
             long r = syscall(SYS_getppid);
             printf("emulated %ld installed %d\n", r, NOVAKA ? -1 : vaka_crash_is_installed());
             fflush(stdout);
@@ -76,15 +68,7 @@ final class RuntimeAdversarialTests: XCTestCase {
         int main(void) {
             struct sigaction sa = {0}; sa.sa_sigaction = h; sa.sa_flags = SA_SIGINFO; sigaction(SIGSYS, &sa, NULL);
             vk_start("advsysmt");
-            struct sock_filter f[] = {
-                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-            };
-            struct sock_fprog p = { 4, f };
-            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p)) { perror("seccomp"); return 4; }
+            if (vk_trap_getppid()) { perror("seccomp"); return 4; }
             pthread_barrier_init(&b, NULL, 8);
             struct timespec t0, t1; clock_gettime(CLOCK_MONOTONIC, &t0);
             pthread_t t[8]; for (int i = 1; i < 8; i++) pthread_create(&t[i], NULL, work, NULL);
@@ -166,15 +150,7 @@ final class RuntimeAdversarialTests: XCTestCase {
         int main(void) {
             signal(SIGSYS, SIG_IGN);
             vk_start("advignsys");
-            struct sock_filter f[] = {
-                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-            };
-            struct sock_fprog p = { 4, f };
-            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p)) { perror("seccomp"); return 4; }
+            if (vk_trap_getppid()) { perror("seccomp"); return 4; }
             long r = syscall(SYS_getppid);
             printf("ran past the trapped call: %ld\n", r);
             return 0;

@@ -66,15 +66,7 @@ final class RuntimeHandlerEdgeTests: XCTestCase {
         int main(void) {
             struct sigaction sa = {0}; sa.sa_sigaction = h; sa.sa_flags = SA_SIGINFO; sigaction(SIGSYS, &sa, NULL);
             vk_start("edgesurvive");
-            struct sock_filter f[] = {
-                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-            };
-            struct sock_fprog p = { 4, f };
-            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p)) { perror("seccomp"); return 4; }
+            if (vk_trap_getppid()) { perror("seccomp"); return 4; }
             long a = syscall(SYS_getppid), b = syscall(SYS_getppid);
             printf("%ld %ld %d\n", a, b, vaka_crash_is_installed());
             return 0;

@@ -8,7 +8,8 @@ import XCTest
 /// stack, handlers installed after Vaka...).
 enum RuntimeProgram {
     /// Prelude every program gets: `vk_start(run_id)` installs Vaka with reports in `$VK_DIR`, unless
-    /// `$VK_NOVAKA` is set; `vk_null()` writes through a null pointer.
+    /// `$VK_NOVAKA` is set; `vk_null()` writes through a null pointer; `vk_trap_getppid()` installs a seccomp
+    /// filter under which `getppid` traps with SIGSYS (`SECCOMP_RET_TRAP`), returning 0 or -1 with errno.
     static let prelude = """
     #define _GNU_SOURCE
     #include "vaka/vaka_crash.h"
@@ -30,6 +31,22 @@ enum RuntimeProgram {
     }
     static int *volatile vk_nullp = 0;
     __attribute__((noinline)) static void vk_null(void) { *vk_nullp = 1; }
+    #include <linux/filter.h>
+    #include <linux/seccomp.h>
+    #include <stddef.h>
+    #include <sys/prctl.h>
+    #include <sys/syscall.h>
+    __attribute__((unused)) static int vk_trap_getppid(void) {
+        struct sock_filter f[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog p = { 4, f };
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p);
+    }
 
     """
 
