@@ -9,20 +9,7 @@ import Glibc
 /// up the event: every report deleted (or set aside as `.dropped`), the run directory removed once, the crash
 /// sent once, and nothing left to send at the next launch. Real ``Client`` (crash join, delivery threads,
 /// libcurl) against the loopback ``TestHTTPServer``.
-final class CrashLedgerTests: XCTestCase {
-    let dirs = TempDirs()
-    var server: TestHTTPServer!
-    var log: LogSink!
-
-    override func setUpWithError() throws {
-        server = try TestHTTPServer()
-        log = LogSink()
-    }
-
-    override func tearDown() {
-        server.stop()
-        dirs.removeAll()
-    }
+final class CrashLedgerTests: LoopbackServerTestCase {
 
     private func makeClient(_ storage: URL) throws -> Client {
         try Client(options: Vaka.Options(dsn: server.dsn, sessionTracking: false, storageDirectory: storage),

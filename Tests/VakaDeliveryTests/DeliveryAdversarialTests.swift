@@ -7,22 +7,7 @@ import Glibc
 /// Adversarial findings on the delivery side (hostile server answers, damaged `pending/` files). Each test
 /// states the behaviour the docs promise and fails while the product does otherwise. Real ``Delivery``
 /// (real threads, real libcurl) against the loopback ``TestHTTPServer``.
-final class DeliveryAdversarialTests: XCTestCase {
-    let dirs = TempDirs()
-    var server: TestHTTPServer!
-    var log: LogSink!
-    var deliveries: [Delivery] = []
-
-    override func setUpWithError() throws {
-        server = try TestHTTPServer()
-        log = LogSink()
-    }
-
-    override func tearDown() {
-        for d in deliveries { d.close(timeout: 0) }
-        server.stop()
-        dirs.removeAll()
-    }
+final class DeliveryAdversarialTests: LoopbackServerTestCase {
 
     private func makeDelivery(storage: URL) throws -> Delivery {
         let config = Delivery.Configuration(storageDirectory: storage, dsn: try DSN(server.dsn),

@@ -87,3 +87,24 @@ func runTool(_ path: String, _ args: [String]) -> (Int32, String) {
     let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
     return (code, (try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
 }
+
+/// Base of the test classes that run a real ``Delivery``/``Uploader`` against one loopback ``TestHTTPServer``:
+/// a fresh server and debug log per test, scratch directories, and every ``Delivery`` a test appends to
+/// `deliveries` closed at the end.
+class LoopbackServerTestCase: XCTestCase {
+    let dirs = TempDirs()
+    var server: TestHTTPServer!
+    var log: LogSink!
+    var deliveries: [Delivery] = []
+
+    override func setUpWithError() throws {
+        server = try TestHTTPServer()
+        log = LogSink()
+    }
+
+    override func tearDown() {
+        for d in deliveries { d.close(timeout: 0) }
+        server.stop()
+        dirs.removeAll()
+    }
+}

@@ -14,22 +14,7 @@ import Glibc
 /// - 8: a response body is read up to 64 KiB, and a response whose headers arrived counts by its status even
 ///   when its body never ends or is cut short.
 /// Real ``Delivery``/``Uploader``/``CurlTransport`` against loopback servers.
-final class HostileStorageAndAnswerTests: XCTestCase {
-    let dirs = TempDirs()
-    var server: TestHTTPServer!
-    var log: LogSink!
-    var deliveries: [Delivery] = []
-
-    override func setUpWithError() throws {
-        server = try TestHTTPServer()
-        log = LogSink()
-    }
-
-    override func tearDown() {
-        for d in deliveries { d.close(timeout: 0) }
-        server.stop()
-        dirs.removeAll()
-    }
+final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
 
     private func makeDelivery(storage: URL, dsn: String? = nil) throws -> Delivery {
         let config = Delivery.Configuration(storageDirectory: storage, dsn: try DSN(dsn ?? server.dsn),

@@ -10,23 +10,13 @@ import Glibc
 /// one, and what the server gets is what Relay accepts. Real ``Client`` against the loopback
 /// ``TestHTTPServer`` answering 413 for any item over 1 MiB (as Sentry does); accepted events checked with
 /// Relay's `StoreNormalizer` when `VAKA_RELAY_PYTHON` is set.
-final class IdentityLimitsTests: XCTestCase {
-    let dirs = TempDirs()
-    var server: TestHTTPServer!
-    var log: LogSink!
-
+final class IdentityLimitsTests: LoopbackServerTestCase {
     override func setUpWithError() throws {
-        server = try TestHTTPServer()
-        log = LogSink()
+        try super.setUpWithError()
         server.responder = { request in
             guard let body = try? Gzip.decompress(request.body), let envelope = try? Envelope(data: body) else { return nil }
             return envelope.items.contains { $0.payload.count > 1 << 20 } ? .status(413) : nil
         }
-    }
-
-    override func tearDown() {
-        server.stop()
-        dirs.removeAll()
     }
 
     /// A client for `options` bounded as ``Vaka/start(_:)`` bounds them; the notes `start` would print.

@@ -9,20 +9,7 @@ import Glibc
 /// a crash report is deleted only once its event was accepted (or set aside with the reason when given up).
 /// Against the loopback ``TestHTTPServer`` with size rules like Sentry's (413 for any item over 1 MiB) and
 /// stricter ones; every event the server accepted is checked with Relay's `StoreNormalizer`.
-final class SizeLimitTests: XCTestCase {
-    let dirs = TempDirs()
-    var server: TestHTTPServer!
-    var log: LogSink!
-
-    override func setUpWithError() throws {
-        server = try TestHTTPServer()
-        log = LogSink()
-    }
-
-    override func tearDown() {
-        server.stop()
-        dirs.removeAll()
-    }
+final class SizeLimitTests: LoopbackServerTestCase {
 
     // MARK: - Helpers
 

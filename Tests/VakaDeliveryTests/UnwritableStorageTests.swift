@@ -8,22 +8,7 @@ import Glibc
 /// with real full/read-only file systems and RLIMIT_FSIZE): a `pending/` that cannot be created (a regular file
 /// is in its place, so every batch write fails with ENOTDIR), the in-memory bound, and a batch-file rewrite
 /// that fails in the middle of a pump. Against the loopback TestHTTPServer.
-final class UnwritableStorageTests: XCTestCase {
-    let dirs = TempDirs()
-    var server: TestHTTPServer!
-    var log: LogSink!
-    var deliveries: [Delivery] = []
-
-    override func setUpWithError() throws {
-        server = try TestHTTPServer()
-        log = LogSink()
-    }
-
-    override func tearDown() {
-        for d in deliveries { d.close(timeout: 0) }
-        server.stop()
-        dirs.removeAll()
-    }
+final class UnwritableStorageTests: LoopbackServerTestCase {
 
     /// A storage directory whose `pending` is a regular file: nothing can be written under it.
     private func unwritableStorage() throws -> URL {
