@@ -34,14 +34,8 @@ final class CrashLedgerTests: LoopbackServerTestCase {
     /// The example report of docs/report-format.md under a fresh run id as `crashes/<run-id>.crash`, its run
     /// directory, and `copies` byte-for-byte copies of the report under other names in `crashes/`.
     private func plantCrash(_ storage: URL, copies: [String]) throws -> (reports: [URL], runDirectory: URL, eventID: String) {
-        let doc = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("docs/report-format.md"), encoding: .utf8)
-        let example = try XCTUnwrap(doc.range(of: "## Example").map { doc[$0.upperBound...] })
-        let open = try XCTUnwrap(example.range(of: "```\n"))
-        let close = try XCTUnwrap(example[open.upperBound...].range(of: "```"))
         let runID = UUID().uuidString
-        let text = String(example[open.upperBound..<close.lowerBound])
-            .replacingOccurrences(of: "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B", with: runID)
+        let text = try exampleCrashReport(runID: runID)
         let crashes = storage.appendingPathComponent("crashes")
         try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
         var reports = [crashes.appendingPathComponent("\(runID).crash")]

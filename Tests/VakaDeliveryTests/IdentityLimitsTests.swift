@@ -115,17 +115,11 @@ final class IdentityLimitsTests: LoopbackServerTestCase {
     /// report deleted — not given up as "cannot make it smaller".
     func testAHugeReleaseInACrashedRunsScopeStillGivesAnAcceptedCrash() throws {
         let storage = dirs.make()
-        let doc = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("docs/report-format.md"), encoding: .utf8)
-        let example = try XCTUnwrap(doc.range(of: "## Example").map { doc[$0.upperBound...] })
-        let open = try XCTUnwrap(example.range(of: "```\n"))
-        let close = try XCTUnwrap(example[open.upperBound...].range(of: "```"))
         let runID = UUID().uuidString
         let crashes = storage.appendingPathComponent("crashes")
         try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
         let report = crashes.appendingPathComponent("\(runID).crash")
-        try String(example[open.upperBound..<close.lowerBound]).replacingOccurrences(of: "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B", with: runID)
-            .write(to: report, atomically: true, encoding: .utf8)
+        try exampleCrashReport(runID: runID).write(to: report, atomically: true, encoding: .utf8)
         do {
             let dir = try RunDirectory(storage: storage, runID: runID)
             try dir.write(RunScope(runID: runID, release: String(repeating: "r", count: 400_000),

@@ -70,14 +70,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
     /// `breadcrumbs`, the crashed run's directory (scope and breadcrumbs); returns the report's path and
     /// the crash's event id.
     private func plantCrash(_ storage: URL, breadcrumbs: [Breadcrumb] = []) throws -> (report: URL, runDirectory: URL, eventID: String) {
-        let doc = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("docs/report-format.md"), encoding: .utf8)
-        let example = try XCTUnwrap(doc.range(of: "## Example").map { doc[$0.upperBound...] })
-        let open = try XCTUnwrap(example.range(of: "```\n"))
-        let close = try XCTUnwrap(example[open.upperBound...].range(of: "```"))
         let runID = UUID().uuidString
-        let text = String(example[open.upperBound..<close.lowerBound])
-            .replacingOccurrences(of: "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B", with: runID)
+        let text = try exampleCrashReport(runID: runID)
         let crashes = storage.appendingPathComponent("crashes")
         try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
         let report = crashes.appendingPathComponent("\(runID).crash")

@@ -169,14 +169,8 @@ final class SDKAdversarialRound2Tests: XCTestCase {
     /// both gone, and so is the run directory.
     func testACopySortedFirstDoesNotReplaceTheOriginal() throws {
         let storage = dirs.make("copy")
-        let doc = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("docs/report-format.md"), encoding: .utf8)
-        let example = try XCTUnwrap(doc.range(of: "## Example").map { doc[$0.upperBound...] })
-        let open = try XCTUnwrap(example.range(of: "```\n"))
-        let close = try XCTUnwrap(example[open.upperBound...].range(of: "```"))
         let runID = UUID().uuidString
-        let text = String(example[open.upperBound..<close.lowerBound])
-            .replacingOccurrences(of: "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B", with: runID)
+        let text = try exampleCrashReport(runID: runID)
         let crashes = storage.appendingPathComponent("crashes")
         try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
         let files = [crashes.appendingPathComponent("\(runID).crash"), crashes.appendingPathComponent("000-copy.crash")]
