@@ -69,4 +69,20 @@ public struct Frame: Codable, Equatable, Sendable {
         case inApp = "in_app"
         case filename, lineno, colno
     }
+
+    /// Encodes the frame; `trust` only in the ``Event/Encoding/report`` encoding (not on the wire).
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(instructionAddr, forKey: .instructionAddr)
+        if Event.Encoding.of(encoder.userInfo) == .report { try c.encodeIfPresent(trust, forKey: .trust) }
+        try c.encodeIfPresent(package, forKey: .package)
+        try c.encodeIfPresent(imageAddr, forKey: .imageAddr)
+        try c.encodeIfPresent(function, forKey: .function)
+        try c.encodeIfPresent(symbol, forKey: .symbol)
+        try c.encodeIfPresent(symbolAddr, forKey: .symbolAddr)
+        try c.encodeIfPresent(inApp, forKey: .inApp)
+        try c.encodeIfPresent(filename, forKey: .filename)
+        try c.encodeIfPresent(lineno, forKey: .lineno)
+        try c.encodeIfPresent(colno, forKey: .colno)
+    }
 }

@@ -200,31 +200,20 @@ extension Client {
     /// the size budget, and its `crashed` session update.
     func fatalEnvelope(report: CrashReport, previous: RunDirectory.Previous?, builder: FatalEventBuilder,
                        eventID: String) -> Envelope {
-        var fatal = builder.event(from: report)
-        fatal.eventID = eventID
-        guard case .object(var event) = EventFactory.json(fatal) else {
-            return Envelope.event(id: eventID, payload: (try? fatal.jsonData()) ?? Data())
-        }
+        var event = builder.event(from: report)
+        event.eventID = eventID
         let crashed = previous?.scope ?? RunScope(runID: report.runID ?? "", release: currentRelease,
                                                   environment: options.environment, tags: [:], userID: nil, session: nil)
         let crumbs = previous.map { BreadcrumbStore.load(runDirectory: $0.url) } ?? []
-        event["release"] = .string(crashed.release)
-        event["environment"] = .string(crashed.environment)
+        event.release = crashed.release
+        event.environment = crashed.environment
+        // This machine's contexts, with the device the report names and the crashed run's release and start.
         var contexts = factory.contexts
-        if case .object(let reported)? = event["contexts"], case .object(let device)? = reported["device"] {
-            contexts["device"] = .object(device)
-        }
-        if case .object(var app)? = contexts["app"] {
-            app["app_version"] = .string(crashed.release)
-            if let started = crashed.session?.started {
-                app["app_start_time"] = .string(Timestamps.rfc3339(Date(timeIntervalSince1970: started)))
-            } else {
-                app["app_start_time"] = nil
-            }
-            contexts["app"] = .object(app)
-        }
-        event["contexts"] = .object(contexts)
-        factory.apply(scope: crashed, breadcrumbs: crumbs, to: &event)
+        if let device = event.contexts?.device { contexts.device = device }
+        contexts.app?.appVersion = crashed.release
+        contexts.app?.appStartTime = crashed.session.map { Timestamps.rfc3339(Date(timeIntervalSince1970: $0.started)) }
+        event.contexts = contexts
+        EventFactory.apply(scope: crashed, breadcrumbs: crumbs, to: &event)
         var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: { [weak self] in self?.logLine($0) }))]
         if var session = crashed.session, session.status == .ok {
             let when = report.timestampNs.map { Date(timeIntervalSince1970: Double($0) / 1e9) } ?? Date()
