@@ -57,14 +57,13 @@ public struct EventSymbolicator {
         symbolicator.preload(images.prefix(Symbolicator.maxImagesPerReport).compactMap { image in
             image.codeID.map { (image.codeFile, $0) }
         })
-        var allowed = Set<Int>()
-        var skipped = Set<Int>()
+        var admission = ImageAdmission()
         for key in ["exception", "threads"] {
             guard case .object(var container)? = root[key], case .array(var values)? = container["values"] else { continue }
             for index in values.indices {
                 guard case .object(var value) = values[index], case .object(var stacktrace)? = value["stacktrace"],
                       case .array(let frames)? = stacktrace["frames"] else { continue }
-                stacktrace["frames"] = .array(symbolicateFrames(frames, images: images, allowed: &allowed, skipped: &skipped,
+                stacktrace["frames"] = .array(symbolicateFrames(frames, images: images, admission: &admission,
                                                                 counts: &counts))
                 value["stacktrace"] = .object(stacktrace)
                 values[index] = .object(value)
@@ -72,11 +71,11 @@ public struct EventSymbolicator {
             container["values"] = .array(values)
             root[key] = .object(container)
         }
-        counts.imagesNotSymbolicated = skipped.count
+        counts.imagesNotSymbolicated = admission.skipped.count
         return (.object(root), counts)
     }
 
-    private func symbolicateFrames(_ frames: [JSONValue], images: [Image], allowed: inout Set<Int>, skipped: inout Set<Int>,
+    private func symbolicateFrames(_ frames: [JSONValue], images: [Image], admission: inout ImageAdmission,
                                    counts: inout Counts) -> [JSONValue] {
         // Merge runs of frames with the same instruction_addr (inlined frames) back into their first frame.
         var merged: [[String: JSONValue]] = []
@@ -107,13 +106,9 @@ public struct EventSymbolicator {
                 continue
             }
             let image = images[imageIndex]
-            if !allowed.contains(imageIndex) {
-                if allowed.count >= Symbolicator.maxImagesPerReport {
-                    skipped.insert(imageIndex)
-                    result.append(.object(frame))
-                    continue
-                }
-                allowed.insert(imageIndex)
+            guard admission.admits(imageIndex) else {
+                result.append(.object(frame))
+                continue
             }
             let symbolicated = symbolicator.symbolicate(address: lookup, imagePath: image.codeFile, imageBase: image.base,
                                                         buildID: image.codeID, debugID: image.debugID)

@@ -5,8 +5,8 @@ import VakaSymbolication
 /// Stack traces of the calling thread for handled errors: the C runtime's unwinder
 /// (`vaka_crash_capture_frames`) gives the return addresses, the loaded images come from `/proc/self/maps`
 /// (GNU build IDs read with libelf), and symbolication is the crash path's own: the addresses and images are
-/// put in a ``CrashReport`` value and turned into frames and `debug_meta.images` by ``FatalEventBuilder``, so
-/// handled and fatal frames carry exactly the same fields.
+/// turned into frames and `debug_meta.images` by ``FatalEventBuilder/map(_:)``, so handled and fatal frames
+/// carry exactly the same fields.
 ///
 /// Thread-safe (one lock); the image list is read once and re-read when an address lies in no known image.
 final class StackCapture: @unchecked Sendable {
@@ -57,15 +57,10 @@ final class StackCapture: @unchecked Sendable {
                 images[index].buildID = file.buildID
             }
         }
-        var report = CrashReport(signal: CrashReport.Signal(number: 0, name: "none"))
-        report.arch = arch
-        report.executable = executable
-        report.images = images
-        report.frames = addresses.map { CrashReport.Frame(address: $0, method: "cfi") }
-        let event = FatalEventBuilder(symbolicator: symbolicator).event(from: report)
-        var stacktrace = event.exception?.values.first?.stacktrace
-        stacktrace?.registers = nil
-        return (stacktrace, event.debugMeta?.images ?? [])
+        let stack = FatalEventBuilder.NativeStack(frames: addresses.map { CrashReport.Frame(address: $0, method: "cfi") },
+                                                  images: images, executable: executable ?? images.first?.path, arch: arch)
+        let mapped = FatalEventBuilder(symbolicator: symbolicator).map(stack)
+        return (mapped.frames.isEmpty ? nil : Stacktrace(frames: mapped.frames), mapped.images)
     }
 
     /// The file-backed images mapped into this process, from `/proc/self/maps`: for each path, the start of
