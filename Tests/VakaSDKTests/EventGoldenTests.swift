@@ -175,3 +175,26 @@ final class EventGoldenTests: XCTestCase {
         }
     }
 }
+
+/// The two encodings of an event: `report` (what `vaka report convert` writes) keeps the frame field `trust`,
+/// `wire` (what is sent) leaves it out and changes nothing else.
+final class EventEncodingTests: XCTestCase {
+    func testWireEncodingLeavesOutOnlyFrameTrust() throws {
+        let frame = Frame(instructionAddr: HexAddress(0x1234), trust: "cfi", package: "/bin/app", inApp: true, lineno: 3)
+        let event = Event(eventID: String(repeating: "a", count: 32), timestamp: 1.5, level: .fatal,
+                          exception: ValueList([Exception(type: "SIGSEGV", stacktrace: Stacktrace(frames: [frame]))]),
+                          threads: ValueList([SentryThread(id: 7, crashed: true, stacktrace: Stacktrace(frames: [frame]))]),
+                          release: "app@1", logentry: LogEntry(formatted: "boom"), user: User(id: "u"))
+        let report = String(decoding: try event.jsonData(), as: UTF8.self)
+        let wire = String(decoding: try event.jsonData(encoding: .wire), as: UTF8.self)
+        XCTAssertEqual(report.components(separatedBy: #","trust":"cfi""#).count - 1, 2, report)
+        XCTAssertFalse(wire.contains("trust"), wire)
+        XCTAssertEqual(report.replacingOccurrences(of: #","trust":"cfi""#, with: ""), wire)
+        // The wire JSON goes through the budget unchanged, and reads back as the same event without trust.
+        XCTAssertEqual(String(decoding: EventFactory.finalize(event), as: UTF8.self), wire)
+        var expected = event
+        expected.exception?.values[0].stacktrace?.frames[0].trust = nil
+        expected.threads?.values[0].stacktrace?.frames[0].trust = nil
+        XCTAssertEqual(try JSONDecoder().decode(Event.self, from: Data(wire.utf8)), expected)
+    }
+}

@@ -19,7 +19,8 @@ public struct Frame: Codable, Equatable, Sendable {
     /// (`instruction_addr`).
     public var instructionAddr: HexAddress
     /// How the frame was found: `"context"` (signal context), `"cfi"` (DWARF CFI unwinding),
-    /// `"fp"` (frame-pointer walk).
+    /// `"fp"` (frame-pointer walk). Written only by the ``Event/Encoding/report`` encoding (not part of the
+    /// Sentry event schema, so left out on the wire).
     public var trust: String?
     /// Path of the image (executable or shared library) the address lies in.
     public var package: String?
