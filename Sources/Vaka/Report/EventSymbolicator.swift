@@ -122,17 +122,18 @@ public struct EventSymbolicator {
             for key in ["function", "symbol", "symbol_addr", "filename", "lineno", "colno", "abs_path"] {
                 frame[key] = nil
             }
-            for info in symbolicated.reversed() {
+            // The crash path's expansion (oldest first: the real function, then the inlined ones), written into the
+            // JSON frame so that its other fields stay. Seeded in-app: a `false` out of it is the function half of
+            // the in_app rule (linked-in support code such as `_start` is never the app's, whatever the event said).
+            for typed in FatalEventBuilder.expand(Frame(instructionAddr: HexAddress(address), inApp: true), with: symbolicated) {
                 var expanded = frame
-                expanded["function"] = .string(info.function)
-                expanded["symbol"] = .string(info.symbol)
-                // The function half of the in_app rule: linked-in support code (`_start`, a static Swift runtime)
-                // is never the app's, whatever the event said.
-                if FatalEventBuilder.isLinkedSupportCode(symbol: info.symbol) { expanded["in_app"] = .bool(false) }
-                if let start = info.symbolAddress { expanded["symbol_addr"] = .string(HexAddress(start).description) }
-                if let file = info.file { expanded["filename"] = .string(file) }
-                if let line = info.line { expanded["lineno"] = .int(Int64(line)) }
-                if let column = info.column { expanded["colno"] = .int(Int64(column)) }
+                expanded["function"] = typed.function.map(JSONValue.string)
+                expanded["symbol"] = typed.symbol.map(JSONValue.string)
+                if typed.inApp == false { expanded["in_app"] = .bool(false) }
+                expanded["symbol_addr"] = typed.symbolAddr.map { .string($0.description) }
+                expanded["filename"] = typed.filename.map(JSONValue.string)
+                expanded["lineno"] = typed.lineno.map { .int(Int64($0)) }
+                expanded["colno"] = typed.colno.map { .int(Int64($0)) }
                 result.append(.object(expanded))
             }
         }
