@@ -1,9 +1,11 @@
 import Foundation
 
-/// Keeps an event within the size a Sentry server accepts. Applied to the final JSON of every event the SDK
-/// builds (handled error, message, `track`, `screen`, and the fatal event of the crash join) just before it is
-/// put in an envelope (``EventFactory/finalize(_:budget:log:)``), and again with a smaller budget when a server
-/// answers 413 for a single event (``Uploader``).
+/// Keeps an event within the size a Sentry server accepts. Applied to every ``Event`` the SDK builds (handled
+/// error, message, `track`, `screen`, and the fatal event of the crash join) as it is encoded for an envelope
+/// (``EventFactory/finalize(_:budget:log:)``, ``fit(_:)-(Event)``), and again with a smaller budget to the stored
+/// JSON of a single event a server answered 413 for (``Uploader``, ``fit(_:)-([String:JSONValue])``). An event
+/// within every limit is encoded once and left as it is; one over a limit is trimmed as its JSON object, the
+/// same trimming a stored event gets, so there is one trimming whatever the event's origin.
 ///
 /// Why: Sentry rejects with `413 Payload Too Large` an event over 1 MB decompressed or 200 KB compressed
 /// (docs.sentry.io, "Size Limits"; the envelope documentation lists 1 MB per `event` item). A rejected event
