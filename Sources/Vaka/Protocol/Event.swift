@@ -1,9 +1,12 @@
 import Foundation
 
-/// A Sentry event: the subset of the event payload Vaka produces and reads back.
+/// A Sentry event: every event Vaka sends (fatal from a crash report, handled error, message, screen view,
+/// custom event) is one value of this type, and the JSON of each is this type encoded.
 ///
 /// Field names follow the Sentry protocol (snake_case on the wire, e.g. `event_id`). Optional fields
-/// that are `nil` are left out of the JSON. Encode with ``jsonData(pretty:)`` or any `JSONEncoder`.
+/// that are `nil` are left out of the JSON. Encode with ``jsonData(pretty:encoding:)`` or any `JSONEncoder`
+/// (with ``Encoding/userInfoKey`` in its `userInfo` to choose the ``Encoding``). A new Sentry field is a new
+/// property here: its wire name goes in `CodingKeys`.
 public struct Event: Codable, Equatable, Sendable {
     /// The event's severity (`level` on the wire).
     public enum Level: String, Codable, Sendable {
@@ -19,6 +22,24 @@ public struct Event: Codable, Equatable, Sendable {
         case debug
     }
 
+    /// Which fields the JSON of an event carries; a `JSONEncoder` without the option writes ``report``.
+    public enum Encoding: Sendable {
+        /// Everything, also the frame field `trust` (how a frame was found): the output of `vaka report convert`.
+        case report
+        /// What the Sentry event schema accepts, as sent to a server: without the frame field `trust` (servers
+        /// validating strictly against the schema, such as Bugsink with `VALIDATE_ON_DIGEST: strict`, drop an
+        /// event with unknown frame fields).
+        case wire
+
+        /// The `JSONEncoder.userInfo` key whose value (an ``Encoding``) chooses the encoding.
+        public static let userInfoKey = CodingUserInfoKey(rawValue: "vaka.event.encoding")!
+
+        /// The encoding asked for in `userInfo` (``report`` when none).
+        static func of(_ userInfo: [CodingUserInfoKey: Any]) -> Encoding {
+            userInfo[userInfoKey] as? Encoding ?? .report
+        }
+    }
+
     /// Unique id of the event: 32 lower-case hex digits without dashes (`event_id`).
     public var eventID: String
     /// When the event happened, in seconds since the Unix epoch with a fraction (`timestamp`).
@@ -29,7 +50,21 @@ public struct Event: Codable, Equatable, Sendable {
     public var level: Level
     /// The SDK that produced the event.
     public var sdk: SDKInfo?
-    /// Device and OS facts (`contexts`).
+    /// The release of the program, e.g. `"shop@1.2.3"` (`release`).
+    public var release: String?
+    /// The deployment environment, e.g. `"production"` (`environment`).
+    public var environment: String?
+    /// The message of a message event (`logentry`).
+    public var logentry: LogEntry?
+    /// The user the event happened to (`user`).
+    public var user: User?
+    /// Indexed key/value strings (`tags`).
+    public var tags: [String: String]?
+    /// Free-form additional data (`extra`).
+    public var extra: [String: JSONValue]?
+    /// What happened before the event, oldest first (`breadcrumbs.values`).
+    public var breadcrumbs: ValueList<Breadcrumb>?
+    /// Device, OS and app facts (`contexts`).
     public var contexts: Contexts?
     /// The exceptions (`exception.values`); for a crash one entry describing the signal.
     public var exception: ValueList<Exception>?
@@ -37,16 +72,14 @@ public struct Event: Codable, Equatable, Sendable {
     public var threads: ValueList<SentryThread>?
     /// The loaded images that frames point into (`debug_meta`).
     public var debugMeta: DebugMeta?
-    /// Free-form additional data (`extra`).
-    public var extra: [String: JSONValue]?
-    /// Indexed key/value strings (`tags`).
-    public var tags: [String: String]?
 
     /// Creates an event; every field is described on its property.
     public init(eventID: String, timestamp: Double? = nil, platform: String = "native", level: Level,
                 sdk: SDKInfo? = nil, contexts: Contexts? = nil, exception: ValueList<Exception>? = nil,
                 threads: ValueList<SentryThread>? = nil, debugMeta: DebugMeta? = nil,
-                extra: [String: JSONValue]? = nil, tags: [String: String]? = nil) {
+                extra: [String: JSONValue]? = nil, tags: [String: String]? = nil, release: String? = nil,
+                environment: String? = nil, logentry: LogEntry? = nil, user: User? = nil,
+                breadcrumbs: ValueList<Breadcrumb>? = nil) {
         self.eventID = eventID
         self.timestamp = timestamp
         self.platform = platform
@@ -58,23 +91,58 @@ public struct Event: Codable, Equatable, Sendable {
         self.debugMeta = debugMeta
         self.extra = extra
         self.tags = tags
+        self.release = release
+        self.environment = environment
+        self.logentry = logentry
+        self.user = user
+        self.breadcrumbs = breadcrumbs
     }
 
     /// Wire names of the fields.
     private enum CodingKeys: String, CodingKey {
         case eventID = "event_id"
-        case timestamp, platform, level, sdk, contexts, exception, threads
+        case timestamp, platform, level, sdk, release, environment, logentry, user, tags, extra, breadcrumbs
+        case contexts, exception, threads
         case debugMeta = "debug_meta"
-        case extra, tags
     }
 
-    /// The event as UTF-8 JSON with sorted keys and unescaped slashes; `pretty` adds indentation and
-    /// newlines. Throws `EncodingError.invalidValue` only for a non-finite ``timestamp``.
-    public func jsonData(pretty: Bool = false) throws -> Data {
+    /// The event as UTF-8 JSON with sorted keys and unescaped slashes, in `encoding` (default ``Encoding/report``,
+    /// with frame `trust`); `pretty` adds indentation and newlines. Throws `EncodingError.invalidValue` only for
+    /// a non-finite number (``timestamp``, an `extra` value).
+    public func jsonData(pretty: Bool = false, encoding: Encoding = .report) throws -> Data {
+        try Event.encoder(pretty: pretty, encoding: encoding).encode(self)
+    }
+
+    /// A `JSONEncoder` writing events as ``jsonData(pretty:encoding:)`` does.
+    static func encoder(pretty: Bool = false, encoding: Encoding) -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = pretty ? [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
                                           : [.sortedKeys, .withoutEscapingSlashes]
-        return try encoder.encode(self)
+        encoder.userInfo[Encoding.userInfoKey] = encoding
+        return encoder
+    }
+}
+
+/// `logentry`: the Sentry message interface, `{"formatted": text}` (the top-level key `message` is an alias
+/// some servers, such as Bugsink with strict validation, reject).
+public struct LogEntry: Codable, Equatable, Sendable {
+    /// The message as shown (`formatted`).
+    public var formatted: String
+
+    /// A log entry with the text `formatted`.
+    public init(formatted: String) {
+        self.formatted = formatted
+    }
+}
+
+/// `user`: who the event happened to; Vaka sends only the id given to ``Vaka/identify(_:)``.
+public struct User: Codable, Equatable, Sendable {
+    /// The user's id in the program (`id`).
+    public var id: String?
+
+    /// A user with the id `id`.
+    public init(id: String? = nil) {
+        self.id = id
     }
 }
 
@@ -112,11 +180,14 @@ public struct Contexts: Codable, Equatable, Sendable {
     public var device: DeviceContext?
     /// The operating system context (`contexts.os`).
     public var os: OSContext?
+    /// The application context (`contexts.app`).
+    public var app: AppContext?
 
     /// Creates contexts.
-    public init(device: DeviceContext? = nil, os: OSContext? = nil) {
+    public init(device: DeviceContext? = nil, os: OSContext? = nil, app: AppContext? = nil) {
         self.device = device
         self.os = os
+        self.app = app
     }
 }
 
@@ -135,12 +206,68 @@ public struct DeviceContext: Codable, Equatable, Sendable {
 public struct OSContext: Codable, Equatable, Sendable {
     /// OS name, e.g. `"Linux"`.
     public var name: String?
-    /// OS version or kernel release, e.g. `"6.1.0-18-amd64"`.
+    /// OS version or kernel release, e.g. `"6.1.0-18-amd64"` (`uname -r`).
     public var version: String?
+    /// The kernel release, `uname -r` (`kernel_version`).
+    public var kernelVersion: String?
+    /// The kernel build, `uname -v` (`build`).
+    public var build: String?
+    /// `ID` of `/etc/os-release`, e.g. `"debian"` (`distribution_name`).
+    public var distributionName: String?
+    /// `VERSION_ID` of `/etc/os-release`, e.g. `"12"` (`distribution_version`).
+    public var distributionVersion: String?
+    /// `PRETTY_NAME` of `/etc/os-release` (`distribution_pretty_name`).
+    public var distributionPrettyName: String?
 
-    /// Creates an OS context.
-    public init(name: String? = nil, version: String? = nil) {
+    /// Creates an OS context; every field is described on its property.
+    public init(name: String? = nil, version: String? = nil, kernelVersion: String? = nil, build: String? = nil,
+                distributionName: String? = nil, distributionVersion: String? = nil,
+                distributionPrettyName: String? = nil) {
         self.name = name
         self.version = version
+        self.kernelVersion = kernelVersion
+        self.build = build
+        self.distributionName = distributionName
+        self.distributionVersion = distributionVersion
+        self.distributionPrettyName = distributionPrettyName
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey {
+        case name, version
+        case kernelVersion = "kernel_version"
+        case build
+        case distributionName = "distribution_name"
+        case distributionVersion = "distribution_version"
+        case distributionPrettyName = "distribution_pretty_name"
+    }
+}
+
+/// `contexts.app`: the running program.
+public struct AppContext: Codable, Equatable, Sendable {
+    /// The executable's file name (`app_name`).
+    public var appName: String?
+    /// The release (`app_version`).
+    public var appVersion: String?
+    /// When the run started, RFC 3339 (`app_start_time`).
+    public var appStartTime: String?
+    /// The executable's path (`app_identifier`).
+    public var appIdentifier: String?
+
+    /// Creates an app context; every field is described on its property.
+    public init(appName: String? = nil, appVersion: String? = nil, appStartTime: String? = nil,
+                appIdentifier: String? = nil) {
+        self.appName = appName
+        self.appVersion = appVersion
+        self.appStartTime = appStartTime
+        self.appIdentifier = appIdentifier
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey {
+        case appName = "app_name"
+        case appVersion = "app_version"
+        case appStartTime = "app_start_time"
+        case appIdentifier = "app_identifier"
     }
 }

@@ -19,7 +19,8 @@ public struct Frame: Codable, Equatable, Sendable {
     /// (`instruction_addr`).
     public var instructionAddr: HexAddress
     /// How the frame was found: `"context"` (signal context), `"cfi"` (DWARF CFI unwinding),
-    /// `"fp"` (frame-pointer walk).
+    /// `"fp"` (frame-pointer walk). Written only by the ``Event/Encoding/report`` encoding (not part of the
+    /// Sentry event schema, so left out on the wire).
     public var trust: String?
     /// Path of the image (executable or shared library) the address lies in.
     public var package: String?
@@ -68,5 +69,21 @@ public struct Frame: Codable, Equatable, Sendable {
         case symbolAddr = "symbol_addr"
         case inApp = "in_app"
         case filename, lineno, colno
+    }
+
+    /// Encodes the frame; `trust` only in the ``Event/Encoding/report`` encoding (not on the wire).
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(instructionAddr, forKey: .instructionAddr)
+        if Event.Encoding.of(encoder.userInfo) == .report { try c.encodeIfPresent(trust, forKey: .trust) }
+        try c.encodeIfPresent(package, forKey: .package)
+        try c.encodeIfPresent(imageAddr, forKey: .imageAddr)
+        try c.encodeIfPresent(function, forKey: .function)
+        try c.encodeIfPresent(symbol, forKey: .symbol)
+        try c.encodeIfPresent(symbolAddr, forKey: .symbolAddr)
+        try c.encodeIfPresent(inApp, forKey: .inApp)
+        try c.encodeIfPresent(filename, forKey: .filename)
+        try c.encodeIfPresent(lineno, forKey: .lineno)
+        try c.encodeIfPresent(colno, forKey: .colno)
     }
 }

@@ -57,14 +57,13 @@ public struct EventSymbolicator {
         symbolicator.preload(images.prefix(Symbolicator.maxImagesPerReport).compactMap { image in
             image.codeID.map { (image.codeFile, $0) }
         })
-        var allowed = Set<Int>()
-        var skipped = Set<Int>()
+        var admission = ImageAdmission()
         for key in ["exception", "threads"] {
             guard case .object(var container)? = root[key], case .array(var values)? = container["values"] else { continue }
             for index in values.indices {
                 guard case .object(var value) = values[index], case .object(var stacktrace)? = value["stacktrace"],
                       case .array(let frames)? = stacktrace["frames"] else { continue }
-                stacktrace["frames"] = .array(symbolicateFrames(frames, images: images, allowed: &allowed, skipped: &skipped,
+                stacktrace["frames"] = .array(symbolicateFrames(frames, images: images, admission: &admission,
                                                                 counts: &counts))
                 value["stacktrace"] = .object(stacktrace)
                 values[index] = .object(value)
@@ -72,11 +71,11 @@ public struct EventSymbolicator {
             container["values"] = .array(values)
             root[key] = .object(container)
         }
-        counts.imagesNotSymbolicated = skipped.count
+        counts.imagesNotSymbolicated = admission.skipped.count
         return (.object(root), counts)
     }
 
-    private func symbolicateFrames(_ frames: [JSONValue], images: [Image], allowed: inout Set<Int>, skipped: inout Set<Int>,
+    private func symbolicateFrames(_ frames: [JSONValue], images: [Image], admission: inout ImageAdmission,
                                    counts: inout Counts) -> [JSONValue] {
         // Merge runs of frames with the same instruction_addr (inlined frames) back into their first frame.
         var merged: [[String: JSONValue]] = []
@@ -107,13 +106,9 @@ public struct EventSymbolicator {
                 continue
             }
             let image = images[imageIndex]
-            if !allowed.contains(imageIndex) {
-                if allowed.count >= Symbolicator.maxImagesPerReport {
-                    skipped.insert(imageIndex)
-                    result.append(.object(frame))
-                    continue
-                }
-                allowed.insert(imageIndex)
+            guard admission.admits(imageIndex) else {
+                result.append(.object(frame))
+                continue
             }
             let symbolicated = symbolicator.symbolicate(address: lookup, imagePath: image.codeFile, imageBase: image.base,
                                                         buildID: image.codeID, debugID: image.debugID)
@@ -127,17 +122,18 @@ public struct EventSymbolicator {
             for key in ["function", "symbol", "symbol_addr", "filename", "lineno", "colno", "abs_path"] {
                 frame[key] = nil
             }
-            for info in symbolicated.reversed() {
+            // The crash path's expansion (oldest first: the real function, then the inlined ones), written into the
+            // JSON frame so that its other fields stay. Seeded in-app: a `false` out of it is the function half of
+            // the in_app rule (linked-in support code such as `_start` is never the app's, whatever the event said).
+            for typed in FatalEventBuilder.expand(Frame(instructionAddr: HexAddress(address), inApp: true), with: symbolicated) {
                 var expanded = frame
-                expanded["function"] = .string(info.function)
-                expanded["symbol"] = .string(info.symbol)
-                // The function half of the in_app rule: linked-in support code (`_start`, a static Swift runtime)
-                // is never the app's, whatever the event said.
-                if FatalEventBuilder.isLinkedSupportCode(symbol: info.symbol) { expanded["in_app"] = .bool(false) }
-                if let start = info.symbolAddress { expanded["symbol_addr"] = .string(HexAddress(start).description) }
-                if let file = info.file { expanded["filename"] = .string(file) }
-                if let line = info.line { expanded["lineno"] = .int(Int64(line)) }
-                if let column = info.column { expanded["colno"] = .int(Int64(column)) }
+                expanded["function"] = typed.function.map(JSONValue.string)
+                expanded["symbol"] = typed.symbol.map(JSONValue.string)
+                if typed.inApp == false { expanded["in_app"] = .bool(false) }
+                expanded["symbol_addr"] = typed.symbolAddr.map { .string($0.description) }
+                expanded["filename"] = typed.filename.map(JSONValue.string)
+                expanded["lineno"] = typed.lineno.map { .int(Int64($0)) }
+                expanded["colno"] = typed.colno.map { .int(Int64($0)) }
                 result.append(.object(expanded))
             }
         }

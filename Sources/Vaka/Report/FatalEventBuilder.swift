@@ -51,8 +51,15 @@ public struct FatalEventBuilder {
 
     /// The fatal event for `report`. Never fails: a partial report gives a partial event, marked truncated.
     public func event(from report: CrashReport) -> Event {
-        let (symbolicated, skippedImages) = FatalEventBuilder.imagesToSymbolicate(report)
-        let frames = stackFrames(report, symbolicating: symbolicated)
+        var reportFrames = report.frames
+        if reportFrames.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
+            // Cut before the first frame line: the PC from the signal context is still the crash site.
+            reportFrames = [CrashReport.Frame(address: pc.value, method: "context")]
+        }
+        // The main executable: the `executable` line, else the first image (the writer lists it first).
+        let (frames, images, skippedImages) = map(NativeStack(frames: reportFrames, images: report.images,
+                                                              executable: report.executable ?? report.images.first?.path,
+                                                              arch: report.arch))
         let registers = Dictionary(report.registers.map { ($0.name, HexAddress($0.value)) },
                                    uniquingKeysWith: { first, _ in first })
         let stacktrace = frames.isEmpty ? nil : Stacktrace(frames: frames, registers: registers.isEmpty ? nil : registers)
@@ -87,7 +94,6 @@ public struct FatalEventBuilder {
         if skipped > 0 { extra["report_skipped_lines"] = .int(Int64(skipped)) }
         if symbolicator != nil, skippedImages > 0 { extra["images_not_symbolicated"] = .int(Int64(skippedImages)) }
 
-        let images = debugImages(report, symbolicating: symbolicated)
         return Event(
             eventID: FatalEventBuilder.eventID(forRunID: report.runID, forkChildPID: report.isForkChild ? report.pid : nil),
             timestamp: report.timestampNs.map { Double($0) / 1_000_000_000 },
@@ -179,48 +185,66 @@ public struct FatalEventBuilder {
         return String(path[..<slash])
     }
 
-    private func image(for address: UInt64, in report: CrashReport) -> (index: Int, image: CrashReport.Image)? {
-        guard let index = report.images.firstIndex(where: { $0.contains(address) }) else { return nil }
-        return (index, report.images[index])
-    }
+    /// The native stack of one thread as the frame mapping takes it, from a crash report or from a capture in the
+    /// running process (``StackCapture``).
+    struct NativeStack: Sendable {
+        /// The frames, newest first: the crash site (or the newest caller) first, then return addresses.
+        var frames: [CrashReport.Frame]
+        /// The loaded images, the main executable first when known.
+        var images: [CrashReport.Image]
+        /// Path of the main executable (for `in_app`); `nil` when unknown.
+        var executable: String?
+        /// CPU architecture of the images (`debug_meta.images[].arch`), e.g. `"x86_64"`.
+        var arch: String?
 
-    /// The lookup addresses of the report's frames (newest first); the PC register when there is no frame.
-    private static func lookupAddresses(_ report: CrashReport) -> [UInt64] {
-        var lookups = report.frames.enumerated().map { lookupAddress($1, index: $0) }
-        if lookups.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
-            lookups = [pc.value]
+        /// Creates a native stack; every field is described on its property.
+        init(frames: [CrashReport.Frame], images: [CrashReport.Image], executable: String?, arch: String?) {
+            self.frames = frames
+            self.images = images
+            self.executable = executable
+            self.arch = arch
         }
-        return lookups
     }
 
-    /// Indexes (into `report.images`) of the images frames point into that are symbolicated: the first
+    /// The event frames (oldest first, inlined functions expanded) and the `debug_meta` images of `stack`, and how
+    /// many images frames point into were not symbolicated (beyond ``Symbolicator/maxImagesPerReport``). The one
+    /// frame mapping of fatal and handled events (see the type's documentation for the fields).
+    func map(_ stack: NativeStack) -> (frames: [Frame], images: [DebugImage], imagesNotSymbolicated: Int) {
+        let (allowed, skipped) = FatalEventBuilder.imagesToSymbolicate(stack)
+        return (stackFrames(stack, symbolicating: allowed), debugImages(stack, symbolicating: allowed), skipped)
+    }
+
+    private func image(for address: UInt64, in stack: NativeStack) -> (index: Int, image: CrashReport.Image)? {
+        guard let index = stack.images.firstIndex(where: { $0.contains(address) }) else { return nil }
+        return (index, stack.images[index])
+    }
+
+    /// The lookup addresses of the stack's frames (newest first).
+    private static func lookupAddresses(_ stack: NativeStack) -> [UInt64] {
+        stack.frames.enumerated().map { lookupAddress($1, index: $0) }
+    }
+
+    /// Indexes (into `stack.images`) of the images frames point into that are symbolicated: the first
     /// ``Symbolicator/maxImagesPerReport`` in frame order; and how many further images are left out.
-    private static func imagesToSymbolicate(_ report: CrashReport) -> (Set<Int>, Int) {
-        var allowed = Set<Int>()
-        var skipped = Set<Int>()
-        for address in lookupAddresses(report) {
-            guard let index = report.images.firstIndex(where: { $0.contains(address) }) else { continue }
-            if allowed.contains(index) || skipped.contains(index) { continue }
-            if allowed.count < Symbolicator.maxImagesPerReport { allowed.insert(index) } else { skipped.insert(index) }
+    private static func imagesToSymbolicate(_ stack: NativeStack) -> (Set<Int>, Int) {
+        var admission = ImageAdmission()
+        for address in lookupAddresses(stack) {
+            guard let index = stack.images.firstIndex(where: { $0.contains(address) }) else { continue }
+            _ = admission.admits(index)
         }
-        return (allowed, skipped.count)
+        return (admission.allowed, admission.skipped.count)
     }
 
-    private func stackFrames(_ report: CrashReport, symbolicating allowed: Set<Int>) -> [Frame] {
-        var reportFrames = report.frames
-        if reportFrames.isEmpty, let pc = report.registers.first(where: { ["rip", "pc"].contains($0.name) }) {
-            // Cut before the first frame line: the PC from the signal context is still the crash site.
-            reportFrames = [CrashReport.Frame(address: pc.value, method: "context")]
-        }
-        // The main executable: the `executable` line, else the first image (the writer lists it first).
-        let executable = report.executable ?? report.images.first?.path
+    private func stackFrames(_ stack: NativeStack, symbolicating allowed: Set<Int>) -> [Frame] {
+        let reportFrames = stack.frames
+        let executable = stack.executable
         var frames: [Frame] = []
         frames.reserveCapacity(reportFrames.count)
         if let symbolicator {
             // Open the images' files (symbol tables, DWARF) several at a time before the lookups.
             var used: [(imagePath: String?, buildID: String)] = []
             for (index, reportFrame) in reportFrames.enumerated() {
-                if let (imageIndex, image) = image(for: FatalEventBuilder.lookupAddress(reportFrame, index: index), in: report),
+                if let (imageIndex, image) = image(for: FatalEventBuilder.lookupAddress(reportFrame, index: index), in: stack),
                    allowed.contains(imageIndex), let buildID = image.buildID {
                     used.append((image.path, buildID))
                 }
@@ -230,7 +254,7 @@ public struct FatalEventBuilder {
         for (index, reportFrame) in reportFrames.enumerated() {
             let lookup = FatalEventBuilder.lookupAddress(reportFrame, index: index)
             var frame = Frame(instructionAddr: HexAddress(reportFrame.address), trust: reportFrame.method, inApp: false)
-            guard let (imageIndex, image) = image(for: lookup, in: report) else {
+            guard let (imageIndex, image) = image(for: lookup, in: stack) else {
                 frames.append(frame)
                 continue
             }
@@ -338,13 +362,13 @@ public struct FatalEventBuilder {
         "vaka_signal_name", "vaka_si_code_name",
     ]
 
-    private func debugImages(_ report: CrashReport, symbolicating allowed: Set<Int>) -> [DebugImage] {
+    private func debugImages(_ stack: NativeStack, symbolicating allowed: Set<Int>) -> [DebugImage] {
         var used = Set<Int>()
-        for address in FatalEventBuilder.lookupAddresses(report) {
-            if let index = report.images.firstIndex(where: { $0.contains(address) }) { used.insert(index) }
+        for address in FatalEventBuilder.lookupAddresses(stack) {
+            if let index = stack.images.firstIndex(where: { $0.contains(address) }) { used.insert(index) }
         }
         var images: [DebugImage] = []
-        for (index, image) in report.images.enumerated() where used.contains(index) {
+        for (index, image) in stack.images.enumerated() where used.contains(index) {
             var debugID: String?
             if let buildID = image.buildID {
                 debugID = DebugID.fromBuildID(buildID)
@@ -356,8 +380,30 @@ public struct FatalEventBuilder {
             // debug file can still symbolicate it) under a placeholder name.
             images.append(DebugImage(type: "elf", codeFile: image.path ?? FatalEventBuilder.unknownCodeFile,
                                      imageAddr: HexAddress(image.base),
-                                     imageSize: image.size, codeID: image.buildID, debugID: debugID, arch: report.arch))
+                                     imageSize: image.size, codeID: image.buildID, debugID: debugID, arch: stack.arch))
         }
         return images
+    }
+}
+
+/// Which images of a stack are symbolicated: the first ``Symbolicator/maxImagesPerReport`` distinct images in
+/// frame order; further images are left out (their frames keep address, package and image). The one image
+/// policy of ``FatalEventBuilder`` (fatal and handled events) and ``EventSymbolicator``.
+struct ImageAdmission {
+    /// Indexes of the images admitted so far.
+    private(set) var allowed = Set<Int>()
+    /// Indexes of the images left out so far.
+    private(set) var skipped = Set<Int>()
+
+    /// Whether the image at `index` (the next one met in frame order) is symbolicated; admits it while there is room.
+    mutating func admits(_ index: Int) -> Bool {
+        if allowed.contains(index) { return true }
+        if skipped.contains(index) { return false }
+        if allowed.count < Symbolicator.maxImagesPerReport {
+            allowed.insert(index)
+            return true
+        }
+        skipped.insert(index)
+        return false
     }
 }

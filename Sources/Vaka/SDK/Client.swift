@@ -150,18 +150,14 @@ final class Client: @unchecked Sendable {
     func capture(error: Error, stack: (stacktrace: Stacktrace?, images: [DebugImage])) {
         let type = String(reflecting: Swift.type(of: error))
         let description = String(describing: error)
-        var exception: [String: JSONValue] = [
-            "type": .string(type),
-            "value": .string(description),
-            "mechanism": .object(["type": .string("swift.error"), "handled": .bool(true)]),
-        ]
-        if let stacktrace = stack.stacktrace { exception["stacktrace"] = EventFactory.json(stacktrace) }
+        let exception = Exception(type: type, value: description, mechanism: Mechanism(type: "swift.error", handled: true),
+                                  stacktrace: stack.stacktrace)
         let id = EventFactory.newEventID()
         lock.lock()
         guard !ended else { lock.unlock(); return }
         var event = factory.base(eventID: id, level: .error, date: Date(), scope: scope, breadcrumbs: breadcrumbs.snapshot())
-        event["exception"] = .object(["values": .array([.object(exception)])])
-        if !stack.images.isEmpty { event["debug_meta"] = .object(["images": EventFactory.json(stack.images)]) }
+        event.exception = ValueList([exception])
+        if !stack.images.isEmpty { event.debugMeta = DebugMeta(images: stack.images) }
         var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: logSink))]
         if scope.session != nil {
             scope.session!.errors += 1
@@ -183,14 +179,9 @@ final class Client: @unchecked Sendable {
         guard !ended else { lock.unlock(); return }
         var event = factory.base(eventID: id, level: level, date: Date(), scope: scope, breadcrumbs: breadcrumbs.snapshot())
         lock.unlock()
-        event["logentry"] = EventFactory.logentry(message)
-        if !extra.isEmpty { event["extra"] = .object(extra) }
-        if !tags.isEmpty {
-            var all: [String: JSONValue] = [:]
-            if case .object(let existing)? = event["tags"] { all = existing }
-            for (k, v) in tags { all[k] = .string(v) }
-            event["tags"] = .object(all)
-        }
+        event.logentry = LogEntry(formatted: message)
+        if !extra.isEmpty { event.extra = extra }
+        if !tags.isEmpty { event.tags = (event.tags ?? [:]).merging(tags) { _, new in new } }
         submit(Envelope(header: .init(eventID: id), items: [.event(EventFactory.finalize(event, log: logSink))]))
         log("captured \(level.rawValue) message as \(id)")
     }

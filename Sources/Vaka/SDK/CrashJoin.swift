@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VakaSymbolication
 
 /// The crash join, run by ``Vaka/start(_:)``: what earlier runs left behind becomes envelopes.
@@ -200,31 +201,20 @@ extension Client {
     /// the size budget, and its `crashed` session update.
     func fatalEnvelope(report: CrashReport, previous: RunDirectory.Previous?, builder: FatalEventBuilder,
                        eventID: String) -> Envelope {
-        var fatal = builder.event(from: report)
-        fatal.eventID = eventID
-        guard case .object(var event) = EventFactory.json(fatal) else {
-            return Envelope.event(id: eventID, payload: (try? fatal.jsonData()) ?? Data())
-        }
+        var event = builder.event(from: report)
+        event.eventID = eventID
         let crashed = previous?.scope ?? RunScope(runID: report.runID ?? "", release: currentRelease,
                                                   environment: options.environment, tags: [:], userID: nil, session: nil)
         let crumbs = previous.map { BreadcrumbStore.load(runDirectory: $0.url) } ?? []
-        event["release"] = .string(crashed.release)
-        event["environment"] = .string(crashed.environment)
+        event.release = crashed.release
+        event.environment = crashed.environment
+        // This machine's contexts, with the device the report names and the crashed run's release and start.
         var contexts = factory.contexts
-        if case .object(let reported)? = event["contexts"], case .object(let device)? = reported["device"] {
-            contexts["device"] = .object(device)
-        }
-        if case .object(var app)? = contexts["app"] {
-            app["app_version"] = .string(crashed.release)
-            if let started = crashed.session?.started {
-                app["app_start_time"] = .string(Timestamps.rfc3339(Date(timeIntervalSince1970: started)))
-            } else {
-                app["app_start_time"] = nil
-            }
-            contexts["app"] = .object(app)
-        }
-        event["contexts"] = .object(contexts)
-        factory.apply(scope: crashed, breadcrumbs: crumbs, to: &event)
+        if let device = event.contexts?.device { contexts.device = device }
+        contexts.app?.appVersion = crashed.release
+        contexts.app?.appStartTime = crashed.session.map { Timestamps.rfc3339(Date(timeIntervalSince1970: $0.started)) }
+        event.contexts = contexts
+        EventFactory.apply(scope: crashed, breadcrumbs: crumbs, to: &event)
         var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: { [weak self] in self?.logLine($0) }))]
         if var session = crashed.session, session.status == .ok {
             let when = report.timestampNs.map { Date(timeIntervalSince1970: Double($0) / 1e9) } ?? Date()
@@ -246,7 +236,9 @@ extension Client {
 ///
 /// The delivery thread starts sending `pending/` (possibly a crash queued by an earlier launch) before the
 /// crash join runs; settlements of events not watched yet are remembered until ``finishJoin()`` so that the
-/// join can act on them (``watch(_:_:)``), for every file of that event id. Thread-safe.
+/// join can act on them (``watch(_:_:)``), for every file of that event id. Thread-safe: the ledger's state is
+/// behind one `Mutex`; `@unchecked` only for the `log` closure, which the SDK's logger makes safe to call from
+/// any thread (it writes one line per call).
 final class CrashLedger: @unchecked Sendable {
     /// The files of one crash.
     struct Entry: Equatable {
@@ -256,10 +248,14 @@ final class CrashLedger: @unchecked Sendable {
         var runDirectory: URL?
     }
 
-    private let lock = NSLock()
-    private var watched: [String: [Entry]] = [:]
-    private var early: [String: Uploader.EventSettlement] = [:]
-    private var joining = true
+    /// What the ledger holds: entries watched by event id, and settlements that came before their watch.
+    private struct State {
+        var watched: [String: [Entry]] = [:]
+        var early: [String: Uploader.EventSettlement] = [:]
+        var joining = true
+    }
+
+    private let state = Mutex(State())
     private let log: ((String) -> Void)?
 
     /// A ledger logging to `log` (debug output).
@@ -270,37 +266,40 @@ final class CrashLedger: @unchecked Sendable {
     /// (the caller then ``resolve(_:_:_:)``s the entry); that outcome is kept until ``finishJoin()``, so every
     /// other file of the same event id is settled the same way; `nil` when the entry is now watched.
     func watch(_ eventID: String, _ entry: Entry) -> Uploader.EventSettlement? {
-        lock.lock(); defer { lock.unlock() }
-        if let outcome = early[eventID] { return outcome }
-        var entries = watched[eventID] ?? []
-        if !entries.contains(entry) { entries.append(entry) }
-        watched[eventID] = entries
-        return nil
+        state.withLock { state in
+            if let outcome = state.early[eventID] { return outcome }
+            var entries = state.watched[eventID] ?? []
+            if !entries.contains(entry) { entries.append(entry) }
+            state.watched[eventID] = entries
+            return nil
+        }
     }
 
     /// The entries watched for `eventID` (empty when none), in the order they were watched.
     func entries(_ eventID: String) -> [Entry] {
-        lock.lock(); defer { lock.unlock() }
-        return watched[eventID] ?? []
+        state.withLock { $0.watched[eventID] ?? [] }
     }
 
     /// Stops watching every entry of `eventID` (its envelope could not be persisted).
     func unwatch(_ eventID: String) {
-        lock.lock(); watched[eventID] = nil; lock.unlock()
+        state.withLock { $0.watched[eventID] = nil }
     }
 
     /// The join is over: settlements of unwatched events are no longer remembered.
     func finishJoin() {
-        lock.lock(); joining = false; early = [:]; lock.unlock()
+        state.withLock { state in
+            state.joining = false
+            state.early = [:]
+        }
     }
 
     /// Event `eventID` was accepted or given up (called by the uploader on the delivery thread).
     func settled(_ eventID: String, _ outcome: Uploader.EventSettlement) {
-        lock.lock()
-        // Remembered during the join also when watched: a copy of the report may be found after this.
-        if joining, early.count < 10_000 { early[eventID] = outcome }  // bounded even if the join never runs
-        let entries = watched.removeValue(forKey: eventID) ?? []
-        lock.unlock()
+        let entries = state.withLock { state in
+            // Remembered during the join also when watched: a copy of the report may be found after this.
+            if state.joining, state.early.count < 10_000 { state.early[eventID] = outcome }  // bounded even if the join never runs
+            return state.watched.removeValue(forKey: eventID) ?? []
+        }
         // Each run directory once: a later entry naming an already removed directory does not name it again.
         var removedDirectories = Set<URL>()
         for var entry in entries {

@@ -1,9 +1,11 @@
 import Foundation
 
-/// Keeps an event within the size a Sentry server accepts. Applied to the final JSON of every event the SDK
-/// builds (handled error, message, `track`, `screen`, and the fatal event of the crash join) just before it is
-/// put in an envelope (``EventFactory/finalize(_:budget:log:)``), and again with a smaller budget when a server
-/// answers 413 for a single event (``Uploader``).
+/// Keeps an event within the size a Sentry server accepts. Applied to every ``Event`` the SDK builds (handled
+/// error, message, `track`, `screen`, and the fatal event of the crash join) as it is encoded for an envelope
+/// (``EventFactory/finalize(_:budget:log:)``, ``fit(_:)-(Event)``), and again with a smaller budget to the stored
+/// JSON of a single event a server answered 413 for (``Uploader``, ``fit(_:)-([String:JSONValue])``). An event
+/// within every limit is encoded once and left as it is; one over a limit is trimmed as its JSON object, the
+/// same trimming a stored event gets, so there is one trimming whatever the event's origin.
 ///
 /// Why: Sentry rejects with `413 Payload Too Large` an event over 1 MB decompressed or 200 KB compressed
 /// (docs.sentry.io, "Size Limits"; the envelope documentation lists 1 MB per `event` item). A rejected event
@@ -97,8 +99,72 @@ public struct EventBudget: Sendable, Equatable {
         }
     }
 
-    /// Applies the per-field limits, then trims `event` until it is within the budget (see the type's
-    /// documentation), and encodes it. Never fails; ``Outcome/fits`` says whether the budget was met.
+    /// `event`'s ``Event/Encoding/wire`` JSON within the per-field limits and the budget (see the type's
+    /// documentation). The common event (no field over a limit, within the budget) is encoded once and nothing
+    /// else is done; an event over a limit is trimmed as its JSON object (``fit(_:)-([String:JSONValue])``, the
+    /// trimming a stored event gets when a server answers 413). Never fails; ``Outcome/fits`` says whether the
+    /// budget was met.
+    public func fit(_ event: Event) -> Outcome {
+        let data = (try? Event.encoder(encoding: .wire).encode(event)) ?? Data("{}".utf8)
+        if !EventBudget.overFieldLimits(event, eventBytes: data.count), within(data) {
+            return Outcome(data: data, originalBytes: data.count, fits: true)
+        }
+        guard let object = try? JSONDecoder().decode([String: JSONValue].self, from: data) else {
+            return Outcome(data: data, originalBytes: data.count, fits: within(data))
+        }
+        return fit(object)
+    }
+
+    /// Whether a per-field limit may change `event` (read only; `eventBytes`: the size of its JSON). `false` only
+    /// when no limit applies: release and environment as ``Vaka/Options/boundedRelease(_:)`` and
+    /// ``Vaka/Options/boundedEnvironment(_:)`` leave them, identity strings at most 200 UTF-8 bytes, tags 200,
+    /// `extra` strings 16384 and the event at most 256 KiB (a bound on `extra`), at most 100 breadcrumbs with
+    /// strings of at most 1024, stack traces of at most 250 frames, every other string at most 8192.
+    static func overFieldLimits(_ event: Event, eventBytes: Int) -> Bool {
+        func over(_ s: String?, _ cap: Int) -> Bool { (s?.utf8.count ?? 0) > cap }
+        func over(_ frames: [Frame]?) -> Bool {
+            guard let frames else { return false }
+            return frames.count > maxFrames || frames.contains {
+                over($0.package, maxMessageChars) || over($0.function, maxMessageChars) || over($0.symbol, maxMessageChars)
+                    || over($0.filename, maxMessageChars)
+            }
+        }
+        if let r = event.release, Vaka.Options.boundedRelease(r) != r || over(r, maxTagChars) { return true }
+        if let e = event.environment, Vaka.Options.boundedEnvironment(e) != e || over(e, maxTagChars) { return true }
+        if over(event.eventID, maxTagChars) || over(event.platform, maxTagChars)
+            || over(event.sdk?.name, maxTagChars) || over(event.sdk?.version, maxTagChars) { return true }
+        if let tags = event.tags, tags.contains(where: { over($0.key, maxTagChars) || over($0.value, maxTagChars) }) { return true }
+        if let extra = event.extra, eventBytes > maxExtraBytes || exceeds(.object(extra), maxExtraValueChars) { return true }
+        if let crumbs = event.breadcrumbs?.values, crumbs.count > maxBreadcrumbs || crumbs.contains(where: { c in
+            over(c.type, maxBreadcrumbDataChars) || over(c.category, maxBreadcrumbDataChars) || over(c.message, maxBreadcrumbDataChars)
+                || over(c.level, maxBreadcrumbDataChars) || (c.data ?? [:]).values.contains { over($0, maxBreadcrumbDataChars) }
+        }) { return true }
+        for exception in event.exception?.values ?? [] {
+            let m = exception.mechanism
+            if over(exception.type, maxMessageChars) || over(exception.value, maxMessageChars) || over(m?.type, maxMessageChars)
+                || over(m?.meta?.signal?.name, maxMessageChars) || over(m?.meta?.signal?.codeName, maxMessageChars)
+                || exceeds(.object(m?.data ?? [:]), maxMessageChars) || over(exception.stacktrace?.frames) { return true }
+        }
+        for thread in event.threads?.values ?? [] where over(thread.name, maxMessageChars) || over(thread.stacktrace?.frames) {
+            return true
+        }
+        if over(event.logentry?.formatted, maxMessageChars) || over(event.user?.id, maxMessageChars) { return true }
+        let contexts = event.contexts
+        for s in [contexts?.device?.arch, contexts?.os?.name, contexts?.os?.version, contexts?.os?.kernelVersion,
+                  contexts?.os?.build, contexts?.os?.distributionName, contexts?.os?.distributionVersion,
+                  contexts?.os?.distributionPrettyName, contexts?.app?.appName, contexts?.app?.appVersion,
+                  contexts?.app?.appStartTime, contexts?.app?.appIdentifier] where over(s, maxMessageChars) {
+            return true
+        }
+        return (event.debugMeta?.images ?? []).contains {
+            over($0.type, maxMessageChars) || over($0.codeFile, maxMessageChars) || over($0.codeID, maxMessageChars)
+                || over($0.debugID, maxMessageChars) || over($0.arch, maxMessageChars)
+        }
+    }
+
+    /// Applies the per-field limits, then trims `event`, the JSON object of an event (built by the SDK, or read
+    /// back from a stored envelope for a 413 retry), until it is within the budget (see the type's documentation),
+    /// and encodes it. Never fails; ``Outcome/fits`` says whether the budget was met.
     public func fit(_ event: [String: JSONValue]) -> Outcome {
         let original = EventFactory.encode(event)
         var e = event
@@ -526,6 +592,25 @@ public struct EventBudget: Sendable, Equatable {
         out.append(contentsOf: scalars.prefix(max(0, cap - 3)))
         return String(out) + "..."
     }
+}
+
+extension EventFactory {
+    /// The JSON bytes of an event's JSON object (sorted keys, `/` unescaped).
+    static func encode(_ event: [String: JSONValue]) -> Data {
+        (try? payloadEncoder.encode(event)) ?? Data("{}".utf8)
+    }
+
+    /// The JSON bytes of an event's JSON object within the per-field limits and `budget` (a stored or hand-made
+    /// event; the SDK's own events are ``Event`` values, see ``finalize(_:budget:log:)``).
+    static func finalize(_ event: [String: JSONValue], budget: EventBudget = .standard) -> Data {
+        budget.fit(event).data
+    }
+
+    private static let payloadEncoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return e
+    }()
 }
 
 extension JSONValue {

@@ -1,24 +1,30 @@
 import Foundation
+import Synchronization
 import VakaCrash
 import VakaSymbolication
 
 /// Stack traces of the calling thread for handled errors: the C runtime's unwinder
 /// (`vaka_crash_capture_frames`) gives the return addresses, the loaded images come from `/proc/self/maps`
 /// (GNU build IDs read with libelf), and symbolication is the crash path's own: the addresses and images are
-/// put in a ``CrashReport`` value and turned into frames and `debug_meta.images` by ``FatalEventBuilder``, so
-/// handled and fatal frames carry exactly the same fields.
+/// turned into frames and `debug_meta.images` by ``FatalEventBuilder/map(_:)``, so handled and fatal frames
+/// carry exactly the same fields.
 ///
-/// Thread-safe (one lock); the image list is read once and re-read when an address lies in no known image.
-final class StackCapture: @unchecked Sendable {
+/// Thread-safe: the image list and the symbolicator are used only inside one `Mutex`; the image list is read
+/// once and re-read when an address lies in no known image.
+final class StackCapture: Sendable {
     /// Most frames recorded (the C runtime's VAKA_MAX_FRAMES, 128).
     static let maxFrames = 128
 
-    private let lock = NSLock()
-    // No /usr/lib/debug here: inflating a distro debug file (e.g. libc6-dbg) would cost the capturing
-    // process hundreds of ms; names still come from the images' own symbol tables and DWARF.
-    private let symbolicator = Symbolicator(systemDebugDirectory: nil)
-    private var images: [CrashReport.Image] = []
-    private var withBuildID = Set<Int>()
+    /// What captures share: the symbolicator (its files opened once) and the images found so far.
+    private struct State: ~Copyable {
+        // No /usr/lib/debug here: inflating a distro debug file (e.g. libc6-dbg) would cost the capturing
+        // process hundreds of ms; names still come from the images' own symbol tables and DWARF.
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        var images: [CrashReport.Image] = []
+        var withBuildID = Set<Int>()
+    }
+
+    private let state = Mutex(State())
     private let executable: String?
     private let arch: String
 
@@ -45,27 +51,25 @@ final class StackCapture: @unchecked Sendable {
     /// Frames and images for return addresses `addresses` (newest first), as the fatal event builder makes them.
     func symbolicate(_ addresses: [UInt64]) -> (stacktrace: Stacktrace?, images: [DebugImage]) {
         guard !addresses.isEmpty else { return (nil, []) }
-        lock.lock(); defer { lock.unlock() }
-        if images.isEmpty || addresses.contains(where: { a in !images.contains { $0.contains(a) } }) {
-            images = StackCapture.loadedImages()
-            withBuildID = []
-        }
-        // Build IDs only for the images the frames point into (opening every mapped library costs ~0.1 s).
-        for (index, image) in images.enumerated() where !withBuildID.contains(index) && addresses.contains(where: image.contains) {
-            withBuildID.insert(index)
-            if let path = image.path, case .success(let file) = symbolicator.file(atPath: path) {
-                images[index].buildID = file.buildID
+        return state.withLock { state in
+            if state.images.isEmpty || addresses.contains(where: { a in !state.images.contains { $0.contains(a) } }) {
+                state.images = StackCapture.loadedImages()
+                state.withBuildID = []
             }
+            // Build IDs only for the images the frames point into (opening every mapped library costs ~0.1 s).
+            for (index, image) in state.images.enumerated()
+            where !state.withBuildID.contains(index) && addresses.contains(where: image.contains) {
+                state.withBuildID.insert(index)
+                if let path = image.path, case .success(let file) = state.symbolicator.file(atPath: path) {
+                    state.images[index].buildID = file.buildID
+                }
+            }
+            let stack = FatalEventBuilder.NativeStack(frames: addresses.map { CrashReport.Frame(address: $0, method: "cfi") },
+                                                      images: state.images, executable: executable ?? state.images.first?.path,
+                                                      arch: arch)
+            let mapped = FatalEventBuilder(symbolicator: state.symbolicator).map(stack)
+            return (mapped.frames.isEmpty ? nil : Stacktrace(frames: mapped.frames), mapped.images)
         }
-        var report = CrashReport(signal: CrashReport.Signal(number: 0, name: "none"))
-        report.arch = arch
-        report.executable = executable
-        report.images = images
-        report.frames = addresses.map { CrashReport.Frame(address: $0, method: "cfi") }
-        let event = FatalEventBuilder(symbolicator: symbolicator).event(from: report)
-        var stacktrace = event.exception?.values.first?.stacktrace
-        stacktrace?.registers = nil
-        return (stacktrace, event.debugMeta?.images ?? [])
     }
 
     /// The file-backed images mapped into this process, from `/proc/self/maps`: for each path, the start of

@@ -1,0 +1,200 @@
+import XCTest
+@testable import Vaka
+import VakaSymbolication
+
+/// The JSON of every event kind the SDK sends (fatal from a crash report, handled error, message, screen view,
+/// custom event, and events over the field limits and the byte budget) compared field for field, value for value,
+/// with `EventGolden.json` beside this file. Only values that depend on the machine or the clock are replaced
+/// by placeholders (`timestamp`, the `contexts` the SDK reads from the machine, the fatal event's
+/// `app_start_time`); keys are compared exactly. `VAKA_RECORD_GOLDEN=1` rewrites the file from the current code.
+final class EventGoldenTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    static let golden = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("EventGolden.json")
+
+    /// A client in outbox mode with tags, a user and breadcrumbs set.
+    private func makeClient(_ storage: URL) throws -> Client {
+        let options = Vaka.Options(release: "shop@1.2.3", environment: "staging", sessionTracking: true,
+                                   tags: ["region": "eu", "tier": "gold"], storageDirectory: storage)
+        let client = try Client(options: options, storage: storage, runID: "0C0FFEE0-0000-4000-8000-000000000001",
+                                dsn: nil, log: nil)
+        client.begin()
+        client.setTag("build", "42")
+        client.identify("user-7")
+        client.addBreadcrumb(Breadcrumb(timestamp: 1_700_000_000.25, category: "cart", message: "added item",
+                                        data: ["sku": "A-1", "qty": "2"]))
+        client.addBreadcrumb(Breadcrumb(timestamp: 1_700_000_001.5, type: "navigation", category: "navigation",
+                                        message: "Checkout", level: nil, data: ["from": "Cart", "to": "Checkout"]))
+        return client
+    }
+
+    /// A stack trace with `frames` frames (trust set, as the builders make it) and one image.
+    private func stack(frames: Int) -> (stacktrace: Stacktrace?, images: [DebugImage]) {
+        let list = (0..<frames).map { i in
+            Frame(instructionAddr: HexAddress(0x5555_0000_1000 + UInt64(i) * 16), trust: i == frames - 1 ? "context" : "cfi",
+                  package: "/opt/shop/bin/shop", imageAddr: HexAddress(0x5555_0000_0000), function: "shop.step\(i)() -> ()",
+                  symbol: "$s4shop5step\(i)yyF", symbolAddr: HexAddress(0x5555_0000_1000 + UInt64(i) * 16 - 4), inApp: true,
+                  filename: "/src/shop/Step.swift", lineno: 10 + i, colno: 5)
+        }
+        let image = DebugImage(codeFile: "/opt/shop/bin/shop", imageAddr: HexAddress(0x5555_0000_0000), imageSize: 0x20000,
+                               codeID: "00112233445566778899aabbccddeeff01234567", debugID: "33221100-5544-7766-8899-aabbccddeeff",
+                               arch: "x86_64")
+        return (Stacktrace(frames: list), [image])
+    }
+
+    struct ShopError: Error, CustomStringConvertible {
+        var description: String { "checkout failed: card declined" }
+    }
+
+    /// The events of every kind, by name, as the JSON objects put in envelopes.
+    private func events() throws -> [String: Any] {
+        let storage = dirs.make("golden")
+        let client = try makeClient(storage)
+        client.capture(error: ShopError(), stack: stack(frames: 3))
+        client.capture(message: "payment provider slow", level: .warning, eventID: "11111111111111111111111111111111")
+        // What Vaka.screen and Vaka.track send.
+        client.capture(message: "screen_view", level: .info, extra: ["screen": .string("Checkout")],
+                       tags: ["vaka.event": "screen_view", "screen": "Checkout"])
+        client.capture(message: "purchase", level: .info, extra: ["amount": .string("9.99"), "currency": .string("EUR")],
+                       tags: ["vaka.event": "purchase"])
+        // Over the per-field limits: a long message, a long tag, 130 breadcrumbs with long data.
+        for i in 0..<130 {
+            client.addBreadcrumb(EventBudget.limited(Breadcrumb(timestamp: 1_700_000_100 + Double(i), message: "step \(i)",
+                                                                data: ["blob": String(repeating: "d", count: 1500)])))
+        }
+        client.setTag("long", String(repeating: "t", count: 300))
+        client.capture(message: String(repeating: "m", count: 9000), level: .error, eventID: "22222222222222222222222222222222",
+                       extra: ["big": .string(String(repeating: "x", count: 20000)), "n": .int(3), "ok": .bool(true)])
+        // Over the frame limit.
+        client.capture(error: ShopError(), stack: stack(frames: 300))
+        // Over the byte budget: extra values that do not compress.
+        var noise: [String: JSONValue] = [:]
+        var seed: UInt64 = 0x9E37_79B9_7F4A_7C15
+        for k in 0..<80 {
+            var s = ""
+            for _ in 0..<12000 {
+                seed = seed &* 6364136223846793005 &+ 1442695040888963407
+                s.unicodeScalars.append(Unicode.Scalar(UInt8(0x21 + (seed >> 33) % 90)))
+            }
+            noise["k\(k)"] = .string(s)
+        }
+        client.capture(message: "huge", level: .info, eventID: "33333333333333333333333333333333", extra: noise)
+        let outbox = try readOutbox(storage)
+        let sent = outbox.flatMap(\.events)
+        XCTAssertEqual(sent.count, 7, "events in the outbox")
+        guard sent.count == 7 else { return [:] }
+        var out: [String: Any] = [
+            "error": sent[0], "message": sent[1], "screen": sent[2], "track": sent[3], "limits": sent[4],
+            "frames": sent[5], "budget": sent[6],
+        ]
+        // Fatal: the docs example report, without and with the crashed run's scope and breadcrumbs.
+        let runID = "0C0FFEE0-0000-4000-8000-0000000000AA"
+        let report = try CrashReport(data: Data(exampleCrashReport(runID: runID).utf8))
+        let builder = FatalEventBuilder(symbolicator: Symbolicator())
+        for (name, previous) in [("fatal", nil as RunDirectory.Previous?), ("fatal-scope", try previousRun(runID))] {
+            let envelope = client.fatalEnvelope(report: report, previous: previous, builder: builder, eventID: "44444444444444444444444444444444")
+            let item = try XCTUnwrap(envelope.items.first { $0.type == .event })
+            out[name] = try JSONSerialization.jsonObject(with: item.payload)
+        }
+        client.end(timeout: 1)
+        return out
+    }
+
+    /// A finished run directory with a scope and breadcrumbs.
+    private func previousRun(_ runID: String) throws -> RunDirectory.Previous {
+        let dir = dirs.make("run")
+        var crumbs = Data()
+        for crumb in [Breadcrumb(timestamp: 1_699_999_999, category: "app", message: "launched"),
+                      Breadcrumb(timestamp: 1_700_000_000, type: "navigation", category: "navigation", message: "Home",
+                                 data: ["to": "Home"])] {
+            crumbs.append(try JSONEncoder().encode(crumb))
+            crumbs.append(0x0A)
+        }
+        try crumbs.write(to: dir.appendingPathComponent("breadcrumbs.jsonl"))
+        var session = SessionState(did: "device-1", started: Date(timeIntervalSince1970: 1_699_999_990.5))
+        session.errors = 1
+        let scope = RunScope(runID: runID, release: "shop@1.2.2", environment: "production", tags: ["region": "us"],
+                             userID: "user-3", session: session)
+        return RunDirectory.Previous(url: dir, runID: runID, scope: scope)
+    }
+
+    /// `value` with the clock- and machine-dependent values replaced by placeholders.
+    /// (A handled event's `event_id` is random; a fatal event's `contexts.device.arch` is the report's.)
+    private func normalize(_ value: Any, path: [String] = [], fatal: Bool = false) -> Any {
+        if let object = value as? [String: Any] {
+            var out: [String: Any] = [:]
+            for (key, member) in object {
+                out[key] = path.isEmpty ? normalize(member, path: ["$"], fatal: key.hasPrefix("fatal"))
+                                        : normalize(member, path: path + [key], fatal: fatal)
+            }
+            return out
+        }
+        if let array = value as? [Any] { return array.map { normalize($0, path: path + ["[]"], fatal: fatal) } }
+        let field = Array(path.dropFirst())
+        if field == ["timestamp"] || field == ["event_id"] { return "<\(field[0])>" }
+        if field.first == "contexts", field != ["contexts", "app", "app_version"],
+           !(fatal && field == ["contexts", "device", "arch"]) {
+            return "<\(field.joined(separator: "."))>"
+        }
+        return value
+    }
+
+    func testEveryEventKindMatchesTheGoldenJSON() throws {
+        let events = try events()
+        let normalized = normalize(events)
+        let data = try JSONSerialization.data(withJSONObject: normalized, options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes])
+        if ProcessInfo.processInfo.environment["VAKA_RECORD_GOLDEN"] == "1" {
+            try data.write(to: EventGoldenTests.golden)
+            return
+        }
+        let expected = try JSONSerialization.jsonObject(with: Data(contentsOf: EventGoldenTests.golden)) as? [String: Any]
+        let expectedEvents = try XCTUnwrap(expected)
+        XCTAssertEqual(Set(expectedEvents.keys), Set((normalized as? [String: Any] ?? [:]).keys))
+        for (name, expected) in expectedEvents {
+            var want = expected, got = (normalized as? [String: Any])?[name] ?? NSNull()
+            // The size before trimming counts the digits of the clock's `timestamp`: compared within 16 bytes.
+            if var w = want as? [String: Any], var g = got as? [String: Any], var we = w["extra"] as? [String: Any],
+               var ge = g["extra"] as? [String: Any], let wb = we["event_trimmed_from_bytes"] as? Int,
+               let gb = ge["event_trimmed_from_bytes"] as? Int {
+                XCTAssertLessThanOrEqual(abs(wb - gb), 16, "event \(name): event_trimmed_from_bytes \(gb), golden \(wb)")
+                we["event_trimmed_from_bytes"] = "<bytes>"
+                ge["event_trimmed_from_bytes"] = "<bytes>"
+                w["extra"] = we
+                g["extra"] = ge
+                want = w
+                got = g
+            }
+            let wantText = String(decoding: try JSONSerialization.data(withJSONObject: want, options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]), as: UTF8.self)
+            let gotText = String(decoding: try JSONSerialization.data(withJSONObject: got, options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]), as: UTF8.self)
+            if wantText != gotText {
+                let w = wantText.split(separator: "\n"), g = gotText.split(separator: "\n")
+                let first = zip(w, g).enumerated().first { $0.element.0 != $0.element.1 }
+                XCTFail("event \(name) differs from the golden JSON at line \(first?.offset ?? min(w.count, g.count)): expected \(first.map { String($0.element.0) } ?? "end") got \(first.map { String($0.element.1) } ?? "end")")
+            }
+        }
+    }
+}
+
+/// The two encodings of an event: `report` (what `vaka report convert` writes) keeps the frame field `trust`,
+/// `wire` (what is sent) leaves it out and changes nothing else.
+final class EventEncodingTests: XCTestCase {
+    func testWireEncodingLeavesOutOnlyFrameTrust() throws {
+        let frame = Frame(instructionAddr: HexAddress(0x1234), trust: "cfi", package: "/bin/app", inApp: true, lineno: 3)
+        let event = Event(eventID: String(repeating: "a", count: 32), timestamp: 1.5, level: .fatal,
+                          exception: ValueList([Exception(type: "SIGSEGV", stacktrace: Stacktrace(frames: [frame]))]),
+                          threads: ValueList([SentryThread(id: 7, crashed: true, stacktrace: Stacktrace(frames: [frame]))]),
+                          release: "app@1", logentry: LogEntry(formatted: "boom"), user: User(id: "u"))
+        let report = String(decoding: try event.jsonData(), as: UTF8.self)
+        let wire = String(decoding: try event.jsonData(encoding: .wire), as: UTF8.self)
+        XCTAssertEqual(report.components(separatedBy: #","trust":"cfi""#).count - 1, 2, report)
+        XCTAssertFalse(wire.contains("trust"), wire)
+        XCTAssertEqual(report.replacingOccurrences(of: #","trust":"cfi""#, with: ""), wire)
+        // The wire JSON goes through the budget unchanged, and reads back as the same event without trust.
+        XCTAssertEqual(String(decoding: EventFactory.finalize(event), as: UTF8.self), wire)
+        var expected = event
+        expected.exception?.values[0].stacktrace?.frames[0].trust = nil
+        expected.threads?.values[0].stacktrace?.frames[0].trust = nil
+        XCTAssertEqual(try JSONDecoder().decode(Event.self, from: Data(wire.utf8)), expected)
+    }
+}
