@@ -2,4 +2,5 @@
 #include <libelf.h>
 #include <gelf.h>
 #include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
 #include <dwarf.h>

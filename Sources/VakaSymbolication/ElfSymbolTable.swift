@@ -1,0 +1,87 @@
+import CLibdw
+
+/// The function symbols of one ELF symbol table (`.symtab` or `.dynsym`), sorted by address for
+/// address → symbol lookups. Names stay in the file's string table (section ``stringSection``) and are
+/// read with `elf_strptr` when a lookup finds an entry, so a table of a few hundred thousand symbols costs
+/// 32 bytes per symbol.
+struct ElfSymbolTable: Sendable {
+    /// One `STT_FUNC` (or sized `STT_NOTYPE`) defined symbol.
+    struct Entry: Sendable {
+        /// `st_value`: the start as an ELF virtual address.
+        var value: UInt64
+        /// `st_size` in bytes, > 0.
+        var size: UInt64
+        /// `st_name`: offset of the name in the string table.
+        var nameOffset: UInt32
+        /// Binding preference among symbols at one address: GLOBAL 0, WEAK 1, other 2.
+        var rank: UInt8
+        /// Position in the ELF table (the last tiebreaker).
+        var index: UInt32
+    }
+
+    /// The entries, sorted by value, then rank, then index.
+    private(set) var entries: [Entry] = []
+    /// Index of the string table section (`sh_link`) holding the names.
+    private(set) var stringSection: Int = 0
+    /// The largest `st_size`: how far below an address a containing symbol can start.
+    private var maxSize: UInt64 = 0
+
+    /// `true` when the table has no function symbols (or the file has no such table).
+    var isEmpty: Bool { entries.isEmpty }
+
+    /// An empty table: the file has no such section, or it was refused as damaged.
+    init() {}
+
+    /// Reads the symbols of `section` (header `header`) of `elf`. The header's sizes come from the file, so
+    /// they are checked before any allocation: `sh_entsize` must be the size of one `Elf32_Sym`/`Elf64_Sym`,
+    /// the section must lie inside the file (`fileSize` bytes) and hold at most `maxSymbols` entries;
+    /// otherwise the table is empty.
+    init(elf: OpaquePointer, section: OpaquePointer, header: ElfSection, fileSize: UInt64, maxSymbols: Int) {
+        stringSection = Int(header.link)
+        let entrySize = UInt64(gelf_fsize(elf, ELF_T_SYM, 1, UInt32(EV_CURRENT)))
+        guard entrySize > 0, header.entrySize == entrySize, header.size % entrySize == 0,
+              header.offset <= fileSize, header.size <= fileSize - header.offset,
+              header.size / entrySize <= UInt64(maxSymbols),
+              let data = elf_getdata(section, nil) else { return }
+        let count = min(Int(header.size / entrySize), data.pointee.d_size / Int(entrySize))
+        entries.reserveCapacity(count)
+        for index in 0..<count {
+            var sym = GElf_Sym()
+            guard gelf_getsym(data, Int32(clamping: index), &sym) != nil else { break }
+            let type = Int32(sym.st_info & 0xf)
+            let binding = Int32(sym.st_info >> 4)
+            guard sym.st_shndx != UInt16(SHN_UNDEF), sym.st_size > 0, sym.st_name != 0,
+                  type == STT_FUNC || type == STT_NOTYPE else { continue }
+            let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
+            entries.append(Entry(value: sym.st_value, size: sym.st_size, nameOffset: sym.st_name, rank: rank,
+                                 index: UInt32(truncatingIfNeeded: index)))
+            maxSize = max(maxSize, sym.st_size)
+        }
+        // By address, then preferred binding, then table order (the index in the table, as a tiebreaker:
+        // one key, so an unstable in-place sort gives the same order as a stable one).
+        entries.sort { lhs, rhs in
+            if lhs.value != rhs.value { return lhs.value < rhs.value }
+            if lhs.rank != rhs.rank { return lhs.rank < rhs.rank }
+            return lhs.index < rhs.index
+        }
+    }
+
+    /// The entry whose `[value, value + size)` contains `vaddr`: the one starting closest below it, then
+    /// GLOBAL over WEAK over LOCAL binding, then table order; `nil` when none does.
+    func entry(containing vaddr: UInt64) -> Entry? {
+        var index = entries.firstIndex(after: vaddr, by: \.value) - 1
+        var best: Entry?
+        while index >= 0 {
+            let entry = entries[index]
+            if let found = best {
+                // Same start address: lower indexes have the preferred binding.
+                if entry.value != found.value { break }
+            } else if vaddr - entry.value >= maxSize {
+                break  // no symbol this far below can reach vaddr
+            }
+            if vaddr - entry.value < entry.size { best = entry }
+            index -= 1
+        }
+        return best
+    }
+}
