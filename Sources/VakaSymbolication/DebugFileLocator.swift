@@ -107,7 +107,8 @@ public final class DebugFileLocator: Sendable {
         var paths = [(directory as NSString).appendingPathComponent(link.name),
                      (directory as NSString).appendingPathComponent(".debug/" + link.name)]
         for root in directories + (systemDirectory.map { [$0] } ?? []) {
-            paths.append(((root as NSString).appendingPathComponent(directory) as NSString).appendingPathComponent(link.name))
+            let below = (root as NSString).appendingPathComponent(String(directory.drop(while: { $0 == "/" })))
+            paths.append((below as NSString).appendingPathComponent(link.name))
         }
         var seen = Set<String>()
         return paths.filter { $0 != real && DebugFileLocator.isRegularFile($0) && seen.insert($0).inserted }
