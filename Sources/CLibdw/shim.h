@@ -3,4 +3,5 @@
 #include <gelf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwelf.h>
+#include <elfutils/libdwfl.h>
 #include <dwarf.h>

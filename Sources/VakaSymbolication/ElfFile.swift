@@ -158,7 +158,7 @@ public final class ElfFile: Sendable {
         /// `true` when the file has a `.gnu_debuglink` section (it was stripped with a link to a debug file).
         public var hasDebugLink = false
         /// `true` when the file has a `.gnu_debugdata` section (MiniDebugInfo: an xz-compressed ELF file
-        /// with a `.symtab`, as Fedora ships). Vaka does not read it (see docs/symbolication.md).
+        /// with a `.symtab`, as Fedora ships), whose function symbols ``symbol(containing:)`` uses.
         public var hasDebugData = false
 
         /// Creates an empty summary (nothing present).
@@ -293,9 +293,8 @@ public final class ElfFile: Sendable {
         handle.withLock { handle -> ElfSymbol? in
             for kind in [TableKind.symtab, .dynsym] {
                 let table = loadedTable(kind, &handle)
-                if let entry = table.entry(containing: vaddr),
-                   let name = elf_strptr(handle.elf, table.stringSection, Int(entry.nameOffset)) {
-                    return ElfSymbol(name: String(cString: name), address: entry.value, size: entry.size)
+                if let entry = table.entry(containing: vaddr), let name = table.name(of: entry, in: handle.elf) {
+                    return ElfSymbol(name: name, address: entry.value, size: entry.size)
                 }
             }
             return nil
@@ -352,7 +351,11 @@ public final class ElfFile: Sendable {
         if let table = kind == .symtab ? handle.symtab : handle.dynsym { return table }
         let type = UInt32(kind == .symtab ? SHT_SYMTAB : SHT_DYNSYM)
         var table = ElfSymbolTable()
-        if let header = sectionHeaders.first(where: { $0.type == type }),
+        if kind == .dynsym, sections.hasDebugData, !sectionHeaders.contains(where: { $0.type == UInt32(SHT_SYMTAB) }) {
+            // MiniDebugInfo: libdwfl gives .dynsym and the compressed .symtab's functions as one table.
+            table = ElfSymbolTable(miniDebugInfoOf: path, buildID: buildID, maxSymbols: ElfFile.maxSymbolsPerTable)
+        }
+        if table.isEmpty, let header = sectionHeaders.first(where: { $0.type == type }),
            let section = elf_getscn(handle.elf, header.index) {
             table = ElfSymbolTable(elf: handle.elf, section: section, header: header, fileSize: fileSize,
                                    maxSymbols: ElfFile.maxSymbolsPerTable)

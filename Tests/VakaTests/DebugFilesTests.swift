@@ -276,6 +276,60 @@ final class DebugFilesTests: XCTestCase {
         XCTAssertTrue(refused.allSatisfy { $0.allSatisfy { $0.file == nil && $0.line == nil } }, "\(refused)")
     }
 
+    /// MiniDebugInfo as Fedora builds it (the functions missing from `.dynsym` kept in a `.symtab`-only
+    /// copy, xz-compressed into a `.gnu_debugdata` section of the stripped file): a static function, absent
+    /// from `.dynsym`, is found by name in the stripped library, and is not without the section.
+    func testResolvesALocalFunctionFromGnuDebugdata() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/xz") else {
+            throw XCTSkip("/usr/bin/xz is not installed: cannot build a .gnu_debugdata section")
+        }
+        let dir = try TestSupport.temporaryDirectory(self)
+        let source = dir.appendingPathComponent("mini.c")
+        try """
+            static __attribute__((noinline)) int vaka_mini_local(int x) { return x * 5 + 1; }
+            int vaka_mini_exported(int x) { return vaka_mini_local(x) + vaka_mini_local(x + 1); }
+            """.write(to: source, atomically: true, encoding: .utf8)
+        let library = dir.appendingPathComponent("libmini.so").path
+        func run(_ tool: String, _ arguments: [String]) throws -> String {
+            let result = try TestSupport.run(tool, arguments)
+            XCTAssertEqual(result.status, 0, "\(tool) \(arguments): \(result.stderrText)")
+            return result.stdoutText
+        }
+        _ = try run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-g", "-o", library, source.path])
+        let local = try XCTUnwrap(try NativeFixture.symbol("vaka_mini_local", in: library))
+        // Fedora's find-debuginfo: keep the functions .dynsym lacks, in a .symtab-only copy, xz-compressed.
+        func names(_ arguments: [String]) throws -> Set<String> {
+            Set(try run("/usr/bin/nm", arguments + ["--format=posix", "--defined-only", library]).split(separator: "\n")
+                .map { $0.split(separator: " ") }.filter { $0.count >= 2 && ["T", "t"].contains($0[1]) }.map { String($0[0]) })
+        }
+        let keep = try names([]).subtracting(names(["-D"]))
+        XCTAssertTrue(keep.contains("vaka_mini_local"), "\(keep)")
+        let keepFile = dir.appendingPathComponent("keep_symbols").path
+        try keep.sorted().joined(separator: "\n").appending("\n").write(toFile: keepFile, atomically: true, encoding: .utf8)
+        let debug = dir.appendingPathComponent("mini_debuginfo").path
+        _ = try run("/usr/bin/objcopy", ["--only-keep-debug", library, debug])
+        _ = try run("/usr/bin/objcopy", ["-S", "--remove-section", ".gdb_index", "--remove-section", ".comment",
+                                         "--keep-symbols=\(keepFile)", debug])
+        _ = try run("/usr/bin/xz", ["-f", debug])
+        let stripped = dir.appendingPathComponent("libmini-stripped.so").path
+        let withData = dir.appendingPathComponent("libmini-minidebuginfo.so").path
+        _ = try run("/usr/bin/objcopy", ["--strip-all", library, stripped])
+        _ = try run("/usr/bin/objcopy", ["--add-section", ".gnu_debugdata=\(debug).xz", stripped, withData])
+
+        let file = try ElfFile(path: withData)
+        XCTAssertTrue(file.sections.hasDebugData)
+        XCTAssertFalse(file.hasSymtab)
+        XCTAssertEqual(file.symbol(containing: local.value + 1)?.name, "vaka_mini_local")
+        XCTAssertEqual(file.symbol(containing: local.value + 1)?.address, local.value)
+        XCTAssertNotNil(file.symbol(containing: try XCTUnwrap(try NativeFixture.symbol("vaka_mini_exported", in: library)).value))
+        XCTAssertNotEqual(try ElfFile(path: stripped).symbol(containing: local.value + 1)?.name, "vaka_mini_local")
+        let buildID = try XCTUnwrap(file.buildID)
+        let base: UInt64 = 0x7f40_0000_0000
+        let frames = Symbolicator(systemDebugDirectory: nil)
+            .symbolicate(address: base + local.value + 1 - file.firstLoadVaddr, imagePath: withData, imageBase: base, buildID: buildID)
+        XCTAssertEqual(frames.map(\.symbol), ["vaka_mini_local"])
+    }
+
     /// A stripped library's `.gnu_debuglink` is looked up under each debug directory too, at the library's
     /// own directory below it (`DIR/<library directory>/NAME`), as under `/usr/lib/debug`.
     func testDebuglinkCandidatesUnderDebugDirectories() throws {
