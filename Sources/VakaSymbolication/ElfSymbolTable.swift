@@ -51,22 +51,10 @@ struct ElfSymbolTable: Sendable {
         for index in 0..<count {
             var sym = GElf_Sym()
             guard gelf_getsym(data, Int32(clamping: index), &sym) != nil else { break }
-            let type = Int32(sym.st_info & 0xf)
-            let binding = Int32(sym.st_info >> 4)
-            guard sym.st_shndx != UInt16(SHN_UNDEF), sym.st_size > 0, sym.st_name != 0,
-                  type == STT_FUNC || type == STT_NOTYPE else { continue }
-            let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
-            entries.append(Entry(value: sym.st_value, size: sym.st_size, nameOffset: sym.st_name, rank: rank,
-                                 index: UInt32(truncatingIfNeeded: index)))
-            maxSize = max(maxSize, sym.st_size)
+            guard sym.st_name != 0 else { continue }
+            add(sym, nameOffset: sym.st_name, index: index)
         }
-        // By address, then preferred binding, then table order (the index in the table, as a tiebreaker:
-        // one key, so an unstable in-place sort gives the same order as a stable one).
-        entries.sort { lhs, rhs in
-            if lhs.value != rhs.value { return lhs.value < rhs.value }
-            if lhs.rank != rhs.rank { return lhs.rank < rhs.rank }
-            return lhs.index < rhs.index
-        }
+        sortEntries()
     }
 
     /// The function symbols libdwfl gives for the file at `path` (`dwfl_module_getsym_info`): `.dynsym` (or
@@ -99,16 +87,31 @@ struct ElfSymbolTable: Sendable {
             var address: GElf_Addr = 0
             var section: GElf_Word = 0
             guard let name = dwfl_module_getsym_info(module, Int32(index), &sym, &address, &section, nil, nil) else { continue }
-            let type = Int32(sym.st_info & 0xf)
-            let binding = Int32(sym.st_info >> 4)
-            guard sym.st_shndx != UInt16(SHN_UNDEF), sym.st_size > 0, name.pointee != 0,
-                  type == STT_FUNC || type == STT_NOTYPE else { continue }
-            let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
-            entries.append(Entry(value: sym.st_value, size: sym.st_size, nameOffset: UInt32(names.count), rank: rank,
-                                 index: UInt32(truncatingIfNeeded: index)))
+            guard name.pointee != 0, add(sym, nameOffset: UInt32(names.count), index: index) else { continue }
             names.append(String(cString: name))
-            maxSize = max(maxSize, sym.st_size)
         }
+        sortEntries()
+    }
+
+    /// Adds `sym` when it is a defined `STT_FUNC`, or a sized `STT_NOTYPE`, symbol with a size; `false` when
+    /// it is skipped.
+    @discardableResult
+    private mutating func add(_ sym: GElf_Sym, nameOffset: UInt32, index: Int) -> Bool {
+        let type = Int32(sym.st_info & 0xf)
+        let binding = Int32(sym.st_info >> 4)
+        guard sym.st_shndx != UInt16(SHN_UNDEF), sym.st_size > 0, type == STT_FUNC || type == STT_NOTYPE else {
+            return false
+        }
+        let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
+        entries.append(Entry(value: sym.st_value, size: sym.st_size, nameOffset: nameOffset, rank: rank,
+                             index: UInt32(truncatingIfNeeded: index)))
+        maxSize = max(maxSize, sym.st_size)
+        return true
+    }
+
+    /// Sorts by address, then preferred binding, then table order (the index in the table, as a tiebreaker:
+    /// one key, so an unstable in-place sort gives the same order as a stable one).
+    private mutating func sortEntries() {
         entries.sort { lhs, rhs in
             if lhs.value != rhs.value { return lhs.value < rhs.value }
             if lhs.rank != rhs.rank { return lhs.rank < rhs.rank }
