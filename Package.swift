@@ -33,7 +33,7 @@ let package = Package(
             linkerSettings: [.linkedLibrary("unwind"), .linkedLibrary("elf")]
         ),
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
-        .target(name: "VakaSymbolication", dependencies: ["CLibdw"]),
+        .target(name: "VakaSymbolication", dependencies: ["CLibdw", "CZlib"]),
         // The HTTP client: libcurl opened with dlopen() on the delivery thread at the first send (not linked:
         // compiled against Debian's curl headers from libcurl4-openssl-dev, no -lcurl).
         .target(name: "CVakaCurl", cSettings: [.define("_GNU_SOURCE")]),

@@ -2,4 +2,6 @@
 #include <libelf.h>
 #include <gelf.h>
 #include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <elfutils/libdwfl.h>
 #include <dwarf.h>

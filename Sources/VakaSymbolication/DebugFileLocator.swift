@@ -12,13 +12,15 @@ import Foundation
 ///    build ID the layout does not answer.
 ///
 /// `/usr/lib/debug` is always searched last, in the build-ID layout only (it is too large to index).
-/// Not thread-safe on its own (``Symbolicator`` locks around it).
-public final class DebugFileLocator {
+///
+/// A stripped file's `.gnu_debuglink` is followed separately (``debugLinkCandidates(forImagePath:link:)``),
+/// in the places `gdb` looks. Thread-safe (the plain-tree index is behind a lock).
+public final class DebugFileLocator: Sendable {
     /// The directories searched, in order, as given (without the implicit `/usr/lib/debug`).
     public let directories: [String]
     /// The system debug directory searched after ``directories`` (build-ID layout only): `/usr/lib/debug`.
     public let systemDirectory: String?
-    private var treeIndex: [String: [String: [String]]] = [:]  // directory → build ID → paths
+    private let treeIndex = Locked<[String: [String: [String]]]>([:])  // directory → build ID → paths
 
     /// Creates a locator for `directories`; `systemDirectory` (default `/usr/lib/debug`, `nil` for none) is
     /// searched last. Nothing is read until the first lookup.
@@ -93,14 +95,36 @@ public final class DebugFileLocator {
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
     }
 
+    /// Existing files that may be the debug file `link` (an image's `.gnu_debuglink`) names for the image
+    /// at `imagePath`, in `gdb`'s order: `DIR/NAME` (DIR is the directory of `imagePath` with symbolic links
+    /// resolved), `DIR/.debug/NAME`, then `D/DIR/NAME` for each debug directory D (``directories`` in order,
+    /// then ``systemDirectory``, e.g. `/usr/lib/debug/usr/bin/app.debug`). Empty when the name contains a
+    /// `/` or `imagePath` is relative. Callers check each file's CRC-32 against ``DebugLink/crc``.
+    public func debugLinkCandidates(forImagePath imagePath: String, link: DebugLink) -> [String] {
+        guard imagePath.hasPrefix("/"), !link.name.isEmpty, !link.name.contains("/") else { return [] }
+        let real = URL(fileURLWithPath: imagePath).resolvingSymlinksInPath().path
+        let directory = (real as NSString).deletingLastPathComponent
+        var paths = [(directory as NSString).appendingPathComponent(link.name),
+                     (directory as NSString).appendingPathComponent(".debug/" + link.name)]
+        for root in directories + (systemDirectory.map { [$0] } ?? []) {
+            let below = (root as NSString).appendingPathComponent(String(directory.drop(while: { $0 == "/" })))
+            paths.append((below as NSString).appendingPathComponent(link.name))
+        }
+        var seen = Set<String>()
+        return paths.filter { $0 != real && DebugFileLocator.isRegularFile($0) && seen.insert($0).inserted }
+    }
+
     private func index(of directory: String) -> [String: [String]] {
-        if let cached = treeIndex[directory] { return cached }
+        if let cached = treeIndex.withLock({ $0[directory] }) { return cached }
         var index: [String: [String]] = [:]
         for path in DebugFileLocator.elfFiles(under: directory) {
             guard let file = try? ElfFile(path: path), let buildID = file.buildID else { continue }
             index[buildID, default: []].append(path)
         }
-        treeIndex[directory] = index
-        return index
+        return treeIndex.withLock { cache in
+            if let cached = cache[directory] { return cached }
+            cache[directory] = index
+            return index
+        }
     }
 }

@@ -7,28 +7,28 @@ import Glibc
 ///
 /// An address inside inlined code gives several locations (see ``DwarfFile/locations(at:)``): the inlined
 /// function at the line the address is on, then each function it was inlined into, at the line of the call.
-public struct SourceLocation: Equatable, Sendable {
+struct SourceLocation: Equatable, Sendable {
     /// The function's name as DWARF gives it: `DW_AT_linkage_name` (mangled for Swift and C++, e.g.
     /// `$s12vaka_crashme16swiftForceUnwraps5Int32VyF`), else `DW_AT_name` (C functions), following
     /// `DW_AT_abstract_origin` / `DW_AT_specification`. `nil` when the address is in a compile unit's line
     /// table but in no function DIE.
-    public var symbol: String?
+    var symbol: String?
     /// The source file: the line table's path, made absolute with the compile unit's `DW_AT_comp_dir` when
     /// it is relative. `nil` when the line table does not name one.
-    public var file: String?
+    var file: String?
     /// Line number, 1-based; `nil` when unknown (line 0 in DWARF means "no line").
-    public var line: Int?
+    var line: Int?
     /// Column, 1-based; `nil` when unknown (column 0).
-    public var column: Int?
+    var column: Int?
     /// `true` for a function that was inlined here (`DW_TAG_inlined_subroutine`): it has no frame of its own
     /// on the real stack. The last location of a lookup is the real (outermost) function and is never inlined.
-    public var isInlined: Bool
+    var isInlined: Bool
     /// ELF virtual address where the function starts (`DW_AT_low_pc` or the first range of its DIE);
     /// `nil` for inlined functions and when DWARF does not say.
-    public var functionStart: UInt64?
+    var functionStart: UInt64?
 
     /// Creates a location; every field is described on its property.
-    public init(symbol: String?, file: String?, line: Int?, column: Int? = nil, isInlined: Bool,
+    init(symbol: String?, file: String?, line: Int?, column: Int? = nil, isInlined: Bool,
                 functionStart: UInt64? = nil) {
         self.symbol = symbol
         self.file = file
@@ -44,11 +44,51 @@ public struct SourceLocation: Equatable, Sendable {
 ///
 /// Compile units are found through `.debug_aranges` when the file has it (GCC emits it), else through a
 /// table of all units' address ranges (`DW_AT_ranges`, `DW_AT_low_pc` / `DW_AT_high_pc`), built on first
-/// use, so files without `.debug_aranges` (Swift and clang do not emit it) work too. Each compile unit's functions are indexed on its first lookup. Not thread-safe (the
-/// ``Symbolicator`` locks).
-public final class DwarfFile {
+/// use, so files without `.debug_aranges` (Swift and clang do not emit it) work too. Each compile unit's
+/// functions are indexed on its first lookup. Thread-safe: lookups run with the ``ElfFile``'s lock held
+/// (libdw reads through its `Elf *`) and then this file's own lock (the indexes built on first use).
+public final class DwarfFile: Sendable {
     /// The ELF file the DWARF comes from (kept open while this object lives).
     public let file: ElfFile
+    private let reader: Locked<DwarfReader>
+
+    /// Opens the DWARF sections of `file`.
+    /// - Returns: `nil` when the file has no DWARF (`.debug_info`) or libdw cannot read it.
+    public init?(file: ElfFile) {
+        guard file.sections.hasDebugInfo,
+              let handle = file.withHandle({ DwarfHandle(dwarf: dwarf_begin_elf($0, DWARF_C_READ, nil)) }).dwarf else {
+            return nil
+        }
+        self.file = file
+        reader = Locked(DwarfReader(dwarf: handle))
+    }
+
+    /// The source locations of the ELF virtual address `vaddr`, innermost first: when the address is in
+    /// inlined code, the inlined function (at the line of `vaddr`), then each caller it was inlined into
+    /// (at the line of the call), ending with the real function. A single location when nothing is inlined.
+    /// For a caller frame pass the return address − 1 (as a virtual address).
+    /// - Returns: an empty array when no compile unit covers `vaddr`.
+    func locations(at vaddr: UInt64) -> [SourceLocation] {
+        file.withHandle { _ in reader.withLock { $0.locations(at: vaddr) } }
+    }
+
+    /// Does the per-file setup of lookups now (reading `.debug_aranges` or building the compile-unit range
+    /// table), so the first lookup is not slower than the others.
+    public func prepare() {
+        file.withHandle { _ in reader.withLock { $0.prepare() } }
+    }
+}
+
+/// A `Dwarf *` handed out of the ``ElfFile``'s lock right after `dwarf_begin_elf` made it. `@unchecked
+/// Sendable` is safe: the handle is new, nothing else refers to it, and it is moved straight into a
+/// ``DwarfReader`` behind its ``DwarfFile``'s lock.
+private struct DwarfHandle: @unchecked Sendable {
+    var dwarf: OpaquePointer?
+}
+
+/// The libdw handle of one ``DwarfFile`` and the indexes built on first use. Not thread-safe on its own:
+/// ``DwarfFile`` keeps it behind its lock.
+private final class DwarfReader {
     private let dwarf: OpaquePointer
 
     private struct UnitRange {
@@ -79,11 +119,7 @@ public final class DwarfFile {
     private var hasAranges: Bool?
     private var unitByOffset: [UInt64: Int] = [:]
 
-    /// Opens the DWARF sections of `file`.
-    /// - Returns: `nil` when the file has no DWARF (`.debug_info`) or libdw cannot read it.
-    public init?(file: ElfFile) {
-        guard file.sections.hasDebugInfo, let dwarf = dwarf_begin_elf(file.elf, DWARF_C_READ, nil) else { return nil }
-        self.file = file
+    init(dwarf: OpaquePointer) {
         self.dwarf = dwarf
     }
 
@@ -91,12 +127,8 @@ public final class DwarfFile {
         dwarf_end(dwarf)
     }
 
-    /// The source locations of the ELF virtual address `vaddr`, innermost first: when the address is in
-    /// inlined code, the inlined function (at the line of `vaddr`), then each caller it was inlined into
-    /// (at the line of the call), ending with the real function. A single location when nothing is inlined.
-    /// For a caller frame pass the return address − 1 (as a virtual address).
-    /// - Returns: an empty array when no compile unit covers `vaddr`.
-    public func locations(at vaddr: UInt64) -> [SourceLocation] {
+    /// ``DwarfFile/locations(at:)``.
+    func locations(at vaddr: UInt64) -> [SourceLocation] {
         guard let unit = unit(containing: vaddr) else { return [] }
         var cuDie = unit.die
         // The line table row for the address.
@@ -109,7 +141,7 @@ public final class DwarfFile {
             if dwarf_lineno(line, &number) == 0, number > 0 { lineNumber = Int(number) }
             if dwarf_linecol(line, &column) == 0, column > 0 { lineColumn = Int(column) }
             if let source = dwarf_linesrc(line, nil, nil) {
-                lineFile = DwarfFile.absolute(String(cString: source), compDir: unit.compDir)
+                lineFile = DwarfReader.absolute(String(cString: source), compDir: unit.compDir)
             }
         }
         let chain = scopes(in: unit, at: vaddr)  // innermost first: inlined_subroutine / subprogram DIEs
@@ -134,7 +166,7 @@ public final class DwarfFile {
                     if dwarf_ranges(&scope, 0, &base, &rangeStart, &rangeEnd) > 0 { start = rangeStart }
                 }
             }
-            result.append(SourceLocation(symbol: DwarfFile.name(of: &scope), file: file, line: line, column: column,
+            result.append(SourceLocation(symbol: DwarfReader.name(of: &scope), file: file, line: line, column: column,
                                          isInlined: inlined && index < chain.count - 1, functionStart: start))
             guard inlined else { break }
             // The caller's location is where this inlined call was made.
@@ -143,7 +175,7 @@ public final class DwarfFile {
             var value: Dwarf_Word = 0
             if dwarf_formudata(dwarf_attr(&scope, UInt32(DW_AT_call_file), &attribute), &value) == 0,
                let files = sourceFiles(unit), let source = dwarf_filesrc(files, Int(value), nil, nil) {
-                file = DwarfFile.absolute(String(cString: source), compDir: unit.compDir)
+                file = DwarfReader.absolute(String(cString: source), compDir: unit.compDir)
             }
             if dwarf_formudata(dwarf_attr(&scope, UInt32(DW_AT_call_line), &attribute), &value) == 0, value > 0 {
                 line = Int(value)
@@ -155,9 +187,8 @@ public final class DwarfFile {
         return result
     }
 
-    /// Does the per-file setup of lookups now (reading `.debug_aranges` or building the compile-unit range
-    /// table), so the first ``locations(at:)`` is not slower than the others.
-    public func prepare() {
+    /// ``DwarfFile/prepare()``.
+    func prepare() {
         _ = unit(containing: 0)
     }
 
@@ -261,7 +292,7 @@ public final class DwarfFile {
                     }
                     // Functions nested in functions (local functions in some languages) have their own DIEs.
                     collect(&child)
-                } else if DwarfFile.containerTags.contains(tag) {
+                } else if DwarfReader.containerTags.contains(tag) {
                     collect(&child)
                 }
                 var next = Dwarf_Die()
@@ -295,7 +326,7 @@ public final class DwarfFile {
             guard dwarf_child(&current, &child) == 0 else { break }
             while true {
                 let tag = dwarf_tag(&child)
-                if tag == Int32(DW_TAG_inlined_subroutine) || DwarfFile.blockTags.contains(tag) {
+                if tag == Int32(DW_TAG_inlined_subroutine) || DwarfReader.blockTags.contains(tag) {
                     if dwarf_haspc(&child, vaddr) == 1 {
                         if tag == Int32(DW_TAG_inlined_subroutine) { chain.append(child) }
                         current = child

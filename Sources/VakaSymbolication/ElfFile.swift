@@ -1,4 +1,5 @@
 import CLibdw
+import CZlib
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -44,14 +45,51 @@ public struct ElfSymbol: Equatable, Sendable {
     }
 }
 
+/// A `.gnu_debuglink` section: the file name of the separate debug file a stripped file was linked to
+/// (`objcopy --add-gnu-debuglink`), and the CRC-32 of that debug file's contents.
+public struct DebugLink: Equatable, Sendable {
+    /// The debug file's name (no directory), e.g. `libfoo.so.debug`.
+    public var name: String
+    /// CRC-32 (the zlib / ISO-HDLC polynomial, as `gdb` checks it) of the whole debug file.
+    public var crc: UInt32
+
+    /// Creates a link; every field is described on its property.
+    public init(name: String, crc: UInt32) {
+        self.name = name
+        self.crc = crc
+    }
+}
+
+/// One section header of an ELF file, as read once at open.
+struct ElfSection: Sendable {
+    /// The section's index (`elf_ndxscn`), for `elf_getscn`.
+    var index: Int
+    /// Its name from the section-header string table (empty when unreadable).
+    var name: String
+    /// `sh_type` (`SHT_SYMTAB`, `SHT_NOBITS`, …).
+    var type: UInt32
+    /// `sh_offset` and `sh_size`, in bytes.
+    var offset: UInt64
+    var size: UInt64
+    /// `sh_link` (for a symbol table: its string table's index).
+    var link: UInt32
+    /// `sh_entsize`: size of one entry for tables, else 0.
+    var entrySize: UInt64
+
+    /// `true` when the section occupies bytes in the file (not `SHT_NOBITS`) and is not empty.
+    var hasBytes: Bool { type != UInt32(SHT_NOBITS) && size > 0 }
+}
+
 /// An ELF file on disk opened with libelf (read-only, memory-mapped), for symbolication:
-/// its GNU build ID, the layout of its `PT_LOAD` segments, and address → symbol lookups in `.symtab`
-/// then `.dynsym` (each table is read on first use, then kept).
+/// its GNU build ID, the layout of its `PT_LOAD` segments, its `.gnu_debuglink`, and address → symbol
+/// lookups in `.symtab` then `.dynsym` (each table is read on first use, then kept).
 ///
 /// Addresses of a running (or crashed) process map to ELF virtual addresses with
 /// ``vaddr(ofRuntimeAddress:imageBase:)``. The file stays mapped until the object is released; its
-/// descriptor is closed as soon as libelf has mapped it, so many open files never use up descriptors. Not thread-safe: use one object from one thread at a time (``Symbolicator`` locks).
-public final class ElfFile {
+/// descriptor is closed as soon as libelf has mapped it, so many open files never use up descriptors.
+/// Thread-safe: the headers are read at open; the libelf handle and the symbol tables read later live
+/// behind one lock (libelf allows one thread per handle at a time), which ``DwarfFile`` takes too.
+public final class ElfFile: Sendable {
     /// Largest file opened, in bytes (16 GiB): far above real binaries and debug files, below what a crafted
     /// sparse file could claim. Larger files throw ``ElfError/tooLarge(path:size:)``.
     public static let maxFileSize: UInt64 = 16 << 30
@@ -62,9 +100,11 @@ public final class ElfFile {
 
     /// The path the file was opened from.
     public let path: String
-    /// The GNU build ID (`NT_GNU_BUILD_ID` note, from `SHT_NOTE` sections, else from `PT_NOTE` segments)
-    /// in lower-case hex, or `nil` when the file has none.
+    /// The GNU build ID (the `NT_GNU_BUILD_ID` note, found by elfutils' `dwelf_elf_gnu_build_id` in the
+    /// note sections or segments) in lower-case hex, or `nil` when the file has none.
     public let buildID: String?
+    /// The `.gnu_debuglink` section (elfutils' `dwelf_elf_gnu_debuglink`), or `nil` when the file has none.
+    public let debugLink: DebugLink?
     /// The lowest `PT_LOAD` `p_vaddr`, aligned down to the page size: the ELF virtual address of the image's
     /// first mapped byte, which a crash report records as the image base. 0 when there is no `PT_LOAD`.
     public let firstLoadVaddr: UInt64
@@ -78,9 +118,9 @@ public final class ElfFile {
     /// What the section headers say about the file's contents (names, what kind of debug data it holds).
     public let sections: SectionSummary
     /// `true` when the file has a `.symtab` with function symbols (it is not stripped).
-    public var hasSymtab: Bool { !symtab.entries.isEmpty }
+    public var hasSymtab: Bool { !table(.symtab).isEmpty }
     /// `true` when the file has a `.dynsym` with defined function symbols (exported functions).
-    public var hasDynsym: Bool { !dynsym.entries.isEmpty }
+    public var hasDynsym: Bool { !table(.dynsym).isEmpty }
 
     /// The Sentry / Breakpad architecture name for ``machine``: `x86_64`, `aarch64`, `x86`, `arm`,
     /// `ppc64`, `riscv64`, …; `nil` for machines not listed here.
@@ -117,9 +157,25 @@ public final class ElfFile {
         public var textIsNoBits = false
         /// `true` when the file has a `.gnu_debuglink` section (it was stripped with a link to a debug file).
         public var hasDebugLink = false
+        /// `true` when the file has a `.gnu_debugdata` section (MiniDebugInfo: an xz-compressed ELF file
+        /// with a `.symtab`, as Fedora ships), whose function symbols ``symbol(containing:)`` uses.
+        public var hasDebugData = false
 
         /// Creates an empty summary (nothing present).
         public init() {}
+
+        init(_ headers: [ElfSection]) {
+            for section in headers {
+                switch section.name {
+                case ".debug_info", ".zdebug_info": if section.hasBytes { hasDebugInfo = true }
+                case ".eh_frame", ".debug_frame": if section.hasBytes { hasUnwindInfo = true }
+                case ".text": if section.type == UInt32(SHT_NOBITS) { textIsNoBits = true }
+                case ".gnu_debuglink": hasDebugLink = true
+                case ".gnu_debugdata": hasDebugData = true
+                default: break
+                }
+            }
+        }
     }
 
     /// Size of the file in bytes (`fstat` at open); section extents are checked against it.
@@ -127,27 +183,25 @@ public final class ElfFile {
     /// The file's identity (`st_dev`, `st_ino` from `fstat` at open): two paths naming one file give the same.
     let device: UInt64
     let inode: UInt64
-    /// The libelf handle (`Elf *`), valid while this object lives; DWARF reading (``DwarfFile``) shares it.
-    let elf: OpaquePointer
-    private lazy var symtab: SymbolTable = ElfFile.readSymbolTable(elf, type: UInt32(SHT_SYMTAB), fileSize: fileSize)
-    private lazy var dynsym: SymbolTable = ElfFile.readSymbolTable(elf, type: UInt32(SHT_DYNSYM), fileSize: fileSize)
+    /// The section headers, read once at open.
+    let sectionHeaders: [ElfSection]
 
-    private struct SymbolEntry {
-        var value: UInt64
-        var size: UInt64
-        var nameOffset: UInt32
-        var rank: UInt8  // binding preference among symbols at one address: GLOBAL 0, WEAK 1, other 2
-        var index: UInt32  // position in the ELF table
+    /// The libelf handle and what is read through it after open. Locked for every libelf call after
+    /// init: one lock per file, so symbol tables are read once and libelf is never entered by two threads
+    /// for one handle.
+    private let handle: Locked<Handle>
+
+    private struct Handle {
+        /// The `Elf *`, valid while the file lives.
+        let elf: OpaquePointer
+        var symtab: ElfSymbolTable?
+        var dynsym: ElfSymbolTable?
     }
 
-    private struct SymbolTable {
-        var entries: [SymbolEntry] = []   // sorted by value
-        var stringSection: Int = 0
-        var maxSize: UInt64 = 0
-    }
+    private enum TableKind { case symtab, dynsym }
 
-    /// Opens `path` and reads its program headers and build ID (symbol tables are read on first use, so a
-    /// caller comparing build IDs first never reads the tables of a file it rejects).
+    /// Opens `path` and reads its headers, build ID and debug link (symbol tables are read on first use, so
+    /// a caller comparing build IDs first never reads the tables of a file it rejects).
     /// - Throws: ``ElfError/cannotOpen(path:errno:)``, ``ElfError/notARegularFile(path:)``,
     ///   ``ElfError/tooLarge(path:size:)`` above ``maxFileSize``, or ``ElfError/notELF(path:reason:)`` when
     ///   libelf cannot parse it as ELF.
@@ -190,10 +244,8 @@ public final class ElfFile {
         self.fileSize = fileSize
         self.device = UInt64(info.st_dev)
         self.inode = UInt64(info.st_ino)
-        self.elf = elf
 
-        let segments = ElfFile.programHeaders(elf)
-        let loads = segments.filter { $0.p_type == UInt32(PT_LOAD) }
+        let loads = ElfFile.programHeaders(elf).filter { $0.p_type == UInt32(PT_LOAD) }
         if let lowest = loads.map(\.p_vaddr).min() {
             let page = UInt64(max(sysconf(Int32(_SC_PAGESIZE)), 4096))
             let first = lowest & ~(page - 1)
@@ -204,14 +256,20 @@ public final class ElfFile {
             firstLoadVaddr = 0
             loadSpan = 0
         }
-        buildID = ElfFile.findBuildID(elf, segments: segments)
+        var note: UnsafeRawPointer?
+        let noteSize = dwelf_elf_gnu_build_id(elf, &note)
+        buildID = noteSize > 0 ? note.map { DebugID.hexString(UnsafeRawBufferPointer(start: $0, count: noteSize)) } : nil
+        var crc: GElf_Word = 0
+        debugLink = dwelf_elf_gnu_debuglink(elf, &crc).map { DebugLink(name: String(cString: $0), crc: crc) }
         machine = ehdr.e_machine
         fileType = ehdr.e_type
-        sections = ElfFile.summarizeSections(elf)
+        sectionHeaders = ElfFile.readSections(elf)
+        sections = SectionSummary(sectionHeaders)
+        handle = Locked(Handle(elf: elf))
     }
 
     deinit {
-        elf_end(elf)
+        handle.withLock { _ = elf_end($0.elf) }
     }
 
     /// The ELF virtual address for `address` in a process where this file was loaded with its first byte
@@ -232,36 +290,79 @@ public final class ElfFile {
     /// GLOBAL over WEAK over LOCAL binding, then table order.
     /// - Returns: the symbol, or `nil` when no symbol contains `vaddr`.
     public func symbol(containing vaddr: UInt64) -> ElfSymbol? {
-        for table in [symtab, dynsym] where !table.entries.isEmpty {
-            if let entry = ElfFile.find(vaddr, in: table),
-               let name = elf_strptr(elf, table.stringSection, Int(entry.nameOffset)) {
-                return ElfSymbol(name: String(cString: name), address: entry.value, size: entry.size)
+        handle.withLock { handle -> ElfSymbol? in
+            for kind in [TableKind.symtab, .dynsym] {
+                let table = loadedTable(kind, &handle)
+                if let entry = table.entry(containing: vaddr), let name = table.name(of: entry, in: handle.elf) {
+                    return ElfSymbol(name: name, address: entry.value, size: entry.size)
+                }
             }
+            return nil
         }
-        return nil
     }
 
     /// The bytes of the first page (up to 4096 bytes) of the `.text` section, for
     /// ``DebugID/fromTextSection(_:)`` when the file has no build ID; empty when there is no `.text`
     /// with contents.
     public func firstTextPage() -> [UInt8] {
-        var shstrndx = 0
-        guard elf_getshdrstrndx(elf, &shstrndx) == 0 else { return [] }
-        var scn: OpaquePointer? = elf_nextscn(elf, nil)
-        while let section = scn {
-            var shdr = GElf_Shdr()
-            if gelf_getshdr(section, &shdr) != nil, shdr.sh_type != UInt32(SHT_NOBITS),
-               let name = elf_strptr(elf, shstrndx, Int(shdr.sh_name)), String(cString: name) == ".text" {
-                guard let data = elf_getdata(section, nil), let buffer = data.pointee.d_buf else { return [] }
-                let count = min(data.pointee.d_size, 4096)
-                return Array(UnsafeRawBufferPointer(start: buffer, count: count))
-            }
-            scn = elf_nextscn(elf, section)
+        guard let text = sectionHeaders.first(where: { $0.name == ".text" && $0.type != UInt32(SHT_NOBITS) }) else {
+            return []
         }
-        return []
+        return handle.withLock { handle -> [UInt8] in
+            guard let section = elf_getscn(handle.elf, text.index), let data = elf_getdata(section, nil),
+                  let buffer = data.pointee.d_buf else { return [] }
+            return Array(UnsafeRawBufferPointer(start: buffer, count: min(data.pointee.d_size, 4096)))
+        }
+    }
+
+    /// The CRC-32 of the whole file (zlib's `crc32`, the checksum `.gnu_debuglink` records), computed over
+    /// libelf's mapping of it (`elf_rawfile`); `nil` when libelf has no image of the file.
+    public func crc32() -> UInt32? {
+        handle.withLock { handle -> UInt32? in
+            var size = 0
+            guard let base = elf_rawfile(handle.elf, &size) else { return nil }
+            var crc = CZlib.crc32(0, nil, 0)
+            var offset = 0
+            while offset < size {
+                let count = min(size - offset, 1 << 30)
+                crc = UnsafeRawPointer(base + offset).withMemoryRebound(to: UInt8.self, capacity: count) {
+                    CZlib.crc32(crc, $0, uInt(count))
+                }
+                offset += count
+            }
+            return UInt32(truncatingIfNeeded: crc)
+        }
+    }
+
+    /// Runs `body` with the libelf handle, holding the file's lock: how ``DwarfFile`` reaches libdw, which
+    /// reads through the same `Elf *`.
+    func withHandle<Result: Sendable>(_ body: (OpaquePointer) -> Result) -> Result {
+        handle.withLock { handle -> Result in body(handle.elf) }
     }
 
     // MARK: - Reading
+
+    private func table(_ kind: TableKind) -> ElfSymbolTable {
+        handle.withLock { handle -> ElfSymbolTable in loadedTable(kind, &handle) }
+    }
+
+    /// The symbol table of `kind`, read on first use into `handle`.
+    private func loadedTable(_ kind: TableKind, _ handle: inout Handle) -> ElfSymbolTable {
+        if let table = kind == .symtab ? handle.symtab : handle.dynsym { return table }
+        let type = UInt32(kind == .symtab ? SHT_SYMTAB : SHT_DYNSYM)
+        var table = ElfSymbolTable()
+        if kind == .dynsym, sections.hasDebugData, !sectionHeaders.contains(where: { $0.type == UInt32(SHT_SYMTAB) }) {
+            // MiniDebugInfo: libdwfl gives .dynsym and the compressed .symtab's functions as one table.
+            table = ElfSymbolTable(miniDebugInfoOf: path, buildID: buildID, maxSymbols: ElfFile.maxSymbolsPerTable)
+        }
+        if table.isEmpty, let header = sectionHeaders.first(where: { $0.type == type }),
+           let section = elf_getscn(handle.elf, header.index) {
+            table = ElfSymbolTable(elf: handle.elf, section: section, header: header, fileSize: fileSize,
+                                   maxSymbols: ElfFile.maxSymbolsPerTable)
+        }
+        if kind == .symtab { handle.symtab = table } else { handle.dynsym = table }
+        return table
+    }
 
     private static func lastError() -> String {
         if let message = elf_errmsg(-1) { return String(cString: message) }
@@ -279,135 +380,22 @@ public final class ElfFile {
         return result
     }
 
-    private static func findBuildID(_ elf: OpaquePointer, segments: [GElf_Phdr]) -> String? {
-        var scn: OpaquePointer? = elf_nextscn(elf, nil)
-        while let section = scn {
-            var shdr = GElf_Shdr()
-            if gelf_getshdr(section, &shdr) != nil, shdr.sh_type == UInt32(SHT_NOTE),
-               let data = elf_getdata(section, nil), let id = buildID(inNotes: data) {
-                return id
-            }
-            scn = elf_nextscn(elf, section)
-        }
-        for segment in segments where segment.p_type == UInt32(PT_NOTE) && segment.p_filesz > 0 {
-            if let data = elf_getdata_rawchunk(elf, Int64(clamping: segment.p_offset), Int(clamping: segment.p_filesz),
-                                               ELF_T_NHDR),
-               let id = buildID(inNotes: data) {
-                return id
-            }
-        }
-        return nil
-    }
-
-    private static func buildID(inNotes data: UnsafeMutablePointer<Elf_Data>) -> String? {
-        guard let base = data.pointee.d_buf else { return nil }
-        let size = data.pointee.d_size
-        var offset = 0
-        while offset < size {
-            var header = GElf_Nhdr()
-            var nameOffset = 0
-            var descOffset = 0
-            let next = gelf_getnote(data, offset, &header, &nameOffset, &descOffset)
-            if next == 0 || next <= offset { break }
-            offset = next
-            guard header.n_type == UInt32(NT_GNU_BUILD_ID), header.n_namesz == 4,
-                  nameOffset + 4 <= size, Int(header.n_descsz) > 0, descOffset + Int(header.n_descsz) <= size else {
-                continue
-            }
-            let name = UnsafeRawBufferPointer(start: base + nameOffset, count: 4)
-            guard Array(name) == Array("GNU\0".utf8) else { continue }
-            return DebugID.hexString(UnsafeRawBufferPointer(start: base + descOffset, count: Int(header.n_descsz)))
-        }
-        return nil
-    }
-
-    private static func summarizeSections(_ elf: OpaquePointer) -> SectionSummary {
-        var summary = SectionSummary()
+    /// Every section header, in file order: the one walk over the sections.
+    private static func readSections(_ elf: OpaquePointer) -> [ElfSection] {
         var shstrndx = 0
-        guard elf_getshdrstrndx(elf, &shstrndx) == 0 else { return summary }
+        let hasNames = elf_getshdrstrndx(elf, &shstrndx) == 0
+        var result: [ElfSection] = []
         var scn: OpaquePointer? = elf_nextscn(elf, nil)
         while let section = scn {
             var shdr = GElf_Shdr()
-            if gelf_getshdr(section, &shdr) != nil, let rawName = elf_strptr(elf, shstrndx, Int(shdr.sh_name)) {
-                let name = String(cString: rawName)
-                let hasBytes = shdr.sh_type != UInt32(SHT_NOBITS) && shdr.sh_size > 0
-                switch name {
-                case ".debug_info", ".zdebug_info": if hasBytes { summary.hasDebugInfo = true }
-                case ".eh_frame", ".debug_frame": if hasBytes { summary.hasUnwindInfo = true }
-                case ".text": if shdr.sh_type == UInt32(SHT_NOBITS) { summary.textIsNoBits = true }
-                case ".gnu_debuglink": summary.hasDebugLink = true
-                default: break
-                }
+            if gelf_getshdr(section, &shdr) != nil {
+                let name = hasNames ? elf_strptr(elf, shstrndx, Int(shdr.sh_name)).map { String(cString: $0) } : nil
+                result.append(ElfSection(index: elf_ndxscn(section), name: name ?? "", type: shdr.sh_type,
+                                         offset: shdr.sh_offset, size: shdr.sh_size, link: shdr.sh_link,
+                                         entrySize: shdr.sh_entsize))
             }
             scn = elf_nextscn(elf, section)
         }
-        return summary
-    }
-
-    private static func readSymbolTable(_ elf: OpaquePointer, type: UInt32, fileSize: UInt64) -> SymbolTable {
-        var scn: OpaquePointer? = elf_nextscn(elf, nil)
-        while let section = scn {
-            var shdr = GElf_Shdr()
-            if gelf_getshdr(section, &shdr) != nil, shdr.sh_type == type {
-                return readSymbols(section, shdr, entrySize: UInt64(gelf_fsize(elf, ELF_T_SYM, 1, UInt32(EV_CURRENT))),
-                                   fileSize: fileSize)
-            }
-            scn = elf_nextscn(elf, section)
-        }
-        return SymbolTable()
-    }
-
-    /// The symbols of one table. The header's sizes come from the file, so they are checked before any
-    /// allocation: `sh_entsize` must be the size of one `Elf32_Sym`/`Elf64_Sym` (`entrySize`), the section
-    /// must lie inside the file and hold at most ``maxSymbolsPerTable`` entries; otherwise the table is
-    /// ignored (empty).
-    private static func readSymbols(_ section: OpaquePointer, _ shdr: GElf_Shdr, entrySize: UInt64,
-                                    fileSize: UInt64) -> SymbolTable {
-        var table = SymbolTable()
-        table.stringSection = Int(shdr.sh_link)
-        guard entrySize > 0, shdr.sh_entsize == entrySize, shdr.sh_size % entrySize == 0,
-              shdr.sh_offset <= fileSize, shdr.sh_size <= fileSize - shdr.sh_offset,
-              shdr.sh_size / entrySize <= UInt64(maxSymbolsPerTable),
-              let data = elf_getdata(section, nil) else { return table }
-        let count = min(Int(shdr.sh_size / entrySize), data.pointee.d_size / Int(entrySize))
-        table.entries.reserveCapacity(count)
-        for index in 0..<count {
-            var sym = GElf_Sym()
-            guard gelf_getsym(data, Int32(clamping: index), &sym) != nil else { break }
-            let type = Int32(sym.st_info & 0xf)
-            let binding = Int32(sym.st_info >> 4)
-            guard sym.st_shndx != UInt16(SHN_UNDEF), sym.st_size > 0, sym.st_name != 0,
-                  type == STT_FUNC || type == STT_NOTYPE else { continue }
-            let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
-            table.entries.append(SymbolEntry(value: sym.st_value, size: sym.st_size, nameOffset: sym.st_name, rank: rank,
-                                             index: UInt32(truncatingIfNeeded: index)))
-            table.maxSize = max(table.maxSize, sym.st_size)
-        }
-        // By address, then preferred binding, then table order (the index in the table, as a tiebreaker:
-        // one key, so an unstable in-place sort gives the same order as a stable one).
-        table.entries.sort { lhs, rhs in
-            if lhs.value != rhs.value { return lhs.value < rhs.value }
-            if lhs.rank != rhs.rank { return lhs.rank < rhs.rank }
-            return lhs.index < rhs.index
-        }
-        return table
-    }
-
-    private static func find(_ vaddr: UInt64, in table: SymbolTable) -> SymbolEntry? {
-        let entries = table.entries
-        var index = entries.firstIndex(after: vaddr, by: \.value) - 1
-        var best: SymbolEntry?
-        while index >= 0 {
-            let entry = entries[index]
-            if let found = best {
-                // Same start address: lower indexes have the preferred binding.
-                if entry.value != found.value { break }
-            } else if vaddr - entry.value >= table.maxSize {
-                break  // no symbol this far below can reach vaddr
-            }
-            if vaddr - entry.value < entry.size { best = entry }
-            index -= 1
-        }
-        return best
+        return result
     }
 }

@@ -1,21 +1,8 @@
 import Foundation
 
-/// The result of looking up one address: which function it lies in.
-public struct SymbolInfo: Equatable, Sendable {
-    /// The raw symbol name from the ELF symbol table (mangled for Swift and C++).
-    public var symbol: String
-    /// The readable name: ``symbol`` demangled by ``Demangler/demangle(_:)`` (C names unchanged).
-    public var function: String
-    /// Runtime address of the symbol's first byte in the process the address came from.
-    public var symbolAddress: UInt64
-
-    /// Creates a lookup result; every field is described on its property.
-    public init(symbol: String, function: String, symbolAddress: UInt64) {
-        self.symbol = symbol
-        self.function = function
-        self.symbolAddress = symbolAddress
-    }
-}
+/// The result of ``Symbolicator/lookup(address:imagePath:imageBase:buildID:)``: one frame with the symbol
+/// table's name and start, and no file/line.
+public typealias SymbolInfo = SymbolicatedFrame
 
 /// One frame that an address resolves to: the function, and its file and line when DWARF is available.
 /// An address inside inlined code resolves to several (see ``Symbolicator/symbolicate(address:imagePath:imageBase:buildID:)``).
@@ -50,10 +37,11 @@ public struct SymbolicatedFrame: Equatable, Sendable {
 
 /// The files found for one image of a crash report: the image file itself when its build ID matches, and
 /// debug files found by build ID; which one gives symbols, which one DWARF.
-public struct ResolvedImage {
+public struct ResolvedImage: Sendable {
     /// The image file on disk, when it exists and has the report's build ID.
     public var codeFile: ElfFile?
-    /// Debug files with the report's build ID found in the debug directories, best first.
+    /// Debug files with the report's build ID found in the debug directories, best first, then the file the
+    /// image's `.gnu_debuglink` names (when its CRC matches).
     public var debugFiles: [ElfFile]
     /// The file whose symbol table is used: the first of code file and debug files with a `.symtab`, else
     /// the first with a `.dynsym`.
@@ -70,15 +58,17 @@ public struct ResolvedImage {
 ///
 /// For each image it finds, by the image's GNU build ID, the image file itself (when its build ID still
 /// matches the report's: a rebuilt or updated binary never yields wrong names) and debug files in the
-/// ``DebugFileLocator``'s directories (and `/usr/lib/debug`). Function names come from the ELF symbol
-/// tables (`.symtab`, then `.dynsym`), file/line and inlined frames from DWARF (libdw) when one of the
-/// files has it; DWARF's function name wins over the symbol table's when both exist.
+/// ``DebugFileLocator``'s directories (and `/usr/lib/debug`), then the file the image's `.gnu_debuglink`
+/// names (``DebugFileLocator/debugLinkCandidates(forImagePath:link:)``, CRC checked). Function names come
+/// from the ELF symbol tables (`.symtab`, then `.dynsym`), file/line and inlined frames from DWARF (libdw)
+/// when one of the files has it; DWARF's function name wins over the symbol table's when both exist.
 ///
 /// One instance is a per-run cache: each path is opened at most once, successful or not, and each file
 /// (by device and inode, so `//opt/x`, `/opt/./x` and a hard link are one file) is read once; each image
 /// is resolved once per file and build ID. Opened files keep their mapping, not a descriptor.
-/// Thread-safe (one lock around the cache and lookups).
-public final class Symbolicator: @unchecked Sendable {
+/// Thread-safe: the cache is behind one lock; lookups in the resolved files run outside it (``ElfFile``
+/// and ``DwarfFile`` lock themselves).
+public final class Symbolicator: Sendable {
     /// Most distinct images of one report (or event) that ``FatalEventBuilder`` and ``EventSymbolicator``
     /// symbolicate (256; the crash runtime records at most 128 frames): frames in further images keep
     /// their addresses only, so a crafted report cannot make conversion open thousands of files.
@@ -89,18 +79,48 @@ public final class Symbolicator: @unchecked Sendable {
         var inode: UInt64
     }
 
-    private let lock = NSLock()
-    private var cache: [String: Result<ElfFile, ElfError>] = [:]
-    private var filesByIdentity: [FileIdentity: ElfFile] = [:]
-    private var images: [String: ResolvedImage?] = [:]
-    private var dwarfByFile: [ObjectIdentifier: DwarfFile?] = [:]
-    private var opens = 0
-    /// Where debug files are looked up by build ID.
+    /// What one instance has opened and resolved so far.
+    private struct Cache {
+        var paths: [String: Result<ElfFile, ElfError>] = [:]
+        var filesByIdentity: [FileIdentity: ElfFile] = [:]
+        var images: [String: ResolvedImage?] = [:]
+        var dwarfByFile: [ObjectIdentifier: DwarfFile?] = [:]
+        var opens = 0
+
+        /// The file at `path`: from the cache by path, else by identity, else opened now.
+        mutating func open(_ path: String) -> Result<ElfFile, ElfError> {
+            if let cached = paths[path] { return cached }
+            if let identity = Symbolicator.identity(ofPath: path), let file = filesByIdentity[identity] {
+                paths[path] = .success(file)
+                return .success(file)
+            }
+            opens += 1
+            let result = Symbolicator.open(path)
+            paths[path] = result
+            if case .success(let file) = result { remember(file) }
+            return result
+        }
+
+        mutating func remember(_ file: ElfFile) {
+            let identity = FileIdentity(device: file.device, inode: file.inode)
+            if filesByIdentity[identity] == nil { filesByIdentity[identity] = file }
+        }
+
+        mutating func dwarf(_ file: ElfFile) -> DwarfFile? {
+            if let cached = dwarfByFile[ObjectIdentifier(file)] { return cached }
+            let dwarf = DwarfFile(file: file)
+            dwarfByFile[ObjectIdentifier(file)] = .some(dwarf)
+            return dwarf
+        }
+    }
+
+    private let cache = Locked(Cache())
+    /// Where debug files are looked up by build ID and by `.gnu_debuglink`.
     public let locator: DebugFileLocator
 
     /// Creates an empty cache that looks for debug files in `debugDirectories` (GNU build-ID layout or plain
     /// trees of ELF files, see ``DebugFileLocator``) and then in `systemDebugDirectory` (default
-    /// `/usr/lib/debug`, build-ID layout; `nil` to skip it).
+    /// `/usr/lib/debug`, build-ID layout and `.gnu_debuglink` names; `nil` to skip it).
     public init(debugDirectories: [String] = [], systemDebugDirectory: String? = "/usr/lib/debug") {
         locator = DebugFileLocator(directories: debugDirectories, systemDirectory: systemDebugDirectory)
     }
@@ -113,8 +133,7 @@ public final class Symbolicator: @unchecked Sendable {
     /// How many times a file was opened so far (each path and each file counts once: the cache keeps
     /// failures too, and a second path to an already opened file reuses it).
     public var openedFileCount: Int {
-        lock.lock(); defer { lock.unlock() }
-        return opens
+        cache.withLock { $0.opens }
     }
 
     /// The function containing `address`, from the ELF symbol tables only (no DWARF).
@@ -125,16 +144,15 @@ public final class Symbolicator: @unchecked Sendable {
     ///   - imagePath: path of the image file the address lies in (from the report).
     ///   - imageBase: runtime address of that image's first byte (from the report).
     ///   - buildID: the image's GNU build ID in hex as the report recorded it (either case).
-    /// - Returns: the symbol, or `nil` when no file with that build ID is found (the image file nor a debug
-    ///   file), or no `STT_FUNC`/sized `STT_NOTYPE` symbol of `.symtab`/`.dynsym` contains the address.
+    /// - Returns: one frame with `symbol`, `function` and `symbolAddress` (runtime) set, or `nil` when no file
+    ///   with that build ID is found (the image file nor a debug file), or no `STT_FUNC`/sized `STT_NOTYPE`
+    ///   symbol of `.symtab`/`.dynsym` contains the address.
     public func lookup(address: UInt64, imagePath: String, imageBase: UInt64, buildID: String) -> SymbolInfo? {
-        lock.lock(); defer { lock.unlock() }
-        guard let image = resolveLocked(imagePath: imagePath, buildID: buildID.lowercased()),
-              let file = image.symbolFile else { return nil }
+        guard let image = resolve(imagePath: imagePath, buildID: buildID), let file = image.symbolFile else { return nil }
         let vaddr = address &- imageBase &+ image.firstLoadVaddr
         guard let symbol = file.symbol(containing: vaddr) else { return nil }
-        return SymbolInfo(symbol: symbol.name, function: Demangler.demangle(symbol.name),
-                          symbolAddress: symbol.address &- image.firstLoadVaddr &+ imageBase)
+        return SymbolicatedFrame(symbol: symbol.name, function: Demangler.demangle(symbol.name),
+                                 symbolAddress: symbol.address &- image.firstLoadVaddr &+ imageBase)
     }
 
     /// The frames `address` resolves to, innermost first: for inlined code the inlined functions (each with
@@ -147,12 +165,11 @@ public final class Symbolicator: @unchecked Sendable {
     ///   address.
     public func symbolicate(address: UInt64, imagePath: String?, imageBase: UInt64, buildID: String?,
                             debugID: String? = nil) -> [SymbolicatedFrame] {
-        lock.lock(); defer { lock.unlock() }
         let resolved: ResolvedImage?
         if let buildID {
-            resolved = resolveLocked(imagePath: imagePath, buildID: buildID.lowercased())
+            resolved = resolve(imagePath: imagePath, buildID: buildID)
         } else if let imagePath, let debugID {
-            resolved = resolveWithoutBuildIDLocked(imagePath: imagePath, debugID: debugID.lowercased())
+            resolved = resolveWithoutBuildID(imagePath: imagePath, debugID: debugID.lowercased())
         } else {
             resolved = nil
         }
@@ -194,8 +211,17 @@ public final class Symbolicator: @unchecked Sendable {
     /// The files found for the image at `imagePath` with GNU build ID `buildID` (see ``ResolvedImage``);
     /// `nil` when neither the image file nor any debug file has that build ID.
     public func resolve(imagePath: String?, buildID: String) -> ResolvedImage? {
-        lock.lock(); defer { lock.unlock() }
-        return resolveLocked(imagePath: imagePath, buildID: buildID.lowercased())
+        let buildID = buildID.lowercased()
+        let key = Symbolicator.imageKey(imagePath: imagePath, buildID: buildID)
+        let locator = locator
+        return cache.withLock { cache -> ResolvedImage? in
+            if let cached = cache.images[key] { return cached }
+            let resolved = Symbolicator.resolve(imagePath: imagePath, buildID: buildID, locator: locator,
+                                                candidates: { locator.candidates(forBuildID: buildID) },
+                                                open: { cache.open($0) }, dwarf: { cache.dwarf($0) })
+            cache.images[key] = .some(resolved)
+            return resolved
+        }
     }
 
     /// The `debug_id` of the image file at `path` when it has no build ID: the hash of the first page of
@@ -203,16 +229,15 @@ public final class Symbolicator: @unchecked Sendable {
     /// build ID (use ``DebugID/fromBuildID(_:)``), or has no `.text`, and for a relative `imagePath` (a
     /// report's path is never opened relative to the converter's working directory).
     public func textHashDebugID(imagePath: String) -> String? {
-        guard imagePath.hasPrefix("/") else { return nil }
-        lock.lock(); defer { lock.unlock() }
-        guard case .success(let file) = openLocked(imagePath), file.buildID == nil else { return nil }
+        guard imagePath.hasPrefix("/"), case .success(let file) = self.file(atPath: imagePath), file.buildID == nil else {
+            return nil
+        }
         return DebugID.fromTextSection(file.firstTextPage())
     }
 
     /// The opened file for `path` (from the cache), or the error that opening it gave.
     public func file(atPath path: String) -> Result<ElfFile, ElfError> {
-        lock.lock(); defer { lock.unlock() }
-        return openLocked(path)
+        cache.withLock { $0.open(path) }
     }
 
     /// The cache key of an image: the file's device and inode when the path names an existing file (so
@@ -230,42 +255,38 @@ public final class Symbolicator: @unchecked Sendable {
         return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
     }
 
-    private func resolveLocked(imagePath: String?, buildID: String) -> ResolvedImage? {
-        let key = Symbolicator.imageKey(imagePath: imagePath, buildID: buildID)
-        if let cached = images[key] { return cached }
-        let resolved = Symbolicator.resolve(imagePath: imagePath, buildID: buildID,
-                                            candidates: { locator.candidates(forBuildID: buildID) },
-                                            open: openLocked, dwarf: dwarfLocked)
-        images[key] = .some(resolved)
-        return resolved
-    }
-
     /// Resolves the images of a report ahead of the lookups, several at a time (one task per image on
     /// the machine's cores): opening the files, reading their symbol tables and opening their DWARF
     /// (decompressing compressed debug sections) are the slow part of symbolicating a report, and
     /// independent per image. Images already resolved are skipped; lookups afterwards use the results.
+    /// Files opened before are shared between the tasks (``ElfFile`` and ``DwarfFile`` are thread-safe).
     /// - Parameter list: the images as (path from the report, GNU build ID in hex).
     public func preload(_ list: [(imagePath: String?, buildID: String)]) {
-        struct Work {
+        struct Work: Sendable {
             var key: String
             var imagePath: String?
             var buildID: String
             var candidates: [String]
         }
-        var work: [Work] = []
-        lock.lock()
-        var seen = Set<String>()
-        let knownPaths = cache
-        let knownFiles = filesByIdentity
-        for item in list {
-            let buildID = item.buildID.lowercased()
-            let key = Symbolicator.imageKey(imagePath: item.imagePath, buildID: buildID)
-            guard images[key] == nil, seen.insert(key).inserted else { continue }
-            work.append(Work(key: key, imagePath: item.imagePath, buildID: buildID,
-                             candidates: locator.candidates(forBuildID: buildID)))
+        struct Outcome: Sendable {
+            var resolved: ResolvedImage?
+            var opened: [String: Result<ElfFile, ElfError>] = [:]
+            var dwarf: [ObjectIdentifier: DwarfFile?] = [:]
         }
-        lock.unlock()
-        guard !work.isEmpty else { return }
+        let locator = locator
+        let (pending, knownPaths, knownFiles) = cache.withLock { cache in
+            var work: [Work] = []
+            var seen = Set<String>()
+            for item in list {
+                let buildID = item.buildID.lowercased()
+                let key = Symbolicator.imageKey(imagePath: item.imagePath, buildID: buildID)
+                guard cache.images[key] == nil, seen.insert(key).inserted else { continue }
+                work.append(Work(key: key, imagePath: item.imagePath, buildID: buildID,
+                                 candidates: locator.candidates(forBuildID: buildID)))
+            }
+            return (work, cache.paths, cache.filesByIdentity)
+        }
+        guard !pending.isEmpty else { return }
         // Longest first, so the slowest image does not start last: images with debug files (DWARF to open,
         // often zlib-compressed) before the others, then by file size.
         func size(_ path: String?) -> Int64 {
@@ -273,52 +294,50 @@ public final class Symbolicator: @unchecked Sendable {
             guard let path, stat(path, &info) == 0 else { return 0 }
             return Int64(info.st_size)
         }
-        work = work.map { ($0, (!$0.candidates.isEmpty ? 1 << 40 : 0) + size($0.imagePath) + $0.candidates.map(size).reduce(0, +)) }
+        let work = pending.map { ($0, (!$0.candidates.isEmpty ? 1 << 40 : 0) + size($0.imagePath) + $0.candidates.map(size).reduce(0, +)) }
             .sorted { $0.1 > $1.1 }.map(\.0)
 
-        final class Slot: @unchecked Sendable {
-            var resolved: ResolvedImage?
-            var opened: [String: Result<ElfFile, ElfError>] = [:]
-            var dwarf: [ObjectIdentifier: DwarfFile?] = [:]
-        }
-        let slots = work.map { _ in Slot() }
+        let outcomes = Locked([Outcome](repeating: Outcome(), count: work.count))
         DispatchQueue.concurrentPerform(iterations: work.count) { index in
             let item = work[index]
-            let slot = slots[index]
+            var outcome = Outcome()
             let open = { (path: String) -> Result<ElfFile, ElfError> in
-                if let cached = slot.opened[path] ?? knownPaths[path] { return cached }
+                if let cached = outcome.opened[path] ?? knownPaths[path] { return cached }
                 if let identity = Symbolicator.identity(ofPath: path), let file = knownFiles[identity] { return .success(file) }
                 let result = Symbolicator.open(path)
-                slot.opened[path] = result
+                outcome.opened[path] = result
                 return result
             }
             let dwarf = { (file: ElfFile) -> DwarfFile? in
                 let dwarf = DwarfFile(file: file)
                 dwarf?.prepare()
-                slot.dwarf[ObjectIdentifier(file)] = .some(dwarf)
+                outcome.dwarf[ObjectIdentifier(file)] = .some(dwarf)
                 return dwarf
             }
-            slot.resolved = Symbolicator.resolve(imagePath: item.imagePath, buildID: item.buildID,
-                                                 candidates: { item.candidates }, open: open, dwarf: dwarf)
+            outcome.resolved = Symbolicator.resolve(imagePath: item.imagePath, buildID: item.buildID, locator: locator,
+                                                    candidates: { item.candidates }, open: open, dwarf: dwarf)
+            let result = outcome
+            outcomes.withLock { $0[index] = result }
         }
-        lock.lock()
-        for (item, slot) in zip(work, slots) {
-            if images[item.key] == nil { images[item.key] = .some(slot.resolved) }
-            for (path, result) in slot.opened where cache[path] == nil {
-                cache[path] = result
-                opens += 1
-                if case .success(let file) = result {
-                    let identity = FileIdentity(device: file.device, inode: file.inode)
-                    if filesByIdentity[identity] == nil { filesByIdentity[identity] = file }
+        let results = outcomes.withLock { $0 }
+        cache.withLock { cache in
+            for (item, outcome) in zip(work, results) {
+                if cache.images[item.key] == nil { cache.images[item.key] = .some(outcome.resolved) }
+                for (path, result) in outcome.opened where cache.paths[path] == nil {
+                    cache.paths[path] = result
+                    cache.opens += 1
+                    if case .success(let file) = result { cache.remember(file) }
                 }
+                for (file, dwarf) in outcome.dwarf where cache.dwarfByFile[file] == nil { cache.dwarfByFile[file] = .some(dwarf) }
             }
-            for (file, dwarf) in slot.dwarf where dwarfByFile[file] == nil { dwarfByFile[file] = .some(dwarf) }
         }
-        lock.unlock()
     }
 
-    private static func resolve(imagePath: String?, buildID: String, candidates: () -> [String],
-                                open: (String) -> Result<ElfFile, ElfError>,
+    /// The files for one image: the image file when its build ID is `buildID`, then (when it lacks a symbol
+    /// table or DWARF) the `candidates` with that build ID, then the file its `.gnu_debuglink` names when
+    /// the CRC matches (and the build ID, when the debug file has one).
+    private static func resolve(imagePath: String?, buildID: String, locator: DebugFileLocator,
+                                candidates: () -> [String], open: (String) -> Result<ElfFile, ElfError>,
                                 dwarf: (ElfFile) -> DwarfFile?) -> ResolvedImage? {
         var codeFile: ElfFile?
         if let imagePath, imagePath.hasPrefix("/"), case .success(let file) = open(imagePath), file.buildID == buildID {
@@ -330,6 +349,11 @@ public final class Symbolicator: @unchecked Sendable {
             for path in candidates() where path != imagePath {
                 if case .success(let file) = open(path), file.buildID == buildID { debugFiles.append(file) }
             }
+            if let codeFile, let imagePath, !debugFiles.contains(where: { $0.hasSymtab && $0.sections.hasDebugInfo }),
+               let linked = debugLinkFile(of: codeFile, at: imagePath, locator: locator, open: open),
+               !debugFiles.contains(where: { $0 === linked }) {
+                debugFiles.append(linked)
+            }
         }
         let all = (codeFile.map { [$0] } ?? []) + debugFiles
         guard !all.isEmpty else { return nil }
@@ -339,41 +363,43 @@ public final class Symbolicator: @unchecked Sendable {
                              firstLoadVaddr: (codeFile ?? all[0]).firstLoadVaddr)
     }
 
-    private func resolveWithoutBuildIDLocked(imagePath: String, debugID: String) -> ResolvedImage? {
+    /// The debug file `file`'s `.gnu_debuglink` names (found by ``DebugFileLocator/debugLinkCandidates(forImagePath:link:)``):
+    /// the first candidate whose CRC-32 is the link's and whose build ID, when it has one, is `file`'s.
+    /// `nil` when `file` has no link or no candidate passes.
+    private static func debugLinkFile(of file: ElfFile, at imagePath: String, locator: DebugFileLocator,
+                                      open: (String) -> Result<ElfFile, ElfError>) -> ElfFile? {
+        guard let link = file.debugLink else { return nil }
+        for path in locator.debugLinkCandidates(forImagePath: imagePath, link: link) {
+            guard case .success(let candidate) = open(path), candidate !== file,
+                  candidate.buildID == nil || candidate.buildID == file.buildID,
+                  candidate.crc32() == link.crc else { continue }
+            return candidate
+        }
+        return nil
+    }
+
+    private func resolveWithoutBuildID(imagePath: String, debugID: String) -> ResolvedImage? {
         let key = Symbolicator.imageKey(imagePath: imagePath, buildID: "debug-id:\(debugID)")
-        if let cached = images[key] { return cached }
-        var resolved: ResolvedImage?
-        if imagePath.hasPrefix("/"), case .success(let file) = openLocked(imagePath), file.buildID == nil,
-           file.debugID == debugID {
-            resolved = ResolvedImage(codeFile: file, debugFiles: [],
-                                     symbolFile: file.hasSymtab || file.hasDynsym ? file : nil,
-                                     dwarf: dwarfLocked(file), firstLoadVaddr: file.firstLoadVaddr)
+        let locator = locator
+        return cache.withLock { cache -> ResolvedImage? in
+            if let cached = cache.images[key] { return cached }
+            var resolved: ResolvedImage?
+            if imagePath.hasPrefix("/"), case .success(let file) = cache.open(imagePath), file.buildID == nil,
+               file.debugID == debugID {
+                var debugFiles: [ElfFile] = []
+                if !(file.hasSymtab && file.sections.hasDebugInfo),
+                   let linked = Symbolicator.debugLinkFile(of: file, at: imagePath, locator: locator, open: { cache.open($0) }) {
+                    debugFiles.append(linked)
+                }
+                let all = [file] + debugFiles
+                resolved = ResolvedImage(codeFile: file, debugFiles: debugFiles,
+                                         symbolFile: all.first(where: \.hasSymtab) ?? all.first(where: \.hasDynsym),
+                                         dwarf: all.first(where: \.sections.hasDebugInfo).flatMap { cache.dwarf($0) },
+                                         firstLoadVaddr: file.firstLoadVaddr)
+            }
+            cache.images[key] = .some(resolved)
+            return resolved
         }
-        images[key] = .some(resolved)
-        return resolved
-    }
-
-    private func dwarfLocked(_ file: ElfFile) -> DwarfFile? {
-        if let cached = dwarfByFile[ObjectIdentifier(file)] { return cached }
-        let dwarf = DwarfFile(file: file)
-        dwarfByFile[ObjectIdentifier(file)] = .some(dwarf)
-        return dwarf
-    }
-
-    private func openLocked(_ path: String) -> Result<ElfFile, ElfError> {
-        if let cached = cache[path] { return cached }
-        if let identity = Symbolicator.identity(ofPath: path), let file = filesByIdentity[identity] {
-            cache[path] = .success(file)
-            return .success(file)
-        }
-        opens += 1
-        let result = Symbolicator.open(path)
-        cache[path] = result
-        if case .success(let file) = result {
-            let identity = FileIdentity(device: file.device, inode: file.inode)
-            if filesByIdentity[identity] == nil { filesByIdentity[identity] = file }
-        }
-        return result
     }
 
     private static func open(_ path: String) -> Result<ElfFile, ElfError> {

@@ -193,7 +193,9 @@ let symbolicateUsage = """
 
     Each image is found by its GNU build ID: the image file itself when its build ID still matches, else
     a debug file in a --debug-dir (GNU layout DIR/.build-id/ab/cdef….debug, as written by
-    `vaka debug-files collect`, or any tree of ELF files) or in /usr/lib/debug.
+    `vaka debug-files collect`, or any tree of ELF files) or in /usr/lib/debug. A stripped image's
+    .gnu_debuglink is followed too (beside it, in .debug/, below each --debug-dir and /usr/lib/debug; the
+    CRC must match), and a .gnu_debugdata section (MiniDebugInfo) gives its function names.
 
     Options:
       --debug-dir DIR   Also look for debug files in DIR (repeatable; searched in order).

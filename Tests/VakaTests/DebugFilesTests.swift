@@ -221,6 +221,133 @@ final class DebugFilesTests: XCTestCase {
         XCTAssertEqual(withDebug.last?.symbol, "vaka_fixture_outer")
     }
 
+    /// A library stripped with a `.gnu_debuglink` to a debug-only file (`objcopy --only-keep-debug`, then
+    /// `--strip-all --add-gnu-debuglink`), as distributions ship them: with no debug directory at all, the
+    /// link is followed to `.debug/NAME` beside the library and then to `NAME` beside it, giving the names
+    /// and lines of the unstripped library; a debug file whose CRC-32 differs from the link's is refused.
+    func testFollowsTheGnuDebuglinkAndChecksItsCRC() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let library = try NativeFixture.compile("libinline.so", in: dir)
+        let app = dir.appendingPathComponent("app")
+        try FileManager.default.createDirectory(at: app.appendingPathComponent(".debug"), withIntermediateDirectories: true)
+        let debugFile = app.appendingPathComponent(".debug/libinline.so.debug").path
+        let stripped = app.appendingPathComponent("libinline.so").path
+        let keep = try TestSupport.run("/usr/bin/objcopy", ["--only-keep-debug", library, debugFile])
+        XCTAssertEqual(keep.status, 0, keep.stderrText)
+        let strip = try TestSupport.run("/usr/bin/objcopy", ["--strip-all", "--add-gnu-debuglink=\(debugFile)", library, stripped])
+        XCTAssertEqual(strip.status, 0, strip.stderrText)
+
+        // The link as elfutils reads it; its CRC is the one objcopy computed over the debug file, and ours.
+        let link = try XCTUnwrap(try ElfFile(path: stripped).debugLink)
+        XCTAssertEqual(link.name, "libinline.so.debug")
+        XCTAssertEqual(try ElfFile(path: debugFile).crc32(), link.crc)
+        XCTAssertTrue(try ElfFile(path: stripped).sections.hasDebugLink)
+        XCTAssertEqual(DebugFileLocator(directories: ["/srv/debug"], systemDirectory: "/usr/lib/debug")
+                        .debugLinkCandidates(forImagePath: stripped, link: link), [debugFile])
+
+        let outer = try XCTUnwrap(try NativeFixture.symbol("vaka_fixture_outer", in: library))
+        let buildID = try XCTUnwrap(try ElfFile(path: library).buildID)
+        XCTAssertEqual(try ElfFile(path: stripped).buildID, buildID)
+        let base: UInt64 = 0x7f30_0000_0000
+        let addresses = (0..<outer.size).map { base + outer.value + $0 }
+        func frames(_ path: String) -> [[SymbolicatedFrame]] {
+            let symbolicator = Symbolicator(systemDebugDirectory: nil)
+            return addresses.map { symbolicator.symbolicate(address: $0, imagePath: path, imageBase: base, buildID: buildID) }
+        }
+        let reference = frames(library)
+        XCTAssertEqual(reference.first?.last?.symbol, "vaka_fixture_outer")
+        XCTAssertNotNil(reference.first?.last?.line)
+        XCTAssertEqual(frames(stripped), reference, "through .debug/\(link.name)")
+
+        // Beside the library instead of in .debug/.
+        let beside = app.appendingPathComponent(link.name).path
+        try FileManager.default.moveItem(atPath: debugFile, toPath: beside)
+        XCTAssertEqual(frames(stripped), reference, "through \(link.name) beside the library")
+
+        // Same build ID, different bytes: the CRC no longer matches, so only .dynsym's names remain, no lines.
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: beside))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data([0]))
+        try handle.close()
+        XCTAssertEqual(try ElfFile(path: beside).buildID, buildID)
+        XCTAssertNotEqual(try ElfFile(path: beside).crc32(), link.crc)
+        let refused = frames(stripped)
+        XCTAssertEqual(refused.first?.map(\.symbol), ["vaka_fixture_outer"])
+        XCTAssertTrue(refused.allSatisfy { $0.allSatisfy { $0.file == nil && $0.line == nil } }, "\(refused)")
+    }
+
+    /// MiniDebugInfo as Fedora builds it (the functions missing from `.dynsym` kept in a `.symtab`-only
+    /// copy, xz-compressed into a `.gnu_debugdata` section of the stripped file): a static function, absent
+    /// from `.dynsym`, is found by name in the stripped library, and is not without the section.
+    func testResolvesALocalFunctionFromGnuDebugdata() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/xz") else {
+            throw XCTSkip("/usr/bin/xz is not installed: cannot build a .gnu_debugdata section")
+        }
+        let dir = try TestSupport.temporaryDirectory(self)
+        let source = dir.appendingPathComponent("mini.c")
+        try """
+            static __attribute__((noinline)) int vaka_mini_local(int x) { return x * 5 + 1; }
+            int vaka_mini_exported(int x) { return vaka_mini_local(x) + vaka_mini_local(x + 1); }
+            """.write(to: source, atomically: true, encoding: .utf8)
+        let library = dir.appendingPathComponent("libmini.so").path
+        func run(_ tool: String, _ arguments: [String]) throws -> String {
+            let result = try TestSupport.run(tool, arguments)
+            XCTAssertEqual(result.status, 0, "\(tool) \(arguments): \(result.stderrText)")
+            return result.stdoutText
+        }
+        _ = try run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-g", "-o", library, source.path])
+        let local = try XCTUnwrap(try NativeFixture.symbol("vaka_mini_local", in: library))
+        // Fedora's find-debuginfo: keep the functions .dynsym lacks, in a .symtab-only copy, xz-compressed.
+        func names(_ arguments: [String]) throws -> Set<String> {
+            Set(try run("/usr/bin/nm", arguments + ["--format=posix", "--defined-only", library]).split(separator: "\n")
+                .map { $0.split(separator: " ") }.filter { $0.count >= 2 && ["T", "t"].contains($0[1]) }.map { String($0[0]) })
+        }
+        let keep = try names([]).subtracting(names(["-D"]))
+        XCTAssertTrue(keep.contains("vaka_mini_local"), "\(keep)")
+        let keepFile = dir.appendingPathComponent("keep_symbols").path
+        try keep.sorted().joined(separator: "\n").appending("\n").write(toFile: keepFile, atomically: true, encoding: .utf8)
+        let debug = dir.appendingPathComponent("mini_debuginfo").path
+        _ = try run("/usr/bin/objcopy", ["--only-keep-debug", library, debug])
+        _ = try run("/usr/bin/objcopy", ["-S", "--remove-section", ".gdb_index", "--remove-section", ".comment",
+                                         "--keep-symbols=\(keepFile)", debug])
+        _ = try run("/usr/bin/xz", ["-f", debug])
+        let stripped = dir.appendingPathComponent("libmini-stripped.so").path
+        let withData = dir.appendingPathComponent("libmini-minidebuginfo.so").path
+        _ = try run("/usr/bin/objcopy", ["--strip-all", library, stripped])
+        _ = try run("/usr/bin/objcopy", ["--add-section", ".gnu_debugdata=\(debug).xz", stripped, withData])
+
+        let file = try ElfFile(path: withData)
+        XCTAssertTrue(file.sections.hasDebugData)
+        XCTAssertFalse(file.hasSymtab)
+        XCTAssertEqual(file.symbol(containing: local.value + 1)?.name, "vaka_mini_local")
+        XCTAssertEqual(file.symbol(containing: local.value + 1)?.address, local.value)
+        XCTAssertNotNil(file.symbol(containing: try XCTUnwrap(try NativeFixture.symbol("vaka_mini_exported", in: library)).value))
+        XCTAssertNotEqual(try ElfFile(path: stripped).symbol(containing: local.value + 1)?.name, "vaka_mini_local")
+        let buildID = try XCTUnwrap(file.buildID)
+        let base: UInt64 = 0x7f40_0000_0000
+        let frames = Symbolicator(systemDebugDirectory: nil)
+            .symbolicate(address: base + local.value + 1 - file.firstLoadVaddr, imagePath: withData, imageBase: base, buildID: buildID)
+        XCTAssertEqual(frames.map(\.symbol), ["vaka_mini_local"])
+    }
+
+    /// A stripped library's `.gnu_debuglink` is looked up under each debug directory too, at the library's
+    /// own directory below it (`DIR/<library directory>/NAME`), as under `/usr/lib/debug`.
+    func testDebuglinkCandidatesUnderDebugDirectories() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let library = try NativeFixture.compile("libinline.so", in: dir)
+        let debugRoot = dir.appendingPathComponent("debug-root")
+        let real = URL(fileURLWithPath: library).resolvingSymlinksInPath().deletingLastPathComponent().path
+        let nested = debugRoot.appendingPathComponent(String(real.dropFirst())).appendingPathComponent("libinline.so.debug")
+        try FileManager.default.createDirectory(at: nested.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let keep = try TestSupport.run("/usr/bin/objcopy", ["--only-keep-debug", library, nested.path])
+        XCTAssertEqual(keep.status, 0, keep.stderrText)
+        let link = DebugLink(name: "libinline.so.debug", crc: 0)
+        XCTAssertEqual(DebugFileLocator(directories: [debugRoot.path], systemDirectory: nil)
+                        .debugLinkCandidates(forImagePath: library, link: link), [nested.path])
+        XCTAssertEqual(DebugFileLocator(directories: [debugRoot.path], systemDirectory: nil)
+                        .debugLinkCandidates(forImagePath: library, link: DebugLink(name: "../x", crc: 0)), [])
+    }
+
     /// The CLI: collect, then check (text and JSON), and the usage errors.
     func testDebugFilesCommandLine() throws {
         let dir = try TestSupport.temporaryDirectory(self)

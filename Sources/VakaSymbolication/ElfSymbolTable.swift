@@ -1,0 +1,148 @@
+import CLibdw
+
+/// The function symbols of one ELF symbol table (`.symtab` or `.dynsym`), sorted by address for
+/// address → symbol lookups. Names stay in the file's string table (section ``stringSection``) and are
+/// read with `elf_strptr` when a lookup finds an entry, so a table of a few hundred thousand symbols costs
+/// 32 bytes per symbol. A table read through libdwfl (MiniDebugInfo, ``init(miniDebugInfoOf:buildID:maxSymbols:)``)
+/// keeps its names itself.
+struct ElfSymbolTable: Sendable {
+    /// One `STT_FUNC` (or sized `STT_NOTYPE`) defined symbol.
+    struct Entry: Sendable {
+        /// `st_value`: the start as an ELF virtual address.
+        var value: UInt64
+        /// `st_size` in bytes, > 0.
+        var size: UInt64
+        /// `st_name`: offset of the name in the string table.
+        var nameOffset: UInt32
+        /// Binding preference among symbols at one address: GLOBAL 0, WEAK 1, other 2.
+        var rank: UInt8
+        /// Position in the ELF table (the last tiebreaker).
+        var index: UInt32
+    }
+
+    /// The entries, sorted by value, then rank, then index.
+    private(set) var entries: [Entry] = []
+    /// Index of the string table section (`sh_link`) holding the names.
+    private(set) var stringSection: Int = 0
+    /// The names, for a table read through libdwfl: `Entry.nameOffset` indexes it. Empty otherwise.
+    private var names: [String] = []
+    /// The largest `st_size`: how far below an address a containing symbol can start.
+    private var maxSize: UInt64 = 0
+
+    /// `true` when the table has no function symbols (or the file has no such table).
+    var isEmpty: Bool { entries.isEmpty }
+
+    /// An empty table: the file has no such section, or it was refused as damaged.
+    init() {}
+
+    /// Reads the symbols of `section` (header `header`) of `elf`. The header's sizes come from the file, so
+    /// they are checked before any allocation: `sh_entsize` must be the size of one `Elf32_Sym`/`Elf64_Sym`,
+    /// the section must lie inside the file (`fileSize` bytes) and hold at most `maxSymbols` entries;
+    /// otherwise the table is empty.
+    init(elf: OpaquePointer, section: OpaquePointer, header: ElfSection, fileSize: UInt64, maxSymbols: Int) {
+        stringSection = Int(header.link)
+        let entrySize = UInt64(gelf_fsize(elf, ELF_T_SYM, 1, UInt32(EV_CURRENT)))
+        guard entrySize > 0, header.entrySize == entrySize, header.size % entrySize == 0,
+              header.offset <= fileSize, header.size <= fileSize - header.offset,
+              header.size / entrySize <= UInt64(maxSymbols),
+              let data = elf_getdata(section, nil) else { return }
+        let count = min(Int(header.size / entrySize), data.pointee.d_size / Int(entrySize))
+        entries.reserveCapacity(count)
+        for index in 0..<count {
+            var sym = GElf_Sym()
+            guard gelf_getsym(data, Int32(clamping: index), &sym) != nil else { break }
+            guard sym.st_name != 0 else { continue }
+            add(sym, nameOffset: sym.st_name, index: index)
+        }
+        sortEntries()
+    }
+
+    /// The function symbols libdwfl gives for the file at `path` (`dwfl_module_getsym_info`): `.dynsym` (or
+    /// `.symtab`) and, when the file has a `.gnu_debugdata` section, the `.symtab` of the xz-compressed ELF
+    /// file inside it (MiniDebugInfo, decompressed by libdwfl with liblzma). Empty when libdwfl cannot
+    /// read the file, or its build ID is not `buildID`. Values are ELF virtual addresses (`st_value`).
+    init(miniDebugInfoOf path: String, buildID: String?, maxSymbols: Int) {
+        stringSection = -1
+        let callbacks = UnsafeMutablePointer<Dwfl_Callbacks>.allocate(capacity: 1)
+        defer { callbacks.deallocate() }
+        // Offline, no separate debug files (the Symbolicator finds those), section addresses as in the file.
+        callbacks.initialize(to: Dwfl_Callbacks(find_elf: dwfl_build_id_find_elf,
+                                                find_debuginfo: { _, _, _, _, _, _, _, _ in -1 },
+                                                section_address: dwfl_offline_section_address, debuginfo_path: nil))
+        guard let dwfl = dwfl_begin(callbacks) else { return }
+        defer { dwfl_end(dwfl) }
+        dwfl_report_begin(dwfl)
+        let module = dwfl_report_offline(dwfl, "", path, -1)
+        dwfl_report_end(dwfl, nil, nil)
+        guard let module else { return }
+        var bits: UnsafePointer<UInt8>?
+        var vaddr: GElf_Addr = 0
+        let idSize = dwfl_module_build_id(module, &bits, &vaddr)
+        let id = idSize > 0 ? bits.map { DebugID.hexString(UnsafeRawBufferPointer(start: $0, count: Int(idSize))) } : nil
+        guard id == buildID else { return }
+        let count = Int(dwfl_module_getsymtab(module))
+        guard count > 0, count <= maxSymbols else { return }
+        for index in 1..<count {
+            var sym = GElf_Sym()
+            var address: GElf_Addr = 0
+            var section: GElf_Word = 0
+            guard let name = dwfl_module_getsym_info(module, Int32(index), &sym, &address, &section, nil, nil) else { continue }
+            guard name.pointee != 0, add(sym, nameOffset: UInt32(names.count), index: index) else { continue }
+            names.append(String(cString: name))
+        }
+        sortEntries()
+    }
+
+    /// Adds `sym` when it is a defined `STT_FUNC`, or a sized `STT_NOTYPE`, symbol with a size; `false` when
+    /// it is skipped.
+    @discardableResult
+    private mutating func add(_ sym: GElf_Sym, nameOffset: UInt32, index: Int) -> Bool {
+        let type = Int32(sym.st_info & 0xf)
+        let binding = Int32(sym.st_info >> 4)
+        guard sym.st_shndx != UInt16(SHN_UNDEF), sym.st_size > 0, type == STT_FUNC || type == STT_NOTYPE else {
+            return false
+        }
+        let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
+        entries.append(Entry(value: sym.st_value, size: sym.st_size, nameOffset: nameOffset, rank: rank,
+                             index: UInt32(truncatingIfNeeded: index)))
+        maxSize = max(maxSize, sym.st_size)
+        return true
+    }
+
+    /// Sorts by address, then preferred binding, then table order (the index in the table, as a tiebreaker:
+    /// one key, so an unstable in-place sort gives the same order as a stable one).
+    private mutating func sortEntries() {
+        entries.sort { lhs, rhs in
+            if lhs.value != rhs.value { return lhs.value < rhs.value }
+            if lhs.rank != rhs.rank { return lhs.rank < rhs.rank }
+            return lhs.index < rhs.index
+        }
+    }
+
+    /// The name of `entry`: from the table's own names, else from the string table section of `elf`.
+    func name(of entry: Entry, in elf: OpaquePointer) -> String? {
+        if stringSection < 0 {
+            return Int(entry.nameOffset) < names.count ? names[Int(entry.nameOffset)] : nil
+        }
+        return elf_strptr(elf, stringSection, Int(entry.nameOffset)).map { String(cString: $0) }
+    }
+
+    /// The entry whose `[value, value + size)` contains `vaddr`: the one starting closest below it, then
+    /// GLOBAL over WEAK over LOCAL binding, then table order; `nil` when none does.
+    func entry(containing vaddr: UInt64) -> Entry? {
+        var index = entries.firstIndex(after: vaddr, by: \.value) - 1
+        var best: Entry?
+        while index >= 0 {
+            let entry = entries[index]
+            if let found = best {
+                // Same start address: lower indexes have the preferred binding.
+                if entry.value != found.value { break }
+            } else if vaddr - entry.value >= maxSize {
+                break  // no symbol this far below can reach vaddr
+            }
+            if vaddr - entry.value < entry.size { best = entry }
+            index -= 1
+        }
+        return best
+    }
+}

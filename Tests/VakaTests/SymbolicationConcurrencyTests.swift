@@ -1,0 +1,115 @@
+import Foundation
+import Synchronization
+import XCTest
+import VakaSymbolication
+
+/// Symbolication from several threads at once: one ``ElfFile`` and one ``Symbolicator`` shared by all, the
+/// symbol tables and DWARF read on first use while other threads look up. `scripts/test` runs this class
+/// again under ThreadSanitizer (`swift test --sanitize=thread`), where a data race fails the run.
+final class SymbolicationConcurrencyTests: XCTestCase {
+    private static let threads = 4
+
+    /// Runs `body(thread)` on `threads` new threads that all start it together (after a spinning barrier,
+    /// so no thread finishes before another begins), and returns when all have finished.
+    private func onSeveralThreads(_ body: @escaping @Sendable (Int) -> Void) {
+        final class Barrier: Sendable {
+            let arrived = Atomic<Int>(0)
+        }
+        let barrier = Barrier()
+        let group = DispatchGroup()
+        for index in 0..<Self.threads {
+            group.enter()
+            let thread = Thread {
+                barrier.arrived.add(1, ordering: .relaxed)
+                while barrier.arrived.load(ordering: .relaxed) < Self.threads { sched_yield() }
+                body(index)
+                group.leave()
+            }
+            thread.start()
+        }
+        group.wait()
+    }
+
+    /// A fresh ``ElfFile`` used by several threads at once: each finds the same symbol.
+    func testOneElfFileFromSeveralThreads() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let library = try NativeFixture.compile("libinline.so", in: dir)
+        let outer = try XCTUnwrap(try NativeFixture.symbol("vaka_fixture_outer", in: library))
+        let file = try ElfFile(path: library)
+        let names = PerThread(count: Self.threads)
+        onSeveralThreads { thread in
+            let name = file.symbol(containing: outer.value + 4)?.name
+            _ = file.hasDynsym
+            names.append(name ?? "nil", thread: thread)
+        }
+        XCTAssertEqual(names.all, Array(repeating: "vaka_fixture_outer", count: Self.threads))
+    }
+
+    /// One ``Symbolicator`` used by several threads at once: each looks up in one resolved image's files
+    /// (``Symbolicator/resolve(imagePath:buildID:)``), preloads (``Symbolicator/preload(_:)``)
+    /// several images that share one file (the library by path, and by build ID through a debug directory
+    /// whose build-ID entry links to it), opened before but not read, then symbolicates every address of a
+    /// function in them. All get the frames a fresh single-threaded ``Symbolicator`` gives.
+    func testSymbolicatesTheSameImagesFromSeveralThreads() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let library = try NativeFixture.compile("libinline.so", in: dir)
+        let outer = try XCTUnwrap(try NativeFixture.symbol("vaka_fixture_outer", in: library))
+        let buildID = try XCTUnwrap(try ElfFile(path: library).buildID)
+        let debug = dir.appendingPathComponent("debug")
+        let entry = debug.appendingPathComponent(".build-id/\(buildID.prefix(2))/\(buildID.dropFirst(2)).debug")
+        try FileManager.default.createDirectory(at: entry.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: entry.path, withDestinationPath: library)
+
+        let base: UInt64 = 0x7f20_0000_0000
+        let addresses = (0..<outer.size).map { base + outer.value + $0 }
+        let reference = Symbolicator(systemDebugDirectory: nil)
+        let expected = addresses.map { reference.symbolicate(address: $0, imagePath: library, imageBase: base, buildID: buildID) }
+        XCTAssertEqual(expected.first?.last?.symbol, "vaka_fixture_outer")
+        XCTAssertNotNil(expected.first?.last?.line)
+
+        // The image by its path, without a path, and at paths that no longer exist (found by build ID).
+        let images: [String?] = [library, nil] + (0..<14).map { dir.appendingPathComponent("moved-\($0)/libinline.so").path }
+        let symbolicator = Symbolicator(debugDirectories: [debug.path], systemDebugDirectory: nil)
+        guard case .success = symbolicator.file(atPath: library) else { return XCTFail("cannot open \(library)") }
+        let resolved = try XCTUnwrap(symbolicator.resolve(imagePath: library, buildID: buildID))
+        let mismatches = PerThread(count: Self.threads)
+        onSeveralThreads { thread in
+            // The resolved image's files, shared by every thread, read by each.
+            if resolved.symbolFile?.symbol(containing: outer.value)?.name != "vaka_fixture_outer" {
+                mismatches.append("resolved image: no vaka_fixture_outer", thread: thread)
+            }
+            symbolicator.preload(images.map { (imagePath: $0, buildID: buildID) })
+            for (index, address) in addresses.enumerated() {
+                let image = images[(index + thread) % images.count]
+                let frames = symbolicator.symbolicate(address: address, imagePath: image, imageBase: base, buildID: buildID)
+                if frames != expected[index] {
+                    mismatches.append("\(image ?? "nil") 0x\(String(address, radix: 16)): \(frames)", thread: thread)
+                }
+            }
+        }
+        XCTAssertEqual(mismatches.all, [])
+    }
+}
+
+/// Strings collected from several threads, one list per thread (no lock, so the test's own bookkeeping adds
+/// no ordering between the threads for ThreadSanitizer). `@unchecked Sendable` is safe: each thread appends
+/// only to its own list, and ``all`` is read after every thread has finished (`DispatchGroup.wait`).
+private final class PerThread: @unchecked Sendable {
+    private let lists: UnsafeMutableBufferPointer<[String]>
+
+    init(count: Int) {
+        lists = .allocate(capacity: count)
+        lists.initialize(repeating: [])
+    }
+
+    deinit {
+        _ = lists.deinitialize()
+        lists.deallocate()
+    }
+
+    func append(_ text: String, thread: Int) {
+        lists[thread].append(text)
+    }
+
+    var all: [String] { lists.flatMap { $0 } }
+}
