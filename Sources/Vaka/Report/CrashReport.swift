@@ -1,6 +1,11 @@
 import Foundation
+import VakaCrash
 
 /// A crash report file (`docs/report-format.md`, version 1) parsed into typed values.
+///
+/// The reader (``ReportParser``) takes the format's magic, keys, special values and limits from the report contract
+/// header `include/vaka/vaka_report_format.h`, which the C writer uses too, and names signals with the writer's
+/// table (`vaka_signal_name`).
 ///
 /// Reports come from a process that was dying, so the reader is lenient where it can be and strict
 /// where it must be:
@@ -22,18 +27,24 @@ import Foundation
 public struct CrashReport: Equatable, Sendable {
     /// The report format version this reader understands (`VAKA-CRASH 1`).
     public static let supportedVersion = 1
-    /// Longest line accepted, in bytes without the `\n` (64 KiB). A valid report line is at most about
-    /// 8 KiB (paths and messages are capped at 4096 bytes before escaping).
-    public static let maxLineLength = 64 * 1024
+    /// Longest line accepted, in bytes without the `\n` (64 KiB): the contract's `VAKA_REPORT_MAX_LINE`
+    /// (`include/vaka/vaka_report_format.h`). A valid report line is far shorter (paths and messages are capped
+    /// at 4096 bytes before escaping).
+    public static let maxLineLength = Int(VAKA_REPORT_MAX_LINE)
     /// Most bytes read from a report file (8 MiB). A valid report is far smaller (≤ 512 images with
     /// ≤ 4 KiB paths); a longer file is read up to this size and treated as truncated.
     public static let maxFileSize = 8 * 1024 * 1024
-    /// Most `frame` lines kept (the writer records at most 128); later ones count as malformed.
-    public static let maxFrames = 1024
-    /// Most `image` lines kept (the writer records at most 512); later ones count as malformed.
-    public static let maxImages = 4096
+    /// Most `frame` lines kept (1024): eight times what the writer records (`VAKA_REPORT_MAX_FRAMES`, 128), so a
+    /// report of a runtime with a higher limit still reads whole; later ones count as malformed.
+    public static let maxFrames = 8 * Int(VAKA_REPORT_MAX_FRAMES)
+    /// Most `image` lines kept (4096): eight times what the writer records (`VAKA_MAX_IMAGES`, 512); later ones
+    /// count as malformed.
+    public static let maxImages = 8 * Int(VAKA_MAX_IMAGES)
     /// Most `register` lines kept; later ones count as malformed.
     public static let maxRegisters = 256
+    /// Longest build ID accepted on an `image` line, in hex digits (256): twice the digits of the longest one the
+    /// writer records (`VAKA_REPORT_BUILD_ID_MAX`, 64 bytes); a longer one is ignored (the image gets none).
+    static let maxBuildIDDigits = 4 * Int(VAKA_REPORT_BUILD_ID_MAX)
 
     /// The fatal signal (`signal <number> <name>`).
     public struct Signal: Equatable, Sendable {
@@ -158,7 +169,7 @@ public struct CrashReport: Equatable, Sendable {
 
     /// The report file name for `runID`: `<run_id>.crash`, or `<run_id>-<pid>.crash` for a fork child's report.
     public static func fileName(runID: String, forkChildPID pid: Int64? = nil) -> String {
-        pid.map { "\(runID)-\($0).crash" } ?? "\(runID).crash"
+        pid.map { "\(runID)-\($0)\(VAKA_REPORT_FILE_SUFFIX)" } ?? "\(runID)\(VAKA_REPORT_FILE_SUFFIX)"
     }
 
     /// Creates a report value directly (for tests and tools); parsing is done by ``init(data:)``.

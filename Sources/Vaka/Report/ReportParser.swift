@@ -2,10 +2,12 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import VakaCrash
 
 /// The keys of the report format (docs/report-format.md, *Keys*), one case each: the reader's one table of what
-/// a report line can say. ``ReportParser`` switches over it exhaustively, so a key added here must be handled
-/// there; the key strings are the writer's.
+/// a report line can say. The key strings are the writer's, the `VAKA_REPORT_KEY_*` macros of the report contract
+/// header `include/vaka/vaka_report_format.h`; ``ReportParser`` switches over the cases exhaustively, so a key
+/// added here must be handled there.
 enum ReportKey: CaseIterable, Sendable {
     case runID, pid, tid, threadName, timestampNs, arch, executable, signal, code, faultAddress, sender
     case fatalMessage, abortMessage, register, frame, framesTruncated, image, memoryRead, captureNs, pad, end
@@ -13,32 +15,60 @@ enum ReportKey: CaseIterable, Sendable {
     /// The key as the report writes it, e.g. `fault_addr`.
     var name: String {
         switch self {
-        case .runID: "run_id"
-        case .pid: "pid"
-        case .tid: "tid"
-        case .threadName: "thread_name"
-        case .timestampNs: "timestamp_ns"
-        case .arch: "arch"
-        case .executable: "executable"
-        case .signal: "signal"
-        case .code: "code"
-        case .faultAddress: "fault_addr"
-        case .sender: "sender"
-        case .fatalMessage: "fatal_message"
-        case .abortMessage: "abort_message"
-        case .register: "register"
-        case .frame: "frame"
-        case .framesTruncated: "frames_truncated"
-        case .image: "image"
-        case .memoryRead: "memory_read"
-        case .captureNs: "capture_ns"
-        case .pad: "pad"
-        case .end: "end"
+        case .runID: VAKA_REPORT_KEY_RUN_ID
+        case .pid: VAKA_REPORT_KEY_PID
+        case .tid: VAKA_REPORT_KEY_TID
+        case .threadName: VAKA_REPORT_KEY_THREAD_NAME
+        case .timestampNs: VAKA_REPORT_KEY_TIMESTAMP_NS
+        case .arch: VAKA_REPORT_KEY_ARCH
+        case .executable: VAKA_REPORT_KEY_EXECUTABLE
+        case .signal: VAKA_REPORT_KEY_SIGNAL
+        case .code: VAKA_REPORT_KEY_CODE
+        case .faultAddress: VAKA_REPORT_KEY_FAULT_ADDR
+        case .sender: VAKA_REPORT_KEY_SENDER
+        case .fatalMessage: VAKA_REPORT_KEY_FATAL_MESSAGE
+        case .abortMessage: VAKA_REPORT_KEY_ABORT_MESSAGE
+        case .register: VAKA_REPORT_KEY_REGISTER
+        case .frame: VAKA_REPORT_KEY_FRAME
+        case .framesTruncated: VAKA_REPORT_KEY_FRAMES_TRUNCATED
+        case .image: VAKA_REPORT_KEY_IMAGE
+        case .memoryRead: VAKA_REPORT_KEY_MEMORY_READ
+        case .captureNs: VAKA_REPORT_KEY_CAPTURE_NS
+        case .pad: VAKA_REPORT_KEY_PAD
+        case .end: VAKA_REPORT_KEY_END
         }
     }
 
     /// Every key by its ``name``.
     static let byName: [String: ReportKey] = Dictionary(uniqueKeysWithValues: allCases.map { ($0.name, $0) })
+
+    /// Whether the ``CrashReport`` field this key's lines fill holds a value in `report` (`end`: the report is
+    /// not truncated); `true` for the keys the reader takes nothing from (`memory_read`, `pad`). The contract
+    /// tests check with it that every key the writer writes reaches its field.
+    func isFilled(in report: CrashReport) -> Bool {
+        switch self {
+        case .runID: report.runID != nil
+        case .pid: report.pid != nil
+        case .tid: report.tid != nil
+        case .threadName: report.threadName != nil
+        case .timestampNs: report.timestampNs != nil
+        case .arch: report.arch != nil
+        case .executable: report.executable != nil
+        case .signal: report.signal.number != 0
+        case .code: report.code != nil
+        case .faultAddress: report.faultAddress != nil
+        case .sender: report.sender != nil
+        case .fatalMessage: report.fatalMessage != nil
+        case .abortMessage: report.abortMessage != nil
+        case .register: !report.registers.isEmpty
+        case .frame: !report.frames.isEmpty
+        case .framesTruncated: report.framesTruncated != nil
+        case .image: !report.images.isEmpty
+        case .captureNs: report.captureNs != nil
+        case .end: !report.isTruncated
+        case .memoryRead, .pad: true
+        }
+    }
 }
 
 /// Reads report bytes line by line into a ``CrashReport`` with the rules documented there (strict header and
@@ -187,7 +217,7 @@ struct ReportParser {
     }
 
     private mutating func header(_ line: UnsafeRawBufferPointer) throws {
-        let magic = Array("VAKA-CRASH".utf8)
+        let magic = Array(VAKA_REPORT_MAGIC.utf8)
         let text = Array(line)
         guard text.starts(with: magic), text.count == magic.count || text[magic.count] == 0x20 else {
             throw CrashReportError.notAReport(firstLine: preview(line))
@@ -236,7 +266,7 @@ struct ReportParser {
             let parts = ReportText.words(string, max: 2)
             guard let number = Int32(parts[0]) else { return malformed("bad si_code") }
             report.code = CrashReport.SignalCode(value: number,
-                                                 name: parts.count > 1 && !parts[1].isEmpty ? parts[1] : "UNKNOWN")
+                                                 name: parts.count > 1 && !parts[1].isEmpty ? parts[1] : VAKA_REPORT_NAME_UNKNOWN)
             seen.insert(key)
         case .runID:
             setText(key, value, \.runID)
@@ -245,7 +275,7 @@ struct ReportParser {
         case .arch:
             setText(key, value, \.arch)
         case .executable:
-            setText(key, value, \.executable) { $0 == "-" || $0.contains("\u{0}") ? nil : $0 }
+            setText(key, value, \.executable) { $0 == VAKA_REPORT_VALUE_UNKNOWN || $0.contains("\u{0}") ? nil : $0 }
         case .fatalMessage:
             setText(key, value, \.fatalMessage)
         case .abortMessage:
@@ -262,14 +292,14 @@ struct ReportParser {
             setNumber(key, string, \.framesTruncated, nonNegative: true)
         case .faultAddress:
             guard once(key) else { return }
-            guard let address = ReportText.hex(string) else { return malformed("bad fault_addr") }
+            guard let address = ReportText.hex(string) else { return malformed("bad \(key.name)") }
             report.faultAddress = address
             seen.insert(key)
         case .sender:
             guard once(key) else { return }
             let parts = ReportText.words(string, max: 2)
             guard parts.count == 2, let pid = Int64(parts[0]), let uid = UInt32(parts[1]) else {
-                return malformed("bad sender")
+                return malformed("bad \(key.name)")
             }
             report.sender = CrashReport.Sender(pid: pid, uid: uid)
             seen.insert(key)
@@ -278,7 +308,7 @@ struct ReportParser {
             let parts = ReportText.words(string, max: 2)
             guard parts.count == 2, !parts[0].isEmpty, parts[0].utf8.count <= 16,
                   parts[0].utf8.allSatisfy({ ReportText.isAlnum($0) }), let number = ReportText.hex(parts[1]) else {
-                return malformed("bad register")
+                return malformed("bad \(key.name)")
             }
             report.registers.append(CrashReport.Register(name: parts[0], value: number))
         case .frame:
@@ -313,14 +343,14 @@ struct ReportParser {
         }
         let idText = String(decoding: parts[2], as: UTF8.self)
         var buildID: String?
-        if idText != "-" {
-            if idText.utf8.count <= 256, let bytes = ReportText.hexBytes(idText), !bytes.isEmpty {
+        if idText != VAKA_REPORT_VALUE_UNKNOWN {
+            if idText.utf8.count <= CrashReport.maxBuildIDDigits, let bytes = ReportText.hexBytes(idText), !bytes.isEmpty {
                 buildID = idText.lowercased()
             } else {
                 note("line \(lineNumber): image build ID is not hex, ignored")
             }
         }
-        var path = Array(rest) == [0x2D] || rest.isEmpty ? nil : ReportText.unescape(rest)
+        var path = rest.elementsEqual(VAKA_REPORT_VALUE_UNKNOWN.utf8) || rest.isEmpty ? nil : ReportText.unescape(rest)
         if let text = path, text.contains("\u{0}") {
             // A NUL would cut the path short when it is opened: some other file. Unknown instead.
             note("line \(lineNumber): image path holds a NUL byte, treated as unknown")
@@ -351,14 +381,9 @@ struct ReportParser {
     }
 }
 
-/// Linux signal names by number (x86_64 and aarch64 agree on these), for a `signal` line without a name.
+/// The name of signal `number` from the runtime's table (`vaka_signal_name`, the one the writer uses), or
+/// `SIG<number>` for a number the table does not know (real-time signals, e.g. `SIG40`); for a `signal` line
+/// without a name.
 func signalName(_ number: Int32) -> String {
-    let names: [Int32: String] = [
-        1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",
-        8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE", 14: "SIGALRM",
-        15: "SIGTERM", 16: "SIGSTKFLT", 17: "SIGCHLD", 18: "SIGCONT", 19: "SIGSTOP", 20: "SIGTSTP",
-        21: "SIGTTIN", 22: "SIGTTOU", 23: "SIGURG", 24: "SIGXCPU", 25: "SIGXFSZ", 26: "SIGVTALRM",
-        27: "SIGPROF", 28: "SIGWINCH", 29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS",
-    ]
-    return names[number] ?? "SIG\(number)"
+    vaka_signal_name(number).map { String(cString: $0) } ?? "SIG\(number)"
 }
