@@ -93,6 +93,11 @@ struct Command: Sendable {
     var syntax: ArgumentSyntax
     /// Runs it.
     var run: @Sendable (ParsedArguments) -> Never
+
+    /// Parses `arguments` (the words after the command's name) with ``syntax`` and runs the command.
+    func execute(_ arguments: ArraySlice<String>) -> Never {
+        run(syntax.parse(arguments))
+    }
 }
 
 /// Commands under one name: `vaka report convert`, `vaka debug-files check|collect`, `vaka outbox list|show`.
@@ -120,6 +125,7 @@ struct CommandGroup: Sendable {
         guard let command = commands[name] else {
             fail("unknown \(self.name) command '\(name)' (see vaka \(self.name) --help)", status: 2)
         }
-        command.run(shared ?? command.syntax.parse(arguments.dropFirst()))
+        if let shared { command.run(shared) }
+        command.execute(arguments.dropFirst())
     }
 }

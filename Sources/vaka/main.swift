@@ -57,7 +57,7 @@ switch command {
 case _ where helpWords.contains(command): printOut(toolUsage); exit(0)
 case "--version": printOut("vaka \(FatalEventBuilder.sdk.version)\n"); exit(0)
 case "report": reportGroup.run(arguments.dropFirst())
-case "symbolicate": symbolicateCommand.run(symbolicateCommand.syntax.parse(arguments.dropFirst()))
+case "symbolicate": symbolicateCommand.execute(arguments.dropFirst())
 case "debug-files": debugFilesGroup.run(arguments.dropFirst())
 case "outbox": outboxGroup.run(arguments.dropFirst())
 default: fail("unknown command '\(command)' (see vaka --help)", status: 2)

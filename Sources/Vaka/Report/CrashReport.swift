@@ -3,7 +3,7 @@ import VakaCrash
 
 /// A crash report file (`docs/report-format.md`, version 1) parsed into typed values.
 ///
-/// The reader (``ReportParser``) takes the format's magic, keys, special values and limits from the report contract
+/// The reader (`ReportParser`) takes the format's magic, keys, special values and limits from the report contract
 /// header `include/vaka/vaka_report_format.h`, which the C writer uses too, and names signals with the writer's
 /// table (`vaka_signal_name`).
 ///
