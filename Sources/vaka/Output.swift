@@ -61,3 +61,9 @@ func prepareOutput() {
     }
     signal(SIGXFSZ, SIG_IGN)
 }
+
+/// Prints `vaka: <message>` on stderr and exits with `status`.
+func fail(_ message: String, status: Int32) -> Never {
+    writeErr("vaka: \(message)\n")
+    exit(status)
+}

@@ -173,4 +173,77 @@ final class CommandLineTests: XCTestCase {
             XCTAssertTrue(result.stdoutText.contains("Exit status: 0 success"), "\(help): \(result.stdoutText)")
         }
     }
+
+    /// The one argument parser: each usage error's exact line, for every command.
+    func testUsageErrorsReadTheSameForEveryCommand() throws {
+        let cases: [([String], String)] = [
+            (["frobnicate"], "vaka: unknown command 'frobnicate' (see vaka --help)"),
+            (["report"], "vaka: report needs a command: convert (see vaka report --help)"),
+            (["report", "explode"], "vaka: unknown report command 'explode' (see vaka report --help)"),
+            (["report", "convert"], "vaka: report convert needs a FILE (see vaka report --help)"),
+            (["report", "convert", "a", "b"], "vaka: report convert takes one FILE, got 2"),
+            (["report", "convert", "--bogus", "a"], "vaka: unknown option --bogus for 'report convert' (see vaka report --help)"),
+            (["report", "convert", "--pretty=1", "a"], "vaka: unknown option --pretty=1 for 'report convert' (see vaka report --help)"),
+            (["symbolicate"], "vaka: symbolicate needs a FILE (see vaka symbolicate --help)"),
+            (["symbolicate", "a", "b"], "vaka: symbolicate takes one FILE, got 2"),
+            (["symbolicate", "--bogus", "a"], "vaka: unknown option --bogus for 'vaka symbolicate' (see vaka symbolicate --help)"),
+            (["symbolicate", "a", "--debug-dir"], "vaka: --debug-dir needs a value (see vaka symbolicate --help)"),
+            (["debug-files"], "vaka: debug-files needs a command: check or collect (see vaka debug-files --help)"),
+            (["debug-files", "explode"], "vaka: unknown debug-files command 'explode' (see vaka debug-files --help)"),
+            (["debug-files", "check"], "vaka: debug-files check needs a FILE (see vaka debug-files --help)"),
+            (["debug-files", "check", "--bogus", "a"],
+             "vaka: unknown option --bogus for 'vaka debug-files check' (see vaka debug-files check --help)"),
+            (["debug-files", "collect", "a"], "vaka: debug-files collect needs one --out OUTDIR (see vaka debug-files --help)"),
+            (["debug-files", "collect", "--out", "o"], "vaka: debug-files collect needs a DIR (see vaka debug-files --help)"),
+            (["debug-files", "collect", "a", "--out"], "vaka: --out needs a value (see vaka debug-files collect --help)"),
+            (["debug-files", "collect", "a", "--out", "o", "--out", "p"],
+             "vaka: debug-files collect needs one --out OUTDIR (see vaka debug-files --help)"),
+            (["outbox"], "vaka: outbox needs a command: list or show (see vaka outbox --help)"),
+            (["outbox", "explode"], "vaka: unknown outbox command 'explode' (see vaka outbox --help)"),
+            // outbox reads its options before it checks the command's name.
+            (["outbox", "explode", "--bogus"], "vaka: unknown option --bogus for 'outbox' (see vaka outbox --help)"),
+            (["outbox", "--storage", "/", "list"], "vaka: unknown outbox command '--storage' (see vaka outbox --help)"),
+            (["outbox", "list", "x", "--storage", "/"], "vaka: outbox list takes no arguments"),
+            (["outbox", "list", "--storage"], "vaka: --storage needs a directory"),
+            (["outbox", "list", "--bogus"], "vaka: unknown option --bogus for 'outbox' (see vaka outbox --help)"),
+            (["outbox", "show"], "vaka: outbox show takes one ENVELOPE (see vaka outbox --help)"),
+            (["outbox", "show", "a", "b"], "vaka: outbox show takes one ENVELOPE (see vaka outbox --help)"),
+            // Negative numbers are outbox indexes, `-` and `--` are not.
+            (["outbox", "show", "-1", "-2"], "vaka: outbox show takes one ENVELOPE (see vaka outbox --help)"),
+            (["outbox", "show", "-"], "vaka: unknown option - for 'outbox' (see vaka outbox --help)"),
+            (["outbox", "show", "--"], "vaka: unknown option -- for 'outbox' (see vaka outbox --help)"),
+        ]
+        for (arguments, message) in cases {
+            let result = try vaka(arguments)
+            XCTAssertEqual(result.status, 2, "\(arguments)")
+            XCTAssertEqual(result.stderrText, message + "\n", "\(arguments)")
+            XCTAssertEqual(result.stdout, Data(), "\(arguments)")
+        }
+        // `--` ends the options of the file commands: what follows is a file name.
+        for arguments in [["report", "convert", "--", "--pretty"], ["symbolicate", "--", "--pretty"]] {
+            let result = try vaka(arguments)
+            XCTAssertEqual(result.status, 1, "\(arguments)")
+            XCTAssertEqual(result.stderrText, "vaka: --pretty: No such file or directory\n", "\(arguments)")
+        }
+    }
+
+    /// `-h`/`--help` anywhere in a command's arguments prints its group's usage, as `vaka GROUP --help` does.
+    func testHelpOfEveryCommandIsItsGroupsUsage() throws {
+        let pairs: [([String], [String])] = [
+            (["report", "convert", "a", "--help"], ["report", "help"]),
+            (["symbolicate", "-h", "--bogus"], ["symbolicate", "--help"]),
+            (["debug-files", "check", "-h"], ["debug-files", "--help"]),
+            (["debug-files", "collect", "--help"], ["debug-files", "-h"]),
+            (["outbox", "show", "1", "--help"], ["outbox", "help"]),
+            (["outbox", "explode", "--help"], ["outbox", "--help"]),
+        ]
+        for (command, group) in pairs {
+            let asked = try vaka(command)
+            let usage = try vaka(group)
+            XCTAssertEqual(asked.status, 0, "\(command)")
+            XCTAssertEqual(usage.status, 0, "\(group)")
+            XCTAssertTrue(usage.stdoutText.hasPrefix("Usage: vaka "), "\(group): \(usage.stdoutText)")
+            XCTAssertEqual(asked.stdoutText, usage.stdoutText, "\(command)")
+        }
+    }
 }

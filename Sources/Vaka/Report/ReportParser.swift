@@ -1,0 +1,389 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import VakaCrash
+
+/// The keys of the report format (docs/report-format.md, *Keys*), one case each: the reader's one table of what
+/// a report line can say. The key strings are the writer's, the `VAKA_REPORT_KEY_*` macros of the report contract
+/// header `include/vaka/vaka_report_format.h`; ``ReportParser`` switches over the cases exhaustively, so a key
+/// added here must be handled there.
+enum ReportKey: CaseIterable, Sendable {
+    case runID, pid, tid, threadName, timestampNs, arch, executable, signal, code, faultAddress, sender
+    case fatalMessage, abortMessage, register, frame, framesTruncated, image, memoryRead, captureNs, pad, end
+
+    /// The key as the report writes it, e.g. `fault_addr`.
+    var name: String {
+        switch self {
+        case .runID: VAKA_REPORT_KEY_RUN_ID
+        case .pid: VAKA_REPORT_KEY_PID
+        case .tid: VAKA_REPORT_KEY_TID
+        case .threadName: VAKA_REPORT_KEY_THREAD_NAME
+        case .timestampNs: VAKA_REPORT_KEY_TIMESTAMP_NS
+        case .arch: VAKA_REPORT_KEY_ARCH
+        case .executable: VAKA_REPORT_KEY_EXECUTABLE
+        case .signal: VAKA_REPORT_KEY_SIGNAL
+        case .code: VAKA_REPORT_KEY_CODE
+        case .faultAddress: VAKA_REPORT_KEY_FAULT_ADDR
+        case .sender: VAKA_REPORT_KEY_SENDER
+        case .fatalMessage: VAKA_REPORT_KEY_FATAL_MESSAGE
+        case .abortMessage: VAKA_REPORT_KEY_ABORT_MESSAGE
+        case .register: VAKA_REPORT_KEY_REGISTER
+        case .frame: VAKA_REPORT_KEY_FRAME
+        case .framesTruncated: VAKA_REPORT_KEY_FRAMES_TRUNCATED
+        case .image: VAKA_REPORT_KEY_IMAGE
+        case .memoryRead: VAKA_REPORT_KEY_MEMORY_READ
+        case .captureNs: VAKA_REPORT_KEY_CAPTURE_NS
+        case .pad: VAKA_REPORT_KEY_PAD
+        case .end: VAKA_REPORT_KEY_END
+        }
+    }
+
+    /// Every key by its ``name``.
+    static let byName: [String: ReportKey] = Dictionary(uniqueKeysWithValues: allCases.map { ($0.name, $0) })
+
+    /// Whether the ``CrashReport`` field this key's lines fill holds a value in `report` (`end`: the report is
+    /// not truncated); `true` for the keys the reader takes nothing from (`memory_read`, `pad`). The contract
+    /// tests check with it that every key the writer writes reaches its field.
+    func isFilled(in report: CrashReport) -> Bool {
+        switch self {
+        case .runID: report.runID != nil
+        case .pid: report.pid != nil
+        case .tid: report.tid != nil
+        case .threadName: report.threadName != nil
+        case .timestampNs: report.timestampNs != nil
+        case .arch: report.arch != nil
+        case .executable: report.executable != nil
+        case .signal: report.signal.number != 0
+        case .code: report.code != nil
+        case .faultAddress: report.faultAddress != nil
+        case .sender: report.sender != nil
+        case .fatalMessage: report.fatalMessage != nil
+        case .abortMessage: report.abortMessage != nil
+        case .register: !report.registers.isEmpty
+        case .frame: !report.frames.isEmpty
+        case .framesTruncated: report.framesTruncated != nil
+        case .image: !report.images.isEmpty
+        case .captureNs: report.captureNs != nil
+        case .end: !report.isTruncated
+        case .memoryRead, .pad: true
+        }
+    }
+}
+
+/// Reads report bytes line by line into a ``CrashReport`` with the rules documented there (strict header and
+/// `signal`, lenient elsewhere, caps on lines, frames, images and registers).
+///
+/// Every field but the signal is written straight into ``report``; the signal, the one required field, is kept
+/// aside in ``signal`` until the end, where ``parse(_:cutAtSizeLimit:)`` throws when there is none.
+struct ReportParser {
+    private var sawHeader = false
+    private var sawEnd = false
+    private var lineNumber = 0
+    private var signal: CrashReport.Signal?
+    /// Why a `signal` line did not parse, for ``CrashReportError/missingSignal(truncated:problem:)``.
+    private var signalProblem: String?
+    /// The report read so far; its `signal` is a placeholder (see ``signal``).
+    private var report = CrashReport(version: 0, signal: CrashReport.Signal(number: 0, name: ""))
+    /// Single-value keys already set: a repeated one is malformed.
+    private var seen = Set<ReportKey>()
+
+    /// Parses report bytes; only the first ``CrashReport/maxFileSize`` are used. The result is truncated when
+    /// the bytes have no `end` line, were longer than that, or `cutAtSizeLimit` says the file was.
+    /// - Throws: ``CrashReportError`` as ``CrashReport/init(data:fileName:)`` documents.
+    static func parse(_ data: Data, cutAtSizeLimit: Bool) throws -> CrashReport {
+        var cut = cutAtSizeLimit
+        var bytes = data
+        if bytes.count > CrashReport.maxFileSize {
+            bytes = bytes.prefix(CrashReport.maxFileSize)
+            cut = true
+        }
+        var parser = ReportParser()
+        try bytes.withUnsafeBytes { raw in
+            try parser.run(UnsafeRawBufferPointer(raw))
+        }
+        guard let signal = parser.signal else {
+            throw CrashReportError.missingSignal(truncated: !parser.sawEnd || cut, problem: parser.signalProblem)
+        }
+        var report = parser.report
+        report.signal = signal
+        report.isTruncated = cut || !parser.sawEnd
+        return report
+    }
+
+    /// The first ``CrashReport/maxFileSize`` bytes of the regular file at `path`, and whether it goes on beyond.
+    /// - Throws: ``CrashReportError/cannotRead(path:errno:)``, ``CrashReportError/notARegularFile(path:)``.
+    static func readFile(_ path: String) throws -> (data: Data, cut: Bool) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { throw CrashReportError.cannotRead(path: path, errno: errno) }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw CrashReportError.cannotRead(path: path, errno: errno) }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw CrashReportError.notARegularFile(path: path) }
+        // Read at most limit + 1 bytes: one more than allowed tells that the file goes on.
+        let limit = CrashReport.maxFileSize
+        var data = Data()
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while data.count <= limit {
+            let want = min(chunk.count, limit + 1 - data.count)
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress!, want) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw CrashReportError.cannotRead(path: path, errno: errno)
+            }
+            if n == 0 { break }
+            data.append(contentsOf: chunk[0..<n])
+        }
+        let cut = data.count > limit
+        return (cut ? data.prefix(limit) : data, cut)
+    }
+
+    // MARK: - Lines
+
+    private mutating func run(_ bytes: UnsafeRawBufferPointer) throws {
+        guard !bytes.isEmpty else { throw CrashReportError.empty }
+        var start = 0
+        let count = bytes.count
+        while start < count && !sawEnd {
+            // Find the end of this line without looking further than the length cap + 1.
+            var end = start
+            let scanLimit = min(count, start + CrashReport.maxLineLength + 1)
+            while end < scanLimit && bytes[end] != 0x0A { end += 1 }
+            lineNumber += 1
+            if end < count && bytes[end] == 0x0A {
+                try line(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), terminated: true)
+                start = end + 1
+            } else if end == count {
+                // Last line, no '\n': the cut happened here.
+                try line(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), terminated: false)
+                start = end
+            } else {
+                // Longer than the cap: skip to the next '\n' (or the end of the input).
+                var next = end
+                while next < count && bytes[next] != 0x0A { next += 1 }
+                if !sawHeader {
+                    throw CrashReportError.notAReport(firstLine: preview(UnsafeRawBufferPointer(rebasing: bytes[start..<end])))
+                }
+                report.diagnostics.skippedLongLines += 1
+                note("line \(lineNumber): longer than \(CrashReport.maxLineLength) bytes, skipped")
+                start = next + 1
+            }
+        }
+    }
+
+    private mutating func note(_ problem: String) {
+        if report.diagnostics.problems.count < 20 { report.diagnostics.problems.append(problem) }
+    }
+
+    private mutating func malformed(_ problem: String) {
+        report.diagnostics.malformedLines += 1
+        note("line \(lineNumber): \(problem)")
+    }
+
+    private func preview(_ line: UnsafeRawBufferPointer) -> String {
+        ReportText.escapeForDisplay(line.prefix(40))
+    }
+
+    private mutating func line(_ raw: UnsafeRawBufferPointer, terminated: Bool) throws {
+        // A CRLF line end: the '\r' is not part of the value (the writer escapes every real '\r').
+        let line = raw.last == 0x0D ? UnsafeRawBufferPointer(rebasing: raw.dropLast()) : raw
+        if !sawHeader {
+            try header(line)
+            return
+        }
+        if !terminated {
+            // The writer ends every line, `end` included, with '\n': a line without it was cut while being
+            // written (`en`, `end` before its newline, half a frame address), so its value cannot be trusted.
+            note("line \(lineNumber): no line end (cut while written), ignored")
+            return
+        }
+        let text = Array(line)
+        if text.contains(0) {
+            malformed("contains a NUL byte, skipped")
+            return
+        }
+        let name: String
+        let value: ArraySlice<UInt8>
+        if let space = text.firstIndex(of: 0x20) {
+            name = String(decoding: text[..<space], as: UTF8.self)
+            value = text[(space + 1)...]
+        } else {
+            name = String(decoding: text, as: UTF8.self)
+            value = []
+        }
+        // Unknown keys are later additions to the format: ignore them.
+        guard let key = ReportKey.byName[name] else { return }
+        field(key, value)
+    }
+
+    private mutating func header(_ line: UnsafeRawBufferPointer) throws {
+        let magic = Array(VAKA_REPORT_MAGIC.utf8)
+        let text = Array(line)
+        guard text.starts(with: magic), text.count == magic.count || text[magic.count] == 0x20 else {
+            throw CrashReportError.notAReport(firstLine: preview(line))
+        }
+        if text.contains(0x0D) { throw CrashReportError.carriageReturnLineEnds }
+        let versionText = text.count > magic.count ? String(decoding: text[(magic.count + 1)...], as: UTF8.self) : ""
+        guard let number = Int(versionText), number == CrashReport.supportedVersion,
+              versionText == String(number) else {
+            throw CrashReportError.unsupportedVersion(ReportText.escapeForDisplay(Array(versionText.utf8).prefix(40)))
+        }
+        report.version = number
+        sawHeader = true
+    }
+
+    // MARK: - Fields
+
+    /// Single-value keys: the first valid line wins, later ones are malformed.
+    private mutating func once(_ key: ReportKey) -> Bool {
+        if seen.contains(key) {
+            malformed("repeated \(key.name), ignored")
+            return false
+        }
+        return true
+    }
+
+    private mutating func field(_ key: ReportKey, _ value: ArraySlice<UInt8>) {
+        let string = String(decoding: value, as: UTF8.self)
+        switch key {
+        case .end:
+            sawEnd = true
+        case .memoryRead, .pad:
+            break  // informational and filler: nothing for the event
+        case .signal:
+            guard once(key) else { return }
+            let parts = ReportText.words(string, max: 2)
+            guard let number = Int32(parts[0]), (1...64).contains(number) else {
+                signalProblem = "line \(lineNumber): bad signal \"\(ReportText.escapeForDisplay(value.prefix(40)))\""
+                malformed("bad signal value")
+                return
+            }
+            let name = parts.count > 1 && !parts[1].isEmpty ? parts[1] : signalName(number)
+            signal = CrashReport.Signal(number: number, name: name)
+            seen.insert(key)
+        case .code:
+            guard once(key) else { return }
+            let parts = ReportText.words(string, max: 2)
+            guard let number = Int32(parts[0]) else { return malformed("bad si_code") }
+            report.code = CrashReport.SignalCode(value: number,
+                                                 name: parts.count > 1 && !parts[1].isEmpty ? parts[1] : VAKA_REPORT_NAME_UNKNOWN)
+            seen.insert(key)
+        case .runID:
+            setText(key, value, \.runID)
+        case .threadName:
+            setText(key, value, \.threadName)
+        case .arch:
+            setText(key, value, \.arch)
+        case .executable:
+            setText(key, value, \.executable) { $0 == VAKA_REPORT_VALUE_UNKNOWN || $0.contains("\u{0}") ? nil : $0 }
+        case .fatalMessage:
+            setText(key, value, \.fatalMessage)
+        case .abortMessage:
+            setText(key, value, \.abortMessage)
+        case .pid:
+            setNumber(key, string, \.pid, nonNegative: true)
+        case .tid:
+            setNumber(key, string, \.tid, nonNegative: true)
+        case .timestampNs:
+            setNumber(key, string, \.timestampNs)
+        case .captureNs:
+            setNumber(key, string, \.captureNs)
+        case .framesTruncated:
+            setNumber(key, string, \.framesTruncated, nonNegative: true)
+        case .faultAddress:
+            guard once(key) else { return }
+            guard let address = ReportText.hex(string) else { return malformed("bad \(key.name)") }
+            report.faultAddress = address
+            seen.insert(key)
+        case .sender:
+            guard once(key) else { return }
+            let parts = ReportText.words(string, max: 2)
+            guard parts.count == 2, let pid = Int64(parts[0]), let uid = UInt32(parts[1]) else {
+                return malformed("bad \(key.name)")
+            }
+            report.sender = CrashReport.Sender(pid: pid, uid: uid)
+            seen.insert(key)
+        case .register:
+            guard report.registers.count < CrashReport.maxRegisters else { return malformed("too many registers") }
+            let parts = ReportText.words(string, max: 2)
+            guard parts.count == 2, !parts[0].isEmpty, parts[0].utf8.count <= 16,
+                  parts[0].utf8.allSatisfy({ ReportText.isAlnum($0) }), let number = ReportText.hex(parts[1]) else {
+                return malformed("bad \(key.name)")
+            }
+            report.registers.append(CrashReport.Register(name: parts[0], value: number))
+        case .frame:
+            guard report.frames.count < CrashReport.maxFrames else { return malformed("too many frames") }
+            let parts = ReportText.words(string, max: 2)
+            guard let address = ReportText.hex(parts[0]) else { return malformed("bad frame address") }
+            var method: String?
+            if parts.count > 1, !parts[1].isEmpty, parts[1].utf8.count <= 32,
+               parts[1].utf8.allSatisfy({ ReportText.isAlnum($0) || $0 == 0x5F }) {
+                method = parts[1]
+            }
+            report.frames.append(CrashReport.Frame(address: address, method: method))
+        case .image:
+            guard report.images.count < CrashReport.maxImages else { return malformed("too many images") }
+            image(value)
+        }
+    }
+
+    /// An `image` line: `<base> <size> <build-id> <path>`; the path is the rest of the line and may hold spaces.
+    private mutating func image(_ value: ArraySlice<UInt8>) {
+        var rest = value[...]
+        var parts: [ArraySlice<UInt8>] = []
+        for _ in 0..<3 {
+            guard let space = rest.firstIndex(of: 0x20) else { break }
+            parts.append(rest[..<space])
+            rest = rest[(space + 1)...]
+        }
+        guard parts.count == 3,
+              let base = ReportText.hex(String(decoding: parts[0], as: UTF8.self)),
+              let size = ReportText.hex(String(decoding: parts[1], as: UTF8.self)) else {
+            return malformed("bad image")
+        }
+        let idText = String(decoding: parts[2], as: UTF8.self)
+        var buildID: String?
+        if idText != VAKA_REPORT_VALUE_UNKNOWN {
+            if idText.utf8.count <= CrashReport.maxBuildIDDigits, let bytes = ReportText.hexBytes(idText), !bytes.isEmpty {
+                buildID = idText.lowercased()
+            } else {
+                note("line \(lineNumber): image build ID is not hex, ignored")
+            }
+        }
+        var path = rest.elementsEqual(VAKA_REPORT_VALUE_UNKNOWN.utf8) || rest.isEmpty ? nil : ReportText.unescape(rest)
+        if let text = path, text.contains("\u{0}") {
+            // A NUL would cut the path short when it is opened: some other file. Unknown instead.
+            note("line \(lineNumber): image path holds a NUL byte, treated as unknown")
+            path = nil
+        }
+        report.images.append(CrashReport.Image(base: base, size: size, buildID: buildID, path: path))
+    }
+
+    /// A single-value text field: unescaped, then `transform`ed (`nil` leaves the field unknown).
+    private mutating func setText(_ key: ReportKey, _ value: ArraySlice<UInt8>,
+                                  _ field: WritableKeyPath<CrashReport, String?>,
+                                  _ transform: (String) -> String? = { $0 }) {
+        guard once(key) else { return }
+        report[keyPath: field] = transform(ReportText.unescape(value))
+        seen.insert(key)
+    }
+
+    /// A single-value decimal field; a value that does not parse (or is negative when `nonNegative`) is malformed.
+    private mutating func setNumber<T: FixedWidthInteger>(_ key: ReportKey, _ value: String,
+                                                          _ field: WritableKeyPath<CrashReport, T?>,
+                                                          nonNegative: Bool = false) {
+        guard once(key) else { return }
+        guard let number = T(value), !nonNegative || number >= 0 else {
+            return malformed("bad \(key.name) \"\(ReportText.escapeForDisplay(Array(value.utf8).prefix(40)))\"")
+        }
+        report[keyPath: field] = number
+        seen.insert(key)
+    }
+}
+
+/// The name of signal `number` from the runtime's table (`vaka_signal_name`, the one the writer uses), or
+/// `SIG<number>` for a number the table does not know (real-time signals, e.g. `SIG40`); for a `signal` line
+/// without a name.
+func signalName(_ number: Int32) -> String {
+    vaka_signal_name(number).map { String(cString: $0) } ?? "SIG\(number)"
+}
