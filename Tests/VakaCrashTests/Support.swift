@@ -1,63 +1,9 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
-// Helpers for the crash tests: where the built binaries are, running a child process with a timeout,
-// reading the build ID with readelf, deriving the debug_id, and digging into decoded JSON.
-
-/// Paths the crash tests need.
-enum Paths {
-    /// The build products directory (`.build/<triple>/debug`): the test bundle `VakaPackageTests.xctest`
-    /// is an executable there, next to `vaka-crashme` and `vaka`. Taken from `/proc/self/exe` (resolved),
-    /// or from `$VAKA_PRODUCTS_DIR` when set.
-    static let productsDirectory: URL = {
-        if let dir = ProcessInfo.processInfo.environment["VAKA_PRODUCTS_DIR"], !dir.isEmpty {
-            return URL(fileURLWithPath: dir, isDirectory: true)
-        }
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            return URL(fileURLWithPath: exe).deletingLastPathComponent()
-        }
-        return Bundle.main.bundleURL.deletingLastPathComponent()
-    }()
-
-    /// The crash harness executable.
-    static let harness = productsDirectory.appendingPathComponent("vaka-crashme")
-    /// The `vaka` command-line tool.
-    static let cli = productsDirectory.appendingPathComponent("vaka")
-    /// The repository root (three levels above this source file), or `$VAKA_REPO_ROOT`.
-    static let repositoryRoot: URL = {
-        if let dir = ProcessInfo.processInfo.environment["VAKA_REPO_ROOT"], !dir.isEmpty {
-            return URL(fileURLWithPath: dir, isDirectory: true)
-        }
-        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-    }()
-
-    /// A fresh directory for this test process, removed at exit unless `VAKA_KEEP_TEST_FILES=1`.
-    static let scratchRoot: URL = {
-        let root = FileManager.default.temporaryDirectory
-            .appendingPathComponent("vaka-crash-tests-\(getpid())-\(UUID().uuidString.prefix(8))", isDirectory: true)
-        try? FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        scratchRootPath = root.path
-        if ProcessInfo.processInfo.environment["VAKA_KEEP_TEST_FILES"] != "1" {
-            atexit { if let path = scratchRootPath { try? FileManager.default.removeItem(atPath: path) } }
-        }
-        return root
-    }()
-
-    /// A new empty directory under ``scratchRoot``, named after `label`.
-    static func freshDirectory(_ label: String) -> URL {
-        let dir = scratchRoot.appendingPathComponent("\(label)-\(UUID().uuidString.prefix(8))", isDirectory: true)
-        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        return dir
-    }
-
-    /// `path` with symbolic links resolved, for comparing paths from reports with ours.
-    static func resolved(_ path: String) -> String {
-        URL(fileURLWithPath: path).resolvingSymlinksInPath().path
-    }
-}
-
-private nonisolated(unsafe) var scratchRootPath: String?
+// Helpers for the crash tests: running a child process with a timeout, reading the build ID with readelf,
+// deriving the debug_id, and digging into decoded JSON. Paths, peers and scratch directories: VakaTestSupport.
 
 /// A value shared between threads, guarded by a lock.
 final class Locked<Value>: @unchecked Sendable {
@@ -199,10 +145,9 @@ func signalName(_ number: Int32) -> String {
 }
 
 /// The GNU build ID of the ELF file at `path` as lower-case hex, read from `readelf -n` (binutils).
-/// - Throws: ``ChildError`` when readelf fails or prints no `Build ID:` line.
+/// - Throws: ``ChildError`` when readelf fails or prints no `Build ID:` line; ``Peers/missing(_:)`` without readelf.
 func readelfBuildID(_ path: URL, scratch: URL) throws -> String {
-    let readelf = ["/usr/bin/readelf", "/bin/readelf"].first { FileManager.default.isExecutableFile(atPath: $0) }
-    guard let readelf else { throw ChildError(description: "readelf not found (install binutils: scripts/bootstrap)") }
+    let readelf = try Peers.tool("readelf", install: "binutils: scripts/bootstrap")
     let result = try runChild(URL(fileURLWithPath: readelf), ["-n", path.path], label: "readelf-\(UUID().uuidString.prefix(8))",
                               outputDirectory: scratch)
     guard result.reason == .exit, result.status == 0 else {

@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,7 +12,7 @@ import Glibc
 /// 99999 and year 0), plus batch files with absurd length fields, scope numbers and NaN/negative options.
 /// "The process survives" is the test running on; the clamps are asserted on the real outputs.
 final class HostileNumbersTests: XCTestCase {
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     var server: TestHTTPServer!
     var clock: ManualClock!
     var log: LogSink!

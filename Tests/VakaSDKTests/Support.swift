@@ -1,42 +1,12 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
 
 // Helpers for the SDK tests: the built harness, child processes, outbox envelopes, and the real peers
 // (sentry_sdk's envelope parser, Relay's normalizer, Bugsink) named by scripts/test's environment.
-
-enum SDKPaths {
-    /// The build products directory (next to the test bundle), or `$VAKA_PRODUCTS_DIR`.
-    static let products: URL = {
-        if let dir = ProcessInfo.processInfo.environment["VAKA_PRODUCTS_DIR"], !dir.isEmpty {
-            return URL(fileURLWithPath: dir, isDirectory: true)
-        }
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return URL(fileURLWithPath: exe).deletingLastPathComponent()
-    }()
-    static let harness = products.appendingPathComponent("vaka-crashme")
-    static let cli = products.appendingPathComponent("vaka")
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent()
-}
-
-/// Temporary directories removed in tearDown (kept with VAKA_KEEP_TEST_FILES=1).
-final class ScratchDirs {
-    private var dirs: [URL] = []
-    func make(_ label: String) -> URL {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vaka-sdk-\(label)-\(UUID().uuidString.prefix(8))")
-        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        dirs.append(dir)
-        return dir
-    }
-    func removeAll() {
-        if ProcessInfo.processInfo.environment["VAKA_KEEP_TEST_FILES"] == "1" { return }
-        for dir in dirs { try? FileManager.default.removeItem(at: dir) }
-        dirs = []
-    }
-}
 
 /// How a child ended.
 struct Child {
@@ -93,7 +63,7 @@ final class RunningChild {
 /// Runs the harness and waits (at most `timeout` s).
 func runHarness(_ arguments: [String], environment: [String: String] = [:], logDirectory: URL,
                 timeout: TimeInterval = 60, file: StaticString = #filePath, line: UInt = #line) throws -> Child {
-    let child = try RunningChild(SDKPaths.harness, arguments, environment: environment, logDirectory: logDirectory)
+    let child = try RunningChild(Paths.harness, arguments, environment: environment, logDirectory: logDirectory)
     guard let result = child.wait(timeout: timeout) else {
         XCTFail("vaka-crashme \(arguments.joined(separator: " ")) ran longer than \(timeout) s (killed)", file: file, line: line)
         return Child(status: -1, signaled: true, stdout: "", stderr: "")
@@ -177,21 +147,11 @@ func runTool(_ path: String, _ args: [String]) -> (Int32, String) {
     return (process.terminationStatus, String(decoding: data, as: UTF8.self))
 }
 
-/// A peer from the environment (`name` = env var); skipped when absent unless VAKA_REQUIRE_PEERS=1.
-func requirePeer(_ name: String) throws -> String {
-    let env = ProcessInfo.processInfo.environment
-    if let value = env[name], !value.isEmpty { return value }
-    if env["VAKA_REQUIRE_PEERS"] == "1" {
-        XCTFail("VAKA_REQUIRE_PEERS=1 but \(name) is not set (scripts/test sets it)")
-    }
-    throw XCTSkip("\(name) not set (run through scripts/test)")
-}
-
 /// Checks every file with sentry_sdk's `Envelope.deserialize` and every event item with Relay's normalizer.
 /// Returns the problems (empty = all good) and how many envelopes/events were checked.
 func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [String], envelopes: Int, events: Int) {
-    let sentryPython = try requirePeer("VAKA_SENTRY_PYTHON")
-    let relayPython = try requirePeer("VAKA_RELAY_PYTHON")
+    let sentryPython = try Peers.sentryPython()
+    let relayPython = try Peers.relayPython()
     let list = scratch.appendingPathComponent("envelopes.txt")
     try files.map(\.path).joined(separator: "\n").write(to: list, atomically: true, encoding: .utf8)
     let eventsDir = scratch.appendingPathComponent("events")
@@ -242,7 +202,7 @@ func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [Strin
     let eventFiles = ((try? FileManager.default.contentsOfDirectory(atPath: eventsDir.path)) ?? []).sorted()
         .map { eventsDir.appendingPathComponent($0).path }
     if !eventFiles.isEmpty {
-        let (rs, ro) = runTool(relayPython, [SDKPaths.repository.appendingPathComponent("scripts/relay-validate.py").path] + eventFiles)
+        let (rs, ro) = runTool(relayPython, [Paths.repositoryRoot.appendingPathComponent("scripts/relay-validate.py").path] + eventFiles)
         if rs != 0 { problems.append("Relay: " + ro.split(separator: "\n").filter { !$0.hasSuffix(": ok") }.prefix(20).joined(separator: "\n")) }
     }
     return (problems, envelopes, events)
@@ -253,8 +213,10 @@ struct BugsinkPeer {
     var url: String, dsn: String, token: String, project: String
 
     static func fromEnvironment() throws -> BugsinkPeer {
-        BugsinkPeer(url: try requirePeer("BUGSINK_URL"), dsn: try requirePeer("BUGSINK_DSN"),
-                    token: try requirePeer("BUGSINK_TOKEN"), project: try requirePeer("BUGSINK_PROJECT_ID"))
+        let server = "Bugsink server (scripts/bugsink start prints it)"
+        return BugsinkPeer(url: try Peers.environment("BUGSINK_URL", server), dsn: try Peers.environment("BUGSINK_DSN", server),
+                           token: try Peers.environment("BUGSINK_TOKEN", server),
+                           project: try Peers.environment("BUGSINK_PROJECT_ID", server))
     }
 
     /// GET /api/canonical/0/events/lookup/?project=ID&event_id=HEX: the stored event's `data`, or `nil` (404).

@@ -1,21 +1,11 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// The `vaka` executable, run as a child process.
 final class CommandLineTests: XCTestCase {
-    private func vaka(_ arguments: [String]) throws -> TestSupport.ProcessResult {
-        let path = TestSupport.productsDirectory.appendingPathComponent("vaka").path
-        guard FileManager.default.isExecutableFile(atPath: path) else {
-            XCTFail("vaka is not built at \(path)")
-            throw XCTSkip("vaka missing")
-        }
-        let result = try TestSupport.run(path, arguments)
-        XCTAssertEqual(result.reason, .exit, "vaka died from signal \(result.status): \(result.stderrText)")
-        return result
-    }
-
     private func write(_ data: Data, _ name: String) throws -> String {
-        let file = try TestSupport.temporaryDirectory(self).appendingPathComponent(name)
+        let file = try ScratchDirs.directory(for: self).appendingPathComponent(name)
         try data.write(to: file)
         return file.path
     }
@@ -108,7 +98,7 @@ final class CommandLineTests: XCTestCase {
     /// The inputs of issue 8 (`outbox list --storage MISSING` exited 0 silently; `symbolicate DIR` printed a
     /// raw Foundation error) and every command × missing path, directory, unreadable file, empty file.
     func testEveryCommandGivesOneClearLineAndStatus1ForABadInputFile() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let missing = dir.appendingPathComponent("missing").path
         let empty = dir.appendingPathComponent("empty").path
         try Data().write(to: URL(fileURLWithPath: empty))

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 /// The report reader on the documented example and on every kind of bad input.
@@ -299,7 +300,7 @@ final class CrashReportTests: XCTestCase {
     // MARK: - Files
 
     func testReadsFilesAndRefusesNonFiles() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let file = dir.appendingPathComponent("r.crash")
         try Data(minimal.utf8).write(to: file)
         XCTAssertEqual(try CrashReport(contentsOf: file.path).signal.number, 11)
@@ -313,7 +314,7 @@ final class CrashReportTests: XCTestCase {
     }
 
     func testAFileOverTheSizeCapIsReadUpToTheCapAndMarkedTruncated() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let file = dir.appendingPathComponent("big.crash")
         var bytes = Data("VAKA-CRASH 1\nsignal 11 SIGSEGV\n".utf8)
         let filler = Data("padding_key some value that readers ignore\n".utf8)
