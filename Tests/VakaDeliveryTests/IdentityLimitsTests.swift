@@ -59,7 +59,8 @@ final class IdentityLimitsTests: LoopbackServerTestCase {
         for session in sessions {
             XCTAssertEqual((session["attrs"] as? [String: Any])?["release"] as? String, String(repeating: "r", count: 200))
         }
-        XCTAssertEqual(try relayProblems(events, scratch: dirs.make("relay")), [])
+        let problems = try relayProblems(events, scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     /// 10,000 tags of 300-character keys and values through `Options.tags`: each cut to 200 at start, the first
@@ -85,7 +86,8 @@ final class IdentityLimitsTests: LoopbackServerTestCase {
         XCTAssertGreaterThan(kept.count, 100)
         XCTAssertLessThanOrEqual(kept.count, RunScope.maxTags)
         XCTAssertTrue(kept.allSatisfy { $0.key.count <= 200 && $0.value.count <= 200 })
-        XCTAssertEqual(try relayProblems(events, scratch: dirs.make("relay")), [])
+        let problems = try relayProblems(events, scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     /// A crashed run whose `scope.json` holds a 400 k-character release and environment (under the 1 MiB cap on
@@ -116,7 +118,8 @@ final class IdentityLimitsTests: LoopbackServerTestCase {
         XCTAssertEqual((event["environment"] as? String)?.utf8.count, 64)
         XCTAssertFalse(FileManager.default.fileExists(atPath: report.path), "accepted: the report is deleted")
         XCTAssertFalse(FileManager.default.fileExists(atPath: report.path + ".dropped"), "\(log.lines.suffix(5))")
-        XCTAssertEqual(try relayProblems(events, scratch: dirs.make("relay")), [])
+        let problems = try relayProblems(events, scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     /// Every identity key over its limit at once (dist, server_name, sdk name and 100,000 sdk packages, a long

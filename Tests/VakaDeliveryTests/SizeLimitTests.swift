@@ -82,7 +82,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
         XCTAssertEqual(message.unicodeScalars.count, EventBudget.maxMessageChars)
         XCTAssertTrue(message.hasSuffix("..."))
         XCTAssertLessThan(try XCTUnwrap(events.first).payload.count, 64 * 1024)
-        XCTAssertEqual(try relayProblems(events.map(\.payload), scratch: dirs.make("relay")), [])
+        let problems = try relayProblems(events.map(\.payload), scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     func testTenThousandTagsAreCutToTheBudgetAndEachTagToTwoHundredCharacters() throws {
@@ -107,7 +108,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
             XCTAssertLessThanOrEqual(v.unicodeScalars.count, EventBudget.maxTagChars)
         }
         XCTAssertTrue(log.lines.contains { $0.contains("trimmed to the size budget") }, "\(log.lines)")
-        XCTAssertEqual(try relayProblems([payload], scratch: dirs.make("relay")), [])
+        let problems = try relayProblems([payload], scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     func testFiveThousandFramesKeepTheOldestAndTheNewestAndSaySoInTheEvent() throws {
@@ -130,7 +132,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
         XCTAssertEqual(sent[124]["function"] as? String, frames[124].function)
         XCTAssertEqual(sent[125]["function"] as? String, frames[4875].function)
         XCTAssertEqual(dig(event, "extra", "frames_omitted") as? Int, 4750)
-        XCTAssertEqual(try relayProblems(events.map(\.payload), scratch: dirs.make("relay")), [])
+        let problems = try relayProblems(events.map(\.payload), scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     func testBudgetTrimsBreadcrumbsFirstThenStringsThenFramesAndTheCrashLast() throws {
@@ -205,7 +208,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
         let crumbs = try XCTUnwrap(dig(accepted, "breadcrumbs", "values") as? [[String: Any]])
         XCTAssertTrue((crumbs.last?["message"] as? String ?? "").hasPrefix("#99 "), "the newest breadcrumbs stay")
         XCTAssertGreaterThan(dig(accepted, "extra", "breadcrumbs_omitted") as? Int ?? 0, 50)
-        XCTAssertEqual(try relayProblems([try XCTUnwrap(events.last).payload], scratch: dirs.make("relay")), [])
+        let problems = try relayProblems([try XCTUnwrap(events.last).payload], scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     // MARK: - Crash reports: deleted only once accepted; given up with a reason
@@ -295,7 +299,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
         XCTAssertLessThan(kept.count, 100, "breadcrumbs reduced to the budget")
         XCTAssertTrue((kept.last?["message"] as? String ?? "").hasPrefix("#99 "))
         XCTAssertLessThanOrEqual(try Gzip.compress(events[1].payload).count, EventBudget.standard.maxCompressedBytes)
-        XCTAssertEqual(try relayProblems([events[1].payload], scratch: dirs.make("relay")), [])
+        let problems = try relayProblems([events[1].payload], scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 }
 
