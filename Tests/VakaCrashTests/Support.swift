@@ -6,6 +6,7 @@ import VakaTestSupport
 // deriving the debug_id, and digging into decoded JSON. Paths, peers and scratch directories: VakaTestSupport.
 
 /// A value shared between threads, guarded by a lock.
+/// `@unchecked Sendable`: `value` is read and written only inside ``withLock(_:)``, with `lock` held.
 final class Locked<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
@@ -187,24 +188,6 @@ func debugID(fromBuildID hex: String) -> String? {
 /// Lower-cases and removes `-` and `_`, for matching function names against scenario names.
 func normalizedName(_ text: String) -> String {
     String(text.lowercased().filter { $0 != "-" && $0 != "_" })
-}
-
-/// Walks decoded JSON (`JSONSerialization` output): a `String` key indexes a dictionary, an `Int` an array
-/// (negative counts from the end). `nil` when any step is missing or of the wrong kind.
-func dig(_ root: Any?, _ path: Any...) -> Any? {
-    var current = root
-    for step in path {
-        if let key = step as? String {
-            current = (current as? [String: Any])?[key]
-        } else if let index = step as? Int {
-            guard let array = current as? [Any] else { return nil }
-            let position = index < 0 ? array.count + index : index
-            current = array.indices.contains(position) ? array[position] : nil
-        } else {
-            return nil
-        }
-    }
-    return current
 }
 
 /// Parses a `0x`-prefixed hex string (as Sentry addresses are written).

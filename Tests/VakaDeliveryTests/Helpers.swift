@@ -110,13 +110,3 @@ class LoopbackServerTestCase: XCTestCase {
     }
 }
 
-/// The example report of docs/report-format.md (its fenced block under `## Example`), with its run id replaced
-/// by `runID`: a real, complete report for tests that plant crashes in a storage directory.
-func exampleCrashReport(runID: String) throws -> String {
-    let doc = try String(contentsOf: Paths.repositoryRoot.appendingPathComponent("docs/report-format.md"), encoding: .utf8)
-    let example = try XCTUnwrap(doc.range(of: "## Example").map { doc[$0.upperBound...] })
-    let open = try XCTUnwrap(example.range(of: "```\n"))
-    let close = try XCTUnwrap(example[open.upperBound...].range(of: "```"))
-    return String(example[open.upperBound..<close.lowerBound])
-        .replacingOccurrences(of: "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B", with: runID)
-}

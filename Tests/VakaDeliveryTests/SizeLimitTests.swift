@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 #if canImport(Glibc)
 import Glibc
@@ -307,16 +308,3 @@ final class SizeLimitTests: LoopbackServerTestCase {
 /// The error of the 5,000-frame test.
 private enum DeepError: Error { case tooDeep }
 
-/// Digs into decoded JSON by keys and indexes (negative indexes count from the end).
-private func dig(_ root: Any?, _ path: Any...) -> Any? {
-    var current = root
-    for step in path {
-        if let key = step as? String { current = (current as? [String: Any])?[key] }
-        else if let index = step as? Int {
-            guard let array = current as? [Any] else { return nil }
-            let i = index < 0 ? array.count + index : index
-            current = array.indices.contains(i) ? array[i] : nil
-        }
-    }
-    return current
-}

@@ -119,20 +119,6 @@ func parseEnvelope(_ data: Data, file: URL) throws -> OutboxEnvelope {
     return OutboxEnvelope(file: file, header: header, items: items.map { (type: $0.0, payload: $0.1) })
 }
 
-/// Digs into decoded JSON by keys and indexes.
-func dig(_ root: Any?, _ path: Any...) -> Any? {
-    var current = root
-    for step in path {
-        if let key = step as? String { current = (current as? [String: Any])?[key] }
-        else if let index = step as? Int {
-            guard let array = current as? [Any] else { return nil }
-            let i = index < 0 ? array.count + index : index
-            current = array.indices.contains(i) ? array[i] : nil
-        }
-    }
-    return current
-}
-
 /// Runs a tool, returning status and stdout+stderr.
 func runTool(_ path: String, _ args: [String]) -> (Int32, String) {
     let process = Process()
@@ -251,14 +237,3 @@ struct BugsinkPeer {
     }
 }
 
-/// The example report of docs/report-format.md (its fenced block under `## Example`), with its run id replaced
-/// by `runID`: a real, complete report for tests that plant crashes in a storage directory.
-func exampleCrashReport(runID: String, file: StaticString = #filePath) throws -> String {
-    let doc = try String(contentsOf: URL(fileURLWithPath: "\(file)").deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("docs/report-format.md"), encoding: .utf8)
-    let example = try XCTUnwrap(doc.range(of: "## Example").map { doc[$0.upperBound...] })
-    let open = try XCTUnwrap(example.range(of: "```\n"))
-    let close = try XCTUnwrap(example[open.upperBound...].range(of: "```"))
-    return String(example[open.upperBound..<close.lowerBound])
-        .replacingOccurrences(of: "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B", with: runID)
-}

@@ -30,7 +30,7 @@ final class CommandLineAdversarialTests: XCTestCase {
     func testWritingTheEventToAFullStdoutIsAnErrorNotATrap() throws {
         let dir = try ScratchDirs.directory(for: self)
         let report = dir.appendingPathComponent("example.crash")
-        try Data(try TestSupport.exampleReport().utf8).write(to: report)
+        try Data(try exampleCrashReport().utf8).write(to: report)
         for arguments in [["report", "convert", report.path], ["symbolicate", report.path]] {
             let (reason, status, stderr) = try vakaToFullStdout(arguments)
             XCTAssertEqual(reason, .exit, "vaka \(arguments[0]) died from signal \(status) writing to a full stdout: \(stderr.prefix(300))")

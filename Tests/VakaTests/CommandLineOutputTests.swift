@@ -44,7 +44,7 @@ final class CommandLineOutputTests: XCTestCase {
     private func inputs() throws -> [[String]] {
         let dir = try ScratchDirs.directory(for: self)
         let report = dir.appendingPathComponent("example.crash")
-        try Data(try TestSupport.exampleReport().utf8).write(to: report)
+        try Data(try exampleCrashReport().utf8).write(to: report)
         let event = dir.appendingPathComponent("event.json")
         try Data(#"{"event_id":"5d7e4c1a2b8f4f0e9a510c2d3e4f5a6b","level":"error","platform":"native"}"#.utf8).write(to: event)
         let payload = #"{"event_id":"5d7e4c1a2b8f4f0e9a510c2d3e4f5a6b","message":"hello"}"#

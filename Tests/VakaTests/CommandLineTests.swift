@@ -11,7 +11,7 @@ final class CommandLineTests: XCTestCase {
     }
 
     func testConvertPrintsTheEventJSON() throws {
-        let file = try write(Data(try TestSupport.exampleReport().utf8), "example.crash")
+        let file = try write(Data(try exampleCrashReport().utf8), "example.crash")
         let result = try vaka(["report", "convert", file])
         XCTAssertEqual(result.status, 0, result.stderrText)
         XCTAssertEqual(result.stderrText, "")
@@ -26,7 +26,7 @@ final class CommandLineTests: XCTestCase {
     }
 
     func testTruncatedReportGivesAPartialEventAndAWarning() throws {
-        let example = try TestSupport.exampleReport()
+        let example = try exampleCrashReport()
         let cut = String(example[..<example.range(of: "frame 0x55d4c2a0b3a0")!.lowerBound])
         let result = try vaka(["report", "convert", try write(Data(cut.utf8), "cut.crash")])
         XCTAssertEqual(result.status, 0)
@@ -134,7 +134,7 @@ final class CommandLineTests: XCTestCase {
         try assertOneLineFailure(["debug-files", "collect", directory, "--out", empty], status: 1, containing: "is not a directory")
         try assertOneLineFailure(["debug-files", "collect", directory, "--out", empty + "/x"], status: 1, containing: "is not a directory")
         // symbolicate --debug-dir must be a directory.
-        let report = try write(Data(try TestSupport.exampleReport().utf8), "example.crash")
+        let report = try write(Data(try exampleCrashReport().utf8), "example.crash")
         try assertOneLineFailure(["symbolicate", report, "--debug-dir", missing], status: 1, containing: "No such file")
         try assertOneLineFailure(["symbolicate", report, "--debug-dir", empty], status: 1, containing: "is not a directory")
         // Content that is no input of that command.

@@ -20,7 +20,7 @@ final class CrashReportTests: XCTestCase {
     // MARK: - The documented example
 
     func testParsesTheExampleFromTheFormatDoc() throws {
-        let report = try parse(try TestSupport.exampleReport())
+        let report = try parse(try exampleCrashReport())
         XCTAssertEqual(report.version, 1)
         XCTAssertEqual(report.runID, "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B")
         XCTAssertEqual(report.pid, 41872)
@@ -126,7 +126,7 @@ final class CrashReportTests: XCTestCase {
     }
 
     func testEveryPrefixOfTheExampleEitherFailsCleanlyOrIsMarkedTruncated() throws {
-        let example = Data(try TestSupport.exampleReport().utf8)
+        let example = Data(try exampleCrashReport().utf8)
         let signalLineEnd = example.range(of: Data("signal 11 SIGSEGV\n".utf8))!.upperBound
         for length in 0..<example.count {
             let prefix = example.prefix(length)

@@ -12,7 +12,7 @@ final class RelayValidationTests: XCTestCase {
     func testProducedEventsPassRelaysNormalizer() throws {
         let python = try Peers.relayPython()
         let dir = try ScratchDirs.directory(for: self)
-        let example = try TestSupport.exampleReport()
+        let example = try exampleCrashReport()
         let marker = markerFunctionAddress()
         let exe = try XCTUnwrap(try TestSupport.image(containing: marker))
         let exeFile = try ElfFile(path: exe.path)

@@ -197,7 +197,7 @@ final class ReportInputTests: XCTestCase {
     /// A report with CRLF line ends reads like the original (it was refused with the misleading
     /// `unsupported report format version "1\x0d"`); lines ended by `\r` alone get a clear error.
     func testCRLFReportsAreReadAndCROnlyReportsGetAClearError() throws {
-        let example = try TestSupport.exampleReport()
+        let example = try exampleCrashReport()
         let crlf = try CrashReport(data: Data(example.replacingOccurrences(of: "\n", with: "\r\n").utf8))
         XCTAssertEqual(crlf, try CrashReport(data: Data(example.utf8)))
         XCTAssertFalse(crlf.isTruncated)

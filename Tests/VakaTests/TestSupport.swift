@@ -4,19 +4,6 @@ import VakaTestSupport
 
 /// Helpers of the VakaTests target (paths, peers, scratch directories and the `vaka` runner: VakaTestSupport).
 enum TestSupport {
-    /// The example report from docs/report-format.md (the fenced block under "## Example").
-    static func exampleReport() throws -> String {
-        let doc = try String(contentsOf: Paths.repositoryRoot.appendingPathComponent("docs/report-format.md"), encoding: .utf8)
-        guard let section = doc.range(of: "## Example") else {
-            throw NSError(domain: "vaka-tests", code: 1, userInfo: [NSLocalizedDescriptionKey: "no ## Example in docs"])
-        }
-        let rest = doc[section.upperBound...]
-        guard let open = rest.range(of: "```\n"), let close = rest[open.upperBound...].range(of: "```") else {
-            throw NSError(domain: "vaka-tests", code: 2, userInfo: [NSLocalizedDescriptionKey: "no code block in the example"])
-        }
-        return String(rest[open.upperBound..<close.lowerBound])
-    }
-
     /// The path of the running test executable (`/proc/self/exe` resolved).
     static var selfExecutable: String {
         (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
