@@ -48,9 +48,12 @@ let package = Package(
         .target(name: "VakaCrashmePlugin",
                 cSettings: [.unsafeFlags(["-fno-omit-frame-pointer", "-O0"])]),
 
-        .testTarget(name: "VakaTests", dependencies: ["Vaka", "VakaSymbolication"]),
-        .testTarget(name: "VakaCrashTests", dependencies: ["Vaka"]),
-        .testTarget(name: "VakaDeliveryTests", dependencies: ["Vaka"]),
-        .testTarget(name: "VakaSDKTests", dependencies: ["Vaka"]),
+        // What the test targets share: real peers and tools (a missing one skips the test with the reason, or
+        // fails it under VAKA_REQUIRE_PEERS=1), the `vaka` runner, product paths and scratch directories.
+        .target(name: "VakaTestSupport", path: "Tests/VakaTestSupport"),
+        .testTarget(name: "VakaTests", dependencies: ["Vaka", "VakaSymbolication", "VakaTestSupport"]),
+        .testTarget(name: "VakaCrashTests", dependencies: ["Vaka", "VakaTestSupport"]),
+        .testTarget(name: "VakaDeliveryTests", dependencies: ["Vaka", "VakaTestSupport"]),
+        .testTarget(name: "VakaSDKTests", dependencies: ["Vaka", "VakaTestSupport"]),
     ]
 )

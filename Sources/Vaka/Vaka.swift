@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VakaCrash
 import VakaSymbolication
 
@@ -15,15 +16,19 @@ import VakaSymbolication
 /// `abnormal` for runs that were killed; starts this run's session; registers an `atexit` hook that ends the
 /// session as `exited` and flushes (like ``close()``).
 public enum Vaka {
-    private static let lock = NSLock()
-    nonisolated(unsafe) private static var client: Client?
-    nonisolated(unsafe) private static var atexitRegistered = false
+    /// What ``start(_:)`` sets up and ``close(timeout:)`` takes down.
+    private struct State {
+        /// The started client, or `nil`.
+        var client: Client?
+        /// Whether the `atexit` hook is registered (once per process).
+        var atexitRegistered = false
+        /// The name given to the last ``screen(_:)`` call (the next one's `from`).
+        var lastScreen: String?
+    }
+    private static let state = Mutex(State())
 
     /// The started client, or `nil`.
-    private static var current: Client? {
-        lock.lock(); defer { lock.unlock() }
-        return client
-    }
+    private static var current: Client? { state.withLock { $0.client } }
 
     /// Starts Vaka (see the type's documentation). Calling it again while started does nothing.
     /// Never throws: problems are logged to stderr when `options.debug` is set (an invalid DSN is always
@@ -35,61 +40,62 @@ public enum Vaka {
     /// long are changed first (``Options/bounded(note:)``), with one `[vaka]` line each on stderr.
     public static func start(_ options: Options) {
         guard options.enabled else { return }
-        lock.lock(); defer { lock.unlock() }
-        guard client == nil else { return }
-        // Release, environment and tags within Sentry's limits (always one line when one is changed: a
-        // configuration mistake that would otherwise make every event too large or lose its release).
-        let options = options.bounded { PrivateFiles.writeStandardError("[vaka] \($0)\n") }
-        let log: ((String) -> Void)? = options.debug ? { line in
-            PrivateFiles.writeStandardError("[vaka] \(line)\n")
-        } : nil
-        let storage = options.storageDirectory ?? defaultStorageDirectory()
-        let runID = UUID().uuidString
-        let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
-        var storageUsable = true
-        do {
-            try PrivateFiles.makeDirectory(storage)
-            try PrivateFiles.makeDirectory(crashes)
-        } catch {
-            // Storage that cannot be written: no crash report could be written either. Events still go out.
-            storageUsable = false
-            PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.path) (\(error)); crash reporting is off, events are held in memory and sent\n")
-        }
-        if options.crashReporting && storageUsable {
-            let rc = crashes.path.withCString { dir in
-                runID.withCString { id in
-                    var config = vaka_crash_config(report_dir: dir, run_id: id, signals: nil,
-                                                   signal_count: 0, alt_stack_size: 0)
-                    return vaka_crash_install(&config)
+        state.withLock { state in
+            guard state.client == nil else { return }
+            // Release, environment and tags within Sentry's limits (always one line when one is changed: a
+            // configuration mistake that would otherwise make every event too large or lose its release).
+            let options = options.bounded { PrivateFiles.writeStandardError("[vaka] \($0)\n") }
+            let log: ((String) -> Void)? = options.debug ? { line in
+                PrivateFiles.writeStandardError("[vaka] \(line)\n")
+            } : nil
+            let storage = options.storageDirectory ?? defaultStorageDirectory()
+            let runID = UUID().uuidString
+            let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
+            var storageUsable = true
+            do {
+                try PrivateFiles.makeDirectory(storage)
+                try PrivateFiles.makeDirectory(crashes)
+            } catch {
+                // Storage that cannot be written: no crash report could be written either. Events still go out.
+                storageUsable = false
+                PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.path) (\(error)); crash reporting is off, events are held in memory and sent\n")
+            }
+            if options.crashReporting && storageUsable {
+                let rc = crashes.path.withCString { dir in
+                    runID.withCString { id in
+                        var config = vaka_crash_config(report_dir: dir, run_id: id, signals: nil,
+                                                       signal_count: 0, alt_stack_size: 0)
+                        return vaka_crash_install(&config)
+                    }
+                }
+                if rc != 0 {
+                    // Always on stderr (not only with debug): a crash reporter that silently does not report.
+                    PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.path)); crash reporting is off\n")
+                } else {
+                    log?("crash handlers installed; reports go to \(crashes.path)/\(runID).crash")
                 }
             }
-            if rc != 0 {
-                // Always on stderr (not only with debug): a crash reporter that silently does not report.
-                PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.path)); crash reporting is off\n")
-            } else {
-                log?("crash handlers installed; reports go to \(crashes.path)/\(runID).crash")
+            var dsn: DSN?
+            do {
+                dsn = try options.parsedDSN()
+            } catch {
+                // Always on stderr (not only with debug): a destination that can never work is refused here, once.
+                let outbox = storage.appendingPathComponent("outbox", isDirectory: true).path
+                PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)): nothing will be sent; envelopes are written to \(outbox) instead\n")
             }
-        }
-        var dsn: DSN?
-        do {
-            dsn = try options.parsedDSN()
-        } catch {
-            // Always on stderr (not only with debug): a destination that can never work is refused here, once.
-            let outbox = storage.appendingPathComponent("outbox", isDirectory: true).path
-            PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)): nothing will be sent; envelopes are written to \(outbox) instead\n")
-        }
-        do {
-            let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log)
-            started.begin()
-            client = started
-        } catch {
-            PrivateFiles.writeStandardError("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n")
-            _ = vaka_crash_uninstall()
-            return
-        }
-        if !atexitRegistered {
-            atexitRegistered = true
-            atexit { Vaka.end(timeout: 2, uninstall: false) }
+            do {
+                let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log)
+                started.begin()
+                state.client = started
+            } catch {
+                PrivateFiles.writeStandardError("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n")
+                _ = vaka_crash_uninstall()
+                return
+            }
+            if !state.atexitRegistered {
+                state.atexitRegistered = true
+                atexit { Vaka.end(timeout: 2, uninstall: false) }
+            }
         }
     }
 
@@ -97,9 +103,9 @@ public enum Vaka {
     /// tag `screen`) and a navigation breadcrumb (`data.from` the previous screen, `data.to` this one).
     public static func screen(_ name: String) {
         guard let client = current else { return }
-        let previous = lastScreen.withLock { last -> String? in
-            let p = last
-            last = name
+        let previous = state.withLock { state -> String? in
+            let p = state.lastScreen
+            state.lastScreen = name
             return p
         }
         var data = ["to": name]
@@ -181,10 +187,11 @@ public enum Vaka {
     }
 
     private static func end(timeout: TimeInterval, uninstall: Bool) {
-        lock.lock()
-        let ending = client
-        client = nil
-        lock.unlock()
+        let ending = state.withLock { state -> Client? in
+            let ending = state.client
+            state.client = nil
+            return ending
+        }
         guard let ending else { return }
         ending.end(timeout: timeout)
         if uninstall { _ = vaka_crash_uninstall() }
@@ -313,20 +320,5 @@ public enum Vaka {
             parts.append(part)
         }
         return "/" + parts.joined(separator: "/")
-    }
-
-    private static let lastScreen = LockedValue<String?>(nil)
-}
-
-/// A value behind a lock (used for the last screen name of ``Vaka/screen(_:)``).
-final class LockedValue<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    /// Wraps `value`.
-    init(_ value: Value) { self.value = value }
-    /// Runs `body` with exclusive access to the value and returns its result.
-    func withLock<R>(_ body: (inout Value) -> R) -> R {
-        lock.lock(); defer { lock.unlock() }
-        return body(&value)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// `vaka report convert` on bad input never crashes: it exits non-zero with a message on stderr, or exits 0
 /// with a partial event marked `extra.report_truncated == true`.

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// Crashes `vaka-crashme` in every scenario, with Vaka started and without, and checks the report, the
 /// fatal event JSON from `vaka report convert`, and that Vaka does not change how the process ends.
@@ -58,14 +59,7 @@ final class CrashScenarioTests: XCTestCase {
     /// Every event passes Sentry Relay's StoreNormalizer (scripts/relay-validate.py run by
     /// `$VAKA_RELAY_PYTHON`). Skipped when that variable is unset, unless `VAKA_REQUIRE_PEERS=1`.
     func testEventsPassRelayNormalizer() throws {
-        let env = ProcessInfo.processInfo.environment
-        guard let python = env["VAKA_RELAY_PYTHON"], !python.isEmpty else {
-            if env["VAKA_REQUIRE_PEERS"] == "1" {
-                XCTFail("VAKA_REQUIRE_PEERS=1 but VAKA_RELAY_PYTHON is not set (scripts/test sets it)")
-                return
-            }
-            throw XCTSkip("VAKA_RELAY_PYTHON not set: Relay validation skipped (run scripts/test)")
-        }
+        let python = try Peers.relayPython()
         let script = Paths.repositoryRoot.appendingPathComponent("scripts/relay-validate.py")
         XCTAssertTrue(FileManager.default.fileExists(atPath: script.path), "missing \(script.path)")
         let outcomes = scenarioExpectations.map { ScenarioRuns.all[$0.name] }

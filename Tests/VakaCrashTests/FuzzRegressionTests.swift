@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// Inputs found by `scripts/fuzz` that once crashed the report reader. Each must convert (exit 0) now.
 final class FuzzRegressionTests: XCTestCase {

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// "The handler is checked, not trusted": every crash of a set of scenarios runs under an LD_PRELOAD shim
 /// (compiled here with `cc`) that interposes the allocator (malloc, free, calloc, realloc, memalign...), stdio
@@ -24,8 +25,7 @@ final class HandlerInterpositionTests: XCTestCase {
         let source = dir.appendingPathComponent("handler-shim.c")
         try Data(shimSource.utf8).write(to: source)
         let library = dir.appendingPathComponent("handler-shim.so")
-        let cc = ["/usr/bin/cc", "/usr/bin/gcc", "/usr/bin/clang"].first { FileManager.default.isExecutableFile(atPath: $0) }
-        guard let cc else { throw ChildError(description: "no C compiler (cc) to build the shim") }
+        guard let cc = Peers.cCompiler else { throw Peers.missing("no C compiler (cc, gcc or clang) to build the shim") }
         let result = try runChild(URL(fileURLWithPath: cc),
                                   ["-shared", "-fPIC", "-O1", "-o", library.path, source.path, "-ldl"],
                                   label: "cc-shim", outputDirectory: dir, timeout: 120)

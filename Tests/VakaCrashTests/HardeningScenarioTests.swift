@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// The issue 5 scenarios (see shared/cases/crash-scenarios.md): each runs through the same checks as the
 /// issue 2 ones (``CrashScenarioTests/checkScenario(_:file:line:)``), plus what is particular to it.

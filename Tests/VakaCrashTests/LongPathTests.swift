@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// Issue 8, kind 5: long paths and silent failures to install. Any storage path the kernel accepts gets the
 /// crash report (the report directory is opened once at install and the report created relative to it with

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 import Vaka
 
 /// Second adversarial round on the crash runtime (issue 8): signals the process survives, the report reserve,

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 import Vaka
 
 /// Third adversarial round on the crash runtime (issue 8): the survived signal's report kept as the next

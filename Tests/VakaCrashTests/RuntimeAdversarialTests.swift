@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// Adversarial checks of the C crash runtime (issue 8 follow-up): situations a crash-reporter tester tries in
 /// order to lose a crash, change how the process ends, or make the app die because of Vaka. Each test is a
@@ -303,7 +304,7 @@ final class RuntimeAdversarialTests: XCTestCase {
     /// Without the runtime the same program exits 0.
     func testAddressSanitizerProgramCanJoinItsThreads() throws {
         let clang = ["/opt/swift/usr/bin/clang"].first { FileManager.default.isExecutableFile(atPath: $0) }
-        guard let clang else { throw XCTSkip("no clang from the Swift toolchain") }
+        guard let clang else { throw Peers.missing("no clang in the Swift toolchain (/opt/swift/usr/bin/clang)") }
         let library = try RuntimeProgram.library.get()
         let dir = Paths.freshDirectory("adv-asan")
         let source = dir.appendingPathComponent("asan.c")
@@ -335,7 +336,7 @@ final class RuntimeAdversarialTests: XCTestCase {
     /// `--sanitize=thread` links clang's static TSan runtime the same way). TSan never sees the thread start and
     /// the thread dies of a SEGV inside TSan — with Vaka started or not.
     func testThreadSanitizerProgramCanRunItsThreads() throws {
-        guard let cc = RuntimeProgram.cc else { throw XCTSkip("no C compiler") }
+        guard let cc = RuntimeProgram.cc else { throw Peers.missing("no C compiler (cc, gcc or clang)") }
         let library = try RuntimeProgram.library.get()
         let dir = Paths.freshDirectory("adv-tsan")
         let source = dir.appendingPathComponent("tsan.c")
@@ -368,7 +369,7 @@ final class RuntimeAdversarialTests: XCTestCase {
     /// "pthread_create")` finds nothing there, so the interposer returns EAGAIN for every thread — with Vaka
     /// installed or not. The app cannot create a single thread because it links Vaka.
     func testFullyStaticProgramCanCreateThreads() throws {
-        guard let cc = RuntimeProgram.cc else { throw XCTSkip("no C compiler") }
+        guard let cc = RuntimeProgram.cc else { throw Peers.missing("no C compiler (cc, gcc or clang)") }
         #if arch(x86_64)
         let libDir = "/usr/lib/x86_64-linux-gnu"
         #else

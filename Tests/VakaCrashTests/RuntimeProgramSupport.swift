@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// Small C programs compiled against the crash runtime's sources (not the SwiftPM build): every
 /// `Sources/VakaCrash/*.c` is compiled with `cc` into a static library once per test process, and each
@@ -50,9 +51,7 @@ enum RuntimeProgram {
 
     """
 
-    static let cc: String? = ["/usr/bin/cc", "/usr/bin/gcc", "/usr/bin/clang"].first {
-        FileManager.default.isExecutableFile(atPath: $0)
-    }
+    static let cc: String? = Peers.cCompiler
 
     /// The static library built from the runtime sources (once).
     static let library: Result<URL, Error> = Result(catching: {

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// Robustness of the C crash runtime in situations the Swift harness cannot set up, each a small C program
 /// compiled against the runtime sources (``RuntimeProgram``). Every test runs the program with Vaka and

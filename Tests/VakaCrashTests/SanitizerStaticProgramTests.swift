@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// The crash runtime's interposers (`pthread_create`, `pthread_sigmask`, `sigprocmask`) in programs where the
 /// next definition is not a shared C library: a static sanitizer runtime linked into the executable (as
@@ -39,7 +40,7 @@ final class SanitizerStaticProgramTests: XCTestCase {
     /// clang's static ThreadSanitizer runtime (the one `swiftc -sanitize=thread` links): a thread created through
     /// the interposer is registered with TSan, with Vaka started and without.
     func testClangThreadSanitizerProgramCanRunItsThreads() throws {
-        guard let clang = Self.clang else { throw XCTSkip("no clang from the Swift toolchain") }
+        guard let clang = Self.clang else { throw Peers.missing("no clang in the Swift toolchain (/opt/swift/usr/bin/clang)") }
         let executable = try link("ctsan", """
         static int shared;
         static void *work(void *a) { shared++; return a; }
@@ -67,7 +68,7 @@ final class SanitizerStaticProgramTests: XCTestCase {
     /// without the forwarding the program exits 0. With Vaka started and without. (The set holds no crash
     /// signal: one that does is copied whole by the interposer, and ASan then checks the copy.)
     func testAddressSanitizerSeesTheSetsPassedToTheMaskFunctions() throws {
-        guard let clang = Self.clang else { throw XCTSkip("no clang from the Swift toolchain") }
+        guard let clang = Self.clang else { throw Peers.missing("no clang in the Swift toolchain (/opt/swift/usr/bin/clang)") }
         let executable = try link("asanmask", """
         int main(int argc, char **argv) {
             vk_start("advasanmask");
@@ -97,7 +98,7 @@ final class SanitizerStaticProgramTests: XCTestCase {
     /// (ASan's own SEGV handler, installed before Vaka, runs after the report as the previous handler), and ends
     /// the way it ends without Vaka.
     func testAddressSanitizerProgramWithVakaStartedReportsACrash() throws {
-        guard let clang = Self.clang else { throw XCTSkip("no clang from the Swift toolchain") }
+        guard let clang = Self.clang else { throw Peers.missing("no clang in the Swift toolchain (/opt/swift/usr/bin/clang)") }
         let executable = try link("asancrash", """
         static void *work(void *a) { vk_null(); return a; }
         int main(void) {
@@ -124,7 +125,7 @@ final class SanitizerStaticProgramTests: XCTestCase {
     /// unblocked (a thread blocks it, then faults) and the crash is reported; without Vaka the blocked fault kills
     /// the process the same way, without a report.
     func testFullyStaticProgramMasksWorkAndCrashIsReported() throws {
-        guard let cc = RuntimeProgram.cc else { throw XCTSkip("no C compiler") }
+        guard let cc = RuntimeProgram.cc else { throw Peers.missing("no C compiler (cc, gcc or clang)") }
         for lib in ["libunwind.a", "libelf.a", "libz.a", "liblzma.a"]
         where !FileManager.default.fileExists(atPath: "\(Self.libDir)/\(lib)") {
             throw XCTSkip("\(Self.libDir)/\(lib) missing: cannot link a static program")

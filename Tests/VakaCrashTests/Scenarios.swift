@@ -1,4 +1,5 @@
 import Foundation
+import VakaTestSupport
 
 /// What one `vaka-crashme` scenario must produce (see shared/cases/crash-scenarios.md and
 /// Sources/VakaCrashmeC/include/vaka_crashme.h).

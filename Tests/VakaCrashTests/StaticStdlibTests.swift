@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// Issue 8, kind 7 (one item): a program linked with `-static-stdlib` carries the Swift runtime inside the
 /// executable, whose symbols are not in the dynamic symbol table, so `dlsym` cannot find
@@ -50,8 +51,8 @@ final class StaticStdlibTests: XCTestCase {
 
     /// Builds the program (`static`: with -static-stdlib) in a fresh directory.
     func build(static linkStatic: Bool) throws -> URL {
-        guard let swiftc = Self.swiftc else { throw XCTSkip("swiftc not found") }
-        guard let cc = RuntimeProgram.cc else { throw XCTSkip("no C compiler") }
+        guard let swiftc = Self.swiftc else { throw Peers.missing("swiftc not found (the Swift toolchain)") }
+        guard let cc = RuntimeProgram.cc else { throw Peers.missing("no C compiler (cc, gcc or clang)") }
         let library = try RuntimeProgram.library.get()
         let dir = Paths.freshDirectory(linkStatic ? "static-stdlib" : "dynamic-stdlib")
         let starter = dir.appendingPathComponent("starter.c")
@@ -102,7 +103,7 @@ final class StaticStdlibTests: XCTestCase {
     /// executable's .symtab. Skipped when the static libraries (libunwind.a, libelf.a, libz.a, liblzma.a) are
     /// not installed.
     func testStaticGlibcAbortMessage() throws {
-        guard let cc = RuntimeProgram.cc else { throw XCTSkip("no C compiler") }
+        guard let cc = RuntimeProgram.cc else { throw Peers.missing("no C compiler (cc, gcc or clang)") }
         let libs = ["libunwind.a", "libelf.a", "libz.a", "liblzma.a"]
         let libDir = "/usr/lib/\(archTriple)"
         for lib in libs where !FileManager.default.fileExists(atPath: "\(libDir)/\(lib)") {

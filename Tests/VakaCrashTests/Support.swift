@@ -1,65 +1,12 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
-// Helpers for the crash tests: where the built binaries are, running a child process with a timeout,
-// reading the build ID with readelf, deriving the debug_id, and digging into decoded JSON.
-
-/// Paths the crash tests need.
-enum Paths {
-    /// The build products directory (`.build/<triple>/debug`): the test bundle `VakaPackageTests.xctest`
-    /// is an executable there, next to `vaka-crashme` and `vaka`. Taken from `/proc/self/exe` (resolved),
-    /// or from `$VAKA_PRODUCTS_DIR` when set.
-    static let productsDirectory: URL = {
-        if let dir = ProcessInfo.processInfo.environment["VAKA_PRODUCTS_DIR"], !dir.isEmpty {
-            return URL(fileURLWithPath: dir, isDirectory: true)
-        }
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            return URL(fileURLWithPath: exe).deletingLastPathComponent()
-        }
-        return Bundle.main.bundleURL.deletingLastPathComponent()
-    }()
-
-    /// The crash harness executable.
-    static let harness = productsDirectory.appendingPathComponent("vaka-crashme")
-    /// The `vaka` command-line tool.
-    static let cli = productsDirectory.appendingPathComponent("vaka")
-    /// The repository root (three levels above this source file), or `$VAKA_REPO_ROOT`.
-    static let repositoryRoot: URL = {
-        if let dir = ProcessInfo.processInfo.environment["VAKA_REPO_ROOT"], !dir.isEmpty {
-            return URL(fileURLWithPath: dir, isDirectory: true)
-        }
-        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-    }()
-
-    /// A fresh directory for this test process, removed at exit unless `VAKA_KEEP_TEST_FILES=1`.
-    static let scratchRoot: URL = {
-        let root = FileManager.default.temporaryDirectory
-            .appendingPathComponent("vaka-crash-tests-\(getpid())-\(UUID().uuidString.prefix(8))", isDirectory: true)
-        try? FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        scratchRootPath = root.path
-        if ProcessInfo.processInfo.environment["VAKA_KEEP_TEST_FILES"] != "1" {
-            atexit { if let path = scratchRootPath { try? FileManager.default.removeItem(atPath: path) } }
-        }
-        return root
-    }()
-
-    /// A new empty directory under ``scratchRoot``, named after `label`.
-    static func freshDirectory(_ label: String) -> URL {
-        let dir = scratchRoot.appendingPathComponent("\(label)-\(UUID().uuidString.prefix(8))", isDirectory: true)
-        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        return dir
-    }
-
-    /// `path` with symbolic links resolved, for comparing paths from reports with ours.
-    static func resolved(_ path: String) -> String {
-        URL(fileURLWithPath: path).resolvingSymlinksInPath().path
-    }
-}
-
-private nonisolated(unsafe) var scratchRootPath: String?
+// Helpers for the crash tests: running a child process with a timeout, reading the build ID with readelf,
+// deriving the debug_id, and digging into decoded JSON. Paths, peers and scratch directories: VakaTestSupport.
 
 /// A value shared between threads, guarded by a lock.
+/// `@unchecked Sendable`: `value` is read and written only inside ``withLock(_:)``, with `lock` held.
 final class Locked<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
@@ -199,10 +146,9 @@ func signalName(_ number: Int32) -> String {
 }
 
 /// The GNU build ID of the ELF file at `path` as lower-case hex, read from `readelf -n` (binutils).
-/// - Throws: ``ChildError`` when readelf fails or prints no `Build ID:` line.
+/// - Throws: ``ChildError`` when readelf fails or prints no `Build ID:` line; ``Peers/missing(_:)`` without readelf.
 func readelfBuildID(_ path: URL, scratch: URL) throws -> String {
-    let readelf = ["/usr/bin/readelf", "/bin/readelf"].first { FileManager.default.isExecutableFile(atPath: $0) }
-    guard let readelf else { throw ChildError(description: "readelf not found (install binutils: scripts/bootstrap)") }
+    let readelf = try Peers.tool("readelf", install: "binutils: scripts/bootstrap")
     let result = try runChild(URL(fileURLWithPath: readelf), ["-n", path.path], label: "readelf-\(UUID().uuidString.prefix(8))",
                               outputDirectory: scratch)
     guard result.reason == .exit, result.status == 0 else {
@@ -242,24 +188,6 @@ func debugID(fromBuildID hex: String) -> String? {
 /// Lower-cases and removes `-` and `_`, for matching function names against scenario names.
 func normalizedName(_ text: String) -> String {
     String(text.lowercased().filter { $0 != "-" && $0 != "_" })
-}
-
-/// Walks decoded JSON (`JSONSerialization` output): a `String` key indexes a dictionary, an `Int` an array
-/// (negative counts from the end). `nil` when any step is missing or of the wrong kind.
-func dig(_ root: Any?, _ path: Any...) -> Any? {
-    var current = root
-    for step in path {
-        if let key = step as? String {
-            current = (current as? [String: Any])?[key]
-        } else if let index = step as? Int {
-            guard let array = current as? [Any] else { return nil }
-            let position = index < 0 ? array.count + index : index
-            current = array.indices.contains(position) ? array[position] : nil
-        } else {
-            return nil
-        }
-    }
-    return current
 }
 
 /// Parses a `0x`-prefixed hex string (as Sentry addresses are written).

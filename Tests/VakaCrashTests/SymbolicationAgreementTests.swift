@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// Function/file/line of the harness's frames, checked against independent tools on the same addresses,
 /// and offline symbolication of a stripped copy of the harness with the collected debug files.
@@ -96,15 +97,11 @@ final class SymbolicationAgreementTests: XCTestCase {
         return answers
     }
 
-    static func tool(_ name: String) -> String? {
-        ["/usr/bin/\(name)", "/bin/\(name)"].first { FileManager.default.isExecutableFile(atPath: $0) }
-    }
-
     /// Every app frame of every scenario: our function/file/line (with inlined frames) equal binutils
     /// addr2line's; eu-addr2line agrees wherever it resolves a location and otherwise names our function.
     func testAppFramesAgreeWithAddr2line() throws {
-        guard let addr2line = Self.tool("addr2line") else { return XCTFail("addr2line not found (binutils: scripts/bootstrap)") }
-        guard let euAddr2line = Self.tool("eu-addr2line") else { return XCTFail("eu-addr2line not found (elfutils: scripts/bootstrap)") }
+        let addr2line = try Peers.tool("addr2line", install: "binutils: scripts/bootstrap")
+        let euAddr2line = try Peers.tool("eu-addr2line", install: "elfutils: scripts/bootstrap")
         let binary = Paths.harness.path
         let scratch = Paths.freshDirectory("addr2line")
         var checked = 0
@@ -170,7 +167,7 @@ final class SymbolicationAgreementTests: XCTestCase {
     /// frames; `vaka symbolicate --debug-dir` with the collected debug files gives the same
     /// function/file/line as the unstripped build's event.
     func testStrippedHarnessSymbolicatesWithCollectedDebugFiles() throws {
-        guard let objcopy = Self.tool("objcopy") else { return XCTFail("objcopy not found (binutils)") }
+        let objcopy = try Peers.tool("objcopy", install: "binutils: scripts/bootstrap")
         let work = Paths.freshDirectory("stripped")
         let stripped = work.appendingPathComponent("vaka-crashme-stripped")
         let strip = try runChild(URL(fileURLWithPath: objcopy), ["--strip-all", Paths.harness.path, stripped.path],

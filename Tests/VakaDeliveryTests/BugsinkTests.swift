@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -19,7 +20,7 @@ final class BugsinkTests: XCTestCase {
     nonisolated(unsafe) static var script: String?
     nonisolated(unsafe) static var startError: String?
 
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
 
     override class func tearDown() {
@@ -40,14 +41,10 @@ final class BugsinkTests: XCTestCase {
             return BugsinkTests.peer!
         }
         guard let flag = env["VAKA_BUGSINK"], !flag.isEmpty else {
-            if env["VAKA_REQUIRE_PEERS"] == "1" {
-                XCTFail("VAKA_REQUIRE_PEERS=1 but no Bugsink: set VAKA_BUGSINK=1 (or BUGSINK_URL/DSN/TOKEN/PROJECT_ID)")
-            }
-            throw XCTSkip("Bugsink not requested (set VAKA_BUGSINK=1)")
+            throw Peers.missing("no Bugsink: set VAKA_BUGSINK=1 (or BUGSINK_URL/DSN/TOKEN/PROJECT_ID; scripts/test does)")
         }
         if let e = BugsinkTests.startError { throw TestServerError(e) }
-        let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let script = FileManager.default.isExecutableFile(atPath: flag) ? flag : repo.appendingPathComponent("scripts/bugsink").path
+        let script = FileManager.default.isExecutableFile(atPath: flag) ? flag : Paths.repositoryRoot.appendingPathComponent("scripts/bugsink").path
         let dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("vaka-bugsink-\(UUID().uuidString)")
         BugsinkTests.script = script
         BugsinkTests.startedDir = dir

@@ -1,9 +1,10 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 /// The `Delivery` entry type: background thread, triggers, flush/close, outbox mode.
 final class DeliveryTests: XCTestCase {
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     var server: TestHTTPServer!
     var deliveries: [Delivery] = []
 

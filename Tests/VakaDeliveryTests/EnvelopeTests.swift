@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 final class EnvelopeTests: XCTestCase {
@@ -90,15 +91,15 @@ final class EnvelopeTests: XCTestCase {
     func testGzipIsReadableByAnIndependentDecoder() throws {
         // python3's gzip module (zlib-based but not our code path) must read what we write.
         let input = eventEnvelope(7).serialized()
-        let dir = TempDirs(); defer { dir.removeAll() }
+        let dir = ScratchDirs(); defer { dir.removeAll() }
         let file = dir.make().appendingPathComponent("body.gz")
         try Gzip.compress(input).write(to: file)
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["python3", "-c", "import gzip,sys; sys.stdout.buffer.write(gzip.open(sys.argv[1]).read())", file.path]
+        p.executableURL = URL(fileURLWithPath: try Peers.tool("python3"))
+        p.arguments = ["-c", "import gzip,sys; sys.stdout.buffer.write(gzip.open(sys.argv[1]).read())", file.path]
         let pipe = Pipe()
         p.standardOutput = pipe
-        do { try p.run() } catch { throw XCTSkip("python3 not available: \(error)") }
+        try p.run()
         let out = pipe.fileHandleForReading.readDataToEndOfFile()
         p.waitUntilExit()
         XCTAssertEqual(p.terminationStatus, 0)

@@ -1,25 +1,10 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
 @testable import Vaka
-
-/// A fresh directory under the system temp dir; removed by `removeTemporaryDirectories()`.
-final class TempDirs {
-    private var dirs: [URL] = []
-    func make(_ name: String = "vaka-delivery") -> URL {
-        let url = URL(fileURLWithPath: NSTemporaryDirectory())
-            .appendingPathComponent("\(name)-\(UUID().uuidString)", isDirectory: true)
-        try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        dirs.append(url)
-        return url
-    }
-    func removeAll() {
-        for d in dirs { try? FileManager.default.removeItem(at: d) }
-        dirs.removeAll()
-    }
-}
 
 /// A 32-hex event id derived from `n` (deterministic, so tests can look it up).
 func eventID(_ n: Int) -> String { String(format: "%032x", n + 0xabc000) }
@@ -88,11 +73,27 @@ func runTool(_ path: String, _ args: [String]) -> (Int32, String) {
     return (code, (try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
 }
 
+/// Relay's StoreNormalizer (scripts/relay-validate.py run by ``Peers/relayPython()``) on each event, written
+/// to `scratch`: the problems, empty when every event is clean.
+/// - Throws: ``Peers/missing(_:)`` without Relay (a skip, or a failure with `VAKA_REQUIRE_PEERS=1`).
+func relayProblems(_ events: [Data], scratch: URL) throws -> [String] {
+    let python = try Peers.relayPython()
+    let files = events.enumerated().map { i, data -> String in
+        let path = scratch.appendingPathComponent("event-\(i).json").path
+        _ = FileManager.default.createFile(atPath: path, contents: data)
+        return path
+    }
+    let script = Paths.repositoryRoot.appendingPathComponent("scripts/relay-validate.py").path
+    let (status, output) = runTool(python, [script] + files)
+    let problems = output.split(separator: "\n").filter { !$0.hasSuffix(": ok") }.map(String.init)
+    return status == 0 ? problems : problems + ["relay-validate exit \(status)"]
+}
+
 /// Base of the test classes that run a real ``Delivery``/``Uploader`` against one loopback ``TestHTTPServer``:
 /// a fresh server and debug log per test, scratch directories, and every ``Delivery`` a test appends to
 /// `deliveries` closed at the end.
 class LoopbackServerTestCase: XCTestCase {
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     var server: TestHTTPServer!
     var log: LogSink!
     var deliveries: [Delivery] = []
@@ -109,14 +110,3 @@ class LoopbackServerTestCase: XCTestCase {
     }
 }
 
-/// The example report of docs/report-format.md (its fenced block under `## Example`), with its run id replaced
-/// by `runID`: a real, complete report for tests that plant crashes in a storage directory.
-func exampleCrashReport(runID: String, file: StaticString = #filePath) throws -> String {
-    let doc = try String(contentsOf: URL(fileURLWithPath: "\(file)").deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("docs/report-format.md"), encoding: .utf8)
-    let example = try XCTUnwrap(doc.range(of: "## Example").map { doc[$0.upperBound...] })
-    let open = try XCTUnwrap(example.range(of: "```\n"))
-    let close = try XCTUnwrap(example[open.upperBound...].range(of: "```"))
-    return String(example[open.upperBound..<close.lowerBound])
-        .replacingOccurrences(of: "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B", with: runID)
-}

@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,7 +12,7 @@ import Glibc
 /// 99999 and year 0), plus batch files with absurd length fields, scope numbers and NaN/negative options.
 /// "The process survives" is the test running on; the clamps are asserted on the real outputs.
 final class HostileNumbersTests: XCTestCase {
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     var server: TestHTTPServer!
     var clock: ManualClock!
     var log: LogSink!
@@ -154,6 +155,35 @@ final class HostileNumbersTests: XCTestCase {
         XCTAssertEqual(Timestamps.rfc3339(Date(timeIntervalSince1970: -1e300)), "0001-01-01T00:00:00.000Z")
         XCTAssertEqual(Timestamps.rfc3339(Date(timeIntervalSince1970: .nan)), "1970-01-01T00:00:00.000Z")
         XCTAssertEqual(Timestamps.rfc3339(Date(timeIntervalSince1970: .infinity)), "9999-12-31T23:59:59.999Z")
+    }
+
+    /// Times read back from files are whole milliseconds stored in a `Double` (1880972209.76 is just under .760
+    /// in binary): each is written with its own millisecond, never the one before.
+    func testRFC3339WritesTheMillisecondOfEveryWholeMillisecondTime() {
+        XCTAssertEqual(Timestamps.rfc3339(Date(timeIntervalSince1970: 1_880_972_209.76)), "2029-08-09T12:16:49.760Z")
+        XCTAssertEqual(Timestamps.rfc3339(Date(timeIntervalSince1970: 1_741_263_110.1)), "2025-03-06T12:11:50.100Z")
+        var wrong: [String] = []
+        for ms in Int64(1_714_566_896_000)..<1_714_566_898_000 {
+            let text = Timestamps.rfc3339(Date(timeIntervalSince1970: Double(ms) / 1000))
+            if !text.hasSuffix(String(format: ".%03dZ", Int(ms % 1000))) { wrong.append("\(ms): \(text)") }
+        }
+        XCTAssertEqual(wrong, [])
+        XCTAssertEqual(Timestamps.rfc3339(Date(timeIntervalSince1970: -0.0005)), "1969-12-31T23:59:59.999Z", "rounded down")
+    }
+
+    /// The RFC 3339 reader takes the whole string (both cases of `T` and `Z`), a four-digit year, and nothing after
+    /// the time zone.
+    func testRFC3339ParsingTakesTheWholeStringOnly() {
+        XCTAssertEqual(Timestamps.parseRFC3339("2024-05-01t12:34:56.789z")?.timeIntervalSince1970 ?? 0, 1_714_566_896.789, accuracy: 0.0005)
+        XCTAssertEqual(Timestamps.parseRFC3339("2024-05-01T12:34:56.789-01:30")?.timeIntervalSince1970 ?? 0, 1_714_572_296.789, accuracy: 0.0005)
+        XCTAssertNil(Timestamps.parseRFC3339("2024-05-01T12:34:56.789Zjunk"))
+        XCTAssertNil(Timestamps.parseRFC3339("24-05-01T12:34:56Z"))
+        XCTAssertNil(Timestamps.parseRFC3339("2024-05-01T12:34:56"))
+        XCTAssertNil(Timestamps.parseRFC3339("2024-05-01T12:34:56.Z"))
+        XCTAssertNil(Timestamps.parseRFC3339(""))
+        XCTAssertNil(Timestamps.parseRFC3339(String(repeating: "2024-05-01T12:34:56Z", count: 1_000)))
+        let now = Date(timeIntervalSince1970: 1_714_566_896.789)
+        XCTAssertEqual(Timestamps.parseRFC3339(Timestamps.rfc3339(now))?.timeIntervalSince1970 ?? 0, now.timeIntervalSince1970, accuracy: 0.0005)
     }
 
     // MARK: - Files on disk and options

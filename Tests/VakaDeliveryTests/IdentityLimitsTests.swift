@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 #if canImport(Glibc)
 import Glibc
@@ -36,27 +37,6 @@ final class IdentityLimitsTests: LoopbackServerTestCase {
         try XCTUnwrap(try JSONSerialization.jsonObject(with: data) as? [String: Any])
     }
 
-    /// Relay's StoreNormalizer on each event (scripts/relay-validate.py): the problems, empty when clean; nil
-    /// (skipped) without VAKA_RELAY_PYTHON unless VAKA_REQUIRE_PEERS=1.
-    private func relayProblems(_ events: [Data], file: StaticString = #filePath, line: UInt = #line) -> [String]? {
-        let env = ProcessInfo.processInfo.environment
-        guard let python = env["VAKA_RELAY_PYTHON"], !python.isEmpty else {
-            if env["VAKA_REQUIRE_PEERS"] == "1" { XCTFail("VAKA_REQUIRE_PEERS=1 but VAKA_RELAY_PYTHON is not set", file: file, line: line) }
-            return nil
-        }
-        let dir = dirs.make("relay")
-        let files = events.enumerated().map { i, data -> String in
-            let path = dir.appendingPathComponent("event-\(i).json").path
-            _ = FileManager.default.createFile(atPath: path, contents: data)
-            return path
-        }
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("scripts/relay-validate.py").path
-        let (status, output) = runTool(python, [script] + files)
-        let problems = output.split(separator: "\n").filter { !$0.hasSuffix(": ok") }.map(String.init)
-        return status == 0 ? problems : problems + ["relay-validate exit \(status)"]
-    }
-
     /// A 1.2 M-character release ending in a newline and a 100,000-character environment with a `/`: the
     /// server gets an event and a session whose release and environment Relay keeps (200 and 64 bytes, `_`
     /// for refused characters); one note each.
@@ -80,7 +60,8 @@ final class IdentityLimitsTests: LoopbackServerTestCase {
         for session in sessions {
             XCTAssertEqual((session["attrs"] as? [String: Any])?["release"] as? String, String(repeating: "r", count: 200))
         }
-        if let problems = relayProblems(events) { XCTAssertEqual(problems, []) }
+        let problems = try relayProblems(events, scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     /// 10,000 tags of 300-character keys and values through `Options.tags`: each cut to 200 at start, the first
@@ -106,7 +87,8 @@ final class IdentityLimitsTests: LoopbackServerTestCase {
         XCTAssertGreaterThan(kept.count, 100)
         XCTAssertLessThanOrEqual(kept.count, RunScope.maxTags)
         XCTAssertTrue(kept.allSatisfy { $0.key.count <= 200 && $0.value.count <= 200 })
-        if let problems = relayProblems(events) { XCTAssertEqual(problems, []) }
+        let problems = try relayProblems(events, scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     /// A crashed run whose `scope.json` holds a 400 k-character release and environment (under the 1 MiB cap on
@@ -137,7 +119,8 @@ final class IdentityLimitsTests: LoopbackServerTestCase {
         XCTAssertEqual((event["environment"] as? String)?.utf8.count, 64)
         XCTAssertFalse(FileManager.default.fileExists(atPath: report.path), "accepted: the report is deleted")
         XCTAssertFalse(FileManager.default.fileExists(atPath: report.path + ".dropped"), "\(log.lines.suffix(5))")
-        if let problems = relayProblems(events) { XCTAssertEqual(problems, []) }
+        let problems = try relayProblems(events, scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     /// Every identity key over its limit at once (dist, server_name, sdk name and 100,000 sdk packages, a long

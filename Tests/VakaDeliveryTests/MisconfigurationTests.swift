@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 /// Answers that are not the server's verdict on an event (a proxy's), and answers that will never change by
@@ -6,7 +7,7 @@ import XCTest
 /// once without debug (``Uploader``'s `warn` sink, `[vaka]` on standard error in the SDK). Real libcurl against
 /// the loopback ``TestHTTPServer``, which also plays the proxy (`http_proxy`/`https_proxy` point at it).
 final class MisconfigurationTests: XCTestCase {
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     var server: TestHTTPServer!
     var clock: ManualClock!
     var log: LogSink!
@@ -187,7 +188,7 @@ final class MisconfigurationTests: XCTestCase {
 
 /// The outbox (no DSN) is bounded like the send queue.
 final class OutboxCapTests: XCTestCase {
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
 
     func testOutboxKeepsAtMostMaxFilesDroppingTheOldest() throws {

@@ -1,8 +1,9 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 final class QueueTests: XCTestCase {
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
 
     private func mode(_ path: String) -> Int {

@@ -1,24 +1,15 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 /// What Vaka writes must parse with Sentry's own envelope parser (`sentry_sdk.envelope.Envelope`, the
 /// Python SDK). The interpreter: env VAKA_SENTRY_PYTHON, else `.venv/bugsink/bin/python` of this checkout
 /// (Bugsink depends on sentry-sdk). Skipped when neither has sentry_sdk, unless VAKA_REQUIRE_PEERS=1.
 final class SentrySDKParserTests: XCTestCase {
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
 
-    private func python() throws -> String {
-        let env = ProcessInfo.processInfo.environment
-        let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        for candidate in [env["VAKA_SENTRY_PYTHON"], repo.appendingPathComponent(".venv/bugsink/bin/python").path].compactMap({ $0 }) {
-            if FileManager.default.isExecutableFile(atPath: candidate), runTool(candidate, ["-c", "import sentry_sdk.envelope"]).0 == 0 {
-                return candidate
-            }
-        }
-        if env["VAKA_REQUIRE_PEERS"] == "1" { XCTFail("VAKA_REQUIRE_PEERS=1 but no python with sentry_sdk (set VAKA_SENTRY_PYTHON)") }
-        throw XCTSkip("no python with sentry_sdk (set VAKA_SENTRY_PYTHON)")
-    }
+    private func python() throws -> String { try Peers.sentryPython() }
 
     func testEnvelopesParseWithSentrySDK() throws {
         let py = try python()

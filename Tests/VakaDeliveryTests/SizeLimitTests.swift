@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 #if canImport(Glibc)
 import Glibc
@@ -45,27 +46,6 @@ final class SizeLimitTests: LoopbackServerTestCase {
         return String(decoding: (0..<count).map { _ in alphabet[Int(g.next() % 62)] }, as: UTF8.self)
     }
 
-    /// Relay's StoreNormalizer on each event (scripts/relay-validate.py): the problems, empty when clean.
-    /// Skipped (nil) without VAKA_RELAY_PYTHON unless VAKA_REQUIRE_PEERS=1.
-    private func relayProblems(_ events: [Data], file: StaticString = #filePath, line: UInt = #line) -> [String]? {
-        let env = ProcessInfo.processInfo.environment
-        guard let python = env["VAKA_RELAY_PYTHON"], !python.isEmpty else {
-            if env["VAKA_REQUIRE_PEERS"] == "1" { XCTFail("VAKA_REQUIRE_PEERS=1 but VAKA_RELAY_PYTHON is not set", file: file, line: line) }
-            return nil
-        }
-        let dir = dirs.make("relay")
-        let files = events.enumerated().map { i, data -> String in
-            let path = dir.appendingPathComponent("event-\(i).json").path
-            FileManager.default.createFile(atPath: path, contents: data)
-            return path
-        }
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("scripts/relay-validate.py").path
-        let (status, output) = runTool(python, [script] + files)
-        let problems = output.split(separator: "\n").filter { !$0.hasSuffix(": ok") }.map(String.init)
-        return status == 0 ? problems : problems + ["relay-validate exit \(status)"]
-    }
-
     /// Writes the example report of docs/report-format.md as `<storage>/crashes/<run-id>.crash` and, with
     /// `breadcrumbs`, the crashed run's directory (scope and breadcrumbs); returns the report's path and
     /// the crash's event id.
@@ -103,7 +83,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
         XCTAssertEqual(message.unicodeScalars.count, EventBudget.maxMessageChars)
         XCTAssertTrue(message.hasSuffix("..."))
         XCTAssertLessThan(try XCTUnwrap(events.first).payload.count, 64 * 1024)
-        if let problems = relayProblems(events.map(\.payload)) { XCTAssertEqual(problems, []) }
+        let problems = try relayProblems(events.map(\.payload), scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     func testTenThousandTagsAreCutToTheBudgetAndEachTagToTwoHundredCharacters() throws {
@@ -128,7 +109,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
             XCTAssertLessThanOrEqual(v.unicodeScalars.count, EventBudget.maxTagChars)
         }
         XCTAssertTrue(log.lines.contains { $0.contains("trimmed to the size budget") }, "\(log.lines)")
-        if let problems = relayProblems([payload]) { XCTAssertEqual(problems, []) }
+        let problems = try relayProblems([payload], scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     func testFiveThousandFramesKeepTheOldestAndTheNewestAndSaySoInTheEvent() throws {
@@ -151,7 +133,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
         XCTAssertEqual(sent[124]["function"] as? String, frames[124].function)
         XCTAssertEqual(sent[125]["function"] as? String, frames[4875].function)
         XCTAssertEqual(dig(event, "extra", "frames_omitted") as? Int, 4750)
-        if let problems = relayProblems(events.map(\.payload)) { XCTAssertEqual(problems, []) }
+        let problems = try relayProblems(events.map(\.payload), scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     func testBudgetTrimsBreadcrumbsFirstThenStringsThenFramesAndTheCrashLast() throws {
@@ -226,7 +209,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
         let crumbs = try XCTUnwrap(dig(accepted, "breadcrumbs", "values") as? [[String: Any]])
         XCTAssertTrue((crumbs.last?["message"] as? String ?? "").hasPrefix("#99 "), "the newest breadcrumbs stay")
         XCTAssertGreaterThan(dig(accepted, "extra", "breadcrumbs_omitted") as? Int ?? 0, 50)
-        if let problems = relayProblems([try XCTUnwrap(events.last).payload]) { XCTAssertEqual(problems, []) }
+        let problems = try relayProblems([try XCTUnwrap(events.last).payload], scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 
     // MARK: - Crash reports: deleted only once accepted; given up with a reason
@@ -316,23 +300,11 @@ final class SizeLimitTests: LoopbackServerTestCase {
         XCTAssertLessThan(kept.count, 100, "breadcrumbs reduced to the budget")
         XCTAssertTrue((kept.last?["message"] as? String ?? "").hasPrefix("#99 "))
         XCTAssertLessThanOrEqual(try Gzip.compress(events[1].payload).count, EventBudget.standard.maxCompressedBytes)
-        if let problems = relayProblems([events[1].payload]) { XCTAssertEqual(problems, []) }
+        let problems = try relayProblems([events[1].payload], scratch: dirs.make("relay"))
+        XCTAssertEqual(problems, [], "Relay's normalizer")
     }
 }
 
 /// The error of the 5,000-frame test.
 private enum DeepError: Error { case tooDeep }
 
-/// Digs into decoded JSON by keys and indexes (negative indexes count from the end).
-private func dig(_ root: Any?, _ path: Any...) -> Any? {
-    var current = root
-    for step in path {
-        if let key = step as? String { current = (current as? [String: Any])?[key] }
-        else if let index = step as? Int {
-            guard let array = current as? [Any] else { return nil }
-            let i = index < 0 ? array.count + index : index
-            current = array.indices.contains(i) ? array[i] : nil
-        }
-    }
-    return current
-}

@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 import CVakaCurl
 #if canImport(Glibc)
 import Glibc
@@ -9,7 +10,7 @@ import Glibc
 /// 127.0.0.1), permanent transport errors stop the uploader instead of looping, libcurl missing keeps
 /// envelopes queued, response headers, proxies.
 final class TransportTests: XCTestCase {
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     var servers: [TestHTTPServer] = []
     var clock: ManualClock!
     var log: LogSink!

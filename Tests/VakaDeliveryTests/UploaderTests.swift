@@ -1,9 +1,10 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 /// Every status path of the uploader against a real loopback HTTP server, with a hand-moved clock.
 final class UploaderTests: XCTestCase {
-    let dirs = TempDirs()
+    let dirs = ScratchDirs()
     var server: TestHTTPServer!
     var clock: ManualClock!
     var log: LogSink!

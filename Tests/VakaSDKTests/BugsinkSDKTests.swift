@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 
 /// The SDK against a real Sentry-compatible server: Bugsink 2.6.2 on loopback, started by scripts/test
 /// (BUGSINK_URL, BUGSINK_DSN, BUGSINK_TOKEN, BUGSINK_PROJECT_ID). Each event is verified as STORED through
@@ -163,7 +164,7 @@ final class BugsinkSDKTests: XCTestCase {
             let portFile = logs.appendingPathComponent("port")
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["python3", SDKPaths.repository.appendingPathComponent("scripts/envelope-sink.py").path,
+            process.arguments = ["python3", Paths.repositoryRoot.appendingPathComponent("scripts/envelope-sink.py").path,
                                  eventsFile.path, portFile.path]
             try process.run()
             sink = process
@@ -183,7 +184,7 @@ final class BugsinkSDKTests: XCTestCase {
         let killedRuns = 12
         while !finished && runs < 40 {
             runs += 1
-            let child = try RunningChild(SDKPaths.harness, ["capture-many", "--dsn", dsn, "--storage", storage.path],
+            let child = try RunningChild(Paths.harness, ["capture-many", "--dsn", dsn, "--storage", storage.path],
                                          environment: ["VAKA_CAPTURE_COUNT": String(total), "VAKA_FLUSH_TIMEOUT": "60"],
                                          logDirectory: logs)
             if runs <= killedRuns {

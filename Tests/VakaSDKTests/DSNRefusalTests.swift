@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 
 /// `Vaka.start` refuses a destination that can never work (issue 8, kind 6): one `[vaka]` line on stderr,
 /// always (no debug), nothing sent, the envelopes kept in the outbox; the program runs on.

@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 
 /// HTTPS delivery through the harness, including the sends Vaka makes from its `atexit` hook (the `exited`
 /// session update). libcurl, and with it OpenSSL, is loaded at the first send — after `Vaka.start` registered
@@ -34,16 +35,9 @@ final class HTTPSExitTests: XCTestCase {
     s.serve_forever()
     """#
 
-    private func which(_ tool: String) -> String? {
-        for dir in ["/usr/bin", "/bin", "/usr/local/bin"] where FileManager.default.isExecutableFile(atPath: "\(dir)/\(tool)") {
-            return "\(dir)/\(tool)"
-        }
-        return nil
-    }
-
     private func runOnce(closeEachConnection: Bool) throws {
-        guard let python = which("python3") else { throw XCTSkip("python3 not installed (the HTTPS peer)") }
-        guard let openssl = which("openssl") else { throw XCTSkip("openssl not installed (makes the test certificate)") }
+        let python = try Peers.tool("python3", install: "the HTTPS peer")
+        let openssl = try Peers.tool("openssl", install: "makes the test certificate")
         let work = dirs.make("https")
         let storage = dirs.make("https-storage")
         let cert = work.appendingPathComponent("cert.pem").path, key = work.appendingPathComponent("key.pem").path

@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 
 /// The SDK end to end through the harness (`vaka-crashme`), in outbox mode (no DSN): what each scenario writes,
 /// the crash join, abnormal sessions, file modes, and every envelope checked by the real peers
@@ -115,7 +116,7 @@ final class HarnessTests: XCTestCase {
     func testKilledRunIsSentAsAbnormalAtTheNextLaunch() throws {
         let storage = dirs.make("killed")
         let logs = dirs.make("killed-logs")
-        let child = try RunningChild(SDKPaths.harness, ["capture-many", "--storage", storage.path],
+        let child = try RunningChild(Paths.harness, ["capture-many", "--storage", storage.path],
                                      environment: ["VAKA_CAPTURE_COUNT": "100000000"], logDirectory: logs)
         let progress = storage.appendingPathComponent("capture-many.progress")
         let deadline = Date().addingTimeInterval(60)

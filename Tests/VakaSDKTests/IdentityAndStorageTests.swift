@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 /// Durable envelopes are appended to the open batch's file; a tail torn by process death loses only itself.

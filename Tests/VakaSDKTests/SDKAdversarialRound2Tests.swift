@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 /// Second adversary round against the SDK (issue 8). Each test shows one finding; they fail on the code they

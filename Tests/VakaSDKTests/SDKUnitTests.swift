@@ -1,4 +1,5 @@
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 /// In-process tests of the SDK's parts: breadcrumb store, sessions, run directories, options, no-ops before start.

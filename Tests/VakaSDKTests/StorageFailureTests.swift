@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -36,7 +37,7 @@ final class StorageFailureTests: XCTestCase {
         let mnt = dirs.make("mnt")
         let logs = dirs.make("logs")
         let quoted = arguments.map { "'\($0)'" }.joined(separator: " ")
-        let harness = "'\(SDKPaths.harness.path)' \(quoted) --storage \"$MNT/s\""
+        let harness = "'\(Paths.harness.path)' \(quoted) --storage \"$MNT/s\""
         let run = fileSizeLimit.map { "{ prlimit --fsize=\($0) -- \(harness); } 2>&1 | cat >&2" } ?? "exec \(harness)"
         let script = "set -e -o pipefail; MNT='\(mnt.path)'; \(setup); \(run)"
         var env = environment
@@ -152,7 +153,7 @@ final class EnvelopeSink {
         eventsFile = logDirectory.appendingPathComponent("events.txt")
         let portFile = logDirectory.appendingPathComponent("port")
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", SDKPaths.repository.appendingPathComponent("scripts/envelope-sink.py").path,
+        process.arguments = ["python3", Paths.repositoryRoot.appendingPathComponent("scripts/envelope-sink.py").path,
                              eventsFile.path, portFile.path]
         try process.run()
         let deadline = Date().addingTimeInterval(20)

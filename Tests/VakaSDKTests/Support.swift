@@ -1,42 +1,12 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
 
 // Helpers for the SDK tests: the built harness, child processes, outbox envelopes, and the real peers
 // (sentry_sdk's envelope parser, Relay's normalizer, Bugsink) named by scripts/test's environment.
-
-enum SDKPaths {
-    /// The build products directory (next to the test bundle), or `$VAKA_PRODUCTS_DIR`.
-    static let products: URL = {
-        if let dir = ProcessInfo.processInfo.environment["VAKA_PRODUCTS_DIR"], !dir.isEmpty {
-            return URL(fileURLWithPath: dir, isDirectory: true)
-        }
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return URL(fileURLWithPath: exe).deletingLastPathComponent()
-    }()
-    static let harness = products.appendingPathComponent("vaka-crashme")
-    static let cli = products.appendingPathComponent("vaka")
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent()
-}
-
-/// Temporary directories removed in tearDown (kept with VAKA_KEEP_TEST_FILES=1).
-final class ScratchDirs {
-    private var dirs: [URL] = []
-    func make(_ label: String) -> URL {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vaka-sdk-\(label)-\(UUID().uuidString.prefix(8))")
-        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        dirs.append(dir)
-        return dir
-    }
-    func removeAll() {
-        if ProcessInfo.processInfo.environment["VAKA_KEEP_TEST_FILES"] == "1" { return }
-        for dir in dirs { try? FileManager.default.removeItem(at: dir) }
-        dirs = []
-    }
-}
 
 /// How a child ended.
 struct Child {
@@ -93,7 +63,7 @@ final class RunningChild {
 /// Runs the harness and waits (at most `timeout` s).
 func runHarness(_ arguments: [String], environment: [String: String] = [:], logDirectory: URL,
                 timeout: TimeInterval = 60, file: StaticString = #filePath, line: UInt = #line) throws -> Child {
-    let child = try RunningChild(SDKPaths.harness, arguments, environment: environment, logDirectory: logDirectory)
+    let child = try RunningChild(Paths.harness, arguments, environment: environment, logDirectory: logDirectory)
     guard let result = child.wait(timeout: timeout) else {
         XCTFail("vaka-crashme \(arguments.joined(separator: " ")) ran longer than \(timeout) s (killed)", file: file, line: line)
         return Child(status: -1, signaled: true, stdout: "", stderr: "")
@@ -149,20 +119,6 @@ func parseEnvelope(_ data: Data, file: URL) throws -> OutboxEnvelope {
     return OutboxEnvelope(file: file, header: header, items: items.map { (type: $0.0, payload: $0.1) })
 }
 
-/// Digs into decoded JSON by keys and indexes.
-func dig(_ root: Any?, _ path: Any...) -> Any? {
-    var current = root
-    for step in path {
-        if let key = step as? String { current = (current as? [String: Any])?[key] }
-        else if let index = step as? Int {
-            guard let array = current as? [Any] else { return nil }
-            let i = index < 0 ? array.count + index : index
-            current = array.indices.contains(i) ? array[i] : nil
-        }
-    }
-    return current
-}
-
 /// Runs a tool, returning status and stdout+stderr.
 func runTool(_ path: String, _ args: [String]) -> (Int32, String) {
     let process = Process()
@@ -177,21 +133,11 @@ func runTool(_ path: String, _ args: [String]) -> (Int32, String) {
     return (process.terminationStatus, String(decoding: data, as: UTF8.self))
 }
 
-/// A peer from the environment (`name` = env var); skipped when absent unless VAKA_REQUIRE_PEERS=1.
-func requirePeer(_ name: String) throws -> String {
-    let env = ProcessInfo.processInfo.environment
-    if let value = env[name], !value.isEmpty { return value }
-    if env["VAKA_REQUIRE_PEERS"] == "1" {
-        XCTFail("VAKA_REQUIRE_PEERS=1 but \(name) is not set (scripts/test sets it)")
-    }
-    throw XCTSkip("\(name) not set (run through scripts/test)")
-}
-
 /// Checks every file with sentry_sdk's `Envelope.deserialize` and every event item with Relay's normalizer.
 /// Returns the problems (empty = all good) and how many envelopes/events were checked.
 func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [String], envelopes: Int, events: Int) {
-    let sentryPython = try requirePeer("VAKA_SENTRY_PYTHON")
-    let relayPython = try requirePeer("VAKA_RELAY_PYTHON")
+    let sentryPython = try Peers.sentryPython()
+    let relayPython = try Peers.relayPython()
     let list = scratch.appendingPathComponent("envelopes.txt")
     try files.map(\.path).joined(separator: "\n").write(to: list, atomically: true, encoding: .utf8)
     let eventsDir = scratch.appendingPathComponent("events")
@@ -242,7 +188,7 @@ func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [Strin
     let eventFiles = ((try? FileManager.default.contentsOfDirectory(atPath: eventsDir.path)) ?? []).sorted()
         .map { eventsDir.appendingPathComponent($0).path }
     if !eventFiles.isEmpty {
-        let (rs, ro) = runTool(relayPython, [SDKPaths.repository.appendingPathComponent("scripts/relay-validate.py").path] + eventFiles)
+        let (rs, ro) = runTool(relayPython, [Paths.repositoryRoot.appendingPathComponent("scripts/relay-validate.py").path] + eventFiles)
         if rs != 0 { problems.append("Relay: " + ro.split(separator: "\n").filter { !$0.hasSuffix(": ok") }.prefix(20).joined(separator: "\n")) }
     }
     return (problems, envelopes, events)
@@ -253,8 +199,10 @@ struct BugsinkPeer {
     var url: String, dsn: String, token: String, project: String
 
     static func fromEnvironment() throws -> BugsinkPeer {
-        BugsinkPeer(url: try requirePeer("BUGSINK_URL"), dsn: try requirePeer("BUGSINK_DSN"),
-                    token: try requirePeer("BUGSINK_TOKEN"), project: try requirePeer("BUGSINK_PROJECT_ID"))
+        let server = "Bugsink server (scripts/bugsink start prints it)"
+        return BugsinkPeer(url: try Peers.environment("BUGSINK_URL", server), dsn: try Peers.environment("BUGSINK_DSN", server),
+                           token: try Peers.environment("BUGSINK_TOKEN", server),
+                           project: try Peers.environment("BUGSINK_PROJECT_ID", server))
     }
 
     /// GET /api/canonical/0/events/lookup/?project=ID&event_id=HEX: the stored event's `data`, or `nil` (404).
@@ -289,14 +237,3 @@ struct BugsinkPeer {
     }
 }
 
-/// The example report of docs/report-format.md (its fenced block under `## Example`), with its run id replaced
-/// by `runID`: a real, complete report for tests that plant crashes in a storage directory.
-func exampleCrashReport(runID: String, file: StaticString = #filePath) throws -> String {
-    let doc = try String(contentsOf: URL(fileURLWithPath: "\(file)").deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("docs/report-format.md"), encoding: .utf8)
-    let example = try XCTUnwrap(doc.range(of: "## Example").map { doc[$0.upperBound...] })
-    let open = try XCTUnwrap(example.range(of: "```\n"))
-    let close = try XCTUnwrap(example[open.upperBound...].range(of: "```"))
-    return String(example[open.upperBound..<close.lowerBound])
-        .replacingOccurrences(of: "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B", with: runID)
-}

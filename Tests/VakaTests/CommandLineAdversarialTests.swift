@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// Adversarial findings on the `vaka` CLI: its help promises "Every failure prints one `vaka: ...` line on
 /// stderr" with exit status 1. Writing the result to a full or closed standard output must be such a failure,
@@ -7,8 +8,7 @@ import XCTest
 final class CommandLineAdversarialTests: XCTestCase {
     /// Runs `vaka` with stdout on `/dev/full` (every write fails with ENOSPC); stderr collected.
     private func vakaToFullStdout(_ arguments: [String]) throws -> (Process.TerminationReason, Int32, String) {
-        let path = TestSupport.productsDirectory.appendingPathComponent("vaka").path
-        guard FileManager.default.isExecutableFile(atPath: path) else { throw XCTSkip("vaka is not built at \(path)") }
+        let path = try Paths.built(Paths.cli)
         let full = try XCTUnwrap(FileHandle(forWritingAtPath: "/dev/full"))
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
@@ -28,9 +28,9 @@ final class CommandLineAdversarialTests: XCTestCase {
     /// `write(_:)` ("'try!' expression unexpectedly raised an error ... No space left on device") and print a
     /// Swift crash backtrace. Expected: one `vaka: ...` line and exit status 1.
     func testWritingTheEventToAFullStdoutIsAnErrorNotATrap() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let report = dir.appendingPathComponent("example.crash")
-        try Data(try TestSupport.exampleReport().utf8).write(to: report)
+        try Data(try exampleCrashReport().utf8).write(to: report)
         for arguments in [["report", "convert", report.path], ["symbolicate", report.path]] {
             let (reason, status, stderr) = try vakaToFullStdout(arguments)
             XCTAssertEqual(reason, .exit, "vaka \(arguments[0]) died from signal \(status) writing to a full stdout: \(stderr.prefix(300))")

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,7 +10,7 @@ import Glibc
 /// one `vaka: cannot write to standard output: ...` line and status 1 for every command, never a trap; a
 /// reader that goes away with SIGPIPE at its default ends vaka by SIGPIPE quietly (like `cat`).
 final class CommandLineOutputTests: XCTestCase {
-    private var vakaPath: String { TestSupport.productsDirectory.appendingPathComponent("vaka").path }
+    private var vakaPath: String { Paths.cli.path }
 
     /// How a run ended and what it wrote on stderr.
     private struct Ending {
@@ -21,7 +22,7 @@ final class CommandLineOutputTests: XCTestCase {
     /// Runs `executable arguments` with stdout on `stdout` (a descriptor owned by the caller) and stderr
     /// collected; gives up after 60 s (a generous bound).
     private func run(_ executable: String, _ arguments: [String], stdout: FileHandle) throws -> Ending {
-        guard FileManager.default.isExecutableFile(atPath: vakaPath) else { throw XCTSkip("vaka is not built at \(vakaPath)") }
+        _ = try Paths.built(Paths.cli)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
@@ -41,9 +42,9 @@ final class CommandLineOutputTests: XCTestCase {
 
     /// Inputs for every command that prints something: a report, an event JSON, an ELF file, an envelope.
     private func inputs() throws -> [[String]] {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let report = dir.appendingPathComponent("example.crash")
-        try Data(try TestSupport.exampleReport().utf8).write(to: report)
+        try Data(try exampleCrashReport().utf8).write(to: report)
         let event = dir.appendingPathComponent("event.json")
         try Data(#"{"event_id":"5d7e4c1a2b8f4f0e9a510c2d3e4f5a6b","level":"error","platform":"native"}"#.utf8).write(to: event)
         let payload = #"{"event_id":"5d7e4c1a2b8f4f0e9a510c2d3e4f5a6b","message":"hello"}"#
@@ -108,7 +109,7 @@ final class CommandLineOutputTests: XCTestCase {
     /// Standard output a file over RLIMIT_FSIZE (`ulimit -f 1` = 1 KiB): EFBIG, one line, status 1 — not
     /// SIGXFSZ and a core dump.
     func testStdoutOverTheFileSizeLimitFailsWithOneLine() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let out = dir.appendingPathComponent("out.json").path
         for arguments in try inputs().prefix(2) {
             let script = "ulimit -f 1 && exec \"$0\" \"$@\" > '\(out)'"

@@ -1,27 +1,17 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
 /// The `vaka` executable, run as a child process.
 final class CommandLineTests: XCTestCase {
-    private func vaka(_ arguments: [String]) throws -> TestSupport.ProcessResult {
-        let path = TestSupport.productsDirectory.appendingPathComponent("vaka").path
-        guard FileManager.default.isExecutableFile(atPath: path) else {
-            XCTFail("vaka is not built at \(path)")
-            throw XCTSkip("vaka missing")
-        }
-        let result = try TestSupport.run(path, arguments)
-        XCTAssertEqual(result.reason, .exit, "vaka died from signal \(result.status): \(result.stderrText)")
-        return result
-    }
-
     private func write(_ data: Data, _ name: String) throws -> String {
-        let file = try TestSupport.temporaryDirectory(self).appendingPathComponent(name)
+        let file = try ScratchDirs.directory(for: self).appendingPathComponent(name)
         try data.write(to: file)
         return file.path
     }
 
     func testConvertPrintsTheEventJSON() throws {
-        let file = try write(Data(try TestSupport.exampleReport().utf8), "example.crash")
+        let file = try write(Data(try exampleCrashReport().utf8), "example.crash")
         let result = try vaka(["report", "convert", file])
         XCTAssertEqual(result.status, 0, result.stderrText)
         XCTAssertEqual(result.stderrText, "")
@@ -36,7 +26,7 @@ final class CommandLineTests: XCTestCase {
     }
 
     func testTruncatedReportGivesAPartialEventAndAWarning() throws {
-        let example = try TestSupport.exampleReport()
+        let example = try exampleCrashReport()
         let cut = String(example[..<example.range(of: "frame 0x55d4c2a0b3a0")!.lowerBound])
         let result = try vaka(["report", "convert", try write(Data(cut.utf8), "cut.crash")])
         XCTAssertEqual(result.status, 0)
@@ -108,7 +98,7 @@ final class CommandLineTests: XCTestCase {
     /// The inputs of issue 8 (`outbox list --storage MISSING` exited 0 silently; `symbolicate DIR` printed a
     /// raw Foundation error) and every command × missing path, directory, unreadable file, empty file.
     func testEveryCommandGivesOneClearLineAndStatus1ForABadInputFile() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let missing = dir.appendingPathComponent("missing").path
         let empty = dir.appendingPathComponent("empty").path
         try Data().write(to: URL(fileURLWithPath: empty))
@@ -144,7 +134,7 @@ final class CommandLineTests: XCTestCase {
         try assertOneLineFailure(["debug-files", "collect", directory, "--out", empty], status: 1, containing: "is not a directory")
         try assertOneLineFailure(["debug-files", "collect", directory, "--out", empty + "/x"], status: 1, containing: "is not a directory")
         // symbolicate --debug-dir must be a directory.
-        let report = try write(Data(try TestSupport.exampleReport().utf8), "example.crash")
+        let report = try write(Data(try exampleCrashReport().utf8), "example.crash")
         try assertOneLineFailure(["symbolicate", report, "--debug-dir", missing], status: 1, containing: "No such file")
         try assertOneLineFailure(["symbolicate", report, "--debug-dir", empty], status: 1, containing: "is not a directory")
         // Content that is no input of that command.

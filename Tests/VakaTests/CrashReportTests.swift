@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 
 /// The report reader on the documented example and on every kind of bad input.
@@ -19,7 +20,7 @@ final class CrashReportTests: XCTestCase {
     // MARK: - The documented example
 
     func testParsesTheExampleFromTheFormatDoc() throws {
-        let report = try parse(try TestSupport.exampleReport())
+        let report = try parse(try exampleCrashReport())
         XCTAssertEqual(report.version, 1)
         XCTAssertEqual(report.runID, "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B")
         XCTAssertEqual(report.pid, 41872)
@@ -125,7 +126,7 @@ final class CrashReportTests: XCTestCase {
     }
 
     func testEveryPrefixOfTheExampleEitherFailsCleanlyOrIsMarkedTruncated() throws {
-        let example = Data(try TestSupport.exampleReport().utf8)
+        let example = Data(try exampleCrashReport().utf8)
         let signalLineEnd = example.range(of: Data("signal 11 SIGSEGV\n".utf8))!.upperBound
         for length in 0..<example.count {
             let prefix = example.prefix(length)
@@ -299,7 +300,7 @@ final class CrashReportTests: XCTestCase {
     // MARK: - Files
 
     func testReadsFilesAndRefusesNonFiles() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let file = dir.appendingPathComponent("r.crash")
         try Data(minimal.utf8).write(to: file)
         XCTAssertEqual(try CrashReport(contentsOf: file.path).signal.number, 11)
@@ -313,7 +314,7 @@ final class CrashReportTests: XCTestCase {
     }
 
     func testAFileOverTheSizeCapIsReadUpToTheCapAndMarkedTruncated() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let file = dir.appendingPathComponent("big.crash")
         var bytes = Data("VAKA-CRASH 1\nsignal 11 SIGSEGV\n".utf8)
         let filler = Data("padding_key some value that readers ignore\n".utf8)

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 import VakaSymbolication
 
@@ -29,7 +30,7 @@ enum NativeFixture {
         let sourceFile = directory.appendingPathComponent("fixture.c")
         try source.write(to: sourceFile, atomically: true, encoding: .utf8)
         let output = directory.appendingPathComponent(name).path
-        let result = try TestSupport.run("/usr/bin/cc", ["-shared", "-fPIC", "-O2", "-g", "-o", output, sourceFile.path] + extraFlags)
+        let result = try runProcess("/usr/bin/cc", ["-shared", "-fPIC", "-O2", "-g", "-o", output, sourceFile.path] + extraFlags)
         guard result.status == 0 else {
             throw NSError(domain: "vaka-tests", code: 10, userInfo: [NSLocalizedDescriptionKey: "cc failed: \(result.stderrText)"])
         }
@@ -38,7 +39,7 @@ enum NativeFixture {
 
     /// `nm` value and size of a defined symbol.
     static func symbol(_ name: String, in path: String) throws -> (value: UInt64, size: UInt64)? {
-        let result = try TestSupport.run("/usr/bin/nm", ["--defined-only", "-S", path])
+        let result = try runProcess("/usr/bin/nm", ["--defined-only", "-S", path])
         for line in result.stdoutText.split(separator: "\n") {
             let parts = line.split(separator: " ")
             if parts.count == 4, parts[3] == name, let value = UInt64(parts[0], radix: 16), let size = UInt64(parts[1], radix: 16) {
@@ -52,7 +53,7 @@ enum NativeFixture {
     /// "name file:line" innermost first (a column is dropped; eu-addr2line's "inner inlined at … in outer"
     /// first line counts as "inner").
     static func addr2line(_ path: String, _ addresses: [UInt64], tool: String = "/usr/bin/addr2line") throws -> [UInt64: [String]] {
-        let result = try TestSupport.run(tool, ["-f", "-i", "-a", "-e", path] + addresses.map { "0x" + String($0, radix: 16) })
+        let result = try runProcess(tool, ["-f", "-i", "-a", "-e", path] + addresses.map { "0x" + String($0, radix: 16) })
         var answers: [UInt64: [String]] = [:]
         var current: UInt64?
         var name: String?
@@ -77,36 +78,18 @@ enum NativeFixture {
     }
 
     /// `$VAKA_SENTRY_CLI`, or a skip (a failure when `VAKA_REQUIRE_PEERS=1`).
-    static func sentryCLI() throws -> String {
-        let environment = ProcessInfo.processInfo.environment
-        guard let path = environment["VAKA_SENTRY_CLI"], !path.isEmpty else {
-            if environment["VAKA_REQUIRE_PEERS"] == "1" {
-                XCTFail("VAKA_REQUIRE_PEERS=1 but VAKA_SENTRY_CLI is not set (scripts/test sets it)")
-            }
-            throw XCTSkip("VAKA_SENTRY_CLI is not set: sentry-cli comparison skipped (run scripts/test)")
-        }
-        return path
-    }
+    static func sentryCLI() throws -> String { try Peers.sentryCLI() }
 }
 
 final class DebugFilesTests: XCTestCase {
-    private func vaka(_ arguments: [String]) throws -> TestSupport.ProcessResult {
-        let path = TestSupport.productsDirectory.appendingPathComponent("vaka").path
-        guard FileManager.default.isExecutableFile(atPath: path) else {
-            XCTFail("vaka is not built at \(path)")
-            throw XCTSkip("vaka missing")
-        }
-        return try TestSupport.run(path, arguments)
-    }
-
     /// The text-hash debug_id of a library without build ID, recomputed here from `.text` extracted by objcopy.
     func testTextHashDebugIDOfALibraryWithoutBuildID() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let library = try NativeFixture.compile("libnobuildid.so", in: dir, extraFlags: ["-Wl,--build-id=none"])
         let file = try ElfFile(path: library)
         XCTAssertNil(file.buildID)
         let textFile = dir.appendingPathComponent("text.bin").path
-        let objcopy = try TestSupport.run("/usr/bin/objcopy", ["-O", "binary", "--only-section=.text", library, textFile])
+        let objcopy = try runProcess("/usr/bin/objcopy", ["-O", "binary", "--only-section=.text", library, textFile])
         XCTAssertEqual(objcopy.status, 0, objcopy.stderrText)
         let text = [UInt8](try Data(contentsOf: URL(fileURLWithPath: textFile)))
         XCTAssertFalse(text.isEmpty)
@@ -126,17 +109,17 @@ final class DebugFilesTests: XCTestCase {
     /// arch and features for the harness, a library without build ID, libswiftCore and libc.
     func testDebugFilesCheckAgreesWithSentryCLI() throws {
         let sentryCLI = try NativeFixture.sentryCLI()
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let noBuildID = try NativeFixture.compile("libnobuildid.so", in: dir, extraFlags: ["-Wl,--build-id=none"])
         let swiftCore = try XCTUnwrap(try exportedSymbolAddress("swift_demangle").flatMap { try TestSupport.image(containing: $0) })
         let libc = try XCTUnwrap(try exportedSymbolAddress("getpid").flatMap { try TestSupport.image(containing: $0) })
-        let harness = TestSupport.productsDirectory.appendingPathComponent("vaka-crashme").path
+        let harness = Paths.productsDirectory.appendingPathComponent("vaka-crashme").path
         XCTAssertTrue(swiftCore.path.contains("libswiftCore"), swiftCore.path)
         XCTAssertTrue(libc.path.contains("libc.so"), libc.path)
         for path in [harness, noBuildID, swiftCore.path, libc.path] {
             let ours = try vaka(["debug-files", "check", "--json", path])
             XCTAssertEqual(ours.status, 0, ours.stderrText)
-            let theirs = try TestSupport.run("/usr/bin/env", ["SENTRY_DISABLE_UPDATE_CHECK=1", sentryCLI, "debug-files", "check", "--json", path])
+            let theirs = try runProcess("/usr/bin/env", ["SENTRY_DISABLE_UPDATE_CHECK=1", sentryCLI, "debug-files", "check", "--json", path])
             XCTAssertEqual(theirs.status, 0, "sentry-cli: \(theirs.stderrText)")
             let a = try XCTUnwrap(try JSONSerialization.jsonObject(with: ours.stdout) as? [String: Any], ours.stdoutText)
             let b = try XCTUnwrap(try JSONSerialization.jsonObject(with: theirs.stdout) as? [String: Any], theirs.stdoutText)
@@ -154,7 +137,7 @@ final class DebugFilesTests: XCTestCase {
     /// Every address of a function with inlined code: our frames (inlined ones included) equal binutils
     /// addr2line's and elfutils eu-addr2line's, and some addresses do have inlined frames.
     func testDwarfFileLineAndInlinedFramesAgreeWithAddr2line() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let library = try NativeFixture.compile("libinline.so", in: dir)
         let outer = try XCTUnwrap(try NativeFixture.symbol("vaka_fixture_outer", in: library))
         let file = try ElfFile(path: library)
@@ -186,7 +169,7 @@ final class DebugFilesTests: XCTestCase {
     /// collect → build-ID layout; the locator finds files there and in plain trees; a stripped image is
     /// symbolicated from its debug file, and not without it.
     func testCollectLocateAndSymbolicateAStrippedLibrary() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let build = dir.appendingPathComponent("build/lib")
         try FileManager.default.createDirectory(at: build, withIntermediateDirectories: true)
         let library = try NativeFixture.compile("libinline.so", in: build)
@@ -205,7 +188,7 @@ final class DebugFilesTests: XCTestCase {
         XCTAssertEqual(DebugFileLocator(directories: [out], systemDirectory: nil).candidates(forBuildID: "00" + buildID.dropFirst(2)), [])
 
         let stripped = dir.appendingPathComponent("libinline-stripped.so").path
-        let strip = try TestSupport.run("/usr/bin/objcopy", ["--strip-all", library, stripped])
+        let strip = try runProcess("/usr/bin/objcopy", ["--strip-all", library, stripped])
         XCTAssertEqual(strip.status, 0, strip.stderrText)
         let outer = try XCTUnwrap(try NativeFixture.symbol("vaka_fixture_outer", in: library))
         let base: UInt64 = 0x7f10_0000_0000
@@ -350,7 +333,7 @@ final class DebugFilesTests: XCTestCase {
 
     /// The CLI: collect, then check (text and JSON), and the usage errors.
     func testDebugFilesCommandLine() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let library = try NativeFixture.compile("libinline.so", in: dir)
         let out = dir.appendingPathComponent("out").path
         let collect = try vaka(["debug-files", "collect", library, "--out", out])

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 import VakaSymbolication
 
@@ -14,7 +15,7 @@ final class FatalEventBuilderTests: XCTestCase {
     }
 
     func testTheExampleBecomesTheContractedEvent() throws {
-        let event = try event(try TestSupport.exampleReport())
+        let event = try event(try exampleCrashReport())
         XCTAssertEqual(event.eventID, "5d7e4c1a2b8f4f0e9a510c2d3e4f5a6b")
         XCTAssertEqual(try XCTUnwrap(event.timestamp), 1_796_040_000.123_456_789, accuracy: 1e-6)
         XCTAssertEqual(event.platform, "native")
@@ -65,7 +66,7 @@ final class FatalEventBuilderTests: XCTestCase {
     }
 
     func testJSONUsesTheWireNamesHexStringsAndOmitsNil() throws {
-        let data = try event(try TestSupport.exampleReport()).jsonData()
+        let data = try event(try exampleCrashReport()).jsonData()
         let json = try XCTUnwrap(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         let exception = try XCTUnwrap(((json["exception"] as? [String: Any])?["values"] as? [[String: Any]])?.first)
         let stacktrace = try XCTUnwrap(exception["stacktrace"] as? [String: Any])
@@ -84,9 +85,9 @@ final class FatalEventBuilderTests: XCTestCase {
         XCTAssertEqual(json["event_id"] as? String, "5d7e4c1a2b8f4f0e9a510c2d3e4f5a6b")
         XCTAssertNil(json["tags"])
         // Round trip through the Codable types.
-        XCTAssertEqual(try JSONDecoder().decode(Event.self, from: data), try event(try TestSupport.exampleReport()))
+        XCTAssertEqual(try JSONDecoder().decode(Event.self, from: data), try event(try exampleCrashReport()))
         // Pretty printing only changes whitespace.
-        let pretty = try event(try TestSupport.exampleReport()).jsonData(pretty: true)
+        let pretty = try event(try exampleCrashReport()).jsonData(pretty: true)
         XCTAssertTrue(String(decoding: pretty, as: UTF8.self).contains("\n  "))
         XCTAssertEqual(try JSONDecoder().decode(Event.self, from: pretty), try JSONDecoder().decode(Event.self, from: data))
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 import VakaSymbolication
 
@@ -59,7 +60,7 @@ final class IdentityAccuracyTests: XCTestCase {
     /// both carry the parent run's scope; only the parent's carries the `crashed` session update, and its
     /// `errors` counts the fatal event (2 handled + 1).
     func testForkChildAndParentCrashesJoinWithDistinctIDsAndOneCrashedSession() throws {
-        let storage = try TestSupport.temporaryDirectory(self)
+        let storage = try ScratchDirs.directory(for: self)
         let runID = "5D7E4C1A-2B8F-4F0E-9A51-0C2D3E4F5A6B"
         let sid = try deadRun(storage, runID, status: .ok, errors: 2)
         try writeReport(storage, runID: runID, pid: 100, fileName: "\(runID).crash", signal: "6 SIGABRT")
@@ -92,7 +93,7 @@ final class IdentityAccuracyTests: XCTestCase {
     /// parent's scope, the parent's session ends `abnormal` with its persisted handled-error count, not
     /// `crashed`. And a crashed run with no handled error: `errors` 1, never 0.
     func testForkChildOfAKilledParentAndCrashedSessionErrorCounts() throws {
-        let storage = try TestSupport.temporaryDirectory(self)
+        let storage = try ScratchDirs.directory(for: self)
         let killed = "run-killed"
         let killedSid = try deadRun(storage, killed, status: .ok, errors: 2)
         try writeReport(storage, runID: killed, pid: 7, fileName: "\(killed)-7.crash")
@@ -146,7 +147,7 @@ final class IdentityAccuracyTests: XCTestCase {
         XCTAssertFalse(try CrashReport(data: text, fileName: "r-6.crash").isForkChild, "pid line disagrees")
         XCTAssertFalse(try CrashReport(data: text, fileName: "copy.crash").isForkChild)
         XCTAssertFalse(try CrashReport(data: text).isForkChild)
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         try text.write(to: dir.appendingPathComponent("r-5.crash"))
         XCTAssertTrue(try CrashReport(contentsOf: dir.appendingPathComponent("r-5.crash").path).isForkChild)
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 import VakaSymbolication
 
@@ -9,15 +10,9 @@ import VakaSymbolication
 /// the test is skipped, unless `VAKA_REQUIRE_PEERS=1`, which makes a missing peer a failure.
 final class RelayValidationTests: XCTestCase {
     func testProducedEventsPassRelaysNormalizer() throws {
-        let environment = ProcessInfo.processInfo.environment
-        guard let python = environment["VAKA_RELAY_PYTHON"], !python.isEmpty else {
-            if environment["VAKA_REQUIRE_PEERS"] == "1" {
-                return XCTFail("VAKA_REQUIRE_PEERS=1 but VAKA_RELAY_PYTHON is not set")
-            }
-            throw XCTSkip("VAKA_RELAY_PYTHON is not set")
-        }
-        let dir = try TestSupport.temporaryDirectory(self)
-        let example = try TestSupport.exampleReport()
+        let python = try Peers.relayPython()
+        let dir = try ScratchDirs.directory(for: self)
+        let example = try exampleCrashReport()
         let marker = markerFunctionAddress()
         let exe = try XCTUnwrap(try TestSupport.image(containing: marker))
         let exeFile = try ElfFile(path: exe.path)
@@ -52,8 +47,8 @@ final class RelayValidationTests: XCTestCase {
             try event.jsonData().write(to: file)
             files.append(file.path)
         }
-        let script = TestSupport.repoRoot.appendingPathComponent("scripts/relay-validate.py").path
-        let result = try TestSupport.run(python, [script] + files)
+        let script = Paths.repositoryRoot.appendingPathComponent("scripts/relay-validate.py").path
+        let result = try runProcess(python, [script] + files)
         XCTAssertEqual(result.status, 0, "relay-validate found problems:\n\(result.stdoutText)\(result.stderrText)")
         XCTAssertEqual(result.stdoutText.components(separatedBy: ": ok\n").count - 1, files.count, result.stdoutText)
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 import VakaSymbolication
 
@@ -38,7 +39,7 @@ final class CraftedElfTests: XCTestCase {
     /// A `.symtab` whose `sh_entsize` is 1 over a 2.4 GB hole of a sparse file: the reader once reserved
     /// `sh_size / sh_entsize` entries (96 GB) and aborted. It must be ignored, and `.dynsym` still used.
     func testSymbolTableWithWrongEntrySizeIsIgnored() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let path = dir.appendingPathComponent("entsize1.so")
         try Crafted.patchSymtab(Crafted.blocksRuntime, to: path, offset: 1 << 30, size: 24 * 100_000_000, entsize: 1,
                                 length: (1 << 30) + 24 * 100_000_000)
@@ -52,7 +53,7 @@ final class CraftedElfTests: XCTestCase {
     /// A well-formed entry size but 100 million entries (over a hole): more than ``ElfFile/maxSymbolsPerTable``,
     /// so the table is ignored instead of read (the reader once took a minute and gigabytes on such a file).
     func testSymbolTableLargerThanTheCapIsIgnored() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let path = dir.appendingPathComponent("entsize24.so")
         try Crafted.patchSymtab(Crafted.blocksRuntime, to: path, offset: 1 << 30, size: 24 * 100_000_000, entsize: 24,
                                 length: (1 << 30) + 24 * 100_000_000)
@@ -63,7 +64,7 @@ final class CraftedElfTests: XCTestCase {
 
     /// A `.symtab` that claims to extend past the end of the file is ignored.
     func testSymbolTablePastTheEndOfTheFileIsIgnored() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let path = dir.appendingPathComponent("past-end.so")
         let length = UInt64(try FileManager.default.attributesOfItem(atPath: Crafted.blocksRuntime)[.size] as! Int)
         try Crafted.patchSymtab(Crafted.blocksRuntime, to: path, offset: length - 48, size: 24 * 1000, entsize: 24,
@@ -75,7 +76,7 @@ final class CraftedElfTests: XCTestCase {
 
     /// Files above ``ElfFile/maxFileSize`` (here a sparse 16 GiB + 1 byte copy of a real library) are refused.
     func testFilesLargerThanTheCapAreRefused() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let path = dir.appendingPathComponent("huge.so")
         try FileManager.default.copyItem(atPath: Crafted.blocksRuntime, toPath: path.path)
         XCTAssertEqual(truncate(path.path, off_t(ElfFile.maxFileSize + 1)), 0)
@@ -144,22 +145,16 @@ final class ManyImagesTests: XCTestCase {
 /// unless `VAKA_REQUIRE_PEERS=1`, as in ``RelayValidationTests``.
 func assertRelayAccepts(_ events: [String: Event], in test: XCTestCase, file: StaticString = #filePath,
                         line: UInt = #line) throws {
-    let environment = ProcessInfo.processInfo.environment
-    guard let python = environment["VAKA_RELAY_PYTHON"], !python.isEmpty else {
-        if environment["VAKA_REQUIRE_PEERS"] == "1" {
-            return XCTFail("VAKA_REQUIRE_PEERS=1 but VAKA_RELAY_PYTHON is not set", file: file, line: line)
-        }
-        throw XCTSkip("VAKA_RELAY_PYTHON is not set")
-    }
-    let dir = try TestSupport.temporaryDirectory(test)
+    let python = try Peers.relayPython()
+    let dir = try ScratchDirs.directory(for: test)
     var files: [String] = []
     for (name, event) in events.sorted(by: { $0.key < $1.key }) {
         let url = dir.appendingPathComponent("\(name).json")
         try event.jsonData().write(to: url)
         files.append(url.path)
     }
-    let script = TestSupport.repoRoot.appendingPathComponent("scripts/relay-validate.py").path
-    let result = try TestSupport.run(python, [script] + files)
+    let script = Paths.repositoryRoot.appendingPathComponent("scripts/relay-validate.py").path
+    let result = try runProcess(python, [script] + files)
     XCTAssertEqual(result.status, 0, "relay-validate found problems:\n\(result.stdoutText)\(result.stderrText)",
                    file: file, line: line)
     XCTAssertEqual(result.stdoutText.components(separatedBy: ": ok\n").count - 1, files.count, result.stdoutText,
@@ -202,7 +197,7 @@ final class ReportInputTests: XCTestCase {
     /// A report with CRLF line ends reads like the original (it was refused with the misleading
     /// `unsupported report format version "1\x0d"`); lines ended by `\r` alone get a clear error.
     func testCRLFReportsAreReadAndCROnlyReportsGetAClearError() throws {
-        let example = try TestSupport.exampleReport()
+        let example = try exampleCrashReport()
         let crlf = try CrashReport(data: Data(example.replacingOccurrences(of: "\n", with: "\r\n").utf8))
         XCTAssertEqual(crlf, try CrashReport(data: Data(example.utf8)))
         XCTAssertFalse(crlf.isTruncated)
@@ -252,7 +247,7 @@ final class ReportInputTests: XCTestCase {
     /// A relative image path is never opened relative to the converter's working directory, not even to
     /// compute the text-hash debug_id of an image without a build ID.
     func testRelativeImagePathsAreNotOpened() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         // A copy of a real library whose build-ID note type is changed, so it has no build ID.
         var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: Crafted.blocksRuntime)))
         let gnu: [UInt8] = [0x47, 0x4e, 0x55, 0x00]

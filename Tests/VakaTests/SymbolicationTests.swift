@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 import VakaSymbolication
 
 /// A C-callable function with a known name in the test executable, for symbol lookups.
@@ -110,7 +111,7 @@ final class ElfFileTests: XCTestCase {
     }
 
     func testRefusesFilesThatAreNotELF() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let file = dir.appendingPathComponent("not-elf")
         try Data("hello, this is not ELF".utf8).write(to: file)
         XCTAssertThrowsError(try ElfFile(path: file.path)) { error in

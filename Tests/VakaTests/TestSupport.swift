@@ -1,80 +1,12 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 
-/// Shared helpers for the VakaTests target.
+/// Helpers of the VakaTests target (paths, peers, scratch directories and the `vaka` runner: VakaTestSupport).
 enum TestSupport {
-    /// The repository root (this file is Tests/VakaTests/TestSupport.swift).
-    static let repoRoot: URL = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
-    /// The example report from docs/report-format.md (the fenced block under "## Example").
-    static func exampleReport() throws -> String {
-        let doc = try String(contentsOf: repoRoot.appendingPathComponent("docs/report-format.md"), encoding: .utf8)
-        guard let section = doc.range(of: "## Example") else {
-            throw NSError(domain: "vaka-tests", code: 1, userInfo: [NSLocalizedDescriptionKey: "no ## Example in docs"])
-        }
-        let rest = doc[section.upperBound...]
-        guard let open = rest.range(of: "```\n"), let close = rest[open.upperBound...].range(of: "```") else {
-            throw NSError(domain: "vaka-tests", code: 2, userInfo: [NSLocalizedDescriptionKey: "no code block in the example"])
-        }
-        return String(rest[open.upperBound..<close.lowerBound])
-    }
-
-    /// A fresh temporary directory, removed when the test ends.
-    static func temporaryDirectory(_ test: XCTestCase) throws -> URL {
-        let dir = FileManager.default.temporaryDirectory
-            .appendingPathComponent("vaka-tests-\(UUID().uuidString)", isDirectory: true)
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        test.addTeardownBlock { try? FileManager.default.removeItem(at: dir) }
-        return dir
-    }
-
-    /// The result of running a child process.
-    struct ProcessResult {
-        var status: Int32
-        var reason: Process.TerminationReason
-        var stdout: Data
-        var stderr: Data
-        var stdoutText: String { String(decoding: stdout, as: UTF8.self) }
-        var stderrText: String { String(decoding: stderr, as: UTF8.self) }
-    }
-
-    /// Runs `executable` with `arguments`, collecting stdout and stderr (read concurrently, so large
-    /// outputs do not block the child).
-    static func run(_ executable: String, _ arguments: [String]) throws -> ProcessResult {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        final class Box: @unchecked Sendable { var data = Data() }
-        let errBox = Box()
-        let group = DispatchGroup()
-        group.enter()
-        DispatchQueue.global().async {
-            errBox.data = err.fileHandleForReading.readDataToEndOfFile()
-            group.leave()
-        }
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        group.wait()
-        let errData = errBox.data
-        process.waitUntilExit()
-        return ProcessResult(status: process.terminationStatus, reason: process.terminationReason,
-                             stdout: outData, stderr: errData)
-    }
-
     /// The path of the running test executable (`/proc/self/exe` resolved).
     static var selfExecutable: String {
         (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
-    }
-
-    /// The directory holding the built products (the test bundle and `vaka`).
-    static var productsDirectory: URL {
-        URL(fileURLWithPath: selfExecutable).deletingLastPathComponent()
     }
 
     /// One mapping of /proc/self/maps.
@@ -117,7 +49,7 @@ enum TestSupport {
 
     /// The build ID that `readelf -n` prints for `path`, lower-case hex.
     static func readelfBuildID(_ path: String) throws -> String? {
-        let result = try run("/usr/bin/readelf", ["-n", path])
+        let result = try runProcess(try Peers.tool("readelf", install: "binutils: scripts/bootstrap"), ["-n", path])
         for line in result.stdoutText.split(separator: "\n") {
             if let range = line.range(of: "Build ID: ") {
                 return line[range.upperBound...].trimmingCharacters(in: .whitespaces).lowercased()

@@ -20,7 +20,11 @@ import Foundation
 /// (`dsn` or `key`+`endpoint` → ``DSN``; `storageDirectory`, `flushInterval`, `maxBatchSize`, `debug`) and
 /// keeps one `Delivery`; `capture`/`track`/... build an ``Envelope`` and call ``submit(_:durable:)``;
 /// `Vaka.flush()` calls ``flush(timeout:)``, `Vaka.close()` ``close(timeout:)``.
-final class Delivery {
+///
+/// `@unchecked Sendable`: the worker thread and the callers share the `var`s below, and touch them only with
+/// `cond` held (an `NSCondition`, because the worker and ``flush(timeout:)`` wait on it); the `let`s are set
+/// once in `init` and are thread-safe themselves (``PersistentQueue`` and ``Uploader`` lock inside).
+final class Delivery: @unchecked Sendable {
     /// Settings; defaults are the SDK's.
     struct Configuration {
         /// The SDK storage directory (`Options.storageDirectory` or its default); created if needed.

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The embedded default when no DSN is configured: each envelope is written to `<storage>/outbox/` as
 /// one file `<UTC timestamp>-<sequence>-<event_id>.envelope` (e.g.
@@ -11,9 +12,9 @@ import Foundation
 /// Bounded like the send queue: at most ``maxFiles`` files (default 1,000) and ``maxBytes`` bytes (default
 /// 64 MiB) across runs. A write that would go over either drops the oldest files (by name) first; the count
 /// of files dropped by this value's writes is ``droppedFiles``.
-public struct Outbox {
-    private static let sequenceLock = NSLock()
-    nonisolated(unsafe) private static var sequence = 0
+public struct Outbox: Sendable {
+    /// Writes numbered so far by this process (the `<sequence>` of the file names).
+    private static let sequence = Atomic<Int>(0)
 
     /// `<storage>/outbox`.
     public let directory: URL
@@ -23,13 +24,16 @@ public struct Outbox {
     public let maxBytes: Int
 
     /// Sizes of the files present, by name, read once at the first write and kept up to date after.
-    private final class Usage: @unchecked Sendable {
-        let lock = NSLock()
+    private struct Usage {
         var files: [String: Int]? = nil  // name -> bytes; nil until scanned
         var bytes = 0
         var dropped = 0
     }
-    private let usage = Usage()
+    /// Shared by copies of this value (a class holds the mutex, which cannot be copied).
+    private final class SharedUsage: Sendable {
+        let state = Mutex(Usage())
+    }
+    private let usage = SharedUsage()
 
     /// An outbox in `<storageDirectory>/outbox` (created on first write).
     /// - Parameters:
@@ -43,8 +47,7 @@ public struct Outbox {
 
     /// Files removed by this outbox's writes to stay within ``maxFiles`` and ``maxBytes`` (oldest first).
     public var droppedFiles: Int {
-        usage.lock.lock(); defer { usage.lock.unlock() }
-        return usage.dropped
+        usage.state.withLock { $0.dropped }
     }
 
     /// Writes `envelope` as a new file, stamped with `date` (file name only; the envelope is unchanged).
@@ -57,10 +60,7 @@ public struct Outbox {
         let id = envelope.header.eventID ?? UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
         let stamp = Timestamps.rfc3339(date).replacingOccurrences(of: "-", with: "").replacingOccurrences(of: ":", with: "")
         let safeID = String(id.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.map(Character.init))
-        Outbox.sequenceLock.lock()
-        Outbox.sequence += 1
-        let number = Outbox.sequence
-        Outbox.sequenceLock.unlock()
+        let number = Outbox.sequence.wrappingAdd(1, ordering: .relaxed).newValue
         let url = directory.appendingPathComponent("\(stamp)-\(String(format: "%06d", number % 1_000_000))-\(safeID).envelope")
         let bytes = envelope.serialized()
         try PrivateFiles.writeAtomically(bytes, to: url, sync: false)
@@ -71,28 +71,29 @@ public struct Outbox {
     /// Records the file just written and removes the oldest files while over ``maxFiles`` or ``maxBytes``
     /// (never the one just written). The directory is listed once per process, at the first write.
     private func trim(adding name: String, size: Int) {
-        usage.lock.lock(); defer { usage.lock.unlock() }
-        if usage.files == nil {
-            var files: [String: Int] = [:]
-            for url in list() {
-                let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
-                files[url.lastPathComponent] = (attributes?[.size] as? NSNumber)?.intValue ?? 0
+        usage.state.withLock { usage in
+            if usage.files == nil {
+                var files: [String: Int] = [:]
+                for url in list() {
+                    let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
+                    files[url.lastPathComponent] = (attributes?[.size] as? NSNumber)?.intValue ?? 0
+                }
+                usage.files = files
+                usage.bytes = files.values.reduce(0, +)
+            } else {
+                usage.bytes += size - (usage.files?[name] ?? 0)
+                usage.files?[name] = size
+            }
+            guard var files = usage.files, files.count > maxFiles || usage.bytes > maxBytes else { return }
+            for old in files.keys.sorted() where old != name {
+                guard files.count > maxFiles || usage.bytes > maxBytes else { break }
+                let path = directory.appendingPathComponent(old).path
+                if unlink(path) != 0 && errno != ENOENT { continue }
+                usage.bytes -= files.removeValue(forKey: old) ?? 0
+                usage.dropped += 1
             }
             usage.files = files
-            usage.bytes = files.values.reduce(0, +)
-        } else {
-            usage.bytes += size - (usage.files?[name] ?? 0)
-            usage.files?[name] = size
         }
-        guard var files = usage.files, files.count > maxFiles || usage.bytes > maxBytes else { return }
-        for old in files.keys.sorted() where old != name {
-            guard files.count > maxFiles || usage.bytes > maxBytes else { break }
-            let path = directory.appendingPathComponent(old).path
-            if unlink(path) != 0 && errno != ENOENT { continue }
-            usage.bytes -= files.removeValue(forKey: old) ?? 0
-            usage.dropped += 1
-        }
-        usage.files = files
     }
 
     /// The outbox files, oldest first (by name); empty when the directory does not exist.

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -102,18 +103,11 @@ final class PersistentQueue {
     /// Largest batch file read, bytes: the largest the SDK can write, `maxBatchSize` × (``maxEnvelopeBytes`` +
     /// 16 bytes of length line) + the magic line (50 MiB + 816 B with the default 50). A bigger file is set
     /// aside without being read.
-    var maxFileBytes: Int { maxBatchSize * (PersistentQueue.maxEnvelopeBytes + 16) + 16 }
+    let maxFileBytes: Int
 
-    private let lock = NSLock()
-    private var memoryBatches: [BatchRef: [Data]] = [:]  // sealed batches whose file could not be written
-    private var overlays: [BatchRef: [Data]] = [:]       // files whose rewrite failed: the content that counts
-    private var memoryBytes = 0                          // bytes in memoryBatches
-    private var writeBackoff = Backoff()                  // after a failed write, no write before it passes
-    private var files: [BatchRef] = []  // on disk, sorted oldest first (includes the open batch once written)
-    // `persisted`: how many of `records` the file already holds (appends add only the rest).
-    private var open: (ref: BatchRef, records: [Data], written: Bool, persisted: Int)?
-    private var nextSequence: UInt64 = 1
-    private var _stats = Stats()
+    /// The state, behind the mutex that makes the queue thread-safe.
+    private let core: Mutex<Core>
+    /// The debug sink; given the lines the state logged once its mutex is released.
     private let log: (String) -> Void
 
     /// Opens (creating if needed) `<storageDirectory>/pending`, and picks up batch files of previous runs.
@@ -134,24 +128,26 @@ final class PersistentQueue {
         self.maxBatchFiles = max(1, maxBatchFiles)
         self.syncWrites = syncWrites
         self.maxMemoryBytes = max(0, maxMemoryBytes)
+        maxFileBytes = self.maxBatchSize * (PersistentQueue.maxEnvelopeBytes + 16) + 16
         self.log = log
-        do {
-            try PrivateFiles.makeDirectory(directory)
-        } catch {
-            log("cannot create \(directory.path) (\(error)); envelopes are held in memory (at most \(self.maxMemoryBytes) bytes) until it can be written")
-            writeBackoff.recordFailure(now: Date())
+        var core = Core(directory: directory, maxBatchSize: self.maxBatchSize, maxBatchFiles: self.maxBatchFiles,
+                        syncWrites: syncWrites, maxMemoryBytes: self.maxMemoryBytes, maxFileBytes: maxFileBytes)
+        core.load()
+        for line in core.notes { log(line) }
+        core.notes = []
+        self.core = Mutex(core)
+    }
+
+    /// Runs `body` on the state with the mutex held, then hands the lines it logged to ``log``.
+    private func locked<R: Sendable, E: Error>(_ body: (inout Core) throws(E) -> R) throws(E) -> R {
+        let (result, notes) = core.withLock { core -> (Result<R, E>, [String]) in
+            let result: Result<R, E>
+            do throws(E) { result = .success(try body(&core)) } catch { result = .failure(error) }
+            defer { core.notes = [] }
+            return (result, core.notes)
         }
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [] {
-            if name.hasPrefix(".tmp-") {
-                unlink(directory.appendingPathComponent(name).path)
-            } else if let ref = PersistentQueue.ref(name) {
-                files.append(ref)
-            }
-        }
-        pruneBadFiles()
-        files.sort()
-        nextSequence = min(files.last?.sequence ?? 0, 9_000_000_000_000_000) + 1  // 16 digits: cannot overflow
-        if !files.isEmpty { log("found \(files.count) pending batch file(s) from a previous run") }
+        for line in notes { log(line) }
+        return try result.get()
     }
 
     /// Adds an envelope to the open batch.
@@ -163,30 +159,14 @@ final class PersistentQueue {
     @discardableResult
     func enqueue(_ envelope: Envelope, durable: Bool = false) throws -> Bool {
         let record = envelope.serialized()
-        lock.lock(); defer { lock.unlock() }
-        if open == nil {
-            let ref = BatchRef(name: String(format: "%016llu-%08x.batch", nextSequence, UInt32.random(in: .min ... .max)),
-                               sequence: nextSequence)
-            nextSequence += 1
-            open = (ref, [], false, 0)
-        }
-        open!.records.append(record)
-        if open!.records.count >= maxBatchSize {
-            try sealLocked()
-            return true
-        }
-        if durable {
-            do { try writeOpenLocked() } catch { spillOpenLocked(); throw error }
-        }
-        return false
+        return try locked { try $0.enqueue(record, durable: durable) }
     }
 
     /// Writes the open batch (if it has unwritten envelopes) and seals it: later envelopes go to a new batch.
     /// Called before each send. - Throws: ``DeliveryIOError`` when the write fails; the batch is then sealed in
     /// memory (``BatchRef/inMemory``) and sent from there.
     func seal() throws {
-        lock.lock(); defer { lock.unlock() }
-        try sealLocked()
+        try locked { try $0.seal() }
     }
 
     /// Writes the open batch to its file without sealing it (used by `flush`, `close()` and durable captures),
@@ -195,47 +175,12 @@ final class PersistentQueue {
     ///   only in memory as dropped (``Stats/droppedUnwritable``).
     /// - Throws: ``DeliveryIOError`` when a write fails (the envelopes stay in memory).
     func persist(final: Bool = false) throws {
-        lock.lock(); defer { lock.unlock() }
-        if final { writeBackoff.reset() }
-        var failure: Error?
-        do { try writeOpenLocked() } catch { spillOpenLocked(); failure = error }
-        if failure == nil {
-            for (ref, records) in overlays.sorted(by: { $0.key < $1.key }) {
-                do { try writeLocked(records, to: ref); overlays[ref] = nil } catch { failure = error; break }
-            }
-        }
-        if failure == nil {
-            for ref in memoryBatches.keys.sorted() {
-                guard let records = memoryBatches[ref] else { continue }
-                let fileRef = BatchRef(name: String(format: "%016llu-%08x.batch", ref.sequence, UInt32.random(in: .min ... .max)),
-                                       sequence: ref.sequence)
-                do {
-                    try writeLocked(records, to: fileRef)
-                } catch { failure = error; break }
-                memoryBatches[ref] = nil
-                memoryBytes -= records.reduce(0) { $0 + $1.count }
-                files.append(fileRef)
-                files.sort()
-                log("wrote \(records.count) envelope(s) held in memory to \(fileRef.name)")
-            }
-            enforceCapLocked()
-        }
-        if final {
-            let lost = memoryBatches.values.reduce(0) { $0 + $1.count }
-            if lost > 0 {
-                _stats.droppedUnwritable += lost
-                log("storage not writable: \(lost) envelope(s) held in memory are lost (neither written nor sent)")
-                memoryBatches = [:]
-                memoryBytes = 0
-            }
-        }
-        if let failure { throw failure }
+        try locked { try $0.persist(final: final) }
     }
 
     /// Sealed batches (files and batches held in memory), oldest first.
     func sealedBatches() -> [BatchRef] {
-        lock.lock(); defer { lock.unlock() }
-        return (files.filter { $0 != open?.ref } + memoryBatches.keys).sorted()
+        locked { $0.sealedBatches() }
     }
 
     /// The envelopes (serialized) in a batch file, in order; `nil` when the file no longer exists (it was
@@ -243,47 +188,7 @@ final class PersistentQueue {
     /// ``stats``; one with none, a non-regular file or one over ``maxFileBytes`` is set aside (`.bad`, see
     /// the type's documentation) and gives `nil`; an intact file without records is deleted and gives `nil`.
     func records(of ref: BatchRef) -> [Data]? {
-        lock.lock(); defer { lock.unlock() }
-        if ref.inMemory { return memoryBatches[ref] }
-        if let overlay = overlays[ref] { return files.contains(ref) ? overlay : nil }
-        guard files.contains(ref) else { return nil }
-        let data: Data
-        switch PrivateFiles.readCapped(path(ref), maxBytes: maxFileBytes) {
-        case .data(let d): data = d
-        case .tooLarge(let size):
-            setAsideLocked(ref, because: "\(size) B, over the \(maxFileBytes) B a batch file can hold; not read")
-            return nil
-        case .notRegular:
-            setAsideLocked(ref, because: "not a regular file")
-            return nil
-        case .unreadable(let code):
-            if code == ENOENT {
-                files.removeAll { $0 == ref }
-                overlays[ref] = nil
-            } else if code == EMFILE || code == ENFILE || code == ENOMEM {
-                log("cannot read batch file \(ref.name) now: \(String(cString: strerror(code)))")  // may pass
-            } else {
-                setAsideLocked(ref, because: "unreadable: \(String(cString: strerror(code)))")
-            }
-            return nil
-        }
-        let (records, damaged) = BatchFile.decode(data)
-        if records.isEmpty {
-            if damaged {
-                _stats.damagedFiles += 1
-                setAsideLocked(ref, because: "damaged, no intact envelope (\(data.count) B)")
-            } else {
-                unlink(path(ref))
-                files.removeAll { $0 == ref }
-                log("batch file \(ref.name) holds no envelope; deleted")
-            }
-            return nil
-        }
-        if damaged {
-            _stats.damagedFiles += 1
-            log("batch file \(ref.name) is damaged; keeping its \(records.count) intact envelope(s)")
-        }
-        return records
+        locked { $0.records(of: ref) }
     }
 
     /// Replaces a sealed batch's content with `records` (deleting the file when empty), atomically.
@@ -293,33 +198,7 @@ final class PersistentQueue {
     /// - Throws: nothing today (kept `throws` for API stability): write failures are absorbed as described.
     @discardableResult
     func commit(_ ref: BatchRef, records: [Data]) throws -> Bool {
-        lock.lock(); defer { lock.unlock() }
-        if ref.inMemory {
-            guard let old = memoryBatches[ref] else { return false }
-            memoryBytes -= old.reduce(0) { $0 + $1.count }
-            if records.isEmpty {
-                memoryBatches[ref] = nil
-            } else {
-                memoryBatches[ref] = records
-                memoryBytes += records.reduce(0) { $0 + $1.count }
-            }
-            return true
-        }
-        guard files.contains(ref), ref != open?.ref else { return false }
-        if records.isEmpty {
-            unlink(path(ref))
-            files.removeAll { $0 == ref }
-            overlays[ref] = nil
-        } else {
-            do {
-                try writeLocked(records, to: ref)
-                overlays[ref] = nil
-            } catch {
-                if overlays[ref] == nil { log("could not rewrite \(ref.name) (\(error)); its remaining \(records.count) envelope(s) are kept in memory") }
-                overlays[ref] = records
-            }
-        }
-        return true
+        try locked { try $0.commit(ref, records: records) }
     }
 
     /// The `event_id`s of the envelopes waiting (open batch, batches held in memory, batch files): one pass
@@ -327,19 +206,7 @@ final class PersistentQueue {
     /// the bodies skipped). Used by the crash join, once per launch, so that a crash queued by an earlier
     /// launch and not yet sent is not queued twice; a file that cannot be read counts as holding none.
     func queuedEventIDs() -> Set<String> {
-        func header(_ record: Data) -> Data { record.prefix(while: { $0 != 0x0A }).prefix(8 * 1024) }
-        lock.lock(); defer { lock.unlock() }
-        var ids = Set<String>()
-        func add(_ headers: [Data]) {
-            for h in headers { if let id = BatchFile.eventID(inHeader: h) { ids.insert(id) } }
-        }
-        if let o = open { add(o.records.map(header)) }
-        for records in memoryBatches.values { add(records.map(header)) }
-        for ref in files where ref != open?.ref {
-            if let overlay = overlays[ref] { add(overlay.map(header)); continue }
-            add(BatchFile.scanHeaders(path: path(ref)) ?? [])
-        }
-        return ids
+        locked { $0.queuedEventIDs() }
     }
 
     /// Whether an envelope with this `event_id` is waiting (``queuedEventIDs()``; for many ids, call that once).
@@ -348,151 +215,19 @@ final class PersistentQueue {
     }
 
     /// `true` when no envelope is waiting: the open batch is empty, no batch file exists and none is held in memory.
-    var isEmpty: Bool {
-        lock.lock(); defer { lock.unlock() }
-        return (open?.records.isEmpty ?? true) && files.filter { $0 != open?.ref }.isEmpty && memoryBatches.isEmpty
-    }
+    var isEmpty: Bool { locked { $0.isEmpty } }
 
     /// Envelopes held only in memory because their file could not be written (the open batch not counted).
-    var memoryCount: Int {
-        lock.lock(); defer { lock.unlock() }
-        return memoryBatches.values.reduce(0) { $0 + $1.count }
-    }
+    var memoryCount: Int { locked { $0.memoryCount } }
 
     /// Envelopes in the open batch (in memory, possibly also written).
-    var openCount: Int {
-        lock.lock(); defer { lock.unlock() }
-        return open?.records.count ?? 0
-    }
+    var openCount: Int { locked { $0.openCount } }
 
     /// Number of batch files on disk (sealed and open).
-    var fileCount: Int {
-        lock.lock(); defer { lock.unlock() }
-        return files.count
-    }
+    var fileCount: Int { locked { $0.fileCount } }
 
     /// Drop counters (cap, damage).
-    var stats: Stats {
-        lock.lock(); defer { lock.unlock() }
-        return _stats
-    }
-
-    // MARK: - Private (lock held)
-
-    private func sealLocked() throws {
-        guard open != nil else { return }
-        if !open!.records.isEmpty {
-            do { try writeOpenLocked() } catch { spillOpenLocked(); throw error }
-        }
-        open = nil
-    }
-
-    /// Seals the open batch in memory: its envelopes not yet in its file become a batch held in memory; a file
-    /// already written with the first ones stays as a sealed batch.
-    private func spillOpenLocked() {
-        guard let o = open else { return }
-        open = nil
-        let unsaved = Array(o.records[min(o.persisted, o.records.count)...])
-        guard !unsaved.isEmpty else { return }
-        let ref = BatchRef(name: "memory-\(o.ref.sequence)", sequence: o.ref.sequence, inMemory: true)
-        memoryBatches[ref] = unsaved
-        memoryBytes += unsaved.reduce(0) { $0 + $1.count }
-        log("storage not writable: holding \(unsaved.count) envelope(s) in memory (\(memoryBytes) of at most \(maxMemoryBytes) bytes)")
-        enforceMemoryCapLocked()
-    }
-
-    /// Drops the oldest envelopes held in memory until at most ``maxMemoryBytes`` are.
-    private func enforceMemoryCapLocked() {
-        var dropped = 0
-        while memoryBytes > maxMemoryBytes, let oldest = memoryBatches.keys.min() {
-            var records = memoryBatches[oldest] ?? []
-            if records.isEmpty { memoryBatches[oldest] = nil; continue }
-            memoryBytes -= records.removeFirst().count
-            dropped += 1
-            memoryBatches[oldest] = records.isEmpty ? nil : records
-        }
-        if dropped > 0 {
-            _stats.droppedUnwritable += dropped
-            log("storage not writable and \(maxMemoryBytes) bytes held in memory: dropped the \(dropped) oldest envelope(s) (neither written nor sent; total \(_stats.droppedUnwritable))")
-        }
-    }
-
-    /// Writes `records` as the whole file of `ref`, unless writes are backing off after a failure.
-    /// Records the failure (starting or lengthening the write backoff) or the success (resetting it).
-    private func writeLocked(_ records: [Data], to ref: BatchRef) throws {
-        let now = Date()
-        if writeBackoff.isWaiting(at: now) {
-            throw DeliveryIOError(operation: "write (backing off after a failed write)", path: path(ref), code: EAGAIN)
-        }
-        do {
-            try PrivateFiles.writeAtomically(BatchFile.encode(records), to: URL(fileURLWithPath: path(ref)), sync: syncWrites)
-            writeBackoff.reset()
-        } catch {
-            _stats.writeFailures += 1
-            let until = writeBackoff.recordFailure(now: now)
-            log("write failed (\(error)); no batch write for \(Bounded.wholeSeconds(until.timeIntervalSince(now))) s")
-            throw error
-        }
-    }
-
-    private func writeOpenLocked() throws {
-        guard let o = open, !o.records.isEmpty, o.persisted < o.records.count else { return }
-        // The open batch's file only grows while open: append the new records (one write(2)) instead of
-        // rewriting the whole file for every durable envelope. A failed or short append falls back to the
-        // whole-file rewrite; a tail torn by process death is cut off by the reader (BatchFile.decode) and
-        // the file is never appended to again (it is a sealed batch for the next process).
-        if o.written, o.persisted > 0, !syncWrites, !writeBackoff.isWaiting(at: Date()),
-           PrivateFiles.append(BatchFile.encodeRecords(o.records[o.persisted...]), to: path(o.ref)) {
-            open!.persisted = o.records.count
-            return
-        }
-        try writeLocked(o.records, to: o.ref)
-        open!.persisted = o.records.count
-        if !o.written {
-            open!.written = true
-            files.append(o.ref)  // newest sequence: stays sorted
-            enforceCapLocked()
-        }
-    }
-
-    private func enforceCapLocked() {
-        var droppedFiles = 0, droppedEnvelopes = 0
-        while files.count > maxBatchFiles, let oldest = files.first(where: { $0 != open?.ref }) {
-            droppedEnvelopes += BatchFile.scanHeaders(path: path(oldest))?.count ?? 0
-            unlink(path(oldest))
-            files.removeAll { $0 == oldest }
-            overlays[oldest] = nil
-            droppedFiles += 1
-        }
-        if droppedFiles > 0 {
-            _stats.droppedBatchFiles += droppedFiles
-            _stats.droppedEnvelopes += droppedEnvelopes
-            log("batch file cap \(maxBatchFiles) reached: dropped \(droppedFiles) oldest file(s) holding \(droppedEnvelopes) envelope(s) (total dropped: \(_stats.droppedBatchFiles) file(s), \(_stats.droppedEnvelopes) envelope(s))")
-        }
-    }
-
-    private func path(_ ref: BatchRef) -> String { directory.appendingPathComponent(ref.name).path }
-
-    /// Renames a batch file that can never be sent to `<name>.bad` (deleted when the rename fails), forgets it
-    /// and keeps at most ``maxBadFiles`` set-aside files.
-    private func setAsideLocked(_ ref: BatchRef, because reason: String) {
-        let from = path(ref)
-        if rename(from, from + ".bad") != 0 { try? FileManager.default.removeItem(atPath: from) }
-        files.removeAll { $0 == ref }
-        overlays[ref] = nil
-        _stats.setAsideFiles += 1
-        log("batch file \(ref.name) set aside as \(ref.name).bad: \(reason)")
-        pruneBadFiles()
-    }
-
-    /// Deletes the oldest `.bad` files beyond ``maxBadFiles``.
-    private func pruneBadFiles() {
-        let bad = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
-            .filter { $0.hasSuffix(".batch.bad") }.sorted()
-        for name in bad.dropLast(PersistentQueue.maxBadFiles) {
-            try? FileManager.default.removeItem(atPath: directory.appendingPathComponent(name).path)
-        }
-    }
+    var stats: Stats { locked { $0.stats } }
 
     /// Parses `<16 digits>-<hex>.batch`.
     private static func ref(_ name: String) -> BatchRef? {
@@ -501,5 +236,338 @@ final class PersistentQueue {
         guard digits.allSatisfy({ $0.isASCII && $0.isNumber }), let seq = UInt64(digits),
               name.dropFirst(16).first == "-" else { return nil }
         return BatchRef(name: name, sequence: seq)
+    }
+}
+
+extension PersistentQueue {
+    /// The queue's state and the code that reads and changes it, always run with the queue's mutex held.
+    /// The public methods of ``PersistentQueue`` are documented on the class.
+    fileprivate struct Core {
+        let directory: URL
+        let maxBatchSize: Int
+        let maxBatchFiles: Int
+        let syncWrites: Bool
+        let maxMemoryBytes: Int
+        let maxFileBytes: Int
+        var memoryBatches: [BatchRef: [Data]] = [:]  // sealed batches whose file could not be written
+        var overlays: [BatchRef: [Data]] = [:]       // files whose rewrite failed: the content that counts
+        var memoryBytes = 0                          // bytes in memoryBatches
+        var writeBackoff = Backoff()                  // after a failed write, no write before it passes
+        var files: [BatchRef] = []  // on disk, sorted oldest first (includes the open batch once written)
+        // `persisted`: how many of `records` the file already holds (appends add only the rest).
+        var open: (ref: BatchRef, records: [Data], written: Bool, persisted: Int)?
+        var nextSequence: UInt64 = 1
+        var stats = Stats()
+        /// Lines to log, handed to the debug sink once the mutex is released.
+        var notes: [String] = []
+
+        /// Queues a debug line (see ``notes``).
+        mutating func log(_ line: String) { notes.append(line) }
+
+        /// Picks up the batch files of previous runs (and removes temporary files of interrupted writes).
+        mutating func load() {
+            do {
+                try PrivateFiles.makeDirectory(directory)
+            } catch {
+                log("cannot create \(directory.path) (\(error)); envelopes are held in memory (at most \(maxMemoryBytes) bytes) until it can be written")
+                writeBackoff.recordFailure(now: Date())
+            }
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [] {
+                if name.hasPrefix(".tmp-") {
+                    unlink(directory.appendingPathComponent(name).path)
+                } else if let ref = PersistentQueue.ref(name) {
+                    files.append(ref)
+                }
+            }
+            pruneBadFiles()
+            files.sort()
+            nextSequence = min(files.last?.sequence ?? 0, 9_000_000_000_000_000) + 1  // 16 digits: cannot overflow
+            if !files.isEmpty { log("found \(files.count) pending batch file(s) from a previous run") }
+        }
+
+        @discardableResult
+        mutating func enqueue(_ record: Data, durable: Bool) throws -> Bool {
+            if open == nil {
+                let ref = BatchRef(name: String(format: "%016llu-%08x.batch", nextSequence, UInt32.random(in: .min ... .max)),
+                                   sequence: nextSequence)
+                nextSequence += 1
+                open = (ref, [], false, 0)
+            }
+            open!.records.append(record)
+            if open!.records.count >= maxBatchSize {
+                try sealLocked()
+                return true
+            }
+            if durable {
+                do { try writeOpenLocked() } catch { spillOpenLocked(); throw error }
+            }
+            return false
+        }
+
+        mutating func seal() throws {
+            try sealLocked()
+        }
+
+        mutating func persist(final: Bool = false) throws {
+            if final { writeBackoff.reset() }
+            var failure: Error?
+            do { try writeOpenLocked() } catch { spillOpenLocked(); failure = error }
+            if failure == nil {
+                for (ref, records) in overlays.sorted(by: { $0.key < $1.key }) {
+                    do { try writeLocked(records, to: ref); overlays[ref] = nil } catch { failure = error; break }
+                }
+            }
+            if failure == nil {
+                for ref in memoryBatches.keys.sorted() {
+                    guard let records = memoryBatches[ref] else { continue }
+                    let fileRef = BatchRef(name: String(format: "%016llu-%08x.batch", ref.sequence, UInt32.random(in: .min ... .max)),
+                                           sequence: ref.sequence)
+                    do {
+                        try writeLocked(records, to: fileRef)
+                    } catch { failure = error; break }
+                    memoryBatches[ref] = nil
+                    memoryBytes -= records.reduce(0) { $0 + $1.count }
+                    files.append(fileRef)
+                    files.sort()
+                    log("wrote \(records.count) envelope(s) held in memory to \(fileRef.name)")
+                }
+                enforceCapLocked()
+            }
+            if final {
+                let lost = memoryBatches.values.reduce(0) { $0 + $1.count }
+                if lost > 0 {
+                    stats.droppedUnwritable += lost
+                    log("storage not writable: \(lost) envelope(s) held in memory are lost (neither written nor sent)")
+                    memoryBatches = [:]
+                    memoryBytes = 0
+                }
+            }
+            if let failure { throw failure }
+        }
+
+        func sealedBatches() -> [BatchRef] {
+            return (files.filter { $0 != open?.ref } + memoryBatches.keys).sorted()
+        }
+
+        mutating func records(of ref: BatchRef) -> [Data]? {
+            if ref.inMemory { return memoryBatches[ref] }
+            if let overlay = overlays[ref] { return files.contains(ref) ? overlay : nil }
+            guard files.contains(ref) else { return nil }
+            let data: Data
+            switch PrivateFiles.readCapped(path(ref), maxBytes: maxFileBytes) {
+            case .data(let d): data = d
+            case .tooLarge(let size):
+                setAsideLocked(ref, because: "\(size) B, over the \(maxFileBytes) B a batch file can hold; not read")
+                return nil
+            case .notRegular:
+                setAsideLocked(ref, because: "not a regular file")
+                return nil
+            case .unreadable(let code):
+                if code == ENOENT {
+                    files.removeAll { $0 == ref }
+                    overlays[ref] = nil
+                } else if code == EMFILE || code == ENFILE || code == ENOMEM {
+                    log("cannot read batch file \(ref.name) now: \(String(cString: strerror(code)))")  // may pass
+                } else {
+                    setAsideLocked(ref, because: "unreadable: \(String(cString: strerror(code)))")
+                }
+                return nil
+            }
+            let (records, damaged) = BatchFile.decode(data)
+            if records.isEmpty {
+                if damaged {
+                    stats.damagedFiles += 1
+                    setAsideLocked(ref, because: "damaged, no intact envelope (\(data.count) B)")
+                } else {
+                    unlink(path(ref))
+                    files.removeAll { $0 == ref }
+                    log("batch file \(ref.name) holds no envelope; deleted")
+                }
+                return nil
+            }
+            if damaged {
+                stats.damagedFiles += 1
+                log("batch file \(ref.name) is damaged; keeping its \(records.count) intact envelope(s)")
+            }
+            return records
+        }
+
+        @discardableResult
+        mutating func commit(_ ref: BatchRef, records: [Data]) throws -> Bool {
+            if ref.inMemory {
+                guard let old = memoryBatches[ref] else { return false }
+                memoryBytes -= old.reduce(0) { $0 + $1.count }
+                if records.isEmpty {
+                    memoryBatches[ref] = nil
+                } else {
+                    memoryBatches[ref] = records
+                    memoryBytes += records.reduce(0) { $0 + $1.count }
+                }
+                return true
+            }
+            guard files.contains(ref), ref != open?.ref else { return false }
+            if records.isEmpty {
+                unlink(path(ref))
+                files.removeAll { $0 == ref }
+                overlays[ref] = nil
+            } else {
+                do {
+                    try writeLocked(records, to: ref)
+                    overlays[ref] = nil
+                } catch {
+                    if overlays[ref] == nil { log("could not rewrite \(ref.name) (\(error)); its remaining \(records.count) envelope(s) are kept in memory") }
+                    overlays[ref] = records
+                }
+            }
+            return true
+        }
+
+        mutating func queuedEventIDs() -> Set<String> {
+            func header(_ record: Data) -> Data { record.prefix(while: { $0 != 0x0A }).prefix(8 * 1024) }
+            var ids = Set<String>()
+            func add(_ headers: [Data]) {
+                for h in headers { if let id = BatchFile.eventID(inHeader: h) { ids.insert(id) } }
+            }
+            if let o = open { add(o.records.map(header)) }
+            for records in memoryBatches.values { add(records.map(header)) }
+            for ref in files where ref != open?.ref {
+                if let overlay = overlays[ref] { add(overlay.map(header)); continue }
+                add(BatchFile.scanHeaders(path: path(ref)) ?? [])
+            }
+            return ids
+        }
+
+        var isEmpty: Bool {
+            return (open?.records.isEmpty ?? true) && files.filter { $0 != open?.ref }.isEmpty && memoryBatches.isEmpty
+        }
+
+        var memoryCount: Int {
+            return memoryBatches.values.reduce(0) { $0 + $1.count }
+        }
+
+        var openCount: Int {
+            return open?.records.count ?? 0
+        }
+
+        var fileCount: Int {
+            return files.count
+        }
+
+        // MARK: - Private (lock held)
+
+        mutating func sealLocked() throws {
+            guard open != nil else { return }
+            if !open!.records.isEmpty {
+                do { try writeOpenLocked() } catch { spillOpenLocked(); throw error }
+            }
+            open = nil
+        }
+
+        /// Seals the open batch in memory: its envelopes not yet in its file become a batch held in memory; a file
+        /// already written with the first ones stays as a sealed batch.
+        mutating func spillOpenLocked() {
+            guard let o = open else { return }
+            open = nil
+            let unsaved = Array(o.records[min(o.persisted, o.records.count)...])
+            guard !unsaved.isEmpty else { return }
+            let ref = BatchRef(name: "memory-\(o.ref.sequence)", sequence: o.ref.sequence, inMemory: true)
+            memoryBatches[ref] = unsaved
+            memoryBytes += unsaved.reduce(0) { $0 + $1.count }
+            log("storage not writable: holding \(unsaved.count) envelope(s) in memory (\(memoryBytes) of at most \(maxMemoryBytes) bytes)")
+            enforceMemoryCapLocked()
+        }
+
+        /// Drops the oldest envelopes held in memory until at most ``maxMemoryBytes`` are.
+        mutating func enforceMemoryCapLocked() {
+            var dropped = 0
+            while memoryBytes > maxMemoryBytes, let oldest = memoryBatches.keys.min() {
+                var records = memoryBatches[oldest] ?? []
+                if records.isEmpty { memoryBatches[oldest] = nil; continue }
+                memoryBytes -= records.removeFirst().count
+                dropped += 1
+                memoryBatches[oldest] = records.isEmpty ? nil : records
+            }
+            if dropped > 0 {
+                stats.droppedUnwritable += dropped
+                log("storage not writable and \(maxMemoryBytes) bytes held in memory: dropped the \(dropped) oldest envelope(s) (neither written nor sent; total \(stats.droppedUnwritable))")
+            }
+        }
+
+        /// Writes `records` as the whole file of `ref`, unless writes are backing off after a failure.
+        /// Records the failure (starting or lengthening the write backoff) or the success (resetting it).
+        mutating func writeLocked(_ records: [Data], to ref: BatchRef) throws {
+            let now = Date()
+            if writeBackoff.isWaiting(at: now) {
+                throw DeliveryIOError(operation: "write (backing off after a failed write)", path: path(ref), code: EAGAIN)
+            }
+            do {
+                try PrivateFiles.writeAtomically(BatchFile.encode(records), to: URL(fileURLWithPath: path(ref)), sync: syncWrites)
+                writeBackoff.reset()
+            } catch {
+                stats.writeFailures += 1
+                let until = writeBackoff.recordFailure(now: now)
+                log("write failed (\(error)); no batch write for \(Bounded.wholeSeconds(until.timeIntervalSince(now))) s")
+                throw error
+            }
+        }
+
+        mutating func writeOpenLocked() throws {
+            guard let o = open, !o.records.isEmpty, o.persisted < o.records.count else { return }
+            // The open batch's file only grows while open: append the new records (one write(2)) instead of
+            // rewriting the whole file for every durable envelope. A failed or short append falls back to the
+            // whole-file rewrite; a tail torn by process death is cut off by the reader (BatchFile.decode) and
+            // the file is never appended to again (it is a sealed batch for the next process).
+            if o.written, o.persisted > 0, !syncWrites, !writeBackoff.isWaiting(at: Date()),
+               PrivateFiles.append(BatchFile.encodeRecords(o.records[o.persisted...]), to: path(o.ref)) {
+                open!.persisted = o.records.count
+                return
+            }
+            try writeLocked(o.records, to: o.ref)
+            open!.persisted = o.records.count
+            if !o.written {
+                open!.written = true
+                files.append(o.ref)  // newest sequence: stays sorted
+                enforceCapLocked()
+            }
+        }
+
+        mutating func enforceCapLocked() {
+            var droppedFiles = 0, droppedEnvelopes = 0
+            while files.count > maxBatchFiles, let oldest = files.first(where: { $0 != open?.ref }) {
+                droppedEnvelopes += BatchFile.scanHeaders(path: path(oldest))?.count ?? 0
+                unlink(path(oldest))
+                files.removeAll { $0 == oldest }
+                overlays[oldest] = nil
+                droppedFiles += 1
+            }
+            if droppedFiles > 0 {
+                stats.droppedBatchFiles += droppedFiles
+                stats.droppedEnvelopes += droppedEnvelopes
+                log("batch file cap \(maxBatchFiles) reached: dropped \(droppedFiles) oldest file(s) holding \(droppedEnvelopes) envelope(s) (total dropped: \(stats.droppedBatchFiles) file(s), \(stats.droppedEnvelopes) envelope(s))")
+            }
+        }
+
+        func path(_ ref: BatchRef) -> String { directory.appendingPathComponent(ref.name).path }
+
+        /// Renames a batch file that can never be sent to `<name>.bad` (deleted when the rename fails), forgets it
+        /// and keeps at most ``maxBadFiles`` set-aside files.
+        mutating func setAsideLocked(_ ref: BatchRef, because reason: String) {
+            let from = path(ref)
+            if rename(from, from + ".bad") != 0 { try? FileManager.default.removeItem(atPath: from) }
+            files.removeAll { $0 == ref }
+            overlays[ref] = nil
+            stats.setAsideFiles += 1
+            log("batch file \(ref.name) set aside as \(ref.name).bad: \(reason)")
+            pruneBadFiles()
+        }
+
+        /// Deletes the oldest `.bad` files beyond ``maxBadFiles``.
+        func pruneBadFiles() {
+            let bad = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
+                .filter { $0.hasSuffix(".batch.bad") }.sorted()
+            for name in bad.dropLast(PersistentQueue.maxBadFiles) {
+                try? FileManager.default.removeItem(atPath: directory.appendingPathComponent(name).path)
+            }
+        }
     }
 }

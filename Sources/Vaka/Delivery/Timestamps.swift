@@ -3,67 +3,42 @@ import Foundation
 import Glibc
 #endif
 
-/// Date formatting and parsing for the wire: RFC 3339 (envelope `sent_at`) and HTTP dates (`Retry-After`).
-/// Implemented on `gmtime_r`/`timegm`, so it is thread-safe and independent of the process locale.
+/// Date formatting and parsing for the wire: RFC 3339 (envelope `sent_at`, session and event times) with
+/// Foundation's ISO 8601 format style, and HTTP dates (`Retry-After`) on `timegm`. Thread-safe and
+/// independent of the process locale.
 enum Timestamps {
-    /// Earliest instant ``rfc3339(_:)`` writes as itself: 0001-01-01T00:00:00Z, seconds since the epoch.
-    static let earliestFormattable: TimeInterval = -62_135_596_800
+    /// Earliest instant ``rfc3339(_:)`` writes as itself: 0001-01-01T00:00:00Z in the calendar Foundation
+    /// formats with (Julian before 1582-10-15, so two days before the proleptic Gregorian year 1), seconds
+    /// since the epoch.
+    static let earliestFormattable: TimeInterval = -62_135_769_600
     /// Latest instant ``rfc3339(_:)`` writes as itself: 9999-12-31T23:59:59.999Z, seconds since the epoch.
     static let latestFormattable: TimeInterval = 253_402_300_799.999
 
-    /// Formats `date` as RFC 3339 UTC with milliseconds, e.g. `2024-05-01T12:34:56.789Z`.
-    /// Dates outside years 1...9999 (e.g. from a damaged file) are clamped to that range; NaN gives the epoch.
+    /// `2024-05-01T12:34:56.789Z`: UTC, `T` and `Z`, milliseconds. A `Sendable` value, so one is shared.
+    private static let format = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+
+    /// Formats `date` as RFC 3339 UTC with milliseconds, e.g. `2024-05-01T12:34:56.789Z`; the milliseconds are
+    /// those of `date` rounded down. Dates outside years 1...9999 (e.g. from a damaged file) are clamped to
+    /// that range; NaN gives the epoch.
     static func rfc3339(_ date: Date) -> String {
         var t = date.timeIntervalSince1970
         if t.isNaN { t = 0 }
         t = min(max(t, earliestFormattable), latestFormattable)
-        let ms = Int64((t * 1000).rounded(.down))
-        var secs = time_t(ms >= 0 ? ms / 1000 : (ms - 999) / 1000)
-        let frac = Int(ms - Int64(secs) * 1000)
-        var tm = tm()
-        gmtime_r(&secs, &tm)
-        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-                      Int(tm.tm_year) + 1900, Int(tm.tm_mon) + 1, Int(tm.tm_mday),
-                      Int(tm.tm_hour), Int(tm.tm_min), Int(tm.tm_sec), frac)
+        // Foundation cuts the fraction of the binary `Double`, so 1.760 (stored as 1.7599999...) would come out
+        // as .759: hand it the middle of the millisecond that rounding down picks.
+        let ms = (t * 1000).rounded(.down)
+        return format.format(Date(timeIntervalSince1970: (ms + 0.5) / 1000))
     }
 
-    /// Parses RFC 3339 `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; `nil` when malformed.
+    /// Parses RFC 3339 `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` (`T` and `Z` in either case); `nil` when
+    /// malformed, when anything follows the time zone, or when the year is not four digits.
     static func parseRFC3339(_ string: String) -> Date? {
-        let s = Array(string.utf8)
-        func num(_ at: Int, _ len: Int) -> Int? {
-            guard at + len <= s.count else { return nil }
-            var v = 0
-            for i in at..<(at + len) {
-                guard s[i] >= 48, s[i] <= 57 else { return nil }
-                v = v * 10 + Int(s[i] - 48)
-            }
-            return v
-        }
-        guard s.count >= 20, let y = num(0, 4), s[4] == UInt8(ascii: "-"), let mo = num(5, 2),
-              s[7] == UInt8(ascii: "-"), let d = num(8, 2), s[10] == UInt8(ascii: "T") || s[10] == UInt8(ascii: "t"),
-              let h = num(11, 2), s[13] == UInt8(ascii: ":"), let mi = num(14, 2), s[16] == UInt8(ascii: ":"),
-              let sec = num(17, 2) else { return nil }
-        var i = 19
-        var fraction = 0.0
-        if i < s.count, s[i] == UInt8(ascii: ".") {
-            i += 1
-            var scale = 0.1
-            let start = i
-            while i < s.count, s[i] >= 48, s[i] <= 57 { fraction += Double(s[i] - 48) * scale; scale /= 10; i += 1 }
-            if i == start { return nil }
-        }
-        var offset = 0
-        guard i < s.count else { return nil }
-        if s[i] == UInt8(ascii: "Z") || s[i] == UInt8(ascii: "z") {
-            i += 1
-        } else if s[i] == UInt8(ascii: "+") || s[i] == UInt8(ascii: "-") {
-            guard let oh = num(i + 1, 2), i + 3 < s.count, s[i + 3] == UInt8(ascii: ":"), let om = num(i + 4, 2) else { return nil }
-            offset = (oh * 3600 + om * 60) * (s[i] == UInt8(ascii: "+") ? 1 : -1)
-            i += 6
-        } else { return nil }
-        guard i == s.count else { return nil }
-        guard let base = epoch(year: y, month: mo, day: d, hour: h, minute: mi, second: sec) else { return nil }
-        return Date(timeIntervalSince1970: Double(base - offset) + fraction)
+        let s = string.uppercased()
+        let bytes = Array(s.utf8.prefix(5))
+        guard bytes.count == 5, bytes[0..<4].allSatisfy({ (48...57).contains($0) }), bytes[4] == UInt8(ascii: "-"),
+              let (end, date) = try? format.consuming(s, startingAt: s.startIndex, in: s.startIndex..<s.endIndex),
+              end == s.endIndex else { return nil }
+        return date
     }
 
     /// Parses an HTTP date (RFC 9110): IMF-fixdate `Sun, 06 Nov 1994 08:49:37 GMT`, and the obsolete

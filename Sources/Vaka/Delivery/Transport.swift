@@ -1,6 +1,7 @@
 import CVakaCurl
 import Dispatch
 import Foundation
+import Synchronization
 
 /// One HTTP request as the uploader builds it.
 struct HTTPRequest {
@@ -62,11 +63,11 @@ extension HTTPTransport {
     }
 }
 
-private final class ResultBox {
-    private let lock = NSLock()
-    private var value: Result<HTTPResponse, TransportError>?
-    func set(_ v: Result<HTTPResponse, TransportError>) { lock.lock(); value = v; lock.unlock() }
-    func get() -> Result<HTTPResponse, TransportError>? { lock.lock(); defer { lock.unlock() }; return value }
+/// The result handed from the transport's completion to the waiting ``HTTPTransport/sendSynchronously(_:)``.
+private final class ResultBox: Sendable {
+    private let value = Mutex<Result<HTTPResponse, TransportError>?>(nil)
+    func set(_ v: Result<HTTPResponse, TransportError>) { value.withLock { $0 = v } }
+    func get() -> Result<HTTPResponse, TransportError>? { value.withLock { $0 } }
 }
 
 /// ``HTTPTransport`` over libcurl, which is opened with `dlopen` (``library``, default `libcurl.so.4`) at the
@@ -100,9 +101,34 @@ final class CurlTransport: HTTPTransport {
     /// Default bound on each exchange, seconds (requests carry their own).
     let timeout: TimeInterval
 
-    private let lock = NSLock()
-    private var session: OpaquePointer?
-    private var loadFailure: String?
+    /// The libcurl session, opened at the first request; its mutex also serialises the requests.
+    private struct Session {
+        /// The easy handle kept between requests, `nil` until opened (or after ``invalidate()``).
+        var handle: OpaquePointer?
+        /// Why libcurl could not be loaded, once that failed (not tried again).
+        var loadFailure: String?
+
+        /// Opens `library` and the session once; a failure to load is remembered. `loaded` is the line to log
+        /// when this call loaded libcurl (its version).
+        mutating func open(_ library: String) -> (handle: Result<OpaquePointer, TransportError>, loaded: String?) {
+            if let handle { return (.success(handle), nil) }
+            if let loadFailure { return (.failure(TransportError(reason: loadFailure, isPermanent: true)), nil) }
+            var error = [CChar](repeating: 0, count: 512)
+            guard let lib = vaka_curl_open(library, &error, error.count) else {
+                let why = String(decoding: error.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                // Not logged here: the uploader stops on this permanent error and says so in one line.
+                let reason = "cannot load \(library) (\(why)); install libcurl4 to send"
+                loadFailure = reason
+                return (.failure(TransportError(reason: reason, isPermanent: true)), nil)
+            }
+            guard let s = vaka_curl_session_new(lib) else {
+                return (.failure(TransportError(reason: "out of memory for a libcurl session")), nil)
+            }
+            handle = s
+            return (.success(s), "HTTP client: \(String(cString: vaka_curl_version(lib))) (\(library))")
+        }
+    }
+    private let session = Mutex(Session())
     private let log: (String) -> Void
 
     /// Creates a transport; nothing is loaded until the first request.
@@ -118,77 +144,61 @@ final class CurlTransport: HTTPTransport {
         self.log = log
     }
 
-    deinit { vaka_curl_session_free(session) }
+    deinit { session.withLock { vaka_curl_session_free($0.handle) } }
 
     /// Closes the kept-alive connections. A later request opens new ones.
     func invalidate() {
-        lock.lock(); defer { lock.unlock() }
-        vaka_curl_session_free(session)
-        session = nil
+        session.withLock { session in
+            vaka_curl_session_free(session.handle)
+            session.handle = nil
+        }
     }
 
     func send(_ request: HTTPRequest, completion: @escaping (Result<HTTPResponse, TransportError>) -> Void) {
         completion(perform(request))
     }
 
-    /// Opens libcurl and the session once; a failure to load is remembered (and logged) once.
-    private func openSession() -> Result<OpaquePointer, TransportError> {
-        if let session { return .success(session) }
-        if let loadFailure { return .failure(TransportError(reason: loadFailure, isPermanent: true)) }
-        var error = [CChar](repeating: 0, count: 512)
-        guard let lib = vaka_curl_open(library, &error, error.count) else {
-            let why = String(decoding: error.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            // Not logged here: the uploader stops on this permanent error and says so in one line.
-            let reason = "cannot load \(library) (\(why)); install libcurl4 to send"
-            loadFailure = reason
-            return .failure(TransportError(reason: reason, isPermanent: true))
-        }
-        guard let s = vaka_curl_session_new(lib) else {
-            return .failure(TransportError(reason: "out of memory for a libcurl session"))
-        }
-        log("HTTP client: \(String(cString: vaka_curl_version(lib))) (\(library))")
-        session = s
-        return .success(s)
-    }
-
     private func perform(_ request: HTTPRequest) -> Result<HTTPResponse, TransportError> {
-        lock.lock(); defer { lock.unlock() }
-        let session: OpaquePointer
-        switch openSession() {
-        case .success(let s): session = s
-        case .failure(let e): return .failure(e)
-        }
-        // Header values come from the DSN and the SDK; CR/LF would split a header line: dropped.
-        let lines = request.headers.map { header in
-            String(String.UnicodeScalarView("\(header.name): \(header.value)".unicodeScalars.filter { $0 != "\r" && $0 != "\n" }))
-        }
-        let cLines = lines.map { strdup($0) }
-        defer { cLines.forEach { free($0) } }
-        let bound = request.timeout.isFinite && request.timeout > 0 ? min(request.timeout, 86_400) : timeout
-        let timeoutMS = Int(max(1, (bound * 1000).rounded()))
-        var result = vaka_curl_result()
-        defer { vaka_curl_result_free(&result) }
-        let failure: vaka_curl_failure = cLines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in
-            request.body.withUnsafeBytes { body in
-                vaka_curl_post(session, request.url.absoluteString, headers.baseAddress, headers.count,
-                               body.baseAddress, body.count, timeoutMS, &result)
+        session.withLock { state in
+            let handle: OpaquePointer
+            let (opened, loaded) = state.open(library)
+            if let loaded { log(loaded) }
+            switch opened {
+            case .success(let s): handle = s
+            case .failure(let e): return .failure(e)
             }
-        }
-        guard failure == VAKA_CURL_OK else {
-            let reason = withUnsafeBytes(of: result.error) { bytes in
-                String(decoding: bytes.prefix(while: { $0 != 0 }), as: UTF8.self)
+            // Header values come from the DSN and the SDK; CR/LF would split a header line: dropped.
+            let lines = request.headers.map { header in
+                String(String.UnicodeScalarView("\(header.name): \(header.value)".unicodeScalars.filter { $0 != "\r" && $0 != "\n" }))
             }
-            let proxy = result.proxy_status > 0 && result.proxy_status != 200 ? Int(result.proxy_status) : nil
-            return .failure(TransportError(reason: reason, isPermanent: failure == VAKA_CURL_PERMANENT, proxyStatus: proxy))
+            let cLines = lines.map { strdup($0) }
+            defer { cLines.forEach { free($0) } }
+            let bound = request.timeout.isFinite && request.timeout > 0 ? min(request.timeout, 86_400) : timeout
+            let timeoutMS = Int(max(1, (bound * 1000).rounded()))
+            var result = vaka_curl_result()
+            defer { vaka_curl_result_free(&result) }
+            let failure: vaka_curl_failure = cLines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in
+                request.body.withUnsafeBytes { body in
+                    vaka_curl_post(handle, request.url.absoluteString, headers.baseAddress, headers.count,
+                                   body.baseAddress, body.count, timeoutMS, &result)
+                }
+            }
+            guard failure == VAKA_CURL_OK else {
+                let reason = withUnsafeBytes(of: result.error) { bytes in
+                    String(decoding: bytes.prefix(while: { $0 != 0 }), as: UTF8.self)
+                }
+                let proxy = result.proxy_status > 0 && result.proxy_status != 200 ? Int(result.proxy_status) : nil
+                return .failure(TransportError(reason: reason, isPermanent: failure == VAKA_CURL_PERMANENT, proxyStatus: proxy))
+            }
+            // A status with a note: the body was not read to its end (capped, or cut after the headers).
+            let note = withUnsafeBytes(of: result.error) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
+            if !note.isEmpty { log("HTTP \(result.status): \(note); the status counts") }
+            var headerBlock = ""
+            if let raw = result.headers {
+                headerBlock = String(decoding: UnsafeRawBufferPointer(start: raw, count: result.headers_length), as: UTF8.self)
+            }
+            return .success(HTTPResponse(status: Int(result.status), headers: CurlTransport.parseHeaders(headerBlock)))
         }
-        // A status with a note: the body was not read to its end (capped, or cut after the headers).
-        let note = withUnsafeBytes(of: result.error) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
-        if !note.isEmpty { log("HTTP \(result.status): \(note); the status counts") }
-        var headerBlock = ""
-        if let raw = result.headers {
-            headerBlock = String(decoding: UnsafeRawBufferPointer(start: raw, count: result.headers_length), as: UTF8.self)
-        }
-        return .success(HTTPResponse(status: Int(result.status), headers: CurlTransport.parseHeaders(headerBlock)))
     }
 
     /// Parses a header block (`Name: value` lines, CRLF or LF) into lower-cased names; repeated fields are

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Sends the envelopes of a ``PersistentQueue``, one POST per envelope, and applies the server's answer.
 ///
@@ -90,18 +91,21 @@ final class Uploader {
     /// given up (see the type's documentation), after its batch file was rewritten without it.
     let onEventSettled: ((String, EventSettlement) -> Void)?
 
-    private let pumpLock = NSLock()   // serialises pump()
-    private let stateLock = NSLock()  // guards the state below: written only by pump(), read by anyone
-    private var _cancelled = false
-    private var _rateLimits = RateLimits()
-    private var _backoff = Backoff()
-    private var _stopped = false
-    private var _notBefore: Date?  // a 5xx's Retry-After, when longer than the backoff
-    private var _stats = Stats()
+    /// What the pump decides by and counts: written only by ``pump()`` (and ``cancel()``), read by anyone.
+    private struct State {
+        var cancelled = false
+        var rateLimits = RateLimits()
+        var backoff = Backoff()
+        var stopped = false
+        var notBefore: Date?  // a 5xx's Retry-After, when longer than the backoff
+        var stats = Stats()
+        var warned = Set<String>()  // keys of the ``warn`` lines printed
+    }
+    private let state = Mutex(State())
+    private let pumpLock = Mutex(())  // serialises pump()
     private let log: (String) -> Void
     /// Always-on sink for misconfigurations (one line each, without the `[vaka] ` prefix or newline).
     private let warn: (String) -> Void
-    private var warned = Set<String>()  // keys of the ``warn`` lines printed (guarded by stateLock)
 
     /// Writes `[vaka] <line>` to standard error: the default ``warn`` sink.
     static func standardError(_ line: String) { PrivateFiles.writeStandardError("[vaka] \(line)\n") }
@@ -133,9 +137,7 @@ final class Uploader {
 
     /// Prints `line` through ``warn`` unless a line with the same `key` was printed already.
     private func warnOnce(_ key: String, _ line: String) {
-        stateLock.lock()
-        let first = warned.insert(key).inserted
-        stateLock.unlock()
+        let first = state.withLock { $0.warned.insert(key).inserted }
         if first { warn(line) }
     }
 
@@ -143,31 +145,36 @@ final class Uploader {
     private var serverName: String { dsn.envelopeURL.host ?? "the server" }
 
     /// Current rate limits.
-    var rateLimits: RateLimits { stateLock.lock(); defer { stateLock.unlock() }; return _rateLimits }
+    var rateLimits: RateLimits { state.withLock { $0.rateLimits } }
     /// Current backoff state.
-    var backoff: Backoff { stateLock.lock(); defer { stateLock.unlock() }; return _backoff }
+    var backoff: Backoff { state.withLock { $0.backoff } }
     /// Whether a 401 or a permanent transport error stopped sending.
-    var isStopped: Bool { stateLock.lock(); defer { stateLock.unlock() }; return _stopped }
+    var isStopped: Bool { state.withLock { $0.stopped } }
     /// Counters.
-    var stats: Stats { stateLock.lock(); defer { stateLock.unlock() }; return _stats }
+    var stats: Stats { state.withLock { $0.stats } }
 
     /// Makes the pump in progress (if any) and all later ones return before sending anything more
     /// (used by `Delivery.close`). Envelopes not yet sent stay in their files.
     func cancel() {
-        stateLock.lock(); _cancelled = true; stateLock.unlock()
+        state.withLock { $0.cancelled = true }
     }
 
-    private var isCancelled: Bool { stateLock.lock(); defer { stateLock.unlock() }; return _cancelled }
+    private var isCancelled: Bool { state.withLock { $0.cancelled } }
 
-    /// Runs `body` with the state lock held (for writes from the pump).
-    private func mutate(_ body: () -> Void) {
-        stateLock.lock(); body(); stateLock.unlock()
+    /// Runs `body` on the state with its mutex held (for writes from the pump).
+    private func mutate(_ body: (inout State) -> Void) {
+        state.withLock { body(&$0) }
     }
 
     /// Sends what may be sent now (see the type's documentation). Blocks for the network exchanges.
+    /// One pump at a time: a second caller waits for the first to end.
     func pump() -> Outcome {
-        pumpLock.lock(); defer { pumpLock.unlock() }
-        if _stopped { return .stopped }
+        pumpLock.withLock { _ in pumpSerialised() }
+    }
+
+    /// ``pump()`` with `pumpLock` held.
+    private func pumpSerialised() -> Outcome {
+        if isStopped { return .stopped }
         if isCancelled { return .idle }
         if let until = blockedUntil(clock.now) { return .waiting(until: until) }
         do { try queue.seal() } catch { log("could not write the open batch: \(error)") }
@@ -184,16 +191,17 @@ final class Uploader {
                 do {
                     envelope = try Envelope(data: records[i])
                 } catch {
-                    mutate { _stats.droppedUnreadable += 1 }
+                    mutate { $0.stats.droppedUnreadable += 1 }
                     log("dropping unreadable envelope in \(ref.name): \(error)")
                     records.remove(at: i)
                     guard commit(ref, records) else { break fileLoop }
                     continue
                 }
-                let sendable = envelope.items.filter { !_rateLimits.isLimited(RateLimits.category(for: $0.type), at: now) }
-                let held = envelope.items.filter { _rateLimits.isLimited(RateLimits.category(for: $0.type), at: now) }
+                let limitsNow = rateLimits
+                let sendable = envelope.items.filter { !limitsNow.isLimited(RateLimits.category(for: $0.type), at: now) }
+                let held = envelope.items.filter { limitsNow.isLimited(RateLimits.category(for: $0.type), at: now) }
                 for item in held {
-                    if let d = _rateLimits.limitedUntil(RateLimits.category(for: item.type), at: now) {
+                    if let d = limitsNow.limitedUntil(RateLimits.category(for: item.type), at: now) {
                         heldUntil = min(heldUntil ?? d, d)
                     }
                 }
@@ -218,13 +226,13 @@ final class Uploader {
                     if part.items.count <= 1 {
                         switch retrimmed(part) {
                         case .smaller(let smaller, let note):
-                            mutate { _stats.retrimmed += 1 }
+                            mutate { $0.stats.retrimmed += 1 }
                             log("413 for event \(part.header.eventID ?? "-"): \(note); sending it again")
                             records.replaceSubrange(i...i, with: [smaller.serialized()] + rest)
                             guard commit(ref, records) else { break fileLoop }
                             continue  // the smaller envelope is next
                         case .givenUp(let reason):
-                            mutate { _stats.droppedTooLarge += 1 }
+                            mutate { $0.stats.droppedTooLarge += 1 }
                             log("dropping a single-item \(part.items.first?.type.rawValue ?? "empty") envelope (\(part.header.eventID ?? "-")): \(reason)")
                             records.replaceSubrange(i...i, with: rest)
                             if !rest.isEmpty { i += 1 }
@@ -246,7 +254,7 @@ final class Uploader {
                     // answering 429 to everything gets at most one request per envelope per pump.
                     let after = clock.now
                     if let until = blockedUntil(after) { return .waiting(until: until) }  // all categories limited
-                    let limits = part.items.compactMap { _rateLimits.limitedUntil(RateLimits.category(for: $0.type), at: after) }
+                    let limits = part.items.compactMap { self.rateLimits.limitedUntil(RateLimits.category(for: $0.type), at: after) }
                     if let until = limits.max() {
                         heldUntil = min(heldUntil ?? until, until)
                         i += 1
@@ -254,19 +262,19 @@ final class Uploader {
                     }
                     return fail(reason: "429 without a limit on this envelope's categories", retryAfter: nil)
                 case .unauthorized:
-                    mutate { _stopped = true }
+                    mutate { $0.stopped = true }
                     log("401 Unauthorized: sending stopped until the next launch; \(queue.fileCount) batch file(s) kept")
                     warnOnce("401", "\(serverName) answered HTTP 401 Unauthorized: the DSN's key is refused; sending stopped until the next launch, envelopes kept in \(queue.directory.path)")
                     return .stopped
                 case .redirected(let status, let location):
-                    mutate { _stopped = true }
+                    mutate { $0.stopped = true }
                     log("HTTP \(status) redirect to \(location): sending stopped until the next launch; \(queue.fileCount) batch file(s) kept")
                     warnOnce("3xx", "\(serverName) answered HTTP \(status), a redirect to \(location): envelopes are not sent to redirects, check the DSN's scheme and host; sending stopped until the next launch, envelopes kept in \(queue.directory.path)")
                     return .stopped
                 case .retry(let reason, let retryAfter):
                     return fail(reason: reason, retryAfter: retryAfter)
                 case .cannotSend(let reason):
-                    mutate { _stopped = true }
+                    mutate { $0.stopped = true }
                     log("cannot send (\(reason)): sending stopped until the next launch; \(queue.fileCount) batch file(s) kept")
                     warnOnce("cannotSend", "cannot send (\(reason)): sending stopped until the next launch, envelopes kept in \(queue.directory.path)")
                     return .stopped
@@ -280,20 +288,22 @@ final class Uploader {
 
     /// The time before which nothing may be sent (backoff, or a rate limit on all categories), if any.
     private func blockedUntil(_ now: Date) -> Date? {
-        let b = _backoff.isWaiting(at: now) ? _backoff.nextAttempt : nil
-        let r = _rateLimits.deadlines[RateLimits.all].flatMap { $0 > now ? $0 : nil }
-        let n = _notBefore.flatMap { $0 > now ? $0 : nil }
-        return [b, r, n].compactMap { $0 }.max()
+        state.withLock { state in
+            let b = state.backoff.isWaiting(at: now) ? state.backoff.nextAttempt : nil
+            let r = state.rateLimits.deadlines[RateLimits.all].flatMap { $0 > now ? $0 : nil }
+            let n = state.notBefore.flatMap { $0 > now ? $0 : nil }
+            return [b, r, n].compactMap { $0 }.max()
+        }
     }
 
     private func fail(reason: String, retryAfter: TimeInterval?) -> Outcome {
         let now = clock.now
         var until = now
-        mutate {
-            _stats.failures += 1
-            until = _backoff.recordFailure(now: now)
+        mutate { state in
+            state.stats.failures += 1
+            until = state.backoff.recordFailure(now: now)
             if let r = retryAfter { until = max(until, now.addingTimeInterval(r)) }
-            _notBefore = until
+            state.notBefore = until
         }
         until = max(until, blockedUntil(now) ?? until)
         log("send failed (\(reason)); next attempt in \(Bounded.wholeSeconds(until.timeIntervalSince(now))) s")
@@ -371,7 +381,7 @@ final class Uploader {
             ("X-Sentry-Auth", dsn.authHeader),
             ("User-Agent", DSN.clientName),
         ], body: body, timeout: requestTimeout)
-        mutate { _stats.requests += 1 }
+        mutate { $0.stats.requests += 1 }
         let what = "\(e.items.map(\.type.rawValue).joined(separator: "+")) envelope \(e.header.eventID ?? "-") (\(raw.count) B, \(body.count) B gzip)"
         switch transport.sendSynchronously(request) {
         case .failure(let error):
@@ -383,16 +393,16 @@ final class Uploader {
             return .retry("no answer: \(error)", retryAfter: nil)
         case .success(let response):
             let after = clock.now
-            mutate { _rateLimits.update(status: response.status, headers: response.headers, now: after) }
+            mutate { $0.rateLimits.update(status: response.status, headers: response.headers, now: after) }
             log("\(what) → \(response.status)")
             // Retry-After on a 5xx/408 (standard HTTP) lengthens the backoff; on 429 it is a rate limit.
             let retryAfter = response.headers["retry-after"].flatMap { RateLimits.parseRetryAfter($0, now: after) }
             switch response.status {
             case 200..<300:
-                mutate {
-                    _backoff.reset()
-                    _notBefore = nil
-                    _stats.sent += 1
+                mutate { state in
+                    state.backoff.reset()
+                    state.notBefore = nil
+                    state.stats.sent += 1
                 }
                 return .delivered
             case 401: return .unauthorized
@@ -409,7 +419,7 @@ final class Uploader {
                 let target = response.headers["location"].flatMap { URL(string: $0)?.host } ?? "(no Location host)"
                 return .redirected(response.status, location: target)
             case 400..<500:
-                mutate { _stats.droppedRejected += 1 }
+                mutate { $0.stats.droppedRejected += 1 }
                 log("dropping \(what): permanent \(response.status)")
                 warnOnce("\(response.status)", "\(serverName) rejected an envelope with HTTP \(response.status): it is dropped (later ones with the same status are dropped silently; debug shows each)")
                 return .rejected(response.status)

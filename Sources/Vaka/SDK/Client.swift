@@ -5,6 +5,10 @@ import VakaSymbolication
 /// The started SDK: one per ``Vaka/start(_:)``. Holds the scope of the current run (persisted in its
 /// ``RunDirectory``), the breadcrumbs, the session and the ``Delivery``. Thread-safe: scope changes and event
 /// building run under one lock; unwinding and delivery happen outside it.
+///
+/// `@unchecked Sendable`: every `var` (`scope`, `ended`, `tagOrder`) and the `breadcrumbs` and `runDirectory`
+/// (not thread-safe themselves) are used only with `lock` held; the other `let`s are set once in `init` and
+/// are thread-safe (``Delivery``, ``CrashLedger``, ``EventFactory``, ``StackCapture``).
 final class Client: @unchecked Sendable {
     /// The options given to start.
     let options: Vaka.Options
