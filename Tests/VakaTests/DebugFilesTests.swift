@@ -209,15 +209,15 @@ final class DebugFilesTests: XCTestCase {
     /// link is followed to `.debug/NAME` beside the library and then to `NAME` beside it, giving the names
     /// and lines of the unstripped library; a debug file whose CRC-32 differs from the link's is refused.
     func testFollowsTheGnuDebuglinkAndChecksItsCRC() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let library = try NativeFixture.compile("libinline.so", in: dir)
         let app = dir.appendingPathComponent("app")
         try FileManager.default.createDirectory(at: app.appendingPathComponent(".debug"), withIntermediateDirectories: true)
         let debugFile = app.appendingPathComponent(".debug/libinline.so.debug").path
         let stripped = app.appendingPathComponent("libinline.so").path
-        let keep = try TestSupport.run("/usr/bin/objcopy", ["--only-keep-debug", library, debugFile])
+        let keep = try runProcess("/usr/bin/objcopy", ["--only-keep-debug", library, debugFile])
         XCTAssertEqual(keep.status, 0, keep.stderrText)
-        let strip = try TestSupport.run("/usr/bin/objcopy", ["--strip-all", "--add-gnu-debuglink=\(debugFile)", library, stripped])
+        let strip = try runProcess("/usr/bin/objcopy", ["--strip-all", "--add-gnu-debuglink=\(debugFile)", library, stripped])
         XCTAssertEqual(strip.status, 0, strip.stderrText)
 
         // The link as elfutils reads it; its CRC is the one objcopy computed over the debug file, and ours.
@@ -266,7 +266,7 @@ final class DebugFilesTests: XCTestCase {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/xz") else {
             throw XCTSkip("/usr/bin/xz is not installed: cannot build a .gnu_debugdata section")
         }
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let source = dir.appendingPathComponent("mini.c")
         try """
             static __attribute__((noinline)) int vaka_mini_local(int x) { return x * 5 + 1; }
@@ -274,7 +274,7 @@ final class DebugFilesTests: XCTestCase {
             """.write(to: source, atomically: true, encoding: .utf8)
         let library = dir.appendingPathComponent("libmini.so").path
         func run(_ tool: String, _ arguments: [String]) throws -> String {
-            let result = try TestSupport.run(tool, arguments)
+            let result = try runProcess(tool, arguments)
             XCTAssertEqual(result.status, 0, "\(tool) \(arguments): \(result.stderrText)")
             return result.stdoutText
         }
@@ -316,13 +316,13 @@ final class DebugFilesTests: XCTestCase {
     /// A stripped library's `.gnu_debuglink` is looked up under each debug directory too, at the library's
     /// own directory below it (`DIR/<library directory>/NAME`), as under `/usr/lib/debug`.
     func testDebuglinkCandidatesUnderDebugDirectories() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let library = try NativeFixture.compile("libinline.so", in: dir)
         let debugRoot = dir.appendingPathComponent("debug-root")
         let real = URL(fileURLWithPath: library).resolvingSymlinksInPath().deletingLastPathComponent().path
         let nested = debugRoot.appendingPathComponent(String(real.dropFirst())).appendingPathComponent("libinline.so.debug")
         try FileManager.default.createDirectory(at: nested.deletingLastPathComponent(), withIntermediateDirectories: true)
-        let keep = try TestSupport.run("/usr/bin/objcopy", ["--only-keep-debug", library, nested.path])
+        let keep = try runProcess("/usr/bin/objcopy", ["--only-keep-debug", library, nested.path])
         XCTAssertEqual(keep.status, 0, keep.stderrText)
         let link = DebugLink(name: "libinline.so.debug", crc: 0)
         XCTAssertEqual(DebugFileLocator(directories: [debugRoot.path], systemDirectory: nil)

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 import VakaCrash
 
@@ -9,7 +10,7 @@ import VakaCrash
 final class ReportContractTests: XCTestCase {
     /// `VAKA_REPORT_KEY_<NAME> "<key>"` definitions in the header's text, as (macro suffix, key).
     private func headerKeys() throws -> [(macro: String, key: String)] {
-        let header = TestSupport.repoRoot.appendingPathComponent("include/vaka/vaka_report_format.h")
+        let header = Paths.repositoryRoot.appendingPathComponent("include/vaka/vaka_report_format.h")
         let text = try String(contentsOf: header, encoding: .utf8)
         let pattern = try NSRegularExpression(pattern: #"^#define VAKA_REPORT_KEY_([A-Z0-9_]+) "([^"]*)""#,
                                               options: .anchorsMatchLines)

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import XCTest
+import VakaTestSupport
 import VakaSymbolication
 
 /// Symbolication from several threads at once: one ``ElfFile`` and one ``Symbolicator`` shared by all, the
@@ -32,7 +33,7 @@ final class SymbolicationConcurrencyTests: XCTestCase {
 
     /// A fresh ``ElfFile`` used by several threads at once: each finds the same symbol.
     func testOneElfFileFromSeveralThreads() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let library = try NativeFixture.compile("libinline.so", in: dir)
         let outer = try XCTUnwrap(try NativeFixture.symbol("vaka_fixture_outer", in: library))
         let file = try ElfFile(path: library)
@@ -51,7 +52,7 @@ final class SymbolicationConcurrencyTests: XCTestCase {
     /// whose build-ID entry links to it), opened before but not read, then symbolicates every address of a
     /// function in them. All get the frames a fresh single-threaded ``Symbolicator`` gives.
     func testSymbolicatesTheSameImagesFromSeveralThreads() throws {
-        let dir = try TestSupport.temporaryDirectory(self)
+        let dir = try ScratchDirs.directory(for: self)
         let library = try NativeFixture.compile("libinline.so", in: dir)
         let outer = try XCTUnwrap(try NativeFixture.symbol("vaka_fixture_outer", in: library))
         let buildID = try XCTUnwrap(try ElfFile(path: library).buildID)
