@@ -1,8 +1,9 @@
 import Foundation
 import XCTest
 
-/// Neighbours of the adversarial findings fixed in the crash handler (``RuntimeAdversarialTests``): cases of
-/// the same kinds the tester did not write, each a small C program against the runtime (``RuntimeProgram``).
+/// Edge cases of the crash handler next to those of ``SurvivedSignalTests``, ``IgnoredOrBlockedSignalTests`` and
+/// ``ReportFileAtCrashTimeTests`` (ignored SIGABRT, previous handlers that abort...), each a small C program
+/// against the runtime (``RuntimeProgram``).
 final class RuntimeHandlerEdgeTests: XCTestCase {
     /// `abort()` with SIGABRT ignored (inherited over exec): glibc raises SIGABRT (ignored), then resets it to
     /// SIG_DFL and raises it again, which ends the process without entering any handler. The first raise comes
