@@ -2,7 +2,7 @@ import Foundation
 import XCTest
 import VakaTestSupport
 
-/// Issue 8, kind 5: long paths and silent failures to install. Any storage path the kernel accepts gets the
+/// Long paths and silent failures to install. Any storage path the kernel accepts gets the
 /// crash report (the report directory is opened once at install and the report created relative to it with
 /// openat), and a failure to install the crash handlers always prints one `[vaka] ...` line on stderr, with or
 /// without `debug`.

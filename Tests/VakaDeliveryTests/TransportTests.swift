@@ -6,7 +6,7 @@ import Glibc
 #endif
 @testable import Vaka
 
-/// The libcurl transport (issue 8, kind 6): every DSN form delivered to a real loopback server (IPv6 `::1` and
+/// The libcurl transport: every DSN form delivered to a real loopback server (IPv6 `::1` and
 /// 127.0.0.1), permanent transport errors stop the uploader instead of looping, libcurl missing keeps
 /// envelopes queued, response headers, proxies.
 final class TransportTests: XCTestCase {

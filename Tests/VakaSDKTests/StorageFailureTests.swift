@@ -5,7 +5,7 @@ import VakaTestSupport
 import Glibc
 #endif
 
-/// Issue 8, kind 2: storage that cannot be written, with REAL file systems. The harness (`vaka-crashme`) runs
+/// Storage that cannot be written, with REAL file systems. The harness (`vaka-crashme`) runs
 /// in a private mount namespace (`unshare -m`) on a 512 KiB tmpfs that is full, or remounted read-only, or
 /// under an `RLIMIT_FSIZE` quota, against a loopback envelope sink (scripts/envelope-sink.py). Each test
 /// asserts on what the sink received, what the harness printed (its debug lines, and "flush did not empty

@@ -77,7 +77,7 @@ final class CommandLineTests: XCTestCase {
         }
     }
 
-    // MARK: - Issue 8 kind 8: every command on bad inputs
+    // MARK: - Every command on bad inputs
 
     /// One `vaka: …` line on stderr, nothing on stdout, the documented status.
     private func assertOneLineFailure(_ arguments: [String], status: Int32, containing text: String? = nil,
@@ -95,7 +95,7 @@ final class CommandLineTests: XCTestCase {
         }
     }
 
-    /// The inputs of issue 8 (`outbox list --storage MISSING` exited 0 silently; `symbolicate DIR` printed a
+    /// Known bad inputs (`outbox list --storage MISSING` once exited 0 silently; `symbolicate DIR` printed a
     /// raw Foundation error) and every command × missing path, directory, unreadable file, empty file.
     func testEveryCommandGivesOneClearLineAndStatus1ForABadInputFile() throws {
         let dir = try ScratchDirs.directory(for: self)

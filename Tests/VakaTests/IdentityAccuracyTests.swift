@@ -4,7 +4,7 @@ import VakaTestSupport
 @testable import Vaka
 import VakaSymbolication
 
-/// Issue 8 kind 7 (identity and accuracy) on what the crash join writes in outbox mode: fork children's
+/// Identity and accuracy of what the crash join writes in outbox mode: fork children's
 /// event ids and scopes, session error counts; and the in_app rule for handled-error stacks.
 final class IdentityAccuracyTests: XCTestCase {
     private struct Written {
