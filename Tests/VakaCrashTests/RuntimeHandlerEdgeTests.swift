@@ -82,8 +82,8 @@ final class RuntimeHandlerEdgeTests: XCTestCase {
 
     /// A SIGSEGV handler installed before Vaka that recovers with siglongjmp (a probe for readable memory, as
     /// some runtimes do), then a real NULL write. The recovered fault is survived: exactly one report, the real
-    /// crash's (the probe's fault address is 0x10, the crash's 0). Without the fix Vaka stayed off after the
-    /// probe and its report was the only one.
+    /// crash's (the probe's fault address is 0x10, the crash's 0). A handler that stayed off after the probe
+    /// would leave the probe's report as the only one.
     func testFaultRecoveredWithSiglongjmpDoesNotUninstallVaka() throws {
         let program = try RuntimeProgram.build("edge-longjmp", """
         #include <setjmp.h>

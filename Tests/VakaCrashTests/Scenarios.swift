@@ -118,7 +118,7 @@ let scenarioExpectations: [ScenarioExpectation] = [
                         frameWindow: 10, abortMessage: "double free"),
     ScenarioExpectation(name: "corrupt-frame-pointer", signal: SIGSEGV, signalName: "SIGSEGV",
                         codeNames: ["SEGV_MAPERR"], faultAddress: 0),
-    // Checked by HardeningTests.testCrashInHandler (a truncated report or none), not by checkScenario.
+    // Checked by CrashScenarioTests.testCrashInHandler (a truncated report or none), not by checkScenario.
     ScenarioExpectation(name: "crash-in-handler", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
                         faultAddress: 0),
     ScenarioExpectation(name: "locks-held", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],

@@ -75,7 +75,7 @@ final class StaticStdlibTests: XCTestCase {
         return executable
     }
 
-    /// The input: -static-stdlib, fatalError("boom static 7"). dlsym cannot see the runtime's
+    /// The plain case: -static-stdlib, fatalError("boom static 7"). dlsym cannot see the runtime's
     /// function there (checked, so the test exercises the fallback); the report carries the message.
     func testStaticStdlibFatalErrorMessage() throws {
         let program = try build(static: true)

@@ -64,7 +64,7 @@ final class TransportTests: XCTestCase {
 
     // MARK: - DSN forms, delivered
 
-    /// The input: `http://key@[::1]:PORT/1`, accepted before and then never delivered.
+    /// `http://key@[::1]:PORT/1` (an IPv6 literal host) is accepted and delivered.
     func testIPv6LiteralDSNIsDelivered() throws {
         let s = try server(ipv6: true)
         try assertDelivered("http://testkey@[::1]:\(s.port)/1", to: s, path: "/api/1/envelope/")

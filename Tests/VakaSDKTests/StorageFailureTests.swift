@@ -72,7 +72,7 @@ final class StorageFailureTests: XCTestCase {
         }
     }
 
-    // The input of the issue: a full file system, a healthy server. Before the fix: nothing sent, ~80 % CPU
+    // A full file system, a healthy server. What must not happen: nothing sent, ~80 % CPU
     // for the whole flush timeout, "flush did not empty the queue".
     func testFullFileSystemStillDeliversTheEventWithoutSpinning() throws {
         let (child, cpu) = try runInNamespace(setup: fullTmpfs, ["message", "--dsn", sink.dsn],

@@ -113,10 +113,10 @@ final class CommandLineTests: XCTestCase {
             try assertOneLineFailure(command + [unreadable], status: 1, containing: "cannot read")
             try assertOneLineFailure(command + [empty], status: 1, containing: "empty")
         }
-        // symbolicate DIR, as in the issue: the message names the path, not a Foundation error.
+        // symbolicate DIR: the message names the path, not a Foundation error.
         try assertOneLineFailure(["symbolicate", directory], status: 1, containing: "vaka: \(directory): is a directory")
 
-        // outbox list --storage MISSING (the issue's input) and its variants.
+        // outbox list --storage MISSING and its variants.
         try assertOneLineFailure(["outbox", "list", "--storage", missing], status: 1, containing: "vaka: \(missing): No such file")
         try assertOneLineFailure(["outbox", "list", "--storage=\(missing)"], status: 1, containing: "No such file")
         try assertOneLineFailure(["outbox", "list", "--storage", empty], status: 1, containing: "is not a directory")

@@ -56,7 +56,7 @@ final class IdentityAccuracyTests: XCTestCase {
         client.joinPreviousRuns()
     }
 
-    /// The input: parent and fork child of one run both crashed. Two fatal events with distinct ids;
+    /// Parent and fork child of one run both crashed. Two fatal events with distinct ids;
     /// both carry the parent run's scope; only the parent's carries the `crashed` session update, and its
     /// `errors` counts the fatal event (2 handled + 1).
     func testForkChildAndParentCrashesJoinWithDistinctIDsAndOneCrashedSession() throws {
