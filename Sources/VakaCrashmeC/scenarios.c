@@ -157,7 +157,7 @@ CRASHME int crashme_stack_overflow(unsigned long depth) {
     return below + frame[0] + frame[sizeof frame - 1];
 }
 
-/* ------------------------------------------------------------------ issue 5 scenarios */
+/* ------------------------------------------------------------------ hardening scenarios */
 
 CRASHME int crashme_write_readonly(void) {
     long page = sysconf(_SC_PAGESIZE);
@@ -304,7 +304,7 @@ CRASHME int crashme_deny_process_vm_readv(void) {
 CRASHME int crashme_deny_process_vm_readv(void) { return ENOSYS; }
 #endif
 
-/* ---------------------------------------------------------------- issue 8: blocked signals */
+/* ---------------------------------------------------------------- blocked-signal scenarios */
 
 CRASHME void *crashme_blocked_signals_thread_fault(void *unused) {
     (void)unused;

@@ -17,7 +17,8 @@ struct Scenario {
     let trigger: (_ storageDirectory: String) -> Int32
 }
 
-/// All scenarios, in the order `--list` prints them (the issue 2 set, then the issue 5 set, then issue 8's).
+/// All scenarios, in the order `--list` prints them: the basic crashes (one per signal and language), then the
+/// hardening scenarios (threads, tasks, plugins, corrupt state, faults inside the capture), then blocked signals.
 let scenarios: [Scenario] = [
     Scenario(name: "null-deref", summary: "C read through NULL: SIGSEGV SEGV_MAPERR at 0x0",
              trigger: { _ in crashme_null_deref() }),

@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 
-/// Issue 8, kind 3: crash signals blocked in the thread's signal mask. A synchronous fault whose signal is
+/// Crash signals blocked in the thread's signal mask. A synchronous fault whose signal is
 /// blocked makes the kernel kill the process without running any handler; Vaka keeps the synchronous crash
 /// signals unblocked (docs/crash-handling.md). Each scenario runs through ``CrashScenarioTests/checkScenario``:
 /// exactly one report with the right signal, si_code and the scenario's own frame, and the same termination as

@@ -3,7 +3,7 @@ import XCTest
 import Vaka
 import VakaSymbolication
 
-/// Issue 8 kind 7 on real reports of the C runtime: a `fork()`ed child's crash gets its own event id, and the
+/// Identity on real reports of the C runtime: a `fork()`ed child's crash gets its own event id, and the
 /// C start-up glue (`_start`) in the frames of a real crash is not `in_app`.
 final class ForkIdentityTests: XCTestCase {
     /// A parent (run id a UUID) forks two children that crash, then aborts: three reports, three event ids;

@@ -2,8 +2,8 @@ import Foundation
 import XCTest
 import VakaTestSupport
 
-/// The issue 5 scenarios (see shared/cases/crash-scenarios.md): each runs through the same checks as the
-/// issue 2 ones (``CrashScenarioTests/checkScenario(_:file:line:)``), plus what is particular to it.
+/// The hardening scenarios (see shared/cases/crash-scenarios.md): each runs through the same checks as the
+/// basic crashes (``CrashScenarioTests/checkScenario(_:file:line:)``), plus what is particular to it.
 extension CrashScenarioTests {
     func testWriteReadonly() { checkScenario("write-readonly") }
     func testCAssert() { checkScenario("c-assert") }

@@ -2,7 +2,7 @@ import Foundation
 import XCTest
 import VakaTestSupport
 
-/// Issue 8, kind 5: long paths and silent failures to install. Any storage path the kernel accepts gets the
+/// Long paths and silent failures to install. Any storage path the kernel accepts gets the
 /// crash report (the report directory is opened once at install and the report created relative to it with
 /// openat), and a failure to install the crash handlers always prints one `[vaka] ...` line on stderr, with or
 /// without `debug`.
@@ -52,9 +52,9 @@ final class LongPathTests: XCTestCase {
                       "no \(function) frame: \(frames.suffix(6).map { $0["function"] ?? "?" })", file: file, line: line)
     }
 
-    /// The issue's input: `--storage` with a 3,900-byte path (under PATH_MAX). No report and nothing on
-    /// stderr before the fix (the runtime refused report directories over 3,800 bytes, and Vaka.start said so
-    /// only with `debug`).
+    /// `--storage` with a 3,900-byte path (under PATH_MAX) gets a report. A runtime that refuses report
+    /// directories over 3,800 bytes (and a `Vaka.start` that says so only with `debug`) leaves no report and
+    /// nothing on stderr.
     func testStoragePathOf3900Bytes() throws {
         let storage = Self.nestedPath(under: Paths.freshDirectory("long3900"), length: 3900)
         let (result, reports) = try runHarness("null-deref", storage: storage, label: "long3900")

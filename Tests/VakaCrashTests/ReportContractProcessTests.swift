@@ -9,7 +9,7 @@ import VakaCrash
 /// (a literal instead of the contract header's macro) shows up here as an unknown key or an empty field.
 final class ReportContractProcessTests: XCTestCase {
     /// Scenarios whose reports together hold every key but `pad` (written only over a kept spare file; its lines
-    /// are checked by the padded-spare test of the runtime adversary tests): `fault_addr` (SIGSEGV),
+    /// are checked by `SurvivedSignalSpareTests.testSurvivedSignalsSpareIsReusedAndRemoved`): `fault_addr` (SIGSEGV),
     /// `abort_message` and `sender` (c-assert), `fatal_message` (Swift force-unwrap), `frames_truncated`
     /// (stack overflow).
     private let scenarios = ["null-deref", "c-assert", "swift-force-unwrap", "stack-overflow"]

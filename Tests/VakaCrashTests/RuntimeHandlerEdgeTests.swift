@@ -1,8 +1,9 @@
 import Foundation
 import XCTest
 
-/// Neighbours of the adversarial findings fixed in the crash handler (``RuntimeAdversarialTests``): cases of
-/// the same kinds the tester did not write, each a small C program against the runtime (``RuntimeProgram``).
+/// Edge cases of the crash handler next to those of ``SurvivedSignalTests``, ``IgnoredOrBlockedSignalTests`` and
+/// ``ReportFileAtCrashTimeTests`` (ignored SIGABRT, previous handlers that abort...), each a small C program
+/// against the runtime (``RuntimeProgram``).
 final class RuntimeHandlerEdgeTests: XCTestCase {
     /// `abort()` with SIGABRT ignored (inherited over exec): glibc raises SIGABRT (ignored), then resets it to
     /// SIG_DFL and raises it again, which ends the process without entering any handler. The first raise comes
@@ -81,8 +82,8 @@ final class RuntimeHandlerEdgeTests: XCTestCase {
 
     /// A SIGSEGV handler installed before Vaka that recovers with siglongjmp (a probe for readable memory, as
     /// some runtimes do), then a real NULL write. The recovered fault is survived: exactly one report, the real
-    /// crash's (the probe's fault address is 0x10, the crash's 0). Without the fix Vaka stayed off after the
-    /// probe and its report was the only one.
+    /// crash's (the probe's fault address is 0x10, the crash's 0). A handler that stayed off after the probe
+    /// would leave the probe's report as the only one.
     func testFaultRecoveredWithSiglongjmpDoesNotUninstallVaka() throws {
         let program = try RuntimeProgram.build("edge-longjmp", """
         #include <setjmp.h>

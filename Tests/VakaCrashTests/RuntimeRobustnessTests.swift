@@ -11,7 +11,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         report.split(separator: "\n").filter { $0.hasPrefix("frame ") }.count
     }
 
-    /// H1: a thread sits inside dl_iterate_phdr (holding the dynamic linker's lock) waiting for a mutex the
+    /// A thread sits inside dl_iterate_phdr (holding the dynamic linker's lock) waiting for a mutex the
     /// crashing thread holds; libunwind's unw_step calls dl_iterate_phdr and would wait forever. The capture
     /// watchdog ends the process with the original signal and a truncated report that has the
     /// frame-pointer frames.
@@ -41,7 +41,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(frameCount(report), 2, report)
     }
 
-    /// H2: a vfork child that crashes before exec shares our memory: it must not take the crash state (the
+    /// A vfork child that crashes before exec shares our memory: it must not take the crash state (the
     /// parent's later crash is still captured, with the parent's pid) and must die by its own signal.
     func testVforkChildCrashLeavesParentState() throws {
         let program = try RuntimeProgram.build("vfork", """
@@ -68,7 +68,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertFalse(out.contains("child=\(reportValue(report, "pid") ?? "?")"), "report is the parent's")
     }
 
-    /// D1/H2: a fork child writes its own report, `<run_id>-<pid>.crash`; the parent's crash afterwards
+    /// A fork child writes its own report, `<run_id>-<pid>.crash`; the parent's crash afterwards
     /// still writes `<run_id>.crash`; neither overwrites the other.
     func testForkChildWritesItsOwnReport() throws {
         let program = try RuntimeProgram.build("fork", """
@@ -101,7 +101,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertTrue(parent.hasSuffix("\nend\n"))
     }
 
-    /// H2 (t_stale2): after a capture the process survived (a previous handler recovered with siglongjmp), a
+    /// After a capture the process survived (a previous handler recovered with siglongjmp), a
     /// library puts our saved action back; the next fault on another thread must reach the previous action
     /// instead of looping through our handler forever.
     func testFaultAfterOurHandlerWasReinstalledDoesNotLoop() throws {
@@ -126,7 +126,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(run.reports, ["stale.crash"])
     }
 
-    /// H3: a FIFO at the report path used to block open(2) forever. It is replaced by a regular report.
+    /// A FIFO at the report path used to block open(2) forever. It is replaced by a regular report.
     func testFifoAtReportPathDoesNotBlock() throws {
         let program = try RuntimeProgram.build("fifo", """
         #include <sys/stat.h>
@@ -146,7 +146,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertTrue(run.onlyReport.hasSuffix("\nend\n"), run.onlyReport)
     }
 
-    /// H4: the application gave the thread a 4 KiB alternate stack (guard page below). The first call of a
+    /// The application gave the thread a 4 KiB alternate stack (guard page below). The first call of a
     /// C library function in the handler used to run the dynamic linker's lazy-binding resolver there, overflow
     /// the stack and fault again at the same place forever. Now every such function is bound at install, and
     /// a fault that repeats at the same PC is detected: the process ends with SIGSEGV, never hangs.
@@ -175,7 +175,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         }
     }
 
-    /// B4: asynchronous signals are blocked while the handler runs, crash signals are not. With RLIMIT_FSIZE
+    /// Asynchronous signals are blocked while the handler runs, crash signals are not. With RLIMIT_FSIZE
     /// at 100 bytes the report write raises SIGXFSZ, whose default action used to end the process with
     /// SIGXFSZ in the middle of the capture; now the process ends with SIGSEGV as without Vaka.
     func testAsyncSignalsBlockedDuringCapture() throws {
@@ -203,7 +203,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertTrue(run.onlyReport.hasPrefix("VAKA-CRASH 1\n"), "the first 100 bytes are written")
     }
 
-    /// B5: the app installs its own SIGSEGV handler after Vaka, then Vaka is closed. Uninstall used to put
+    /// The app installs its own SIGSEGV handler after Vaka, then Vaka is closed. Uninstall used to put
     /// back the action from before Vaka (the default), silently removing the app's handler.
     func testUninstallKeepsHandlersInstalledAfterUs() throws {
         let program = try RuntimeProgram.build("clobber", #"""
@@ -222,7 +222,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(run.reports, [])
     }
 
-    /// B1: a seccomp filter traps getppid() with SIGSYS and the application's SA_SIGINFO handler (installed
+    /// A seccomp filter traps getppid() with SIGSYS and the application's SA_SIGINFO handler (installed
     /// before Vaka) emulates it by setting the return register. Re-sending the signal with tgkill gave that
     /// handler si_code SI_TKILL and a different context; now it is called directly with the original
     /// siginfo and ucontext, and the emulation works as without Vaka.
@@ -258,7 +258,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         #endif
     }
 
-    /// B3: SIGBUS with BUS_MCEERR_AO (a machine-check report, asynchronous: no instruction repeats it) must be
+    /// SIGBUS with BUS_MCEERR_AO (a machine-check report, asynchronous: no instruction repeats it) must be
     /// re-sent, not returned from: returning left the process running although the default action ends it.
     /// The kernel lets a process send itself a signal with a positive si_code, so rt_tgsigqueueinfo fakes it.
     func testAsynchronousMachineCheckSigbusIsResent() throws {
@@ -297,7 +297,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         void plugin_entry(void) { plugin_\(letter)_crash(); }
         """ }
 
-    /// W1: libA is loaded before install (so it is in the install-time image cache), dlclose'd, and libB is
+    /// `libA` is loaded before install (so it is in the install-time image cache), dlclose'd, and libB is
     /// dlopen'ed at the same address with the same layout. The report used to name libA (path and build ID)
     /// for libB's frames; the link-map path is now compared too.
     func testLibraryReloadedAtSameAddressIsNotStale() throws {
@@ -330,7 +330,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(b.first?.buildID, try readelfBuildID(libB, scratch: scratch))
     }
 
-    /// W3: a library dlopen'ed after install whose first PT_LOAD has p_vaddr != 0 (linked with
+    /// A library dlopen'ed after install whose first PT_LOAD has p_vaddr != 0 (linked with
     /// -Ttext-segment) has no ELF header at its load bias; it used to be missing from the report. Its header
     /// is now found below its dynamic section.
     func testLateLibraryWithNonZeroFirstSegmentIsListed() throws {

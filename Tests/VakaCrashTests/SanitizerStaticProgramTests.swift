@@ -5,7 +5,7 @@ import VakaTestSupport
 /// The crash runtime's interposers (`pthread_create`, `pthread_sigmask`, `sigprocmask`) in programs where the
 /// next definition is not a shared C library: a static sanitizer runtime linked into the executable (as
 /// `swiftc -sanitize=address|thread` does with clang's runtime), and a fully static program (`cc -static`).
-/// Complements the sanitizer and static checks in ``RuntimeAdversarialTests``: here the mask interposers, clang's
+/// Complements the sanitizer and static checks in ``InterposerCompatibilityTests``: here the mask interposers, clang's
 /// TSan runtime, and that a crash is still reported with Vaka started.
 final class SanitizerStaticProgramTests: XCTestCase {
     static let clang = ["/opt/swift/usr/bin/clang"].first { FileManager.default.isExecutableFile(atPath: $0) }

@@ -91,7 +91,7 @@ let scenarioExpectations: [ScenarioExpectation] = [
     // The main thread's stack guard gap is unmapped (MAPERR); a PROT_NONE guard would give ACCERR.
     ScenarioExpectation(name: "stack-overflow", signal: SIGSEGV, signalName: "SIGSEGV",
                         codeNames: ["SEGV_MAPERR", "SEGV_ACCERR"]),
-    // Issue 5.
+    // Hardening scenarios.
     ScenarioExpectation(name: "write-readonly", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_ACCERR"]),
     // abort → raise → abort → __assert_fail_base → __assert_fail → crashme_c_assert
     ScenarioExpectation(name: "c-assert", signal: SIGABRT, signalName: "SIGABRT", codeNames: ["SI_TKILL"],
@@ -118,12 +118,12 @@ let scenarioExpectations: [ScenarioExpectation] = [
                         frameWindow: 10, abortMessage: "double free"),
     ScenarioExpectation(name: "corrupt-frame-pointer", signal: SIGSEGV, signalName: "SIGSEGV",
                         codeNames: ["SEGV_MAPERR"], faultAddress: 0),
-    // Checked by HardeningTests.testCrashInHandler (a truncated report or none), not by checkScenario.
+    // Checked by CrashScenarioTests.testCrashInHandler (a truncated report or none), not by checkScenario.
     ScenarioExpectation(name: "crash-in-handler", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
                         faultAddress: 0),
     ScenarioExpectation(name: "locks-held", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
                         faultAddress: 0),
-    // Issue 8. Without Vaka the blocked SIGSEGV kills the process before any handler; with Vaka it stays
+    // Blocked signals. Without Vaka the blocked SIGSEGV kills the process before any handler; with Vaka it stays
     // unblocked and the report is written. Swift's backtracer is off: its `swift-backtrace` helper would inherit
     // the thread's blocked mask and never exit (see blockedSignalExpectations).
     ScenarioExpectation(name: "blocked-signals-thread", signal: SIGSEGV, signalName: "SIGSEGV",
@@ -131,7 +131,7 @@ let scenarioExpectations: [ScenarioExpectation] = [
                         swiftBacktrace: false, environment: ["SWIFT_BACKTRACE": "enable=no"]),
 ]
 
-/// Issue 8, kind 3: scenarios run with blocked signals, in both runs (with Vaka and --no-vaka). Swift's
+/// Scenarios run with blocked signals, in both runs (with Vaka and --no-vaka). Swift's
 /// backtracer is off in these runs: Swift 6.3.1's `swift-backtrace` helper inherits the blocked mask and then
 /// never exits (its own timeout is a signal), and without Vaka its in-process handler dies of a blocked SIGSEGV
 /// inside itself (abort ends with SIGSEGV instead of SIGABRT) — neither is Vaka's to fix or to test here.

@@ -2,7 +2,7 @@ import Foundation
 import XCTest
 import VakaTestSupport
 
-/// Issue 8, kind 7 (one item): a program linked with `-static-stdlib` carries the Swift runtime inside the
+/// A program linked with `-static-stdlib` carries the Swift runtime inside the
 /// executable, whose symbols are not in the dynamic symbol table, so `dlsym` cannot find
 /// `swift_getFatalErrorMessageBuffer`; the runtime then looks it up in the executable's own symbol table
 /// (libelf) at install. A real Swift program is built here with `swiftc -static-stdlib`, linked against the
@@ -75,7 +75,7 @@ final class StaticStdlibTests: XCTestCase {
         return executable
     }
 
-    /// The issue's input: -static-stdlib, fatalError("boom static 7"). dlsym cannot see the runtime's
+    /// The plain case: -static-stdlib, fatalError("boom static 7"). dlsym cannot see the runtime's
     /// function there (checked, so the test exercises the fallback); the report carries the message.
     func testStaticStdlibFatalErrorMessage() throws {
         let program = try build(static: true)

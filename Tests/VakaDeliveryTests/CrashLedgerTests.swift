@@ -5,7 +5,7 @@ import VakaTestSupport
 import Glibc
 #endif
 
-/// Kind 9 of the SDK adversary's findings (issue 8): several report files for one event id (a copy of a
+/// Several report files for one event id (a copy of a
 /// report, a fork child's report renamed: the same `run_id`) are all settled when the server accepts or gives
 /// up the event: every report deleted (or set aside as `.dropped`), the run directory removed once, the crash
 /// sent once, and nothing left to send at the next launch. Real ``Client`` (crash join, delivery threads,
@@ -53,7 +53,7 @@ final class CrashLedgerTests: LoopbackServerTestCase {
 
     private func exists(_ url: URL) -> Bool { FileManager.default.fileExists(atPath: url.path) }
 
-    /// The adversary's input (a copy `zz-copy.crash`, sorted after the original) and a copy sorted before it
+    /// A copy `zz-copy.crash` (sorted after the original) and a copy sorted before it
     /// (`00-copy.crash`, watched first): one event sent, all three reports and the run directory gone after the
     /// 200, and the next launch sends nothing.
     func testCopiesOfAReportAreAllDeletedWhenTheServerAcceptsTheEvent() throws {

@@ -23,7 +23,7 @@ final class DSNTests: XCTestCase {
         XCTAssertEqual(dsn.envelopeURL.absoluteString, "http://127.0.0.1:8000/sentry/sub/api/7/envelope/")
     }
 
-    /// Every DSN form a Sentry SDK accepts, with the envelope URL it must give (issue 8, kind 6).
+    /// Every DSN form a Sentry SDK accepts, with the envelope URL it must give.
     func testEveryAcceptedFormGivesItsEnvelopeURL() throws {
         let cases: [(dsn: String, url: String, host: String, port: Int?)] = [
             ("http://key@[::1]:8123/1", "http://[::1]:8123/api/1/envelope/", "::1", 8123),

@@ -5,7 +5,7 @@ import Glibc
 #endif
 @testable import Vaka
 
-/// Issue 8, kind 1: a number from outside the process must never trap. The input of the issue (`503` with
+/// A number from outside the process must never trap. The classic input (`503` with
 /// `Retry-After: 1e300`, which killed the app with SIGILL) and variants go through the real ``Uploader`` and
 /// ``Delivery`` (real threads and condition waits) against the loopback ``TestHTTPServer``; the parsers get
 /// the rest (negative, NaN, inf, -0, huge integers, 10 KB headers, garbage rate-limit lists, HTTP dates in year
@@ -216,7 +216,7 @@ final class HostileNumbersTests: XCTestCase {
         let q = try PersistentQueue(storageDirectory: storage, log: log.sink)
         let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: CurlTransport(timeout: 2),
                          clock: clock, requestTimeout: 2, log: log.sink)
-        // No intact envelope: set aside as .bad (finding 2 of the SDK adversary), the empty intact one deleted.
+        // No intact envelope: set aside as .bad (never sendable, so never retried), the empty intact one deleted.
         for ref in q.sealedBatches() { XCTAssertNil(q.records(of: ref)) }
         XCTAssertEqual(q.stats.damagedFiles, bodies.count)
         XCTAssertEqual(q.stats.setAsideFiles, bodies.count)

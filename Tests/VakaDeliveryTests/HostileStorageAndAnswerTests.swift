@@ -4,14 +4,14 @@ import Glibc
 #endif
 @testable import Vaka
 
-/// Issue 8, the SDK adversary's findings 1, 2, 3, 4 and 8 as kinds, with variants:
-/// - 1: a server's rate limit below one second (decimals, 0, a date in the past, all categories) never makes
+/// Hostile storage and server answers, with variants:
+/// - a server's rate limit below one second (decimals, 0, a date in the past, all categories) never makes
 ///   the uploader resend in a loop (``RateLimits/minimumDelay``, one request per envelope per pump);
-/// - 2: a batch file that can never be sent (no intact envelope, not a regular file, over the size cap) is set
+/// - a batch file that can never be sent (no intact envelope, not a regular file, over the size cap) is set
 ///   aside as `.bad` instead of blocking `flush`; at most 8 are kept;
-/// - 3: the queued `event_id`s are read in one pass, headers only;
-/// - 4: files under the storage directory are read with a size cap (a 1 GiB sparse file costs nothing);
-/// - 8: a response body is read up to 64 KiB, and a response whose headers arrived counts by its status even
+/// - the queued `event_id`s are read in one pass, headers only;
+/// - files under the storage directory are read with a size cap (a 1 GiB sparse file costs nothing);
+/// - a response body is read up to 64 KiB, and a response whose headers arrived counts by its status even
 ///   when its body never ends or is cut short.
 /// Real ``Delivery``/``Uploader``/``CurlTransport`` against loopback servers.
 final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
@@ -47,7 +47,7 @@ final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
         XCTAssertEqual(r.deadlines[RateLimits.all], now + 2.5)
     }
 
-    /// Variants of the adversary's input through the real delivery thread: `Retry-After: 0`, a past HTTP date,
+    /// Variants of a sub-second rate limit through the real delivery thread: `Retry-After: 0`, a past HTTP date,
     /// and an all-categories `X-Sentry-Rate-Limits` of 0 s. Each must give a handful of requests in 3 s.
     func testZeroAndPastRateLimitsDoNotFloodTheServer() throws {
         let answers: [[String: String]] = [["Retry-After": "0"], ["Retry-After": "Thu, 01 Jan 1970 00:00:00 GMT"],
@@ -204,7 +204,7 @@ final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
         XCTAssertThrowsError(try outbox.read(huge)) { XCTAssertTrue("\($0)".contains("over"), "\($0)") }
     }
 
-    /// The adversary's input (a 1 GiB `breadcrumbs.jsonl`) as a sparse file with real breadcrumbs at its end:
+    /// A 1 GiB `breadcrumbs.jsonl` as a sparse file with real breadcrumbs at its end:
     /// only the tail is read, and the breadcrumbs in it are kept.
     func testBreadcrumbsAreLoadedFromTheTailOfAHugeFile() throws {
         let run = dirs.make()
@@ -262,7 +262,7 @@ final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
             XCTAssertEqual(response.headers["x-test"], "yes", "\(body)")
             XCTAssertLessThan(took, 10, "\(body): the body was read for \(took) s")
             raw.stop()
-            // Before the fix curl read on for the whole 15 s timeout (~35 GB); now it stops at 64 KiB (the
+            // Unbounded, curl would read on for the whole 15 s timeout (~35 GB); it stops at 64 KiB (the
             // server gets ahead by at most its socket buffers).
             XCTAssertLessThan(raw.bytesSent, 64 << 20, "\(body): \(raw.bytesSent) bytes sent before the client hung up")
             XCTAssertTrue(log.lines.contains { $0.contains("not read past 65536 bytes") }, "\(log.lines)")

@@ -5,7 +5,7 @@ import VakaTestSupport
 import Glibc
 #endif
 
-/// Kind 5 of the SDK adversary's findings (issue 8): every value that goes into an event is bounded,
+/// Every value that goes into an event is bounded,
 /// identity fields included (release, environment, dist, server_name, sdk, tags and user id from options or
 /// calls, the scope of a crashed run read back from disk), so no event stays over its byte budget because of
 /// one, and what the server gets is what Relay accepts. Real ``Client`` against the loopback

@@ -5,7 +5,7 @@ import VakaTestSupport
 import Glibc
 #endif
 
-/// Kind 4 of issue 8, the server's size limits: every event is built within ``EventBudget`` (900 KiB JSON,
+/// The server's size limits: every event is built within ``EventBudget`` (900 KiB JSON,
 /// 180 KiB gzipped, Sentry's per-field limits), a 413 for one event gets a smaller retry down to a floor, and
 /// a crash report is deleted only once its event was accepted (or set aside with the reason when given up).
 /// Against the loopback ``TestHTTPServer`` with size rules like Sentry's (413 for any item over 1 MiB) and

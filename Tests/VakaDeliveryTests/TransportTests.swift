@@ -6,7 +6,7 @@ import Glibc
 #endif
 @testable import Vaka
 
-/// The libcurl transport (issue 8, kind 6): every DSN form delivered to a real loopback server (IPv6 `::1` and
+/// The libcurl transport: every DSN form delivered to a real loopback server (IPv6 `::1` and
 /// 127.0.0.1), permanent transport errors stop the uploader instead of looping, libcurl missing keeps
 /// envelopes queued, response headers, proxies.
 final class TransportTests: XCTestCase {
@@ -64,7 +64,7 @@ final class TransportTests: XCTestCase {
 
     // MARK: - DSN forms, delivered
 
-    /// The issue's input: `http://key@[::1]:PORT/1`, accepted before and then never delivered.
+    /// `http://key@[::1]:PORT/1` (an IPv6 literal host) is accepted and delivered.
     func testIPv6LiteralDSNIsDelivered() throws {
         let s = try server(ipv6: true)
         try assertDelivered("http://testkey@[::1]:\(s.port)/1", to: s, path: "/api/1/envelope/")

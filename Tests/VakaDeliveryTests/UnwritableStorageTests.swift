@@ -4,7 +4,7 @@ import Glibc
 #endif
 @testable import Vaka
 
-/// Issue 8, kind 2 at the delivery level (no root needed; StorageFailureTests in VakaSDKTests does the same
+/// Unwritable storage at the delivery level (no root needed; StorageFailureTests in VakaSDKTests does the same
 /// with real full/read-only file systems and RLIMIT_FSIZE): a `pending/` that cannot be created (a regular file
 /// is in its place, so every batch write fails with ENOTDIR), the in-memory bound, and a batch-file rewrite
 /// that fails in the middle of a pump. Against the loopback TestHTTPServer.

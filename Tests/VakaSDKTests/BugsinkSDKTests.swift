@@ -47,7 +47,7 @@ final class BugsinkSDKTests: XCTestCase {
             .filter { $0.hasSuffix(".batch") }, [], "everything sent")
     }
 
-    /// Kind 4 of issue 8: a crashed run with 100 breadcrumbs of 20 KB of random text (2 MB, over Sentry's 1 MB /
+    /// Server size limits: a crashed run with 100 breadcrumbs of 20 KB of random text (2 MB, over Sentry's 1 MB /
     /// 200 KB-compressed limits; each is cut to 8192 characters when added, which still makes an 830 KB event
     /// of text that compresses badly) arrives stored, trimmed, with its breadcrumbs reduced; its
     /// report stays while no server accepted it (a first relaunch finds nothing listening on the DSN's port)

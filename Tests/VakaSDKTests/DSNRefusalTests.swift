@@ -1,7 +1,7 @@
 import XCTest
 import VakaTestSupport
 
-/// `Vaka.start` refuses a destination that can never work (issue 8, kind 6): one `[vaka]` line on stderr,
+/// `Vaka.start` refuses a destination that can never work: one `[vaka]` line on stderr,
 /// always (no debug), nothing sent, the envelopes kept in the outbox; the program runs on.
 final class DSNRefusalTests: XCTestCase {
     let dirs = ScratchDirs()

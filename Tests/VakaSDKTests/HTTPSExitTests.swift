@@ -4,7 +4,7 @@ import VakaTestSupport
 /// HTTPS delivery through the harness, including the sends Vaka makes from its `atexit` hook (the `exited`
 /// session update). libcurl, and with it OpenSSL, is loaded at the first send — after `Vaka.start` registered
 /// that hook — so OpenSSL must not register its own `atexit` cleanup: it would run first and the exit-time
-/// send would crash the program (SIGSEGV in OpenSSL, seen before the fix). The server is Python's `ssl` on
+/// send would crash the program (SIGSEGV in OpenSSL). The server is Python's `ssl` on
 /// 127.0.0.1 with a throw-away self-signed certificate (`openssl req`), trusted through `SSL_CERT_FILE`.
 final class HTTPSExitTests: XCTestCase {
     let dirs = ScratchDirs()

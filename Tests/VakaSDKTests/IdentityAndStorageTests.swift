@@ -5,7 +5,7 @@ import Glibc
 #endif
 @testable import Vaka
 
-/// Kinds 5 and 6 of the SDK adversary's findings (issue 8), through the public facade:
+/// Bounded identity fields and the default storage directory, through the public facade:
 /// - every value from options or calls that goes into an event is bounded as Sentry/Relay keep it (release,
 ///   environment, tags, user id), cut at `start` with one `[vaka]` line on stderr;
 /// - the default storage directory is one per program (name plus a hash of its absolute path), never the
@@ -37,7 +37,7 @@ final class IdentityAndStorageTests: XCTestCase {
         }
     }
 
-    // MARK: - Kind 5: bounded identity fields
+    // MARK: - Bounded identity fields
 
     /// A 1.2 M-character release with a newline and a `/`, a 100,000-character environment, 1,000 tags with
     /// 1,000-character keys and values, a 1 MB user id and a 1 MB tag through `setTag`: `start` cuts them with
@@ -99,7 +99,7 @@ final class IdentityAndStorageTests: XCTestCase {
         XCTAssertEqual(Vaka.Options.boundedEnvironment(String(repeating: "é", count: 40)).utf8.count, 64)
     }
 
-    // MARK: - Kind 6: one default storage directory per program
+    // MARK: - One default storage directory per program
 
     private func withState(_ body: () throws -> Void) rethrows {
         let savedXDG = getenv("XDG_STATE_HOME").map { String(cString: $0) }
@@ -142,7 +142,7 @@ final class IdentityAndStorageTests: XCTestCase {
     /// One program reached by different `argv[0]` (its absolute path, a path with `.` and `..`) gets one
     /// directory; another file with the same base name gets another. A symbolic link to a program is hashed
     /// as the link's own path, not resolved (so a deploy switching a `current` link keeps the directory:
-    /// SDKAdversarialRound2Tests): it gets its own directory. The hash is FNV-1a of the path, so it
+    /// StoredScopeAndReportTests): it gets its own directory. The hash is FNV-1a of the path, so it
     /// is the same in every Vaka version and process.
     func testSameProgramSameDirectoryOtherProgramOtherDirectory() throws {
         let dir = dirs.make("programs")

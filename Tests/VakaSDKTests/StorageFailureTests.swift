@@ -5,7 +5,7 @@ import VakaTestSupport
 import Glibc
 #endif
 
-/// Issue 8, kind 2: storage that cannot be written, with REAL file systems. The harness (`vaka-crashme`) runs
+/// Storage that cannot be written, with REAL file systems. The harness (`vaka-crashme`) runs
 /// in a private mount namespace (`unshare -m`) on a 512 KiB tmpfs that is full, or remounted read-only, or
 /// under an `RLIMIT_FSIZE` quota, against a loopback envelope sink (scripts/envelope-sink.py). Each test
 /// asserts on what the sink received, what the harness printed (its debug lines, and "flush did not empty
@@ -72,7 +72,7 @@ final class StorageFailureTests: XCTestCase {
         }
     }
 
-    // The input of the issue: a full file system, a healthy server. Before the fix: nothing sent, ~80 % CPU
+    // A full file system, a healthy server. What must not happen: nothing sent, ~80 % CPU
     // for the whole flush timeout, "flush did not empty the queue".
     func testFullFileSystemStillDeliversTheEventWithoutSpinning() throws {
         let (child, cpu) = try runInNamespace(setup: fullTmpfs, ["message", "--dsn", sink.dsn],

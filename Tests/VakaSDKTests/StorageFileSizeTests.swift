@@ -4,7 +4,7 @@ import VakaTestSupport
 import Glibc
 #endif
 
-/// Issue 8, the SDK adversary's finding 4 as a kind: every file the SDK reads back from its storage directory
+/// Every file the SDK reads back from its storage directory
 /// is read with a size cap. A crashed run whose `breadcrumbs.jsonl` is 1 GiB (sparse here), a 1 GiB
 /// `scope.json` and a 1 GiB `anon_id`: the next launch (`Vaka.start` with its crash join) finishes within
 /// generous bounds, and the crash still arrives, with the breadcrumbs found at the end of the file.

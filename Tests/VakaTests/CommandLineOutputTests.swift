@@ -5,7 +5,7 @@ import VakaTestSupport
 import Glibc
 #endif
 
-/// Kind 7 of issue 8 on the `vaka` CLI: standard output that cannot be written (a full disk, a closed
+/// The `vaka` CLI when standard output cannot be written (a full disk, a closed
 /// descriptor, a file over RLIMIT_FSIZE, a pipe without a reader while SIGPIPE is ignored) is a failure with
 /// one `vaka: cannot write to standard output: ...` line and status 1 for every command, never a trap; a
 /// reader that goes away with SIGPIPE at its default ends vaka by SIGPIPE quietly (like `cat`).

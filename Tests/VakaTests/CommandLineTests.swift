@@ -77,7 +77,7 @@ final class CommandLineTests: XCTestCase {
         }
     }
 
-    // MARK: - Issue 8 kind 8: every command on bad inputs
+    // MARK: - Every command on bad inputs
 
     /// One `vaka: …` line on stderr, nothing on stdout, the documented status.
     private func assertOneLineFailure(_ arguments: [String], status: Int32, containing text: String? = nil,
@@ -95,7 +95,7 @@ final class CommandLineTests: XCTestCase {
         }
     }
 
-    /// The inputs of issue 8 (`outbox list --storage MISSING` exited 0 silently; `symbolicate DIR` printed a
+    /// Known bad inputs (`outbox list --storage MISSING` once exited 0 silently; `symbolicate DIR` printed a
     /// raw Foundation error) and every command × missing path, directory, unreadable file, empty file.
     func testEveryCommandGivesOneClearLineAndStatus1ForABadInputFile() throws {
         let dir = try ScratchDirs.directory(for: self)
@@ -113,10 +113,10 @@ final class CommandLineTests: XCTestCase {
             try assertOneLineFailure(command + [unreadable], status: 1, containing: "cannot read")
             try assertOneLineFailure(command + [empty], status: 1, containing: "empty")
         }
-        // symbolicate DIR, as in the issue: the message names the path, not a Foundation error.
+        // symbolicate DIR: the message names the path, not a Foundation error.
         try assertOneLineFailure(["symbolicate", directory], status: 1, containing: "vaka: \(directory): is a directory")
 
-        // outbox list --storage MISSING (the issue's input) and its variants.
+        // outbox list --storage MISSING and its variants.
         try assertOneLineFailure(["outbox", "list", "--storage", missing], status: 1, containing: "vaka: \(missing): No such file")
         try assertOneLineFailure(["outbox", "list", "--storage=\(missing)"], status: 1, containing: "No such file")
         try assertOneLineFailure(["outbox", "list", "--storage", empty], status: 1, containing: "is not a directory")

@@ -147,7 +147,7 @@ final class CrashReportTests: XCTestCase {
         XCTAssertFalse(try CrashReport(data: example).isTruncated)
     }
 
-    /// Issue 8 kind 7: every line ends in `\n` (docs/report-format.md); a last line without it was cut while
+    /// Every line ends in `\n` (docs/report-format.md); a last line without it was cut while
     /// being written, so it is ignored, `end` included: such a report is truncated.
     func testAnUnterminatedLastLineIsDroppedEndIncluded() throws {
         let cut = try parse("VAKA-CRASH 1\nsignal 11 SIGSEGV\nframe 0x1234 cfi\nframe 0x12")

@@ -4,7 +4,7 @@ import VakaTestSupport
 @testable import Vaka
 import VakaSymbolication
 
-/// Issue 8 kind 7 (identity and accuracy) on what the crash join writes in outbox mode: fork children's
+/// Identity and accuracy of what the crash join writes in outbox mode: fork children's
 /// event ids and scopes, session error counts; and the in_app rule for handled-error stacks.
 final class IdentityAccuracyTests: XCTestCase {
     private struct Written {
@@ -56,7 +56,7 @@ final class IdentityAccuracyTests: XCTestCase {
         client.joinPreviousRuns()
     }
 
-    /// The issue's input: parent and fork child of one run both crashed. Two fatal events with distinct ids;
+    /// Parent and fork child of one run both crashed. Two fatal events with distinct ids;
     /// both carry the parent run's scope; only the parent's carries the `crashed` session update, and its
     /// `errors` counts the fatal event (2 handled + 1).
     func testForkChildAndParentCrashesJoinWithDistinctIDsAndOneCrashedSession() throws {

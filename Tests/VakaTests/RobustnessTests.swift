@@ -4,7 +4,7 @@ import VakaTestSupport
 @testable import Vaka
 import VakaSymbolication
 
-/// Hostile inputs found by adversarial testing: crafted ELF files and crafted reports must neither crash
+/// Hostile inputs: crafted ELF files and crafted reports must neither crash
 /// the converter nor make it spend memory or time in proportion to a size the input claims.
 enum Crafted {
     /// A small shared library of the toolchain with a `.symtab` (and `.dynsym`) exporting `_Block_copy`.

@@ -113,7 +113,7 @@ void *crashme_background_thread_fault(void *unused);
 int crashme_stack_overflow(unsigned long depth);
 
 
-/* ---------------------------------------------------------------- issue 5 scenarios */
+/* ---------------------------------------------------------------- hardening scenarios */
 
 /** Name given to the thread that overflows its stack in `crashme_stack_overflow_thread()`. */
 #define VAKA_CRASHME_OVERFLOW_THREAD_NAME "crashme-so"
@@ -177,7 +177,7 @@ int crashme_locks_held(void);
  *  @return 0, or an errno value if prctl fails (ENOSYS on architectures without a filter here). */
 int crashme_deny_process_vm_readv(void);
 
-/* ---------------------------------------------------------------- issue 8 scenarios */
+/* ---------------------------------------------------------------- blocked-signal scenarios */
 
 /** Name given to the thread that blocks every signal and crashes in `crashme_blocked_signals_thread()`. */
 #define VAKA_CRASHME_BLOCKED_THREAD_NAME "crashme-blk"

@@ -4,8 +4,8 @@ import Glibc
 #endif
 @testable import Vaka
 
-/// Adversarial findings on the SDK's defaults.
-final class SDKAdversarialTests: XCTestCase {
+/// The SDK's default storage directory tells programs apart.
+final class DefaultStorageDirectoryTests: XCTestCase {
     /// The default storage directory is `$XDG_STATE_HOME/vaka/<basename of argv[0]>`. Two different programs
     /// whose executables share a base name (`/srv/billing/server` and `/srv/search/server`, `main`, `app`,
     /// `worker`...) get the same directory: the second one's `Vaka.start` joins the first one's crash

@@ -4,10 +4,10 @@ import Glibc
 #endif
 @testable import Vaka
 
-/// Adversarial findings on the delivery side (hostile server answers, damaged `pending/` files). Each test
-/// states the behaviour the docs promise and fails while the product does otherwise. Real ``Delivery``
+/// The delivery side under hostile server answers (sub-millisecond retry delays), damaged `pending/` files and
+/// a huge release or environment option. Each test states the behaviour the docs promise. Real ``Delivery``
 /// (real threads, real libcurl) against the loopback ``TestHTTPServer``.
-final class DeliveryAdversarialTests: LoopbackServerTestCase {
+final class HostileAnswerAndPendingFileTests: LoopbackServerTestCase {
 
     private func makeDelivery(storage: URL) throws -> Delivery {
         let config = Delivery.Configuration(storageDirectory: storage, dsn: try DSN(server.dsn),
@@ -79,7 +79,7 @@ final class DeliveryAdversarialTests: LoopbackServerTestCase {
     /// them), not even by the last step that cuts every string to 256. An app that passes a long release (a
     /// build description, 1 MB by mistake) gets every event, and its crash, over the 900 KiB budget: the
     /// server answers 413, the retry "cannot make it smaller" and the crash is given up (`.crash.dropped`).
-    /// `$VAKA_RELEASE` is cut to 200 (docs/ingest.md, kind 1), the option is not. Expected: the budget holds
+    /// `$VAKA_RELEASE` is cut to 200 (docs/ingest.md), the option is not. Expected: the budget holds
     /// for any option value (release and environment cut to Sentry's 200 / 64 characters, as Relay requires).
     func testAHugeReleaseOrEnvironmentOptionStillFitsTheBudget() throws {
         let huge = String(repeating: "r", count: 1_200_000)

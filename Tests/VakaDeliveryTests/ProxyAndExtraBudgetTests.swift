@@ -1,9 +1,9 @@
 import XCTest
 @testable import Vaka
 
-/// Second adversary round against delivery and the event budget (issue 8). Each test shows one finding; they
-/// fail on the code they were written against.
-final class DeliveryAdversarialRound2Tests: XCTestCase {
+/// An `extra` of many small entries is trimmed to its budget in reasonable time, and a proxy's answer to
+/// `CONNECT` (tunnel established then failed, or refused) is never taken for the server's answer.
+final class ProxyAndExtraBudgetTests: XCTestCase {
     /// `Vaka.track(name, properties)` puts `properties` in `extra`. With many small entries (here 30,000, a
     /// dictionary of counters or a parsed query string) `extra` is over 256 KiB and `EventBudget.limitExtra`
     /// drops the largest entry one at a time, scanning every remaining entry each time (quadratic: ~3e8 steps

@@ -2,9 +2,10 @@ import XCTest
 import VakaTestSupport
 @testable import Vaka
 
-/// Second adversary round against the SDK (issue 8). Each test shows one finding; they fail on the code they
-/// were written against.
-final class SDKAdversarialRound2Tests: XCTestCase {
+/// What the SDK stores and reads back at the next launch: `scope.json` stays readable under many or huge tags
+/// and `extra` keys, the storage directory survives a deploy behind a symbolic link, and the crash join reads
+/// only the newest reports, never a live sibling's, and one event per `run_id` however many copies exist.
+final class StoredScopeAndReportTests: XCTestCase {
     let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
 
@@ -67,7 +68,7 @@ final class SDKAdversarialRound2Tests: XCTestCase {
         XCTAssertEqual(before, after, "started as \(current.path)/server before and after a deploy")
     }
 
-    // MARK: - Variants written with the fixes (issue 8, kinds 3, 4, 6, 8, 9)
+    // MARK: - Variants: worst-case tags and extra keys, report pile-ups, live siblings, copies
 
     /// Worst case for `scope.json`: 250 tags whose keys and values are 200 control characters each (every one
     /// escaped as `\u00XX` in JSON), a 200-character user id. The newest 200 tags are kept (the 50 set first

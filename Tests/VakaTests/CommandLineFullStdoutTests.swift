@@ -2,10 +2,10 @@ import Foundation
 import XCTest
 import VakaTestSupport
 
-/// Adversarial findings on the `vaka` CLI: its help promises "Every failure prints one `vaka: ...` line on
+/// The `vaka` CLI with a full standard output: its help promises "Every failure prints one `vaka: ...` line on
 /// stderr" with exit status 1. Writing the result to a full or closed standard output must be such a failure,
 /// not a trap.
-final class CommandLineAdversarialTests: XCTestCase {
+final class CommandLineFullStdoutTests: XCTestCase {
     /// Runs `vaka` with stdout on `/dev/full` (every write fails with ENOSPC); stderr collected.
     private func vakaToFullStdout(_ arguments: [String]) throws -> (Process.TerminationReason, Int32, String) {
         let path = try Paths.built(Paths.cli)
