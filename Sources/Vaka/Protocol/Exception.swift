@@ -10,6 +10,9 @@ public struct Exception: Codable, Equatable, Sendable {
     public var mechanism: Mechanism?
     /// The stack of the thread at the error, oldest frame first.
     public var stacktrace: Stacktrace?
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
 
     /// Creates an exception; every field is described on its property.
     public init(type: String? = nil, value: String? = nil, threadID: Int64? = nil,
@@ -22,10 +25,33 @@ public struct Exception: Codable, Equatable, Sendable {
     }
 
     /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey {
+    private enum CodingKeys: String, CodingKey, CaseIterable {
         case type, value
         case threadID = "thread_id"
         case mechanism, stacktrace
+    }
+
+    /// Decodes an exception; members no property models go to ``other``. Throws `DecodingError` for a field
+    /// of the wrong type.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        type = try c.decodeIfPresent(String.self, forKey: .type)
+        value = try c.decodeIfPresent(String.self, forKey: .value)
+        threadID = try c.decodeIfPresent(Int64.self, forKey: .threadID)
+        mechanism = try c.decodeIfPresent(Mechanism.self, forKey: .mechanism)
+        stacktrace = try c.decodeIfPresent(Stacktrace.self, forKey: .stacktrace)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encodeIfPresent(type, forKey: .type)
+        try c.encodeIfPresent(value, forKey: .value)
+        try c.encodeIfPresent(threadID, forKey: .threadID)
+        try c.encodeIfPresent(mechanism, forKey: .mechanism)
+        try c.encodeIfPresent(stacktrace, forKey: .stacktrace)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
 
