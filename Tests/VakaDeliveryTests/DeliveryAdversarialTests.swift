@@ -89,7 +89,7 @@ final class DeliveryAdversarialTests: LoopbackServerTestCase {
                                               "environment": .string("production"),
                                               "logentry": .object(["formatted": .string("boom")])]
             event[key] = .string(huge)
-            let data = EventFactory.finalize(event)
+            let data = try EventBudget.standard.fit(json: event).data
             XCTAssertLessThanOrEqual(data.count, EventBudget.standard.maxEventBytes,
                                      "a \(huge.count)-character \(key) gives a \(data.count)-byte event: over the budget, 413 forever")
         }
