@@ -213,9 +213,33 @@ public struct LogEntry: Codable, Equatable, Sendable {
     /// The message as shown (`formatted`).
     public var formatted: String
 
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
+
     /// A log entry with the text `formatted`.
     public init(formatted: String) {
         self.formatted = formatted
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case formatted
+    }
+
+    /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
+    /// the wrong type or a missing `formatted`.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        formatted = try c.decode(String.self, forKey: .formatted)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(formatted, forKey: .formatted)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
 
@@ -224,9 +248,33 @@ public struct User: Codable, Equatable, Sendable {
     /// The user's id in the program (`id`).
     public var id: String?
 
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
+
     /// A user with the id `id`.
     public init(id: String? = nil) {
         self.id = id
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case id
+    }
+
+    /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
+    /// the wrong type.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decodeIfPresent(String.self, forKey: .id)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encodeIfPresent(id, forKey: .id)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
 
@@ -354,9 +402,33 @@ public struct DeviceContext: Codable, Equatable, Sendable {
     /// CPU architecture as Sentry names it for Linux: `"x86_64"` or `"aarch64"`.
     public var arch: String?
 
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
+
     /// Creates a device context.
     public init(arch: String? = nil) {
         self.arch = arch
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case arch
+    }
+
+    /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
+    /// the wrong type.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        arch = try c.decodeIfPresent(String.self, forKey: .arch)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encodeIfPresent(arch, forKey: .arch)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
 
@@ -377,6 +449,10 @@ public struct OSContext: Codable, Equatable, Sendable {
     /// `PRETTY_NAME` of `/etc/os-release` (`distribution_pretty_name`).
     public var distributionPrettyName: String?
 
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
+
     /// Creates an OS context; every field is described on its property.
     public init(name: String? = nil, version: String? = nil, kernelVersion: String? = nil, build: String? = nil,
                 distributionName: String? = nil, distributionVersion: String? = nil,
@@ -391,13 +467,41 @@ public struct OSContext: Codable, Equatable, Sendable {
     }
 
     /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey {
-        case name, version
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case name
+        case version
         case kernelVersion = "kernel_version"
         case build
         case distributionName = "distribution_name"
         case distributionVersion = "distribution_version"
         case distributionPrettyName = "distribution_pretty_name"
+    }
+
+    /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
+    /// the wrong type.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        name = try c.decodeIfPresent(String.self, forKey: .name)
+        version = try c.decodeIfPresent(String.self, forKey: .version)
+        kernelVersion = try c.decodeIfPresent(String.self, forKey: .kernelVersion)
+        build = try c.decodeIfPresent(String.self, forKey: .build)
+        distributionName = try c.decodeIfPresent(String.self, forKey: .distributionName)
+        distributionVersion = try c.decodeIfPresent(String.self, forKey: .distributionVersion)
+        distributionPrettyName = try c.decodeIfPresent(String.self, forKey: .distributionPrettyName)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encodeIfPresent(name, forKey: .name)
+        try c.encodeIfPresent(version, forKey: .version)
+        try c.encodeIfPresent(kernelVersion, forKey: .kernelVersion)
+        try c.encodeIfPresent(build, forKey: .build)
+        try c.encodeIfPresent(distributionName, forKey: .distributionName)
+        try c.encodeIfPresent(distributionVersion, forKey: .distributionVersion)
+        try c.encodeIfPresent(distributionPrettyName, forKey: .distributionPrettyName)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
 
@@ -412,6 +516,10 @@ public struct AppContext: Codable, Equatable, Sendable {
     /// The executable's path (`app_identifier`).
     public var appIdentifier: String?
 
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
+
     /// Creates an app context; every field is described on its property.
     public init(appName: String? = nil, appVersion: String? = nil, appStartTime: String? = nil,
                 appIdentifier: String? = nil) {
@@ -422,10 +530,31 @@ public struct AppContext: Codable, Equatable, Sendable {
     }
 
     /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey {
+    private enum CodingKeys: String, CodingKey, CaseIterable {
         case appName = "app_name"
         case appVersion = "app_version"
         case appStartTime = "app_start_time"
         case appIdentifier = "app_identifier"
+    }
+
+    /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
+    /// the wrong type.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        appName = try c.decodeIfPresent(String.self, forKey: .appName)
+        appVersion = try c.decodeIfPresent(String.self, forKey: .appVersion)
+        appStartTime = try c.decodeIfPresent(String.self, forKey: .appStartTime)
+        appIdentifier = try c.decodeIfPresent(String.self, forKey: .appIdentifier)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encodeIfPresent(appName, forKey: .appName)
+        try c.encodeIfPresent(appVersion, forKey: .appVersion)
+        try c.encodeIfPresent(appStartTime, forKey: .appStartTime)
+        try c.encodeIfPresent(appIdentifier, forKey: .appIdentifier)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }

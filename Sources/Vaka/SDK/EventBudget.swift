@@ -2,10 +2,11 @@ import Foundation
 
 /// Keeps an event within the size a Sentry server accepts. Applied to every ``Event`` the SDK builds (handled
 /// error, message, `track`, `screen`, and the fatal event of the crash join) as it is encoded for an envelope
-/// (``EventFactory/finalize(_:budget:log:)``, ``fit(_:)-(Event)``), and again with a smaller budget to the stored
-/// JSON of a single event a server answered 413 for (``Uploader``, ``fit(_:)-([String:JSONValue])``). An event
-/// within every limit is encoded once and left as it is; one over a limit is trimmed as its JSON object, the
-/// same trimming a stored event gets, so there is one trimming whatever the event's origin.
+/// (``EventFactory/finalize(_:budget:log:)``, ``fit(_:)``), and again with a smaller budget to a single stored
+/// event a server answered 413 for, read back as an ``Event`` (``Uploader``): one trimming whatever the event's
+/// origin, always on ``Event`` values. An event within every limit is encoded once and left as it is. Fields an
+/// ``Event`` carries in its `other` members (a stored event's odd values) are bounded like the strings of the
+/// field they stand for.
 ///
 /// Why: Sentry rejects with `413 Payload Too Large` an event over 1 MB decompressed or 200 KB compressed
 /// (docs.sentry.io, "Size Limits"; the envelope documentation lists 1 MB per `event` item). A rejected event
@@ -615,16 +616,23 @@ extension Mechanism: BudgetStrings {
         EventBudget.cap(&type, cap, &trace)
         EventBudget.cap(&meta, cap, &trace)
         EventBudget.cap(&data, cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
     }
 }
 
 extension EventBudget {
-    /// Cuts the signal names of `meta` to `limit` scalars.
+    /// Cuts the strings of `meta` (the signal's names, the members neither models) to `limit` scalars.
     static func cap(_ meta: inout MechanismMeta?, _ limit: Int, _ trace: inout Trace) {
-        guard let signal = meta?.signal, (signal.name?.utf8.count ?? 0) > limit || (signal.codeName?.utf8.count ?? 0) > limit
-        else { return }
-        cap(&meta!.signal!.name, limit, &trace)
-        cap(&meta!.signal!.codeName, limit, &trace)
+        guard var m = meta else { return }
+        let before = trace
+        cap(&m.other, limit, &trace)
+        if var signal = m.signal {
+            cap(&signal.name, limit, &trace)
+            cap(&signal.codeName, limit, &trace)
+            cap(&signal.other, limit, &trace)
+            m.signal = signal
+        }
+        if trace != before { meta = m }
     }
 }
 
@@ -676,12 +684,14 @@ extension DebugImage: BudgetStrings {
 extension LogEntry: BudgetStrings {
     mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
         EventBudget.cap(&formatted, cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
     }
 }
 
 extension User: BudgetStrings {
     mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
         EventBudget.cap(&id, cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
     }
 }
 
@@ -694,7 +704,10 @@ extension SDKPackage: BudgetStrings {
 
 extension Contexts: BudgetStrings {
     mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
-        if device != nil { EventBudget.cap(&device!.arch, cap, &trace) }
+        if device != nil {
+            EventBudget.cap(&device!.arch, cap, &trace)
+            EventBudget.cap(&device!.other, cap, &trace)
+        }
         if os != nil {
             EventBudget.cap(&os!.name, cap, &trace)
             EventBudget.cap(&os!.version, cap, &trace)
@@ -703,12 +716,14 @@ extension Contexts: BudgetStrings {
             EventBudget.cap(&os!.distributionName, cap, &trace)
             EventBudget.cap(&os!.distributionVersion, cap, &trace)
             EventBudget.cap(&os!.distributionPrettyName, cap, &trace)
+            EventBudget.cap(&os!.other, cap, &trace)
         }
         if app != nil {
             EventBudget.cap(&app!.appName, cap, &trace)
             EventBudget.cap(&app!.appVersion, cap, &trace)
             EventBudget.cap(&app!.appStartTime, cap, &trace)
             EventBudget.cap(&app!.appIdentifier, cap, &trace)
+            EventBudget.cap(&app!.other, cap, &trace)
         }
         EventBudget.cap(&other, cap, &trace)
     }
