@@ -318,7 +318,6 @@ public struct EventBudget: Sendable, Equatable {
         return lo
     }
 
-
     // MARK: - Field limits
 
     /// What trimming removed, for the `extra` notes and debug output.
@@ -431,8 +430,8 @@ public struct EventBudget: Sendable, Equatable {
         e.capOther(maxMessageChars, &trace) { !identityNames.contains($0) }
     }
 
-    /// Whether a string of `value` (`Codable` protocol value) may be longer than `cap` scalars (judged by
-    /// UTF-8 bytes, an upper bound). Read only.
+    /// Whether a string of `value` is longer than `cap` Unicode scalars: `value` is left as it is (the strings
+    /// are cut on a copy, which is written only where one is over).
     static func exceeds<T: BudgetStrings>(_ value: T, _ cap: Int) -> Bool {
         var probe = value
         var trace = Trace()
