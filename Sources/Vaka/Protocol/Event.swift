@@ -122,10 +122,10 @@ public struct Event: Codable, Equatable, Sendable {
 
     /// Decodes an event leniently, as Sentry ingests one, so that a stored event is never lost for one odd
     /// field: a missing `level` is ``Level/error`` and a missing `platform` `"other"` (Sentry's defaults); a
-    /// field whose value does not have its type (a `level` Vaka does not know, a `timestamp` that is not a
-    /// number) is kept verbatim in ``other`` and written back as it was (the size budget bounds it like any
-    /// string); members no property models go to ``other``. Throws `DecodingError` only when the value is not
-    /// a JSON object.
+    /// missing `event_id` is empty (and left out again when encoded); a field whose value does not have its
+    /// type (a `level` Vaka does not know, a `timestamp` that is not a number) is kept verbatim in ``other``
+    /// and written back as it was (the size budget bounds it like any string); members no property models go
+    /// to ``other``. Throws `DecodingError` only when the value is not a JSON object.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         var other = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
@@ -168,7 +168,7 @@ public struct Event: Codable, Equatable, Sendable {
                 try c.encodeIfPresent(value, forKey: key)
             }
         }
-        try put(eventID, .eventID)
+        try put(eventID.isEmpty ? nil : eventID, .eventID)  // an event read without one stays without
         try put(timestamp, .timestamp)
         try put(platform, .platform)
         try put(level, .level)
