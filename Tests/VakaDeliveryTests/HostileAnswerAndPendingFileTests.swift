@@ -75,7 +75,7 @@ final class HostileAnswerAndPendingFileTests: LoopbackServerTestCase {
         }
     }
 
-    /// `Options.release` and `Options.environment` are never cut (``EventBudget/identityKeys``: "no step changes"
+    /// `Options.release` and `Options.environment` are never cut (``EventBudget/identityNames``: "no step changes"
     /// them), not even by the last step that cuts every string to 256. An app that passes a long release (a
     /// build description, 1 MB by mistake) gets every event, and its crash, over the 900 KiB budget: the
     /// server answers 413, the retry "cannot make it smaller" and the crash is given up (`.crash.dropped`).
@@ -89,7 +89,7 @@ final class HostileAnswerAndPendingFileTests: LoopbackServerTestCase {
                                               "environment": .string("production"),
                                               "logentry": .object(["formatted": .string("boom")])]
             event[key] = .string(huge)
-            let data = EventFactory.finalize(event)
+            let data = try EventBudget.standard.fit(json: event).data
             XCTAssertLessThanOrEqual(data.count, EventBudget.standard.maxEventBytes,
                                      "a \(huge.count)-character \(key) gives a \(data.count)-byte event: over the budget, 413 forever")
         }

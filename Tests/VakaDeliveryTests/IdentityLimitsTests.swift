@@ -133,7 +133,7 @@ final class IdentityLimitsTests: LoopbackServerTestCase {
             "timestamp": .string(huge), "release": .string(huge), "environment": .string(huge), "dist": .string(huge),
             "server_name": .string(huge), "sdk": .object(["name": .string(huge), "version": .string(huge), "packages": .array(packages)]),
             "logentry": .object(["formatted": .string("boom")])]
-        let outcome = EventBudget.standard.fit(event)
+        let outcome = try EventBudget.standard.fit(json: event)
         XCTAssertTrue(outcome.fits, outcome.summary)
         XCTAssertLessThanOrEqual(outcome.data.count, EventBudget.standard.maxEventBytes)
         let fitted = try json(outcome.data)

@@ -16,7 +16,7 @@ final class ProxyAndExtraBudgetTests: XCTestCase {
         let event: [String: JSONValue] = ["event_id": .string(String(repeating: "a", count: 32)), "level": .string("info"),
                                           "platform": .string("native"), "extra": .object(extra)]
         let started = Date()
-        let outcome = EventBudget.standard.fit(event)
+        let outcome = try EventBudget.standard.fit(json: event)
         let elapsed = Date().timeIntervalSince(started)
         XCTAssertTrue(outcome.fits)
         XCTAssertLessThan(outcome.data.count, 300 * 1024)

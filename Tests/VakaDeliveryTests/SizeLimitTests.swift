@@ -150,7 +150,7 @@ final class SizeLimitTests: LoopbackServerTestCase {
             "extra": .object(["note": .string(randomText(10_000))]),
         ]
         // 1. Breadcrumbs only, newest kept.
-        var outcome = EventBudget(maxEventBytes: 200 * 1024, maxCompressedBytes: 200 * 1024).fit(event)
+        var outcome = try EventBudget(maxEventBytes: 200 * 1024, maxCompressedBytes: 200 * 1024).fit(json: event)
         var out = try json(outcome.data)
         var kept = try XCTUnwrap(dig(out, "breadcrumbs", "values") as? [[String: Any]])
         XCTAssertTrue(outcome.fits)
@@ -161,14 +161,14 @@ final class SizeLimitTests: LoopbackServerTestCase {
         XCTAssertEqual((dig(out, "extra", "note") as? String)?.count, 10_000, "strings are cut only after all breadcrumbs")
         XCTAssertEqual((dig(out, "exception", "values", 0, "stacktrace", "frames") as? [Any])?.count, 200)
         // 2. No breadcrumbs left, long strings cut, frames whole.
-        outcome = EventBudget(maxEventBytes: 20 * 1024, maxCompressedBytes: 20 * 1024).fit(event)
+        outcome = try EventBudget(maxEventBytes: 20 * 1024, maxCompressedBytes: 20 * 1024).fit(json: event)
         out = try json(outcome.data)
         XCTAssertTrue(outcome.fits)
         XCTAssertNil(out["breadcrumbs"])
         XCTAssertLessThanOrEqual((dig(out, "extra", "note") as? String)?.count ?? 0, 4096)
         XCTAssertEqual((dig(out, "exception", "values", 0, "stacktrace", "frames") as? [Any])?.count, 200)
         // 3. Frames: the oldest and the newest halves; the exception itself stays.
-        outcome = EventBudget(maxEventBytes: 3 * 1024, maxCompressedBytes: 3 * 1024).fit(event)
+        outcome = try EventBudget(maxEventBytes: 3 * 1024, maxCompressedBytes: 3 * 1024).fit(json: event)
         out = try json(outcome.data)
         XCTAssertTrue(outcome.fits, outcome.summary)
         let sent = try XCTUnwrap(dig(out, "exception", "values", 0, "stacktrace", "frames") as? [[String: Any]])
@@ -180,8 +180,8 @@ final class SizeLimitTests: LoopbackServerTestCase {
         XCTAssertEqual(dig(out, "exception", "values", 0, "value") as? String, "crash")
         XCTAssertLessThanOrEqual(outcome.data.count, 3 * 1024)
         // Unchanged when within the budget: the very same bytes.
-        let small: [String: JSONValue] = ["event_id": .string("x"), "logentry": .object(["formatted": .string("hi")])]
-        XCTAssertEqual(EventBudget.standard.fit(small).data, EventFactory.encode(small))
+        let small = Event(eventID: "x", level: .error, logentry: LogEntry(formatted: "hi"))
+        XCTAssertEqual(EventBudget.standard.fit(small).data, try small.jsonData(encoding: .wire))
     }
 
     // MARK: - 413 → a smaller retry

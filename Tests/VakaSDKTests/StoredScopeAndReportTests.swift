@@ -103,7 +103,7 @@ final class StoredScopeAndReportTests: XCTestCase {
         for i in 0..<5_000 { extra[String(repeating: "k", count: 100) + "\(i)"] = .string("x") }
         let event: [String: JSONValue] = ["event_id": .string(String(repeating: "a", count: 32)), "level": .string("info"),
                                           "platform": .string("native"), "extra": .object(extra)]
-        let outcome = EventBudget.standard.fit(event)
+        let outcome = try EventBudget.standard.fit(json: event)
         XCTAssertTrue(outcome.fits)
         let decoded = try XCTUnwrap(JSONSerialization.jsonObject(with: outcome.data) as? [String: Any])
         let kept = try XCTUnwrap(decoded["extra"] as? [String: Any])

@@ -332,7 +332,7 @@ final class Uploader {
         guard size / 2 >= EventBudget.floorBytes else {
             return .givenUp("413 Payload Too Large at \(size) B JSON; half of it is under the \(EventBudget.floorBytes) B floor")
         }
-        guard let event = try? JSONDecoder().decode([String: JSONValue].self, from: item.payload) else {
+        guard let event = try? JSONDecoder().decode(Event.self, from: item.payload) else {
             return .givenUp("413 Payload Too Large at \(size) B and the event is not a JSON object")
         }
         let gzipped = (try? Gzip.compress(item.payload))?.count ?? size

@@ -2,10 +2,33 @@
 public struct DebugMeta: Codable, Equatable, Sendable {
     /// The images, in the order the crash report listed them.
     public var images: [DebugImage]
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
 
     /// Creates debug meta.
     public init(images: [DebugImage]) {
         self.images = images
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case images
+    }
+
+    /// Decodes debug meta (no `images` is none); members no property models go to ``other``. Throws
+    /// `DecodingError` for an image of the wrong shape.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        images = try c.decodeIfPresent([DebugImage].self, forKey: .images) ?? []
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the images and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(images, forKey: .images)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
 
@@ -26,6 +49,9 @@ public struct DebugImage: Codable, Equatable, Sendable {
     public var debugID: String?
     /// CPU architecture, e.g. `"x86_64"`.
     public var arch: String?
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
 
     /// Creates a debug image; every field is described on its property.
     public init(type: String = "elf", codeFile: String? = nil, imageAddr: HexAddress, imageSize: UInt64? = nil,
@@ -40,7 +66,7 @@ public struct DebugImage: Codable, Equatable, Sendable {
     }
 
     /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey {
+    private enum CodingKeys: String, CodingKey, CaseIterable {
         case type
         case codeFile = "code_file"
         case imageAddr = "image_addr"
@@ -48,5 +74,34 @@ public struct DebugImage: Codable, Equatable, Sendable {
         case codeID = "code_id"
         case debugID = "debug_id"
         case arch
+    }
+
+    /// Decodes a debug image (`image_size` a number or a `"0x…"` string); members no property models go to
+    /// ``other``. Throws `DecodingError` for a missing `type` or `image_addr` or a field of the wrong type.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        type = try c.decode(String.self, forKey: .type)
+        codeFile = try c.decodeIfPresent(String.self, forKey: .codeFile)
+        imageAddr = try c.decode(HexAddress.self, forKey: .imageAddr)
+        // A number, or (as some SDKs write it) a "0x…" string.
+        imageSize = try (try? c.decodeIfPresent(UInt64.self, forKey: .imageSize))
+            ?? c.decodeIfPresent(HexAddress.self, forKey: .imageSize)?.value
+        codeID = try c.decodeIfPresent(String.self, forKey: .codeID)
+        debugID = try c.decodeIfPresent(String.self, forKey: .debugID)
+        arch = try c.decodeIfPresent(String.self, forKey: .arch)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(type, forKey: .type)
+        try c.encodeIfPresent(codeFile, forKey: .codeFile)
+        try c.encode(imageAddr, forKey: .imageAddr)
+        try c.encodeIfPresent(imageSize, forKey: .imageSize)
+        try c.encodeIfPresent(codeID, forKey: .codeID)
+        try c.encodeIfPresent(debugID, forKey: .debugID)
+        try c.encodeIfPresent(arch, forKey: .arch)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }

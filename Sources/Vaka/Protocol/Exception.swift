@@ -10,6 +10,9 @@ public struct Exception: Codable, Equatable, Sendable {
     public var mechanism: Mechanism?
     /// The stack of the thread at the error, oldest frame first.
     public var stacktrace: Stacktrace?
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
 
     /// Creates an exception; every field is described on its property.
     public init(type: String? = nil, value: String? = nil, threadID: Int64? = nil,
@@ -22,10 +25,33 @@ public struct Exception: Codable, Equatable, Sendable {
     }
 
     /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey {
+    private enum CodingKeys: String, CodingKey, CaseIterable {
         case type, value
         case threadID = "thread_id"
         case mechanism, stacktrace
+    }
+
+    /// Decodes an exception; members no property models go to ``other``. Throws `DecodingError` for a field
+    /// of the wrong type.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        type = try c.decodeIfPresent(String.self, forKey: .type)
+        value = try c.decodeIfPresent(String.self, forKey: .value)
+        threadID = try c.decodeIfPresent(Int64.self, forKey: .threadID)
+        mechanism = try c.decodeIfPresent(Mechanism.self, forKey: .mechanism)
+        stacktrace = try c.decodeIfPresent(Stacktrace.self, forKey: .stacktrace)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encodeIfPresent(type, forKey: .type)
+        try c.encodeIfPresent(value, forKey: .value)
+        try c.encodeIfPresent(threadID, forKey: .threadID)
+        try c.encodeIfPresent(mechanism, forKey: .mechanism)
+        try c.encodeIfPresent(stacktrace, forKey: .stacktrace)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
 
@@ -40,12 +66,45 @@ public struct Mechanism: Codable, Equatable, Sendable {
     /// Free-form data; for crashes `relevant_address` (the fault address as `"0x…"`).
     public var data: [String: JSONValue]?
 
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
+
     /// Creates a mechanism; every field is described on its property.
     public init(type: String, handled: Bool? = nil, meta: MechanismMeta? = nil, data: [String: JSONValue]? = nil) {
         self.type = type
         self.handled = handled
         self.meta = meta
         self.data = data
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case type
+        case handled
+        case meta
+        case data
+    }
+
+    /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
+    /// the wrong type or a missing `type`.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        type = try c.decode(String.self, forKey: .type)
+        handled = try c.decodeIfPresent(Bool.self, forKey: .handled)
+        meta = try c.decodeIfPresent(MechanismMeta.self, forKey: .meta)
+        data = try c.decodeIfPresent([String: JSONValue].self, forKey: .data)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(type, forKey: .type)
+        try c.encodeIfPresent(handled, forKey: .handled)
+        try c.encodeIfPresent(meta, forKey: .meta)
+        try c.encodeIfPresent(data, forKey: .data)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
 
@@ -54,9 +113,33 @@ public struct MechanismMeta: Codable, Equatable, Sendable {
     /// The POSIX signal that was delivered.
     public var signal: SignalMeta?
 
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
+
     /// Creates mechanism meta.
     public init(signal: SignalMeta? = nil) {
         self.signal = signal
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case signal
+    }
+
+    /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
+    /// the wrong type.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        signal = try c.decodeIfPresent(SignalMeta.self, forKey: .signal)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encodeIfPresent(signal, forKey: .signal)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
 
@@ -71,6 +154,10 @@ public struct SignalMeta: Codable, Equatable, Sendable {
     /// `si_code` name, e.g. `"SEGV_MAPERR"`; `"UNKNOWN"` when the handler did not know it.
     public var codeName: String?
 
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
+
     /// Creates signal meta; every field is described on its property.
     public init(number: Int32, code: Int32? = nil, name: String? = nil, codeName: String? = nil) {
         self.number = number
@@ -80,8 +167,31 @@ public struct SignalMeta: Codable, Equatable, Sendable {
     }
 
     /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey {
-        case number, code, name
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case number
+        case code
+        case name
         case codeName = "code_name"
+    }
+
+    /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
+    /// the wrong type or a missing `number`.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        number = try c.decode(Int32.self, forKey: .number)
+        code = try c.decodeIfPresent(Int32.self, forKey: .code)
+        name = try c.decodeIfPresent(String.self, forKey: .name)
+        codeName = try c.decodeIfPresent(String.self, forKey: .codeName)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(number, forKey: .number)
+        try c.encodeIfPresent(code, forKey: .code)
+        try c.encodeIfPresent(name, forKey: .name)
+        try c.encodeIfPresent(codeName, forKey: .codeName)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }

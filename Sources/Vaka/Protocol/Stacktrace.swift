@@ -5,11 +5,36 @@ public struct Stacktrace: Codable, Equatable, Sendable {
     public var frames: [Frame]
     /// General registers by name (`rip`, `rsp`, … on x86_64; `pc`, `sp`, `x0`… on aarch64) as `"0x…"`.
     public var registers: [String: HexAddress]?
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
 
     /// Creates a stack trace.
     public init(frames: [Frame], registers: [String: HexAddress]? = nil) {
         self.frames = frames
         self.registers = registers
+    }
+
+    /// Wire names of the fields.
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case frames, registers
+    }
+
+    /// Decodes a stack trace (no `frames` is none); members no property models go to ``other``. Throws
+    /// `DecodingError` for a frame or register of the wrong shape.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        frames = try c.decodeIfPresent([Frame].self, forKey: .frames) ?? []
+        registers = try c.decodeIfPresent([String: HexAddress].self, forKey: .registers)
+        other = try decoder.otherFields(besides: CodingKeys.self)
+    }
+
+    /// Encodes the frames, the registers and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(frames, forKey: .frames)
+        try c.encodeIfPresent(registers, forKey: .registers)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
 
@@ -41,6 +66,11 @@ public struct Frame: Codable, Equatable, Sendable {
     public var lineno: Int?
     /// Column in ``filename``, 1-based (`colno`).
     public var colno: Int?
+    /// The source file's absolute path, when ``filename`` is relative (`abs_path`); Vaka writes none.
+    public var absPath: String?
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
 
     /// Creates a frame; every field is described on its property.
     public init(instructionAddr: HexAddress, trust: String? = nil, package: String? = nil,
@@ -61,7 +91,7 @@ public struct Frame: Codable, Equatable, Sendable {
     }
 
     /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey {
+    private enum CodingKeys: String, CodingKey, CaseIterable {
         case instructionAddr = "instruction_addr"
         case trust, package
         case imageAddr = "image_addr"
@@ -69,6 +99,26 @@ public struct Frame: Codable, Equatable, Sendable {
         case symbolAddr = "symbol_addr"
         case inApp = "in_app"
         case filename, lineno, colno
+        case absPath = "abs_path"
+    }
+
+    /// Decodes a frame; members no property models go to ``other``. Throws `DecodingError` for a missing or
+    /// malformed `instruction_addr` or a field of the wrong type.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        instructionAddr = try c.decode(HexAddress.self, forKey: .instructionAddr)
+        trust = try c.decodeIfPresent(String.self, forKey: .trust)
+        package = try c.decodeIfPresent(String.self, forKey: .package)
+        imageAddr = try c.decodeIfPresent(HexAddress.self, forKey: .imageAddr)
+        function = try c.decodeIfPresent(String.self, forKey: .function)
+        symbol = try c.decodeIfPresent(String.self, forKey: .symbol)
+        symbolAddr = try c.decodeIfPresent(HexAddress.self, forKey: .symbolAddr)
+        inApp = try c.decodeIfPresent(Bool.self, forKey: .inApp)
+        filename = try c.decodeIfPresent(String.self, forKey: .filename)
+        lineno = try c.decodeIfPresent(Int.self, forKey: .lineno)
+        colno = try c.decodeIfPresent(Int.self, forKey: .colno)
+        absPath = try c.decodeIfPresent(String.self, forKey: .absPath)
+        other = try decoder.otherFields(besides: CodingKeys.self)
     }
 
     /// Encodes the frame; `trust` only in the ``Event/Encoding/report`` encoding (not on the wire).
@@ -85,5 +135,7 @@ public struct Frame: Codable, Equatable, Sendable {
         try c.encodeIfPresent(filename, forKey: .filename)
         try c.encodeIfPresent(lineno, forKey: .lineno)
         try c.encodeIfPresent(colno, forKey: .colno)
+        try c.encodeIfPresent(absPath, forKey: .absPath)
+        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }

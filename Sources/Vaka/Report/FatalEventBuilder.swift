@@ -78,21 +78,23 @@ public struct FatalEventBuilder {
         let thread = SentryThread(id: report.tid, name: report.threadName, crashed: true, current: true,
                                   stacktrace: stacktrace)
 
-        var extra: [String: JSONValue] = ["report_truncated": .bool(report.isTruncated)]
-        extra["run_id"] = report.runID.map(JSONValue.string)
-        extra["pid"] = report.pid.map(JSONValue.int)
-        if report.isForkChild { extra["fork_child"] = .bool(true) }
-        extra["fatal_message"] = report.fatalMessage.map(JSONValue.string)
-        extra["abort_message"] = report.abortMessage.map(JSONValue.string)
-        extra["capture_ns"] = report.captureNs.map { .int(Int64(clamping: $0)) }
-        extra["frames_truncated"] = report.framesTruncated.map { .int(Int64($0)) }
-        if let sender = report.sender {
-            extra["sender_pid"] = .int(sender.pid)
-            extra["sender_uid"] = .int(Int64(sender.uid))
-        }
         let skipped = report.diagnostics.skippedLongLines + report.diagnostics.malformedLines
-        if skipped > 0 { extra["report_skipped_lines"] = .int(Int64(skipped)) }
-        if symbolicator != nil, skippedImages > 0 { extra["images_not_symbolicated"] = .int(Int64(skippedImages)) }
+        // The report's facts the Sentry event has no field for, as `extra` (an entry without a value is left out).
+        let notes: [String: JSONValue?] = [
+            "report_truncated": .bool(report.isTruncated),
+            "run_id": report.runID.map(JSONValue.string),
+            "pid": report.pid.map(JSONValue.int),
+            "fork_child": report.isForkChild ? .bool(true) : nil,
+            "fatal_message": report.fatalMessage.map(JSONValue.string),
+            "abort_message": report.abortMessage.map(JSONValue.string),
+            "capture_ns": report.captureNs.map { .int(Int64(clamping: $0)) },
+            "frames_truncated": report.framesTruncated.map { .int(Int64($0)) },
+            "sender_pid": report.sender.map { .int($0.pid) },
+            "sender_uid": report.sender.map { .int(Int64($0.uid)) },
+            "report_skipped_lines": skipped > 0 ? .int(Int64(skipped)) : nil,
+            "images_not_symbolicated": symbolicator != nil && skippedImages > 0 ? .int(Int64(skippedImages)) : nil,
+        ]
+        let extra = notes.compactMapValues { $0 }
 
         return Event(
             eventID: FatalEventBuilder.eventID(forRunID: report.runID, forkChildPID: report.isForkChild ? report.pid : nil),

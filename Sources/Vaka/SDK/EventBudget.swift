@@ -2,10 +2,11 @@ import Foundation
 
 /// Keeps an event within the size a Sentry server accepts. Applied to every ``Event`` the SDK builds (handled
 /// error, message, `track`, `screen`, and the fatal event of the crash join) as it is encoded for an envelope
-/// (``EventFactory/finalize(_:budget:log:)``, ``fit(_:)-(Event)``), and again with a smaller budget to the stored
-/// JSON of a single event a server answered 413 for (``Uploader``, ``fit(_:)-([String:JSONValue])``). An event
-/// within every limit is encoded once and left as it is; one over a limit is trimmed as its JSON object, the
-/// same trimming a stored event gets, so there is one trimming whatever the event's origin.
+/// (``EventFactory/finalize(_:budget:log:)``, ``fit(_:)``), and again with a smaller budget to a single stored
+/// event a server answered 413 for, read back as an ``Event`` (``Uploader``): one trimming whatever the event's
+/// origin, always on ``Event`` values. An event within every limit is encoded once and left as it is. Fields an
+/// ``Event`` carries in its `other` members (a stored event's odd values) are bounded like the strings of the
+/// field they stand for.
 ///
 /// Why: Sentry rejects with `413 Payload Too Large` an event over 1 MB decompressed or 200 KB compressed
 /// (docs.sentry.io, "Size Limits"; the envelope documentation lists 1 MB per `event` item). A rejected event
@@ -100,101 +101,40 @@ public struct EventBudget: Sendable, Equatable {
     }
 
     /// `event`'s ``Event/Encoding/wire`` JSON within the per-field limits and the budget (see the type's
-    /// documentation). The common event (no field over a limit, within the budget) is encoded once and nothing
-    /// else is done; an event over a limit is trimmed as its JSON object (``fit(_:)-([String:JSONValue])``, the
-    /// trimming a stored event gets when a server answers 413). Never fails; ``Outcome/fits`` says whether the
-    /// budget was met.
+    /// documentation): an event the SDK built, or a stored event read back for a 413 retry (``Uploader``). The
+    /// common event (no field over a limit, within the budget) is encoded once and left as it is. Never fails;
+    /// ``Outcome/fits`` says whether the budget was met.
     public func fit(_ event: Event) -> Outcome {
-        let data = (try? Event.encoder(encoding: .wire).encode(event)) ?? Data("{}".utf8)
-        if !EventBudget.overFieldLimits(event, eventBytes: data.count), within(data) {
-            return Outcome(data: data, originalBytes: data.count, fits: true)
-        }
-        guard let object = try? JSONDecoder().decode([String: JSONValue].self, from: data) else {
-            return Outcome(data: data, originalBytes: data.count, fits: within(data))
-        }
-        return fit(object)
-    }
-
-    /// Whether a per-field limit may change `event` (read only; `eventBytes`: the size of its JSON). `false` only
-    /// when no limit applies: release and environment as ``Vaka/Options/boundedRelease(_:)`` and
-    /// ``Vaka/Options/boundedEnvironment(_:)`` leave them, identity strings at most 200 UTF-8 bytes, tags 200,
-    /// `extra` strings 16384 and the event at most 256 KiB (a bound on `extra`), at most 100 breadcrumbs with
-    /// strings of at most 1024, stack traces of at most 250 frames, every other string at most 8192.
-    static func overFieldLimits(_ event: Event, eventBytes: Int) -> Bool {
-        func over(_ s: String?, _ cap: Int) -> Bool { (s?.utf8.count ?? 0) > cap }
-        func over(_ frames: [Frame]?) -> Bool {
-            guard let frames else { return false }
-            return frames.count > maxFrames || frames.contains {
-                over($0.package, maxMessageChars) || over($0.function, maxMessageChars) || over($0.symbol, maxMessageChars)
-                    || over($0.filename, maxMessageChars)
-            }
-        }
-        if let r = event.release, Vaka.Options.boundedRelease(r) != r || over(r, maxTagChars) { return true }
-        if let e = event.environment, Vaka.Options.boundedEnvironment(e) != e || over(e, maxTagChars) { return true }
-        if over(event.eventID, maxTagChars) || over(event.platform, maxTagChars)
-            || over(event.sdk?.name, maxTagChars) || over(event.sdk?.version, maxTagChars) { return true }
-        if let tags = event.tags, tags.contains(where: { over($0.key, maxTagChars) || over($0.value, maxTagChars) }) { return true }
-        if let extra = event.extra, eventBytes > maxExtraBytes || exceeds(.object(extra), maxExtraValueChars) { return true }
-        if let crumbs = event.breadcrumbs?.values, crumbs.count > maxBreadcrumbs || crumbs.contains(where: { c in
-            over(c.type, maxBreadcrumbDataChars) || over(c.category, maxBreadcrumbDataChars) || over(c.message, maxBreadcrumbDataChars)
-                || over(c.level, maxBreadcrumbDataChars) || (c.data ?? [:]).values.contains { over($0, maxBreadcrumbDataChars) }
-        }) { return true }
-        for exception in event.exception?.values ?? [] {
-            let m = exception.mechanism
-            if over(exception.type, maxMessageChars) || over(exception.value, maxMessageChars) || over(m?.type, maxMessageChars)
-                || over(m?.meta?.signal?.name, maxMessageChars) || over(m?.meta?.signal?.codeName, maxMessageChars)
-                || exceeds(.object(m?.data ?? [:]), maxMessageChars) || over(exception.stacktrace?.frames) { return true }
-        }
-        for thread in event.threads?.values ?? [] where over(thread.name, maxMessageChars) || over(thread.stacktrace?.frames) {
-            return true
-        }
-        if over(event.logentry?.formatted, maxMessageChars) || over(event.user?.id, maxMessageChars) { return true }
-        let contexts = event.contexts
-        for s in [contexts?.device?.arch, contexts?.os?.name, contexts?.os?.version, contexts?.os?.kernelVersion,
-                  contexts?.os?.build, contexts?.os?.distributionName, contexts?.os?.distributionVersion,
-                  contexts?.os?.distributionPrettyName, contexts?.app?.appName, contexts?.app?.appVersion,
-                  contexts?.app?.appStartTime, contexts?.app?.appIdentifier] where over(s, maxMessageChars) {
-            return true
-        }
-        return (event.debugMeta?.images ?? []).contains {
-            over($0.type, maxMessageChars) || over($0.codeFile, maxMessageChars) || over($0.codeID, maxMessageChars)
-                || over($0.debugID, maxMessageChars) || over($0.arch, maxMessageChars)
-        }
-    }
-
-    /// Applies the per-field limits, then trims `event`, the JSON object of an event (built by the SDK, or read
-    /// back from a stored envelope for a 413 retry), until it is within the budget (see the type's documentation),
-    /// and encodes it. Never fails; ``Outcome/fits`` says whether the budget was met.
-    public func fit(_ event: [String: JSONValue]) -> Outcome {
-        let original = EventFactory.encode(event)
+        let encoder = Event.encoder(encoding: .wire)
+        func encode(_ e: Event) -> Data { (try? encoder.encode(e)) ?? Data("{}".utf8) }
+        func within(_ e: Event) -> Bool { self.within(encode(e)) }
+        let original = encode(event)
         var e = event
         var outcome = Outcome(data: original, originalBytes: original.count, fits: false)
         var trace = Trace()
         EventBudget.applyFieldLimits(&e, eventBytes: original.count, &trace)
-        if trace.breadcrumbs + trace.frames + trace.strings + trace.entries == 0, within(original) {
+        if trace.isEmpty, self.within(original) {
             outcome.fits = true
             return outcome  // the common case: one encoding, nothing changed
         }
         func finish(_ fits: Bool) -> Outcome {
-            if trace.breadcrumbs + trace.frames + trace.strings + trace.entries == 0 {
+            if trace.isEmpty {
                 outcome.fits = fits
                 return outcome  // untouched: the original bytes
             }
-            do {
-                // Added to what an earlier trimming of the same event (before a 413 retry) recorded.
-                var extra = e["extra"]?.objectValue ?? [:]
-                func add(_ key: String, _ count: Int) {
-                    guard count > 0 else { return }
-                    extra[key] = .int((extra[key]?.intValue ?? 0) + Int64(count))
-                }
-                add("breadcrumbs_omitted", trace.breadcrumbs)
-                add("frames_omitted", trace.frames)
-                if extra["event_trimmed_from_bytes"]?.intValue == nil {
-                    extra["event_trimmed_from_bytes"] = .int(Int64(original.count))
-                }
-                e["extra"] = .object(extra)
+            // Added to what an earlier trimming of the same event (before a 413 retry) recorded.
+            var extra = e.extra ?? [:]
+            func add(_ key: String, _ count: Int) {
+                guard count > 0 else { return }
+                extra[key] = .int((extra[key]?.intValue ?? 0) + Int64(count))
             }
-            outcome.data = EventFactory.encode(e)
+            add(EventBudget.breadcrumbsOmittedKey, trace.breadcrumbs)
+            add(EventBudget.framesOmittedKey, trace.frames)
+            if extra[EventBudget.trimmedFromBytesKey]?.intValue == nil {
+                extra[EventBudget.trimmedFromBytesKey] = .int(Int64(original.count))
+            }
+            e.extra = extra
+            outcome.data = encode(e)
             outcome.fits = fits
             outcome.breadcrumbsOmitted = trace.breadcrumbs
             outcome.framesOmitted = trace.frames
@@ -203,43 +143,71 @@ public struct EventBudget: Sendable, Equatable {
             return outcome
         }
         // Unchanged by the field limits: it was just measured (and did not fit).
-        if trace.breadcrumbs + trace.frames + trace.strings + trace.entries > 0, within(e) { return finish(true) }
+        if !trace.isEmpty, within(e) { return finish(true) }
+        // Frame trust is not on the wire: a thread's stack trace repeats the exception's whatever the trust.
+        e.forEachStacktrace { stacktrace, _ in
+            guard stacktrace.frames.contains(where: { $0.trust != nil }) else { return }
+            for i in stacktrace.frames.indices { stacktrace.frames[i].trust = nil }
+        }
 
         // 1. Breadcrumbs, oldest first.
-        if case .object(var crumbs)? = e["breadcrumbs"], case .array(let values)? = crumbs["values"], !values.isEmpty {
-            let keep = largestFitting(upTo: values.count, guess: breadcrumbGuess(e, values)) { k in
+        if let crumbs = e.breadcrumbs?.values, !crumbs.isEmpty {
+            let keep = largestFitting(upTo: crumbs.count, guess: breadcrumbGuess(e, crumbs, encoder)) { k in
                 var t = e
-                crumbs["values"] = .array(Array(values.suffix(k)))
-                t["breadcrumbs"] = k == 0 ? nil : .object(crumbs)
+                t.breadcrumbs = k == 0 ? nil : ValueList(Array(crumbs.suffix(k)))
                 return within(t)
             }
-            trace.breadcrumbs += values.count - keep
-            crumbs["values"] = .array(Array(values.suffix(keep)))
-            e["breadcrumbs"] = keep == 0 ? nil : .object(crumbs)
+            trace.breadcrumbs += crumbs.count - keep
+            e.breadcrumbs = keep == 0 ? nil : ValueList(Array(crumbs.suffix(keep)))
             if within(e) { return finish(true) }
         }
 
-        // 2. Long strings outside the crash itself.
+        // 2. Long strings outside the crash and the identity fields.
         for cap in [4096, 1024, 256, 64] {
-            for key in e.keys.sorted() where !EventBudget.protectedKeys.contains(key) {
-                EventBudget.capStrings(&e[key]!, cap: cap, &trace)
-            }
+            e.capUnprotectedStrings(cap, &trace)
             if within(e) { return finish(true) }
         }
 
-        // 3. Entries of extra, tags, contexts.
-        for key in ["extra", "tags", "contexts"] {
-            guard case .object(let object)? = e[key], !object.isEmpty else { continue }
-            let keys = object.keys.sorted()
+        // 3. Entries of extra, tags, contexts (in key order, the last ones first).
+        if let extra = e.extra, !extra.isEmpty {
+            let keys = extra.keys.sorted()
+            func kept(_ k: Int) -> [String: JSONValue]? {
+                let names = Set(keys.prefix(k))
+                return k == 0 ? nil : extra.filter { names.contains($0.key) }
+            }
             let keep = largestFitting(upTo: keys.count) { k in
                 var t = e
-                let kept = Set(keys.prefix(k))
-                t[key] = .object(object.filter { kept.contains($0.key) })
+                t.extra = kept(k)
                 return within(t)
             }
-            let kept = Set(keys.prefix(keep))
             trace.entries += keys.count - keep
-            e[key] = keep == 0 ? nil : .object(object.filter { kept.contains($0.key) })
+            e.extra = kept(keep)
+            if within(e) { return finish(true) }
+        }
+        if let tags = e.tags, !tags.isEmpty {
+            let keys = tags.keys.sorted()
+            func kept(_ k: Int) -> [String: String]? {
+                let names = Set(keys.prefix(k))
+                return k == 0 ? nil : tags.filter { names.contains($0.key) }
+            }
+            let keep = largestFitting(upTo: keys.count) { k in
+                var t = e
+                t.tags = kept(k)
+                return within(t)
+            }
+            trace.entries += keys.count - keep
+            e.tags = kept(keep)
+            if within(e) { return finish(true) }
+        }
+        if let contexts = e.contexts, case let keys = contexts.names, !keys.isEmpty {
+            func kept(_ k: Int) -> Contexts? { k == 0 ? nil : contexts.keeping(Set(keys.prefix(k))) }
+            let keep = largestFitting(upTo: keys.count) { k in
+                var t = e
+                t.contexts = kept(k)
+                return within(t)
+            }
+            trace.entries += keys.count - keep
+            e.contexts = kept(keep)
             if within(e) { return finish(true) }
         }
 
@@ -253,32 +221,37 @@ public struct EventBudget: Sendable, Equatable {
         }
 
         // 6. Last resort.
-        for key in ["threads", "debug_meta"] where e[key] != nil {
-            e[key] = nil
+        if e.threads != nil {
+            e.threads = nil
+            trace.entries += 1
+            if within(e) { return finish(true) }
+        }
+        if e.debugMeta != nil {
+            e.debugMeta = nil
             trace.entries += 1
             if within(e) { return finish(true) }
         }
         for cap in [1024, 256] {
-            for key in e.keys.sorted() where !EventBudget.identityKeys.contains(key) {
-                EventBudget.capStrings(&e[key]!, cap: cap, &trace)
-            }
+            e.capAllButIdentity(cap, &trace)
             if within(e) { return finish(true) }
         }
         return finish(false)
     }
+
+    /// The `extra` key counting the breadcrumbs the budget removed.
+    static let breadcrumbsOmittedKey = "breadcrumbs_omitted"
+    /// The `extra` key counting the frames the budget removed from the exception's stack traces.
+    static let framesOmittedKey = "frames_omitted"
+    /// The `extra` key holding the event's JSON size before its first trimming.
+    static let trimmedFromBytesKey = "event_trimmed_from_bytes"
 
     // MARK: - Measuring
 
     /// Bytes kept free for the `extra` notes added after trimming.
     private static let reserve = 512
 
-    /// Whether `event` encodes within both limits (gzip is run only when the JSON alone could be over the
-    /// compressed limit).
-    func within(_ event: [String: JSONValue]) -> Bool {
-        within(EventFactory.encode(event))
-    }
-
-    /// Whether the encoded event `data` is within both limits.
+    /// Whether the encoded event `data` is within both limits (gzip is run only when the JSON alone could be
+    /// over the compressed limit).
     func within(_ data: Data) -> Bool {
         if data.count > maxEventBytes - EventBudget.reserve { return false }
         // gzip never grows data by more than a few bytes per 16 KiB block plus its 18-byte frame.
@@ -288,23 +261,23 @@ public struct EventBudget: Sendable, Equatable {
         do { return try Gzip.compressedSize(of: data, upTo: limit) != nil } catch { return data.count <= limit }
     }
 
-    /// How many of the newest `values` (breadcrumbs) probably fit, estimated without encoding the event
-    /// for each count: the event's JSON without breadcrumbs, plus each breadcrumb's own JSON size (one pass),
-    /// and for the compressed limit the gzip ratio of the newest breadcrumbs (compressed once, at most
-    /// 64 KiB). Only a starting point for ``largestFitting(upTo:guess:_:)``, which checks for real.
-    private func breadcrumbGuess(_ event: [String: JSONValue], _ values: [JSONValue]) -> Int {
+    /// How many of the newest `crumbs` probably fit, estimated without encoding the event for each count: the
+    /// event's JSON without breadcrumbs, plus each breadcrumb's own JSON size (one pass), and for the
+    /// compressed limit the gzip ratio of the newest breadcrumbs (compressed once, at most 64 KiB). Only a
+    /// starting point for ``largestFitting(upTo:guess:_:)``, which checks for real.
+    private func breadcrumbGuess(_ event: Event, _ crumbs: [Breadcrumb], _ encoder: JSONEncoder) -> Int {
         var base = event
-        base["breadcrumbs"] = nil
-        let baseBytes = EventFactory.encode(base).count + 32  // + `"breadcrumbs":{"values":[]},`
-        let sizes = values.map { EventFactory.encode(["v": $0]).count - 6 + 1 }  // without `{"v":}`, + comma
+        base.breadcrumbs = nil
+        let baseBytes = ((try? encoder.encode(base))?.count ?? 0) + 32  // + `"breadcrumbs":{"values":[]},`
+        let encoded = crumbs.map { (try? encoder.encode($0)) ?? Data() }
         var sample = Data()
-        for v in values.reversed() where sample.count < 64 * 1024 { sample.append(EventFactory.encode(["v": v])) }
+        for data in encoded.reversed() where sample.count < 64 * 1024 { sample.append(data) }
         let ratio = sample.isEmpty ? 1 : Double((try? Gzip.compress(sample))?.count ?? sample.count) / Double(sample.count)
         let jsonLimit = maxEventBytes - EventBudget.reserve
         let gzipLimit = Double(maxCompressedBytes - EventBudget.reserve)
         var json = baseBytes, k = 0
-        for size in sizes.reversed() {
-            let next = json + size
+        for data in encoded.reversed() {
+            let next = json + data.count + 1  // + comma
             // The base compresses at least as well as breadcrumbs do, usually better: counted at the same ratio.
             guard next <= jsonLimit, Double(next) * ratio <= gzipLimit else { break }
             json = next
@@ -348,72 +321,122 @@ public struct EventBudget: Sendable, Equatable {
     // MARK: - Field limits
 
     /// What trimming removed, for the `extra` notes and debug output.
-    struct Trace {
+    struct Trace: Equatable {
         var breadcrumbs = 0, frames = 0, strings = 0, entries = 0
+        /// Whether nothing was changed.
+        var isEmpty: Bool { breadcrumbs + frames + strings + entries == 0 }
     }
 
-    /// Top-level keys step 2 leaves alone: identity and routing fields, and the crash itself.
-    static let protectedKeys: Set<String> = ["event_id", "timestamp", "platform", "level", "release", "environment",
-                                             "dist", "sdk", "exception", "threads", "debug_meta", "breadcrumbs",
-                                             "fingerprint", "type"]
-    /// Top-level keys no step changes.
-    static let identityKeys: Set<String> = ["event_id", "timestamp", "platform", "level", "release", "environment",
-                                            "dist", "sdk", "type"]
+    /// Names of the members of ``Event/other`` that step 2 leaves alone: identity and routing fields, the
+    /// crash itself (an odd value of a modeled field is kept in ``Event/other`` under its name).
+    static let protectedNames: Set<String> = ["event_id", "timestamp", "platform", "level", "release", "environment",
+                                              "dist", "sdk", "exception", "threads", "debug_meta", "breadcrumbs",
+                                              "fingerprint", "type"]
+    /// Names of the members of ``Event/other`` that no step changes (the identity fields).
+    static let identityNames: Set<String> = ["event_id", "timestamp", "platform", "level", "release", "environment",
+                                             "dist", "sdk", "type"]
 
     /// Most Unicode scalars of `dist` (Relay drops a longer one).
     static let maxDistChars = 64
+    /// Most entries of each list of `sdk` (`packages`, `integrations`).
+    static let maxSDKListEntries = 100
 
-    /// The per-field limits of the identity keys, which no trimming step touches, so that they can never keep
+    /// The per-field limits of the identity fields, which no trimming step touches, so that they can never keep
     /// an event over its budget (an option set by mistake to a whole file, a tampered `scope.json`):
     /// `release` and `environment` as ``Vaka/Options/boundedRelease(_:)`` and
     /// ``Vaka/Options/boundedEnvironment(_:)`` make them (200 and 64 UTF-8 bytes, Relay's limits); `dist` 64
     /// scalars; `server_name` 200 (Sentry turns it into a tag); `sdk` strings 200 and its lists (`packages`,
     /// `integrations`) 100 entries; any other string of `event_id`, `timestamp`, `platform`, `level`, `type`
     /// 200. Each value is only read unless it is over its limit.
-    static func limitIdentity(_ e: inout [String: JSONValue], _ trace: inout Trace) {
-        for (key, bound) in [("release", Vaka.Options.boundedRelease), ("environment", Vaka.Options.boundedEnvironment)] {
-            if case .string(let s)? = e[key], case let b = bound(s), b != s { e[key] = .string(b); trace.strings += 1 }
-        }
-        if case .string(let s)? = e["dist"], let cut = truncated(s, maxDistChars) { e["dist"] = .string(cut); trace.strings += 1 }
-        for key in ["event_id", "timestamp", "platform", "level", "type", "server_name", "release", "environment", "dist"] {
-            if let value = e[key], exceeds(value, maxTagChars) { capStrings(&e[key]!, cap: maxTagChars, &trace) }
-        }
-        if case .object(var sdk)? = e["sdk"], exceeds(.object(sdk), maxTagChars) || sdk.values.contains(where: {
-            if case .array(let a) = $0 { return a.count > 100 }
-            return false
-        }) {
-            for (k, v) in sdk {
-                if case .array(let a) = v, a.count > 100 { sdk[k] = .array(Array(a.prefix(100))); trace.entries += a.count - 100 }
+    static func limitIdentity(_ e: inout Event, _ trace: inout Trace) {
+        if let r = e.release, case let b = Vaka.Options.boundedRelease(r), b != r { e.release = b; trace.strings += 1 }
+        if let v = e.environment, case let b = Vaka.Options.boundedEnvironment(v), b != v { e.environment = b; trace.strings += 1 }
+        cap(&e.dist, maxDistChars, &trace)
+        cap(&e.eventID, maxTagChars, &trace)
+        cap(&e.platform, maxTagChars, &trace)
+        cap(&e.type, maxTagChars, &trace)
+        cap(&e.serverName, maxTagChars, &trace)
+        cap(&e.release, maxTagChars, &trace)
+        cap(&e.environment, maxTagChars, &trace)
+        e.capOther(maxTagChars, &trace) { identityNames.contains($0) }
+        if var sdk = e.sdk {
+            let before = trace
+            if let p = sdk.packages, p.count > maxSDKListEntries {
+                sdk.packages = Array(p.prefix(maxSDKListEntries))
+                trace.entries += p.count - maxSDKListEntries
             }
-            var value = JSONValue.object(sdk)
-            capStrings(&value, cap: maxTagChars, &trace)
-            e["sdk"] = value
+            if let i = sdk.integrations, i.count > maxSDKListEntries {
+                sdk.integrations = Array(i.prefix(maxSDKListEntries))
+                trace.entries += i.count - maxSDKListEntries
+            }
+            cap(&sdk.name, maxTagChars, &trace)
+            cap(&sdk.version, maxTagChars, &trace)
+            for i in (sdk.packages ?? []).indices where exceeds(sdk.packages![i], maxTagChars) {
+                cap(&sdk.packages![i].name, maxTagChars, &trace)
+                cap(&sdk.packages![i].version, maxTagChars, &trace)
+            }
+            if let names = sdk.integrations, names.contains(where: { $0.utf8.count > maxTagChars }) {
+                for i in names.indices { cap(&sdk.integrations![i], maxTagChars, &trace) }
+            }
+            cap(&sdk.other, maxTagChars, &trace)
+            if trace != before { e.sdk = sdk }
         }
     }
 
     /// Applies the per-field limits. Each field is first only read; it is rebuilt only when over a limit (the
     /// common event is not copied). `eventBytes`: the encoded event's size, a bound on `extra`'s.
-    static func applyFieldLimits(_ e: inout [String: JSONValue], eventBytes: Int, _ trace: inout Trace) {
+    static func applyFieldLimits(_ e: inout Event, eventBytes: Int, _ trace: inout Trace) {
         limitIdentity(&e, &trace)
-        for key in e.keys.sorted() where !identityKeys.contains(key) {
-            let value = e[key]!
-            switch key {
-            case "tags":
-                if exceeds(value, maxTagChars, keys: true) { limitTags(&e[key]!, &trace) }
-            case "extra":
-                if eventBytes > maxExtraBytes || exceeds(value, maxExtraValueChars) { limitExtra(&e[key]!, &trace) }
-            case "breadcrumbs":
-                let count = value.objectValue?["values"].flatMap { v -> Int? in
-                    if case .array(let a) = v { return a.count }
-                    return nil
-                } ?? 0
-                if count > maxBreadcrumbs || exceeds(value, maxBreadcrumbDataChars) { limitBreadcrumbs(&e[key]!, &trace) }
-            case "exception", "threads":
-                if exceeds(value, maxMessageChars) || hasLongStack(value) { limitStacks(&e[key]!, &trace) }
-            default:
-                if exceeds(value, maxMessageChars) { capStrings(&e[key]!, cap: maxMessageChars, &trace) }
+        if let tags = e.tags, tags.contains(where: { $0.key.utf8.count > maxTagChars || $0.value.utf8.count > maxTagChars }) {
+            var out: [String: String] = [:]
+            for (k, v) in tags {
+                var key = k, value = v
+                cap(&key, maxTagChars, &trace)
+                cap(&value, maxTagChars, &trace)
+                out[key] = value
             }
+            e.tags = out
         }
+        if let extra = e.extra, eventBytes > maxExtraBytes || exceeds(.object(extra), maxExtraValueChars) {
+            var value = JSONValue.object(extra)
+            limitExtra(&value, &trace)
+            if case .object(let limited) = value { e.extra = limited }
+        }
+        if let crumbs = e.breadcrumbs?.values, crumbs.count > maxBreadcrumbs || crumbs.contains(where: { exceeds($0, maxBreadcrumbDataChars) }) {
+            var values = crumbs
+            if values.count > maxBreadcrumbs {
+                trace.breadcrumbs += values.count - maxBreadcrumbs
+                values = Array(values.suffix(maxBreadcrumbs))
+            }
+            for i in values.indices { values[i].capStrings(maxMessageChars, data: maxBreadcrumbDataChars, &trace) }
+            e.breadcrumbs = ValueList(values)
+        }
+        if let exceptions = e.exception?.values, exceptions.contains(where: { exceeds($0, maxMessageChars) }) {
+            e.exception = ValueList(exceptions.map { var x = $0; x.capStrings(maxMessageChars, &trace); return x })
+        }
+        if let threads = e.threads?.values, threads.contains(where: { exceeds($0, maxMessageChars) }) {
+            e.threads = ValueList(threads.map { var x = $0; x.capStrings(maxMessageChars, &trace); return x })
+        }
+        e.forEachStacktrace { stacktrace, counted in
+            let frames = stacktrace.frames
+            guard frames.count > maxFrames else { return }
+            if counted { trace.frames += frames.count - maxFrames }
+            stacktrace.frames = Array(frames.prefix(maxFrames / 2) + frames.suffix(maxFrames - maxFrames / 2))
+        }
+        if let v = e.logentry, exceeds(v, maxMessageChars) { e.logentry?.capStrings(maxMessageChars, &trace) }
+        if let v = e.user, exceeds(v, maxMessageChars) { e.user?.capStrings(maxMessageChars, &trace) }
+        if let v = e.contexts, exceeds(v, maxMessageChars) { e.contexts?.capStrings(maxMessageChars, &trace) }
+        if let v = e.debugMeta, exceeds(v, maxMessageChars) { e.debugMeta?.capStrings(maxMessageChars, &trace) }
+        e.capOther(maxMessageChars, &trace) { !identityNames.contains($0) }
+    }
+
+    /// Whether a string of `value` is longer than `cap` Unicode scalars: `value` is left as it is (the strings
+    /// are cut on a copy, which is written only where one is over).
+    static func exceeds<T: BudgetStrings>(_ value: T, _ cap: Int) -> Bool {
+        var probe = value
+        var trace = Trace()
+        probe.capStrings(cap, &trace)
+        return !trace.isEmpty
     }
 
     /// Whether a string inside `value` (or, with `keys`, an object key) may be longer than `cap` scalars
@@ -428,40 +451,15 @@ public struct EventBudget: Sendable, Equatable {
         }
     }
 
-    /// Whether a `{values: [{stacktrace: {frames}}]}` list has a stack trace over ``maxFrames``. Read only.
-    static func hasLongStack(_ list: JSONValue) -> Bool {
-        guard case .array(let values)? = list.objectValue?["values"] else { return false }
-        return values.contains { value in
-            if case .array(let frames)? = value.objectValue?["stacktrace"]?.objectValue?["frames"] { return frames.count > maxFrames }
-            return false
-        }
-    }
-
-    /// Tag keys and values at most 200 scalars; a tag whose value is not a string is left as it is.
-    static func limitTags(_ value: inout JSONValue, _ trace: inout Trace) {
-        if case .object(let tags) = value {
-            var out: [String: JSONValue] = [:]
-            for (k, v) in tags {
-                var key = k
-                if let cut = truncated(k, maxTagChars) { key = cut; trace.strings += 1 }
-                var val = v
-                capStrings(&val, cap: maxTagChars, &trace)
-                out[key] = val
-            }
-            value = .object(out)
-        } else {
-            capStrings(&value, cap: maxTagChars, &trace)
-        }
-    }
-
     /// Strings in `extra` at most 16384 scalars; all of `extra` at most 256 KiB, each entry counted as its key
     /// and value encoded (`"key":value,`). Over that, the largest entries are dropped (ties: the later key
     /// first) in one pass: every entry is measured once and sorted once (n log n, not a rescan per removal).
     static func limitExtra(_ value: inout JSONValue, _ trace: inout Trace) {
         capStrings(&value, cap: maxExtraValueChars, &trace)
         guard case .object(var extra) = value else { return }
+        let encoder = Event.encoder(encoding: .wire)
         // {"key":value} minus the braces, plus a comma: what the entry adds to the encoded object.
-        var sizes = extra.map { (key: $0.key, bytes: EventFactory.encode([$0.key: $0.value]).count - 1) }
+        var sizes = extra.map { (key: $0.key, bytes: ((try? encoder.encode([$0.key: $0.value]))?.count ?? 2) - 1) }
         var total = sizes.reduce(2) { $0 + $1.bytes }
         guard total > maxExtraBytes else { return }
         sizes.sort { ($0.bytes, $0.key) > ($1.bytes, $1.key) }
@@ -474,82 +472,49 @@ public struct EventBudget: Sendable, Equatable {
         value = .object(extra)
     }
 
-    /// The newest 100 breadcrumbs; `message` 8192 scalars, `data` values 1024, other strings 8192.
-    static func limitBreadcrumbs(_ value: inout JSONValue, _ trace: inout Trace) {
-        guard case .object(var crumbs) = value, case .array(var values)? = crumbs["values"] else {
-            capStrings(&value, cap: maxMessageChars, &trace)
-            return
+    /// Keeps at most `limit` frames in every stack trace of the exceptions and the threads (oldest and newest
+    /// halves); frames removed from an exception's are counted.
+    static func limitFrames(_ e: inout Event, to limit: Int, _ trace: inout Trace) {
+        func cut(_ stacktrace: inout Stacktrace?, counted: Bool) {
+            guard let frames = stacktrace?.frames, frames.count > limit else { return }
+            if counted { trace.frames += frames.count - limit }
+            stacktrace?.frames = Array(frames.prefix(limit / 2) + frames.suffix(limit - limit / 2))
         }
-        if values.count > maxBreadcrumbs {
-            trace.breadcrumbs += values.count - maxBreadcrumbs
-            values = Array(values.suffix(maxBreadcrumbs))
-        }
-        for i in values.indices {
-            guard case .object(var crumb) = values[i] else { continue }
-            for key in crumb.keys {
-                capStrings(&crumb[key]!, cap: key == "data" ? maxBreadcrumbDataChars : maxMessageChars, &trace)
-            }
-            values[i] = .object(crumb)
-        }
-        crumbs["values"] = .array(values)
-        value = .object(crumbs)
+        for i in (e.exception?.values ?? []).indices { cut(&e.exception!.values[i].stacktrace, counted: true) }
+        for i in (e.threads?.values ?? []).indices { cut(&e.threads!.values[i].stacktrace, counted: false) }
     }
 
-    /// Strings at most 8192 scalars and each stack trace at most 250 frames (oldest and newest halves).
-    static func limitStacks(_ value: inout JSONValue, _ trace: inout Trace) {
-        capStrings(&value, cap: maxMessageChars, &trace)
-        forEachStacktrace(&value) { frames, counts in
-            if frames.count > maxFrames {
-                if counts { trace.frames += frames.count - maxFrames }
-                frames = Array(frames.prefix(maxFrames / 2) + frames.suffix(maxFrames - maxFrames / 2))
-            }
-        }
-    }
-
-    /// Keeps at most `limit` frames in every stack trace of `exception` and `threads`.
-    static func limitFrames(_ e: inout [String: JSONValue], to limit: Int, _ trace: inout Trace) {
-        for key in ["exception", "threads"] where e[key] != nil {
-            forEachStacktrace(&e[key]!) { frames, _ in
-                if frames.count > limit {
-                    if key == "exception" { trace.frames += frames.count - limit }
-                    frames = Array(frames.prefix(limit / 2) + frames.suffix(limit - limit / 2))
-                }
-            }
-        }
-    }
-
-    /// Calls `body` with the frames of each `values[].stacktrace` of a `{values: [...]}` list (`counts` is
-    /// `false` for thread stack traces, which are not counted in `frames_omitted`).
-    private static func forEachStacktrace(_ list: inout JSONValue, _ body: (inout [JSONValue], Bool) -> Void) {
-        guard case .object(var object) = list, case .array(var values)? = object["values"] else { return }
-        for i in values.indices {
-            guard case .object(var value) = values[i], case .object(var stacktrace)? = value["stacktrace"],
-                  case .array(var frames)? = stacktrace["frames"] else { continue }
-            body(&frames, value["crashed"] == nil)  // thread entries carry `crashed`, exceptions do not
-            stacktrace["frames"] = .array(frames)
-            value["stacktrace"] = .object(stacktrace)
-            values[i] = .object(value)
-        }
-        object["values"] = .array(values)
-        list = .object(object)
-    }
-
-    /// Removes `threads.values[].stacktrace` when it equals an exception's stack trace; `true` when any was.
-    static func dropDuplicateThreadStacks(_ e: inout [String: JSONValue], _ trace: inout Trace) -> Bool {
-        guard case .object(let exception)? = e["exception"], case .array(let exceptions)? = exception["values"],
-              case .object(var threads)? = e["threads"], case .array(var values)? = threads["values"] else { return false }
-        let stacks = exceptions.compactMap { $0.objectValue?["stacktrace"] }
+    /// Removes each thread's stack trace that equals an exception's; `true` when any was.
+    static func dropDuplicateThreadStacks(_ e: inout Event, _ trace: inout Trace) -> Bool {
+        let stacks = (e.exception?.values ?? []).compactMap(\.stacktrace)
+        guard !stacks.isEmpty, let threads = e.threads?.values else { return false }
         var dropped = false
-        for i in values.indices {
-            guard case .object(var thread) = values[i], let stack = thread["stacktrace"], stacks.contains(stack) else { continue }
-            thread["stacktrace"] = nil
-            values[i] = .object(thread)
+        for i in threads.indices {
+            guard let stack = threads[i].stacktrace, stacks.contains(stack) else { continue }
+            e.threads!.values[i].stacktrace = nil
             trace.entries += 1
             dropped = true
         }
-        threads["values"] = .array(values)
-        e["threads"] = .object(threads)
         return dropped
+    }
+
+    /// Cuts `s` to `limit` Unicode scalars (counted in `trace`) when it is longer.
+    static func cap(_ s: inout String, _ limit: Int, _ trace: inout Trace) {
+        if let cut = truncated(s, limit) { s = cut; trace.strings += 1 }
+    }
+
+    /// Cuts `s` to `limit` Unicode scalars (counted in `trace`) when it is longer.
+    static func cap(_ s: inout String?, _ limit: Int, _ trace: inout Trace) {
+        if let v = s, let cut = truncated(v, limit) { s = cut; trace.strings += 1 }
+    }
+
+    /// Cuts every string of the free-form map `map` (keys excepted) to `limit` Unicode scalars; rebuilt only
+    /// when one is longer.
+    static func cap(_ map: inout [String: JSONValue]?, _ limit: Int, _ trace: inout Trace) {
+        guard let m = map, exceeds(.object(m), limit) else { return }
+        var value = JSONValue.object(m)
+        capStrings(&value, cap: limit, &trace)
+        if case .object(let capped) = value { map = capped }
     }
 
     /// Cuts every string inside `value` (object keys excepted) to `cap` Unicode scalars.
@@ -594,29 +559,242 @@ public struct EventBudget: Sendable, Equatable {
     }
 }
 
-extension EventFactory {
-    /// The JSON bytes of an event's JSON object (sorted keys, `/` unescaped).
-    static func encode(_ event: [String: JSONValue]) -> Data {
-        (try? payloadEncoder.encode(event)) ?? Data("{}".utf8)
-    }
-
-    /// The JSON bytes of an event's JSON object within the per-field limits and `budget` (a stored or hand-made
-    /// event; the SDK's own events are ``Event`` values, see ``finalize(_:budget:log:)``).
-    static func finalize(_ event: [String: JSONValue], budget: EventBudget = .standard) -> Data {
-        budget.fit(event).data
-    }
-
-    private static let payloadEncoder: JSONEncoder = {
-        let e = JSONEncoder()
-        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return e
-    }()
+/// A protocol value whose strings the size budget cuts (``EventBudget``).
+protocol BudgetStrings {
+    /// Cuts every string of the value (free-form map keys excepted) to `cap` Unicode scalars, counting each
+    /// cut in `trace`; a field is written only when it is cut.
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace)
 }
 
-extension JSONValue {
-    /// The members, when this is ``object(_:)``; otherwise `nil`.
-    var objectValue: [String: JSONValue]? {
-        if case .object(let value) = self { return value }
-        return nil
+extension Array: BudgetStrings where Element: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        for i in indices where EventBudget.exceeds(self[i], cap) { self[i].capStrings(cap, &trace) }
+    }
+}
+
+extension Optional: BudgetStrings where Wrapped: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        guard let value = self, EventBudget.exceeds(value, cap) else { return }
+        var capped = value
+        capped.capStrings(cap, &trace)
+        self = capped
+    }
+}
+
+extension Breadcrumb: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) { capStrings(cap, data: cap, &trace) }
+
+    /// Cuts `type`, `category`, `message` and `level` to `cap` scalars and each `data` value to `data`.
+    mutating func capStrings(_ cap: Int, data dataCap: Int, _ trace: inout EventBudget.Trace) {
+        EventBudget.cap(&type, cap, &trace)
+        EventBudget.cap(&category, cap, &trace)
+        EventBudget.cap(&message, cap, &trace)
+        EventBudget.cap(&level, cap, &trace)
+        if let values = data, values.values.contains(where: { $0.utf8.count > dataCap }) {
+            data = values.mapValues { v in
+                var s = v
+                EventBudget.cap(&s, dataCap, &trace)
+                return s
+            }
+        }
+    }
+}
+
+extension Exception: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        EventBudget.cap(&type, cap, &trace)
+        EventBudget.cap(&value, cap, &trace)
+        mechanism.capStrings(cap, &trace)
+        stacktrace.capStrings(cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
+    }
+}
+
+extension Mechanism: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        EventBudget.cap(&type, cap, &trace)
+        EventBudget.cap(&meta, cap, &trace)
+        EventBudget.cap(&data, cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
+    }
+}
+
+extension EventBudget {
+    /// Cuts the strings of `meta` (the signal's names, the members neither models) to `limit` scalars.
+    static func cap(_ meta: inout MechanismMeta?, _ limit: Int, _ trace: inout Trace) {
+        guard var m = meta else { return }
+        let before = trace
+        cap(&m.other, limit, &trace)
+        if var signal = m.signal {
+            cap(&signal.name, limit, &trace)
+            cap(&signal.codeName, limit, &trace)
+            cap(&signal.other, limit, &trace)
+            m.signal = signal
+        }
+        if trace != before { meta = m }
+    }
+}
+
+extension Stacktrace: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        frames.capStrings(cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
+    }
+}
+
+extension Frame: BudgetStrings {
+    /// Cuts the frame's strings; `trust` is left as it is (not on the wire).
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        EventBudget.cap(&package, cap, &trace)
+        EventBudget.cap(&function, cap, &trace)
+        EventBudget.cap(&symbol, cap, &trace)
+        EventBudget.cap(&filename, cap, &trace)
+        EventBudget.cap(&absPath, cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
+    }
+}
+
+extension SentryThread: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        EventBudget.cap(&name, cap, &trace)
+        stacktrace.capStrings(cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
+    }
+}
+
+extension DebugMeta: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        images.capStrings(cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
+    }
+}
+
+extension DebugImage: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        EventBudget.cap(&type, cap, &trace)
+        EventBudget.cap(&codeFile, cap, &trace)
+        EventBudget.cap(&codeID, cap, &trace)
+        EventBudget.cap(&debugID, cap, &trace)
+        EventBudget.cap(&arch, cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
+    }
+}
+
+extension LogEntry: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        EventBudget.cap(&formatted, cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
+    }
+}
+
+extension User: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        EventBudget.cap(&id, cap, &trace)
+        EventBudget.cap(&other, cap, &trace)
+    }
+}
+
+extension SDKPackage: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        EventBudget.cap(&name, cap, &trace)
+        EventBudget.cap(&version, cap, &trace)
+    }
+}
+
+extension Contexts: BudgetStrings {
+    mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        if device != nil {
+            EventBudget.cap(&device!.arch, cap, &trace)
+            EventBudget.cap(&device!.other, cap, &trace)
+        }
+        if os != nil {
+            EventBudget.cap(&os!.name, cap, &trace)
+            EventBudget.cap(&os!.version, cap, &trace)
+            EventBudget.cap(&os!.kernelVersion, cap, &trace)
+            EventBudget.cap(&os!.build, cap, &trace)
+            EventBudget.cap(&os!.distributionName, cap, &trace)
+            EventBudget.cap(&os!.distributionVersion, cap, &trace)
+            EventBudget.cap(&os!.distributionPrettyName, cap, &trace)
+            EventBudget.cap(&os!.other, cap, &trace)
+        }
+        if app != nil {
+            EventBudget.cap(&app!.appName, cap, &trace)
+            EventBudget.cap(&app!.appVersion, cap, &trace)
+            EventBudget.cap(&app!.appStartTime, cap, &trace)
+            EventBudget.cap(&app!.appIdentifier, cap, &trace)
+            EventBudget.cap(&app!.other, cap, &trace)
+        }
+        EventBudget.cap(&other, cap, &trace)
+    }
+
+    /// The names of the contexts present, sorted (step 3 of the budget drops the last ones first).
+    var names: [String] {
+        var names = Array((other ?? [:]).keys)
+        if device != nil { names.append("device") }
+        if os != nil { names.append("os") }
+        if app != nil { names.append("app") }
+        return names.sorted()
+    }
+
+    /// The contexts named in `names` only.
+    func keeping(_ names: Set<String>) -> Contexts {
+        var kept = Contexts(device: names.contains("device") ? device : nil, os: names.contains("os") ? os : nil,
+                            app: names.contains("app") ? app : nil)
+        let other = (self.other ?? [:]).filter { names.contains($0.key) }
+        kept.other = other.isEmpty ? nil : other
+        return kept
+    }
+}
+
+extension Event {
+    /// Calls `body` with each stack trace of the exceptions (`counted` `true`: frames removed from them are
+    /// counted in `frames_omitted`) and of the threads.
+    mutating func forEachStacktrace(_ body: (inout Stacktrace, _ counted: Bool) -> Void) {
+        for i in (exception?.values ?? []).indices where exception!.values[i].stacktrace != nil {
+            body(&exception!.values[i].stacktrace!, true)
+        }
+        for i in (threads?.values ?? []).indices where threads!.values[i].stacktrace != nil {
+            body(&threads!.values[i].stacktrace!, false)
+        }
+    }
+
+    /// Cuts the strings of the members of ``other`` whose names `selected` accepts.
+    mutating func capOther(_ cap: Int, _ trace: inout EventBudget.Trace, _ selected: (String) -> Bool) {
+        guard let members = other, members.contains(where: { selected($0.key) && EventBudget.exceeds($0.value, cap) })
+        else { return }
+        var capped = members
+        for (name, value) in members where selected(name) {
+            var v = value
+            EventBudget.capStrings(&v, cap: cap, &trace)
+            capped[name] = v
+        }
+        other = capped
+    }
+
+    /// Step 2 of the budget: the strings outside the crash and the identity fields cut to `cap`.
+    mutating func capUnprotectedStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        logentry.capStrings(cap, &trace)
+        user.capStrings(cap, &trace)
+        contexts.capStrings(cap, &trace)
+        EventBudget.cap(&extra, cap, &trace)
+        EventBudget.cap(&serverName, cap, &trace)
+        if let values = tags, values.values.contains(where: { $0.utf8.count > cap }) {
+            tags = values.mapValues { v in
+                var s = v
+                EventBudget.cap(&s, cap, &trace)
+                return s
+            }
+        }
+        capOther(cap, &trace) { !EventBudget.protectedNames.contains($0) }
+    }
+
+    /// The last step of the budget: every string but the identity fields' cut to `cap`.
+    mutating func capAllButIdentity(_ cap: Int, _ trace: inout EventBudget.Trace) {
+        capUnprotectedStrings(cap, &trace)
+        breadcrumbs?.values.capStrings(cap, &trace)
+        exception?.values.capStrings(cap, &trace)
+        threads?.values.capStrings(cap, &trace)
+        debugMeta.capStrings(cap, &trace)
+        capOther(cap, &trace) { EventBudget.protectedNames.contains($0) && !EventBudget.identityNames.contains($0) }
     }
 }
