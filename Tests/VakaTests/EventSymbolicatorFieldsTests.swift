@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import VakaTestSupport
 @testable import Vaka
 import VakaSymbolication
 
@@ -85,11 +86,9 @@ final class EventSymbolicatorFieldsTests: XCTestCase {
 
     func testVakaSymbolicateKeepsFieldsVakaDoesNotModel() throws {
         let input = try event()
-        let path = TestSupport.productsDirectory.appendingPathComponent("vaka").path
-        XCTAssertTrue(FileManager.default.isExecutableFile(atPath: path), "vaka is not built at \(path)")
-        let file = try TestSupport.temporaryDirectory(self).appendingPathComponent("event.json")
+        let file = try ScratchDirs.directory(for: self).appendingPathComponent("event.json")
         try JSONEncoder().encode(input).write(to: file)
-        let result = try TestSupport.run(path, ["symbolicate", file.path])
+        let result = try vaka(["symbolicate", file.path])
         XCTAssertEqual(result.status, 0, result.stderrText)
         check(try JSONDecoder().decode(JSONValue.self, from: result.stdout), against: input)
     }
