@@ -32,10 +32,10 @@ __attribute__((noinline)) size_t vaka_crash_capture_frames(uintptr_t *out, size_
     if (seen >= 2 || n >= 2) return n;
 
     /* Fallback: frame pointers. Our own frame record holds the caller's return address first. */
-    uintptr_t ips[VAKA_MAX_FRAMES];
-    uint8_t methods[VAKA_MAX_FRAMES];
+    uintptr_t ips[VAKA_REPORT_MAX_FRAMES];
+    uint8_t methods[VAKA_REPORT_MAX_FRAMES];
     int truncated = 0;
-    size_t limit = max + skip < VAKA_MAX_FRAMES ? max + skip : VAKA_MAX_FRAMES;
+    size_t limit = max + skip < VAKA_REPORT_MAX_FRAMES ? max + skip : VAKA_REPORT_MAX_FRAMES;
     pthread_mutex_lock(&reader_lock);
     if (!reader_ready) {
         vaka_safe_reader_init(&reader);

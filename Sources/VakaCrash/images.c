@@ -22,9 +22,9 @@ typedef struct collect_ctx {
 
 static void set_path(vaka_image_cache *cache, vaka_image *img, const char *path, size_t len)
 {
-    /* A path longer than VAKA_PATH_MAX (PATH_MAX) is left unknown rather than cut: a cut path names another
+    /* A path longer than VAKA_REPORT_PATH_MAX (PATH_MAX) is left unknown rather than cut: a cut path names another
      * file. */
-    if (len == 0 || len > VAKA_PATH_MAX || cache->pool_used + len > sizeof cache->pool) {
+    if (len == 0 || len > VAKA_REPORT_PATH_MAX || cache->pool_used + len > sizeof cache->pool) {
         img->path_off = 0;
         img->path_len = 0;
         return;

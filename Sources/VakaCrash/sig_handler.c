@@ -69,7 +69,7 @@ static dev_t spare_dev;
 static ino_t spare_ino;
 static pid_t spare_pid;
 static size_t spare_rel;
-static char spare_path[VAKA_REPORT_PATH_MAX + 8];
+static char spare_path[VAKA_REPORT_FILE_PATH_MAX + 8];
 /* Where the current report was created (directory descriptor or AT_FDCWD, and name), to remove it when the
  * process survives the signal; name NULL when none. */
 static int report_dir_used = -1;
@@ -81,9 +81,9 @@ static const char *report_name_used;
 static atomic_int chain_tid;
 static volatile uintptr_t chain_sp;
 static vaka_writer writer;
-static uintptr_t frame_ips[VAKA_MAX_FRAMES];
-static uint8_t frame_methods[VAKA_MAX_FRAMES];
-static char message_buf[VAKA_MESSAGE_MAX];
+static uintptr_t frame_ips[VAKA_REPORT_MAX_FRAMES];
+static uint8_t frame_methods[VAKA_REPORT_MAX_FRAMES];
+static char message_buf[VAKA_REPORT_MESSAGE_MAX];
 
 /* ---- capture watchdog ----
  * The whole capture is bounded: at crash time the winner arms two POSIX timers with raw syscalls. Timer A
@@ -101,8 +101,8 @@ static int watchdog_timers[2] = { -1, -1 };
 static struct sigaction watchdog_previous;
 static int watchdog_armed;
 /* Frames from the frame-pointer walk done before libunwind runs (written by the watchdog if it hangs). */
-static uintptr_t pre_ips[VAKA_MAX_FRAMES];
-static uint8_t pre_methods[VAKA_MAX_FRAMES];
+static uintptr_t pre_ips[VAKA_REPORT_MAX_FRAMES];
+static uint8_t pre_methods[VAKA_REPORT_MAX_FRAMES];
 static size_t pre_count;
 static vaka_writer watchdog_writer;
 static void disarm_watchdog(void);
@@ -250,7 +250,7 @@ static void write_text_line(const char *key, const char *s, size_t n)
 
 static void write_register(const char *name, uint64_t value)
 {
-    vaka_w_key(&writer, "register");
+    vaka_w_key(&writer, VAKA_REPORT_KEY_REGISTER);
     vaka_w_str(&writer, name);
     vaka_w_char(&writer, ' ');
     vaka_w_hex(&writer, value);
@@ -271,7 +271,7 @@ static void write_registers(const ucontext_t *uc)
         write_register(regs[i].name, (uint64_t)uc->uc_mcontext.gregs[regs[i].index]);
 #elif defined(__aarch64__)
     for (int i = 0; i <= 28; i++) {
-        vaka_w_key(&writer, "register");
+        vaka_w_key(&writer, VAKA_REPORT_KEY_REGISTER);
         vaka_w_char(&writer, 'x');
         vaka_w_udec(&writer, (uint64_t)i);
         vaka_w_char(&writer, ' ');
@@ -287,11 +287,11 @@ static void write_registers(const ucontext_t *uc)
 #endif
 }
 
-/* Text of at most VAKA_MESSAGE_MAX bytes at `p`, trailing newlines removed. */
+/* Text of at most VAKA_REPORT_MESSAGE_MAX bytes at `p`, trailing newlines removed. */
 static void write_message(const char *key, uintptr_t p, size_t cap)
 {
     if (p == 0) return;
-    if (cap > VAKA_MESSAGE_MAX) cap = VAKA_MESSAGE_MAX;
+    if (cap > VAKA_REPORT_MESSAGE_MAX) cap = VAKA_REPORT_MESSAGE_MAX;
     size_t n = vaka_safe_read_string(&vaka_state.reader, message_buf, p, cap);
     while (n > 0 && (message_buf[n - 1] == '\n' || message_buf[n - 1] == '\r')) n--;
     if (n > 0) write_text_line(key, message_buf, n);
@@ -304,14 +304,14 @@ static void write_messages(void)
     /* Swift: swift_getFatalErrorMessageBuffer() returned the address of a `char *`. */
     if (vaka_state.swift_fatal_message != NULL &&
         vaka_safe_read_word(r, (uintptr_t)vaka_state.swift_fatal_message, &p) && p != 0)
-        write_message("fatal_message", p, VAKA_MESSAGE_MAX);
+        write_message(VAKA_REPORT_KEY_FATAL_MESSAGE, p, VAKA_REPORT_MESSAGE_MAX);
     /* glibc: `struct abort_msg_s { unsigned int size; char msg[]; } *__abort_msg`; size is the whole
      * allocation in bytes, msg is NUL-terminated. */
     p = 0;
     if (vaka_state.abort_msg != NULL && vaka_safe_read_word(r, (uintptr_t)vaka_state.abort_msg, &p) && p != 0) {
         unsigned int size = 0;
         if (vaka_safe_read(r, &size, p, sizeof size) == sizeof size && size > sizeof size)
-            write_message("abort_message", p + sizeof size, size - sizeof size);
+            write_message(VAKA_REPORT_KEY_ABORT_MESSAGE, p + sizeof size, size - sizeof size);
     }
 }
 
@@ -536,7 +536,7 @@ static int open_report(vaka_report_target *target)
     struct stat st;
     int dir_ok = target->dir_fd >= 0 && fstat(target->dir_fd, &st) == 0 && st.st_dev == target->dir_dev &&
                  st.st_ino == target->dir_ino;
-    int path_ok = vaka_sig_strnlen(target->path, VAKA_PATH_MAX) < VAKA_PATH_MAX;
+    int path_ok = vaka_sig_strnlen(target->path, VAKA_REPORT_PATH_MAX) < VAKA_REPORT_PATH_MAX;
     report_name_used = NULL;
     int fd = take_spare(target, dir_ok, path_ok);
     if (fd >= 0) return fd;
@@ -595,7 +595,7 @@ static void pad_to_file_size(int fd)
     while (fill > 0) {
         long n = fill > 4096 ? 4096 : fill;
         if (fill - n > 0 && fill - n < 4) n -= 4; /* leave room for a last `pad\n` */
-        vaka_w_str(&writer, "pad");
+        vaka_w_str(&writer, VAKA_REPORT_KEY_PAD);
         if (n >= 5) {
             vaka_w_char(&writer, ' ');
             for (long i = 0; i < n - 5; i++) vaka_w_char(&writer, '.');
@@ -624,56 +624,57 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     int code = info != NULL ? info->si_code : 0;
     const char *name;
 
-    vaka_w_key(&writer, "VAKA-CRASH");
+    vaka_w_key(&writer, VAKA_REPORT_MAGIC);
     vaka_w_udec(&writer, VAKA_REPORT_VERSION);
     vaka_w_nl(&writer);
-    write_text_line("run_id", target->run_id, target->run_id_len);
-    vaka_w_key(&writer, "pid");
+    write_text_line(VAKA_REPORT_KEY_RUN_ID, target->run_id, target->run_id_len);
+    vaka_w_key(&writer, VAKA_REPORT_KEY_PID);
     vaka_w_dec(&writer, (int64_t)syscall(SYS_getpid));
     vaka_w_nl(&writer);
-    vaka_w_key(&writer, "tid");
+    vaka_w_key(&writer, VAKA_REPORT_KEY_TID);
     vaka_w_dec(&writer, tid);
     vaka_w_nl(&writer);
 
-    char thread_name[17];
+    char thread_name[VAKA_REPORT_THREAD_NAME_MAX + 2]; /* PR_GET_NAME stores up to 16 bytes with the NUL */
     vaka_sig_zero(thread_name, sizeof thread_name);
     if (prctl(PR_GET_NAME, thread_name, 0, 0, 0) != 0) thread_name[0] = '\0';
-    write_text_line("thread_name", thread_name, vaka_sig_strnlen(thread_name, 16));
+    write_text_line(VAKA_REPORT_KEY_THREAD_NAME, thread_name,
+                    vaka_sig_strnlen(thread_name, VAKA_REPORT_THREAD_NAME_MAX + 1));
 
-    vaka_w_key(&writer, "timestamp_ns");
+    vaka_w_key(&writer, VAKA_REPORT_KEY_TIMESTAMP_NS);
     vaka_w_udec(&writer, wall_ns);
     vaka_w_nl(&writer);
 #if defined(__x86_64__)
-    vaka_w_str(&writer, "arch x86_64\n");
+    vaka_w_str(&writer, VAKA_REPORT_KEY_ARCH " " VAKA_REPORT_ARCH_X86_64 "\n");
 #elif defined(__aarch64__)
-    vaka_w_str(&writer, "arch aarch64\n");
+    vaka_w_str(&writer, VAKA_REPORT_KEY_ARCH " " VAKA_REPORT_ARCH_AARCH64 "\n");
 #endif
     if (vaka_state.executable_len > 0)
-        write_text_line("executable", vaka_state.executable, vaka_state.executable_len);
+        write_text_line(VAKA_REPORT_KEY_EXECUTABLE, vaka_state.executable, vaka_state.executable_len);
     else
-        vaka_w_str(&writer, "executable -\n");
+        vaka_w_str(&writer, VAKA_REPORT_KEY_EXECUTABLE " " VAKA_REPORT_VALUE_UNKNOWN "\n");
 
-    vaka_w_key(&writer, "signal");
+    vaka_w_key(&writer, VAKA_REPORT_KEY_SIGNAL);
     vaka_w_dec(&writer, sig);
     vaka_w_char(&writer, ' ');
-    name = vaka_signal_name(sig);
-    vaka_w_str(&writer, name != NULL ? name : "UNKNOWN");
+    name = vaka_sig_signal_name(sig);
+    vaka_w_str(&writer, name != NULL ? name : VAKA_REPORT_NAME_UNKNOWN);
     vaka_w_nl(&writer);
 
-    vaka_w_key(&writer, "code");
+    vaka_w_key(&writer, VAKA_REPORT_KEY_CODE);
     vaka_w_dec(&writer, code);
     vaka_w_char(&writer, ' ');
-    name = vaka_si_code_name(sig, code);
-    vaka_w_str(&writer, name != NULL ? name : "UNKNOWN");
+    name = vaka_sig_si_code_name(sig, code);
+    vaka_w_str(&writer, name != NULL ? name : VAKA_REPORT_NAME_UNKNOWN);
     vaka_w_nl(&writer);
 
     if (info != NULL && has_fault_address(sig, code)) {
-        vaka_w_key(&writer, "fault_addr");
+        vaka_w_key(&writer, VAKA_REPORT_KEY_FAULT_ADDR);
         vaka_w_hex(&writer, (uintptr_t)info->si_addr);
         vaka_w_nl(&writer);
     }
     if (info != NULL && code <= 0) {
-        vaka_w_key(&writer, "sender");
+        vaka_w_key(&writer, VAKA_REPORT_KEY_SENDER);
         vaka_w_dec(&writer, info->si_pid);
         vaka_w_char(&writer, ' ');
         vaka_w_udec(&writer, info->si_uid);
@@ -692,11 +693,11 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     pre_ips[0] = vaka_uc_pc(uc);
     pre_methods[0] = VAKA_FRAME_CONTEXT;
     pre_count = vaka_fp_walk(&vaka_state.reader, vaka_uc_fp(uc), vaka_uc_sp(uc), pre_ips, pre_methods, 1,
-                             VAKA_MAX_FRAMES, &pre_truncated);
+                             VAKA_REPORT_MAX_FRAMES, &pre_truncated);
     atomic_store(&capture_phase, PHASE_UNWINDING);
 
     int truncated = 0;
-    size_t n = vaka_sig_unwind(uc, &vaka_state.reader, frame_ips, frame_methods, VAKA_MAX_FRAMES, &truncated);
+    size_t n = vaka_sig_unwind(uc, &vaka_state.reader, frame_ips, frame_methods, VAKA_REPORT_MAX_FRAMES, &truncated);
     int expected_phase = PHASE_UNWINDING;
     if (!atomic_compare_exchange_strong(&capture_phase, &expected_phase, PHASE_WRITING)) {
         /* The watchdog gave up on us and is ending the process: write nothing more. */
@@ -705,15 +706,10 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
         syscall(SYS_exit_group, 128 + sig);
     }
     for (size_t i = 0; i < n; i++) {
-        vaka_w_key(&writer, "frame");
-        vaka_w_hex(&writer, frame_ips[i]);
-        vaka_w_str(&writer, frame_methods[i] == VAKA_FRAME_CONTEXT ? " context\n"
-                            : frame_methods[i] == VAKA_FRAME_CFI   ? " cfi\n"
-                            : frame_methods[i] == VAKA_FRAME_FP    ? " fp\n"
-                                                                   : " scan\n");
+        vaka_w_frame(&writer, frame_ips[i], frame_methods[i]);
     }
     if (truncated) {
-        vaka_w_key(&writer, "frames_truncated");
+        vaka_w_key(&writer, VAKA_REPORT_KEY_FRAMES_TRUNCATED);
         vaka_w_udec(&writer, n);
         vaka_w_nl(&writer);
     }
@@ -721,16 +717,17 @@ static void capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns,
     vaka_sig_write_images(&writer, &vaka_state.reader);
 
     /* How memory was read (after the reads: a method refused mid-capture has been replaced by then). */
-    vaka_w_key(&writer, "memory_read");
-    vaka_w_str(&writer, vaka_state.reader.method == VAKA_SAFE_READ_PVR    ? "process_vm_readv\n"
-                        : vaka_state.reader.method == VAKA_SAFE_READ_PIPE ? "pipe\n"
-                                                                          : "none\n");
+    vaka_w_key(&writer, VAKA_REPORT_KEY_MEMORY_READ);
+    vaka_w_str(&writer, vaka_state.reader.method == VAKA_SAFE_READ_PVR    ? VAKA_REPORT_MEMORY_READ_PVR
+                        : vaka_state.reader.method == VAKA_SAFE_READ_PIPE ? VAKA_REPORT_MEMORY_READ_PIPE
+                                                                          : VAKA_REPORT_MEMORY_READ_NONE);
+    vaka_w_nl(&writer);
 
-    vaka_w_key(&writer, "capture_ns");
+    vaka_w_key(&writer, VAKA_REPORT_KEY_CAPTURE_NS);
     vaka_w_udec(&writer, now_ns(CLOCK_MONOTONIC) - start_ns);
     vaka_w_nl(&writer);
     pad_to_file_size(fd);
-    vaka_w_str(&writer, "end\n");
+    vaka_w_str(&writer, VAKA_REPORT_KEY_END "\n");
     vaka_w_flush(&writer);
     /* No fsync: the data is in the page cache, which outlives this process (only a kernel crash or power
      * loss would lose it), and fsync costs milliseconds on real disks — more than the whole capture. */
@@ -1022,9 +1019,7 @@ static void vaka_sig_watchdog(int sig, siginfo_t *info, void *context)
     if (atomic_compare_exchange_strong(&capture_phase, &expected, PHASE_ABANDONED) && report_fd >= 0) {
         vaka_w_init(&watchdog_writer, report_fd);
         for (size_t i = 0; i < pre_count; i++) {
-            vaka_w_key(&watchdog_writer, "frame");
-            vaka_w_hex(&watchdog_writer, pre_ips[i]);
-            vaka_w_str(&watchdog_writer, pre_methods[i] == VAKA_FRAME_CONTEXT ? " context\n" : " fp\n");
+            vaka_w_frame(&watchdog_writer, pre_ips[i], pre_methods[i]);
         }
         vaka_w_flush(&watchdog_writer);
         cut_at_offset(report_fd);

@@ -45,7 +45,7 @@ size_t vaka_find_build_id(const uint8_t *notes, size_t len, size_t align, uint8_
         if (namesz > len || descsz > len || desc_off > len || next > len || next <= off) break;
         if (type == NT_GNU_BUILD_ID && namesz == 4 && notes[name_off] == 'G' && notes[name_off + 1] == 'N' &&
             notes[name_off + 2] == 'U' && notes[name_off + 3] == '\0' && descsz > 0) {
-            size_t n = descsz < VAKA_BUILD_ID_MAX ? descsz : VAKA_BUILD_ID_MAX;
+            size_t n = descsz < VAKA_REPORT_BUILD_ID_MAX ? descsz : VAKA_REPORT_BUILD_ID_MAX;
             vaka_sig_copy(out, notes + desc_off, n);
             return n;
         }
@@ -64,21 +64,21 @@ typedef struct extra_entry {
 static extra_entry extras[VAKA_MAX_IMAGES];
 static vaka_phdr phdrs[VAKA_MAX_PHDRS];
 static uint8_t note_buf[VAKA_NOTE_READ_MAX];
-static char path_buf[VAKA_PATH_MAX];
+static char path_buf[VAKA_REPORT_PATH_MAX];
 static vaka_image scratch_image;
 
 static void write_image_line(vaka_writer *w, const vaka_image *img, const char *path, size_t path_len)
 {
-    vaka_w_key(w, "image");
+    vaka_w_key(w, VAKA_REPORT_KEY_IMAGE);
     vaka_w_hex(w, img->base);
     vaka_w_char(w, ' ');
     vaka_w_hex(w, img->size);
     vaka_w_char(w, ' ');
     if (img->build_id_len > 0) vaka_w_hexbytes(w, img->build_id, img->build_id_len);
-    else vaka_w_char(w, '-');
+    else vaka_w_str(w, VAKA_REPORT_VALUE_UNKNOWN);
     vaka_w_char(w, ' ');
     if (path_len > 0) vaka_w_text(w, path, path_len);
-    else vaka_w_char(w, '-');
+    else vaka_w_str(w, VAKA_REPORT_VALUE_UNKNOWN);
     vaka_w_nl(w);
 }
 
@@ -161,7 +161,7 @@ static int same_path(vaka_safe_reader *r, const vaka_image *img, const vaka_imag
 {
     if (img->path_len == 0 || l_name == 0) return 1; /* nothing to compare: keep the l_addr/l_ld match */
     size_t want = img->path_len;
-    if (want >= VAKA_PATH_MAX) return 1;
+    if (want >= VAKA_REPORT_PATH_MAX) return 1;
     size_t n = vaka_safe_read_string(r, path_buf, l_name, want + 1);
     if (n != want) return 0;
     const char *cached = cache->pool + img->path_off;
@@ -219,8 +219,8 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
         vaka_image *img = &scratch_image;
         if (!image_from_memory(r, extras[e].l_addr, extras[e].l_ld, img)) continue;
         size_t n = 0;
-        if (extras[e].l_name != 0) n = vaka_safe_read_string(r, path_buf, extras[e].l_name, VAKA_PATH_MAX);
-        if (n >= VAKA_PATH_MAX) n = 0; /* maybe cut: unknown (`-`) rather than the wrong file */
+        if (extras[e].l_name != 0) n = vaka_safe_read_string(r, path_buf, extras[e].l_name, VAKA_REPORT_PATH_MAX);
+        if (n >= VAKA_REPORT_PATH_MAX) n = 0; /* maybe cut: unknown (`-`) rather than the wrong file */
         if (n == 0 && extras[e].first) {
             write_image_line(w, img, vaka_state.executable, vaka_state.executable_len);
         } else {

@@ -6,7 +6,7 @@
 
 #include <signal.h>
 
-const char *vaka_signal_name(int sig)
+const char *vaka_sig_signal_name(int sig)
 {
     switch (sig) {
     case SIGHUP: return "SIGHUP";
@@ -64,7 +64,7 @@ static const char *generic_code_name(int code)
     }
 }
 
-const char *vaka_si_code_name(int sig, int code)
+const char *vaka_sig_si_code_name(int sig, int code)
 {
     if (code <= 0 || code == 0x80) return generic_code_name(code);
     switch (sig) {
@@ -157,3 +157,9 @@ const char *vaka_si_code_name(int sig, int code)
     }
     return NULL;
 }
+
+/* The public entry points (vaka/vaka_report_format.h): the Swift reader names signals with the same table. */
+#pragma GCC visibility push(default)
+const char *vaka_signal_name(int sig) { return vaka_sig_signal_name(sig); }
+const char *vaka_si_code_name(int sig, int code) { return vaka_sig_si_code_name(sig, code); }
+#pragma GCC visibility pop

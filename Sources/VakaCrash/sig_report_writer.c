@@ -173,3 +173,15 @@ void vaka_w_nl(vaka_writer *w)
 {
     vaka_w_char(w, '\n');
 }
+
+void vaka_w_frame(vaka_writer *w, uintptr_t ip, uint8_t method)
+{
+    vaka_w_key(w, VAKA_REPORT_KEY_FRAME);
+    vaka_w_hex(w, ip);
+    vaka_w_char(w, ' ');
+    vaka_w_str(w, method == VAKA_FRAME_CONTEXT ? VAKA_REPORT_FRAME_METHOD_CONTEXT
+                  : method == VAKA_FRAME_CFI   ? VAKA_REPORT_FRAME_METHOD_CFI
+                  : method == VAKA_FRAME_FP    ? VAKA_REPORT_FRAME_METHOD_FP
+                                               : VAKA_REPORT_FRAME_METHOD_SCAN);
+    vaka_w_nl(w);
+}

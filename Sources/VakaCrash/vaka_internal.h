@@ -31,16 +31,12 @@
 
 /** Longest report path: `<dir>/<run_id>-<pid>.crash` plus the NUL, in bytes (fork children add `-<pid>`).
  *  May exceed PATH_MAX: the handler creates the report relative to the directory's descriptor (openat). */
-#define VAKA_REPORT_PATH_MAX (VAKA_REPORT_DIR_MAX + 1 + VAKA_RUN_ID_MAX + 1 + 10 + 6 + 1)
-/** Longest path kept for an image or the executable (bytes, without the NUL): PATH_MAX. A longer one is left
- *  unknown (`-` in the report), never cut. */
-#define VAKA_PATH_MAX 4096
-/** Longest GNU build ID kept, in bytes (SHA-1 IDs are 20, some linkers emit up to 32). */
-#define VAKA_BUILD_ID_MAX 64
+#define VAKA_REPORT_FILE_PATH_MAX (VAKA_REPORT_DIR_MAX + 1 + VAKA_RUN_ID_MAX + 1 + 10 + 6 + 1)
+/* Paths of images and the executable (VAKA_REPORT_PATH_MAX), build IDs (VAKA_REPORT_BUILD_ID_MAX), messages
+ * (VAKA_REPORT_MESSAGE_MAX) and frames (VAKA_REPORT_MAX_FRAMES) are capped by the report contract:
+ * vaka/vaka_report_format.h. */
 /** Bytes of the per-cache string pool that holds image paths. */
 #define VAKA_IMAGE_POOL_SIZE (128 * 1024)
-/** Cap for fatal/abort message text, in bytes (docs/report-format.md). */
-#define VAKA_MESSAGE_MAX 4096
 /** The signals the runtime can handle (vaka_crash_config.signals); never blocked while the handler runs. */
 #define VAKA_CRASH_SIGNALS SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS
 /** Highest signal number handled + 1 (classic signals only). */
@@ -84,10 +80,11 @@ size_t vaka_sig_strnlen(const char *s, size_t cap);
 
 /* ---------------------------------------------------------------- names (sig_names.c) */
 
-/** Signal safe. "SIGSEGV" etc., or NULL for an unknown number. */
-const char *vaka_signal_name(int sig);
-/** Signal safe. "SEGV_MAPERR", "SI_TKILL" etc. for si_code `code` of signal `sig`, or NULL if unknown. */
-const char *vaka_si_code_name(int sig, int code);
+/** Signal safe. The table behind the public vaka_signal_name() (vaka/vaka_report_format.h), called directly by
+ *  the handler: a hidden symbol is never reached through a PLT slot. */
+const char *vaka_sig_signal_name(int sig);
+/** Signal safe. The table behind the public vaka_si_code_name(). */
+const char *vaka_sig_si_code_name(int sig, int code);
 
 /* ---------------------------------------------------------------- report writer (sig_report_writer.c) */
 
@@ -119,6 +116,9 @@ void vaka_w_text(vaka_writer *w, const char *s, size_t n);
 /** `key` followed by a space (starts a line). */
 void vaka_w_key(vaka_writer *w, const char *key);
 void vaka_w_nl(vaka_writer *w);
+/** A whole `frame` line: `frame <hex ip> <method>`, the method (VAKA_FRAME_*) named as the report contract says
+ *  (VAKA_REPORT_FRAME_METHOD_*). */
+void vaka_w_frame(vaka_writer *w, uintptr_t ip, uint8_t method);
 
 /* ---------------------------------------------------------------- images */
 
@@ -135,7 +135,7 @@ typedef struct vaka_image {
     uint8_t build_id_len;  /* 0: none (written as `-`) */
     uint8_t not_in_link_map; /* the vDSO may be missing from r_debug's list: always written */
     uint8_t seen;          /* scratch for the handler: matched in the link map walk */
-    uint8_t build_id[VAKA_BUILD_ID_MAX];
+    uint8_t build_id[VAKA_REPORT_BUILD_ID_MAX];
 } vaka_image;
 
 typedef struct vaka_image_cache {
@@ -152,7 +152,7 @@ extern vaka_image_cache vaka_image_caches[2];
 size_t vaka_images_collect(vaka_image_cache *cache);
 /** Signal safe (also used at install): parses the ELF notes in `notes[0..len)` (a PT_NOTE segment whose
  *  p_align is `align`: 4 or 8) for the GNU build ID.
- *  @return its length in bytes (copied to `out`, at most VAKA_BUILD_ID_MAX), 0 if none. */
+ *  @return its length in bytes (copied to `out`, at most VAKA_REPORT_BUILD_ID_MAX), 0 if none. */
 size_t vaka_find_build_id(const uint8_t *notes, size_t len, size_t align, uint8_t *out);
 /** Signal safe. Writes the `image` lines (install cache + link map walk for later dlopens). */
 void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r);
@@ -192,7 +192,7 @@ typedef struct vaka_report_target {
     char run_id[VAKA_RUN_ID_MAX + 1];
     size_t run_id_len;
     size_t dir_len;                            /* bytes of path up to and including the last '/' */
-    char path[VAKA_REPORT_PATH_MAX];           /* `<dir>/<name>`; the name starts at path + dir_len */
+    char path[VAKA_REPORT_FILE_PATH_MAX];           /* `<dir>/<name>`; the name starts at path + dir_len */
     int dir_fd;                                /* the report directory (O_PATH, opened at install), or -1 */
     dev_t dir_dev;                             /* its identity, checked before use (an app may close/dup2 */
     ino_t dir_ino;                             /* over our descriptor) */
@@ -216,7 +216,7 @@ typedef struct vaka_sig_state {
     vaka_report_target targets[2];
     _Atomic(vaka_report_target *) target;      /* current target */
     _Atomic(vaka_image_cache *) images;        /* current image cache */
-    char executable[VAKA_PATH_MAX + 1];        /* readlink("/proc/self/exe") */
+    char executable[VAKA_REPORT_PATH_MAX + 1];        /* readlink("/proc/self/exe") */
     size_t executable_len;
     char **swift_fatal_message;                /* swift_getFatalErrorMessageBuffer(), or NULL */
     void **abort_msg;                          /* &__abort_msg (struct abort_msg_s *), or NULL */

@@ -17,14 +17,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The report contract: format version, keys, values, limits and the signal-name table. */
+#include "vaka/vaka_report_format.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/** Version of the report format written by this runtime (first line `VAKA-CRASH <version>`). */
-#define VAKA_REPORT_VERSION 1
-/** Most frames recorded for the crashed thread. */
-#define VAKA_MAX_FRAMES 128
+/** Most frames recorded for the crashed thread: VAKA_REPORT_MAX_FRAMES (vaka/vaka_report_format.h). */
+#define VAKA_MAX_FRAMES VAKA_REPORT_MAX_FRAMES
 /** Longest run id, in bytes, excluding the terminating NUL. */
 #define VAKA_RUN_ID_MAX 63
 /** Longest report directory path, in bytes, excluding the terminating NUL: PATH_MAX - 1, i.e. every path
