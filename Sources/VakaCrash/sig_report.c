@@ -35,7 +35,7 @@ static void write_register(const char *name, uint64_t value)
     vaka_w_nl(&vaka_run.writer);
 }
 
-static void write_registers(const ucontext_t *uc)
+void vaka_sig_write_registers(const ucontext_t *uc)
 {
 #if defined(__x86_64__)
     static const struct { const char *name; int index; } regs[] = {
@@ -66,7 +66,7 @@ static void write_registers(const ucontext_t *uc)
 }
 
 /* Text of at most VAKA_REPORT_MESSAGE_MAX bytes at `p`, trailing newlines removed. */
-static void write_message(const char *key, uintptr_t p, size_t cap)
+void vaka_sig_write_message(const char *key, uintptr_t p, size_t cap)
 {
     if (p == 0) return;
     if (cap > VAKA_REPORT_MESSAGE_MAX) cap = VAKA_REPORT_MESSAGE_MAX;
@@ -75,21 +75,21 @@ static void write_message(const char *key, uintptr_t p, size_t cap)
     if (n > 0) write_text_line(key, message_buf, n);
 }
 
-static void write_messages(void)
+void vaka_sig_write_messages(void)
 {
     vaka_safe_reader *r = &vaka_state.reader;
     uintptr_t p = 0;
     /* Swift: swift_getFatalErrorMessageBuffer() returned the address of a `char *`. */
     if (vaka_state.swift_fatal_message != NULL &&
         vaka_safe_read_word(r, (uintptr_t)vaka_state.swift_fatal_message, &p) && p != 0)
-        write_message(VAKA_REPORT_KEY_FATAL_MESSAGE, p, VAKA_REPORT_MESSAGE_MAX);
+        vaka_sig_write_message(VAKA_REPORT_KEY_FATAL_MESSAGE, p, VAKA_REPORT_MESSAGE_MAX);
     /* glibc: `struct abort_msg_s { unsigned int size; char msg[]; } *__abort_msg`; size is the whole
      * allocation in bytes, msg is NUL-terminated. */
     p = 0;
     if (vaka_state.abort_msg != NULL && vaka_safe_read_word(r, (uintptr_t)vaka_state.abort_msg, &p) && p != 0) {
         unsigned int size = 0;
         if (vaka_safe_read(r, &size, p, sizeof size) == sizeof size && size > sizeof size)
-            write_message(VAKA_REPORT_KEY_ABORT_MESSAGE, p + sizeof size, size - sizeof size);
+            vaka_sig_write_message(VAKA_REPORT_KEY_ABORT_MESSAGE, p + sizeof size, size - sizeof size);
     }
 }
 
@@ -98,51 +98,10 @@ static int has_fault_address(int sig, int code)
     return code > 0 && (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGTRAP);
 }
 
-/* A reused spare longer than this report: `pad` lines (a key readers ignore, at most 4 KiB each) fill it up to
- * its old size less the `end` line, so the report ends exactly where the file does without a truncate (one
- * would free the blocks past the new end, and those allocated past it with FALLOC_FL_KEEP_SIZE: another
- * thread on a full disk takes them before the process knows whether it survives this signal). */
-static void pad_to_file_size(int fd)
+/* The lines that say which run, process, thread, time and executable: the format line, `run_id`, `pid`,
+ * `tid`, `thread_name`, `timestamp_ns`, `arch`, `executable`. */
+void vaka_sig_write_identity(const vaka_report_target *target, pid_t tid, uint64_t wall_ns)
 {
-    struct stat st;
-    vaka_w_flush(&vaka_run.writer);
-    long pos = (long)syscall(SYS_lseek, fd, 0L, SEEK_CUR);
-    if (pos < 0 || fstat(fd, &st) != 0) return;
-    long fill = (long)st.st_size - pos - 4; /* 4: `end\n` */
-    if (fill <= 0) return;
-    if (fill < 4) fill += 4096; /* shorter than `pad\n`: into the blocks past the end */
-    while (fill > 0) {
-        long n = fill > 4096 ? 4096 : fill;
-        if (fill - n > 0 && fill - n < 4) n -= 4; /* leave room for a last `pad\n` */
-        vaka_w_str(&vaka_run.writer, VAKA_REPORT_KEY_PAD);
-        if (n >= 5) {
-            vaka_w_char(&vaka_run.writer, ' ');
-            for (long i = 0; i < n - 5; i++) vaka_w_char(&vaka_run.writer, '.');
-        }
-        vaka_w_char(&vaka_run.writer, '\n');
-        fill -= n;
-    }
-}
-
-void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns, pid_t tid)
-{
-    uint64_t wall_ns = vaka_sig_now_ns(CLOCK_REALTIME);
-    vaka_report_target *target = atomic_load(&vaka_state.target);
-    if (target == NULL || target->path[0] == '\0') return;
-    if (vaka_run.kept_fd >= 0) close(vaka_run.kept_fd); /* an earlier survived report, replaced by this one */
-    vaka_run.kept_fd = -1;
-    vaka_run.kept_survived = 0;
-
-    vaka_sig_raise_fsize_limit();
-    int fd = vaka_sig_open_report(target);
-    if (fd < 0) return; /* nowhere to write; chaining still happens */
-    vaka_run.report_fd = fd;
-    vaka_w_init(&vaka_run.writer, fd);
-    vaka_safe_reader_begin(&vaka_state.reader);
-
-    int code = info != NULL ? info->si_code : 0;
-    const char *name;
-
     vaka_w_key(&vaka_run.writer, VAKA_REPORT_MAGIC);
     vaka_w_udec(&vaka_run.writer, VAKA_REPORT_VERSION);
     vaka_w_nl(&vaka_run.writer);
@@ -172,6 +131,13 @@ void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_n
         write_text_line(VAKA_REPORT_KEY_EXECUTABLE, vaka_state.executable, vaka_state.executable_len);
     else
         vaka_w_str(&vaka_run.writer, VAKA_REPORT_KEY_EXECUTABLE " " VAKA_REPORT_VALUE_UNKNOWN "\n");
+}
+
+/* The signal lines: `signal`, `code`, and `fault_addr` (a fault the kernel raised) or `sender` (si_code <= 0). */
+void vaka_sig_write_signal(int sig, const siginfo_t *info)
+{
+    int code = info != NULL ? info->si_code : 0;
+    const char *name;
 
     vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_SIGNAL);
     vaka_w_dec(&vaka_run.writer, sig);
@@ -199,12 +165,87 @@ void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_n
         vaka_w_udec(&vaka_run.writer, info->si_uid);
         vaka_w_nl(&vaka_run.writer);
     }
-    write_messages();
+}
+
+/* A reused spare longer than this report: `pad` lines (a key readers ignore, at most 4 KiB each) fill it up to
+ * its old size less the `end` line, so the report ends exactly where the file does without a truncate (one
+ * would free the blocks past the new end, and those allocated past it with FALLOC_FL_KEEP_SIZE: another
+ * thread on a full disk takes them before the process knows whether it survives this signal). */
+static void pad_to_file_size(int fd)
+{
+    struct stat st;
+    vaka_w_flush(&vaka_run.writer);
+    long pos = (long)syscall(SYS_lseek, fd, 0L, SEEK_CUR);
+    if (pos < 0 || fstat(fd, &st) != 0) return;
+    long fill = (long)st.st_size - pos - 4; /* 4: `end\n` */
+    if (fill <= 0) return;
+    if (fill < 4) fill += 4096; /* shorter than `pad\n`: into the blocks past the end */
+    while (fill > 0) {
+        long n = fill > 4096 ? 4096 : fill;
+        if (fill - n > 0 && fill - n < 4) n -= 4; /* leave room for a last `pad\n` */
+        vaka_w_str(&vaka_run.writer, VAKA_REPORT_KEY_PAD);
+        if (n >= 5) {
+            vaka_w_char(&vaka_run.writer, ' ');
+            for (long i = 0; i < n - 5; i++) vaka_w_char(&vaka_run.writer, '.');
+        }
+        vaka_w_char(&vaka_run.writer, '\n');
+        fill -= n;
+    }
+}
+
+/* The `frame` lines, newest first, and `frames_truncated` when the walk stopped at the cap. */
+void vaka_sig_write_frames(const uintptr_t *ips, const uint8_t *methods, size_t n, int truncated)
+{
+    for (size_t i = 0; i < n; i++) vaka_w_frame(&vaka_run.writer, ips[i], methods[i]);
+    if (truncated) {
+        vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_FRAMES_TRUNCATED);
+        vaka_w_udec(&vaka_run.writer, n);
+        vaka_w_nl(&vaka_run.writer);
+    }
+}
+
+/* The last lines: `memory_read`, `capture_ns` (since `start_ns`, CLOCK_MONOTONIC), `pad` up to the size of a
+ * reused file `fd`, `end`. */
+void vaka_sig_write_tail(int fd, uint64_t start_ns)
+{
+    /* How memory was read (after the reads: a method refused mid-capture has been replaced by then). */
+    vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_MEMORY_READ);
+    vaka_w_str(&vaka_run.writer, vaka_state.reader.method == VAKA_SAFE_READ_PVR    ? VAKA_REPORT_MEMORY_READ_PVR
+                        : vaka_state.reader.method == VAKA_SAFE_READ_PIPE ? VAKA_REPORT_MEMORY_READ_PIPE
+                                                                          : VAKA_REPORT_MEMORY_READ_NONE);
+    vaka_w_nl(&vaka_run.writer);
+
+    vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_CAPTURE_NS);
+    vaka_w_udec(&vaka_run.writer, vaka_sig_now_ns(CLOCK_MONOTONIC) - start_ns);
+    vaka_w_nl(&vaka_run.writer);
+    pad_to_file_size(fd);
+    vaka_w_str(&vaka_run.writer, VAKA_REPORT_KEY_END "\n");
+}
+
+void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns, pid_t tid)
+{
+    uint64_t wall_ns = vaka_sig_now_ns(CLOCK_REALTIME);
+    vaka_report_target *target = atomic_load(&vaka_state.target);
+    if (target == NULL || target->path[0] == '\0') return;
+    if (vaka_run.kept_fd >= 0) close(vaka_run.kept_fd); /* an earlier survived report, replaced by this one */
+    vaka_run.kept_fd = -1;
+    vaka_run.kept_survived = 0;
+
+    vaka_sig_raise_fsize_limit();
+    int fd = vaka_sig_open_report(target);
+    if (fd < 0) return; /* nowhere to write; chaining still happens */
+    vaka_run.report_fd = fd;
+    vaka_w_init(&vaka_run.writer, fd);
+    vaka_safe_reader_begin(&vaka_state.reader);
+
+    vaka_sig_write_identity(target, tid, wall_ns);
+    vaka_sig_write_signal(sig, info);
+    vaka_sig_write_messages();
     /* Flush the header now: if anything below faults or hangs, it is already on disk. */
     vaka_w_flush(&vaka_run.writer);
     vaka_sig_test_fault(1);
 
-    write_registers(uc);
+    vaka_sig_write_registers(uc);
     vaka_w_flush(&vaka_run.writer); /* the registers too: the unwinding below may hang (see the watchdog) */
 
     /* Frame-pointer frames first, into their own buffer: if libunwind hangs, the watchdog writes these. */
@@ -224,29 +265,11 @@ void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_n
         for (int i = 0; i < VAKA_WAIT_STEPS; i++) nanosleep(&step, NULL);
         syscall(SYS_exit_group, 128 + sig);
     }
-    for (size_t i = 0; i < n; i++) {
-        vaka_w_frame(&vaka_run.writer, frame_ips[i], frame_methods[i]);
-    }
-    if (truncated) {
-        vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_FRAMES_TRUNCATED);
-        vaka_w_udec(&vaka_run.writer, n);
-        vaka_w_nl(&vaka_run.writer);
-    }
+    vaka_sig_write_frames(frame_ips, frame_methods, n, truncated);
 
     vaka_sig_write_images(&vaka_run.writer, &vaka_state.reader);
 
-    /* How memory was read (after the reads: a method refused mid-capture has been replaced by then). */
-    vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_MEMORY_READ);
-    vaka_w_str(&vaka_run.writer, vaka_state.reader.method == VAKA_SAFE_READ_PVR    ? VAKA_REPORT_MEMORY_READ_PVR
-                        : vaka_state.reader.method == VAKA_SAFE_READ_PIPE ? VAKA_REPORT_MEMORY_READ_PIPE
-                                                                          : VAKA_REPORT_MEMORY_READ_NONE);
-    vaka_w_nl(&vaka_run.writer);
-
-    vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_CAPTURE_NS);
-    vaka_w_udec(&vaka_run.writer, vaka_sig_now_ns(CLOCK_MONOTONIC) - start_ns);
-    vaka_w_nl(&vaka_run.writer);
-    pad_to_file_size(fd);
-    vaka_w_str(&vaka_run.writer, VAKA_REPORT_KEY_END "\n");
+    vaka_sig_write_tail(fd, start_ns);
     vaka_w_flush(&vaka_run.writer);
     /* No fsync: the data is in the page cache, which outlives this process (only a kernel crash or power
      * loss would lose it), and fsync costs milliseconds on real disks — more than the whole capture. */

@@ -98,6 +98,23 @@ void vaka_sig_send_self(int sig, pid_t tid);
 /* ---- report content (sig_report.c) */
 /** Writes the whole report of signal `sig` to the current target's file; leaves it open in vaka_run.kept_fd. */
 void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_ns, pid_t tid);
+/* The pieces of a report, in the order vaka_sig_capture() writes them, each into vaka_run.writer (the C
+ * unit tests call them one by one to write a report with every key: Tests/unit/runtime_unit.c). */
+/** The format line, `run_id`, `pid`, `tid`, `thread_name`, `timestamp_ns` (`wall_ns`), `arch`, `executable`. */
+void vaka_sig_write_identity(const vaka_report_target *target, pid_t tid, uint64_t wall_ns);
+/** `signal`, `code`, and `fault_addr` (si_code > 0, a fault signal) or `sender` (si_code <= 0). */
+void vaka_sig_write_signal(int sig, const siginfo_t *info);
+/** `fatal_message` and `abort_message`, read (safely) from the Swift runtime's and glibc's message pointers. */
+void vaka_sig_write_messages(void);
+/** One message line `key` with the text at address `p`: at most min(`cap`, VAKA_REPORT_MESSAGE_MAX) bytes,
+ *  trailing newlines removed; nothing when `p` is 0 or the text is empty. */
+void vaka_sig_write_message(const char *key, uintptr_t p, size_t cap);
+/** The `register` lines of `uc`. */
+void vaka_sig_write_registers(const ucontext_t *uc);
+/** The `frame` lines and `frames_truncated` (when `truncated`). */
+void vaka_sig_write_frames(const uintptr_t *ips, const uint8_t *methods, size_t n, int truncated);
+/** `memory_read`, `capture_ns` (since `start_ns`), `pad` up to the size of the reused file `fd`, `end`. */
+void vaka_sig_write_tail(int fd, uint64_t start_ns);
 
 /* ---- report file: target, reserve, spare (sig_report_file.c) */
 /** Opens the report file of `target` (spare, reserve, by directory descriptor, by path). @return fd or -1. */
