@@ -6,12 +6,14 @@
  *   1. sig_handler.c: vaka_sig_handler      this thread's entry slot (kernel tid, depth, newest entry); the same
  *                                           signal at the same PC and ucontext as an entry of this thread that has
  *                                           not returned is a fault the handler repeats: SIG_DFL, return, die.
- *   2. sig_handler.c: handler_body          not our process (vfork child) -> sig_death.c: vaka_sig_not_our_process;
+ *   2. sig_handler.c: vaka_sig_handler_body
+ *                                           not our process (vfork child) -> sig_death.c: vaka_sig_not_our_process;
  *                                           sent from outside to a signal ignored before us -> return.
  *   3. sig_chain.c: vaka_sig_inside_chained_handler
  *                                           raised inside the previous handler this thread is running -> step 9 with
  *                                           no capture; after a siglongjmp out of it -> sig_rearm.c: vaka_sig_survived.
- *   4. sig_handler.c: handler_body          compare-and-swap on vaka_run.crash_tid: the first thread wins; a second
+ *   4. sig_handler.c: vaka_sig_handler_body
+ *                                           compare-and-swap on vaka_run.crash_tid: the first thread wins; a second
  *                                           entry on the winner's thread (the capture faulted) ->
  *                                           sig_death.c: vaka_sig_die_after_nested_fault; any other thread waits
  *                                           (bounded) for the winner, then goes to step 9 (or competes again when
@@ -108,7 +110,7 @@ static vaka_entry_slot *entry_slot(pid_t tid)
     return NULL;
 }
 
-static void handler_body(int sig, siginfo_t *info, void *context);
+static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context);
 
 static uintptr_t context_pc(const void *context)
 {
@@ -155,7 +157,7 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
         slot->pc = pc;
         slot->uc = context;
     }
-    handler_body(sig, info, context);
+    vaka_sig_handler_body(sig, info, context);
     if (slot != NULL) {
         slot->sig = outer_sig; /* the entry this one interrupted, if any, is the newest again */
         slot->pc = outer_pc;
@@ -164,7 +166,7 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
     }
 }
 
-static void handler_body(int sig, siginfo_t *info, void *context)
+static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
 {
     int saved_errno = errno;
     if ((pid_t)syscall(SYS_getpid) != vaka_state.owner_pid) {
