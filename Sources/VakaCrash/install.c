@@ -35,7 +35,7 @@ static const int default_signals[] = { VAKA_CRASH_SIGNALS };
 
 /* ------------------------------------------------------------------ safe memory setup */
 
-int vaka_safe_reader_init(vaka_safe_reader *r)
+int vaka_rt_safe_reader_init(vaka_safe_reader *r)
 {
     int err = 0;
     struct stat st;
@@ -332,7 +332,7 @@ static void prepare_handler_state(void)
 {
     prepare_process_facts();
 
-    vaka_safe_reader_init(&vaka_state.reader);
+    vaka_rt_safe_reader_init(&vaka_state.reader);
 
     resolve_message_symbols();
     vaka_state.r_debug = &_r_debug;
@@ -374,7 +374,7 @@ int vaka_crash_install(const vaka_crash_config *config)
     if (rc != 0) goto out;
     gave_alt_stack = !had_ours && vaka_thread_stack_is_ours();
 
-    vaka_sig_rearm();
+    vaka_rt_rearm();
     vaka_state.owner_pid = getpid();
     static int atfork_registered;
     if (!atfork_registered && pthread_atfork(NULL, NULL, vaka_sig_after_fork_child) == 0) atfork_registered = 1;
@@ -416,7 +416,7 @@ int vaka_crash_install(const vaka_crash_config *config)
      * (sig_mask.c): from now on no SIG_BLOCK/SIG_SETMASK blocks them, and this thread (whose mask may have been
      * inherited blocked over exec) unblocks them now. */
     atomic_store(&vaka_sig_protected_mask, protect);
-    vaka_sig_unblock_crash_signals();
+    vaka_rt_unblock_crash_signals();
 out:
     pthread_mutex_unlock(&install_lock);
     return rc;
@@ -443,7 +443,7 @@ int vaka_crash_uninstall(void)
         atomic_store(&vaka_sig_protected_mask, 0u);
         vaka_state.signal_count = 0;
         vaka_thread_stack_detach();
-        vaka_sig_at_uninstall(); /* before the directory descriptors close */
+        vaka_rt_at_uninstall(); /* before the directory descriptors close */
         close_target_dir(&vaka_state.targets[0], NULL);
         close_target_dir(&vaka_state.targets[1], NULL);
         gave_alt_stack = 0;
@@ -468,7 +468,7 @@ int vaka_crash_refresh_images(void)
 {
     pthread_mutex_lock(&install_lock);
     int count;
-    if (vaka_sig_crash_started()) {
+    if (vaka_rt_crash_started()) {
         /* The handler may be reading the caches right now. */
         errno = EBUSY;
         count = -1;

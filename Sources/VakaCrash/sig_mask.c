@@ -98,7 +98,7 @@ int sigprocmask(int how, const sigset_t *set, sigset_t *old)
     return 0;
 }
 
-void vaka_sig_unblock_crash_signals(void)
+void vaka_rt_unblock_crash_signals(void)
 {
     unsigned protect = atomic_load(&vaka_sig_protected_mask);
     if (protect == 0) return;

@@ -5,7 +5,7 @@
  * unmapped page instead of delivering SIGSEGV. Containers and seccomp policies may refuse it (EPERM,
  * ENOSYS); then we write(2) the memory into a private pipe created at install and read it back: write(2)
  * from a bad user buffer also fails with EFAULT. Ranges are split at 4 KiB boundaries so a result is always
- * a prefix cut at the first unreadable page. The reader is set up by vaka_safe_reader_init() (install.c).
+ * a prefix cut at the first unreadable page. The reader is set up by vaka_rt_safe_reader_init() (install.c).
  */
 #include "vaka_internal.h"
 

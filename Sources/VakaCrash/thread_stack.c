@@ -79,7 +79,7 @@ int vaka_crash_thread_attach(void)
     /* First the mask: a thread that existed before install may run under a mask inherited with the crash
      * signals blocked (over exec, or from its creator), where a fault kills the process without a handler.
      * Only this thread can change its own mask, so attach does it (a no-op while not installed). */
-    vaka_sig_unblock_crash_signals();
+    vaka_rt_unblock_crash_signals();
     stack_t cur;
     if (sigaltstack(NULL, &cur) != 0) return errno;
     if (!(cur.ss_flags & SS_DISABLE)) return 0; /* the thread has one already: leave it alone */

@@ -50,7 +50,7 @@ enum {
     VAKA_SAFE_READ_PIPE = 2,      /* write(2) the memory into a private pipe, read it back */
 };
 
-/** A way to read memory that may be unmapped without faulting. Set up with vaka_safe_reader_init(). */
+/** A way to read memory that may be unmapped without faulting. Set up with vaka_rt_safe_reader_init(). */
 typedef struct vaka_safe_reader {
     int method;          /* VAKA_SAFE_READ_* */
     int pipe_r, pipe_w;  /* the private pipe (O_NONBLOCK, O_CLOEXEC), -1 when none */
@@ -59,9 +59,9 @@ typedef struct vaka_safe_reader {
     pid_t pid;           /* our pid, refreshed by vaka_safe_reader_begin() (fork changes it) */
 } vaka_safe_reader;
 
-/** Install time: creates the pipe and picks the method (process_vm_readv if it works, else the pipe).
+/** Install time (install.c): creates the pipe and picks the method (process_vm_readv if it works, else the pipe).
  *  @return 0 or an errno value (the reader then has method NONE). */
-int vaka_safe_reader_init(vaka_safe_reader *r);
+int vaka_rt_safe_reader_init(vaka_safe_reader *r);
 /** Signal safe. Refreshes the pid and checks the pipe is still ours; call once per capture. */
 void vaka_safe_reader_begin(vaka_safe_reader *r);
 /** Signal safe. Copies up to `len` bytes at address `src` to `dst` without faulting.
@@ -185,7 +185,8 @@ uintptr_t vaka_uc_pc(const ucontext_t *uc);
 uintptr_t vaka_uc_sp(const ucontext_t *uc);
 uintptr_t vaka_uc_fp(const ucontext_t *uc);
 
-/* ---------------------------------------------------------------- handler state (sig_handler.c) */
+/* ---------------------------------------------------------------- handler state (sig_handler.c and the
+ * other sig_*.c files of the handler: the map at the top of sig_handler.c; their shared run state: sig_state.h) */
 
 /** Report destination; two copies so a re-install can switch atomically while a crash may be reading. */
 typedef struct vaka_report_target {
@@ -233,34 +234,36 @@ extern vaka_sig_state vaka_state;
 
 /** The signal handler (sig_handler.c). */
 void vaka_sig_handler(int sig, siginfo_t *info, void *uc);
-/** Signal safe. Puts back every saved previous action and marks the runtime as not installed. */
+/** Signal safe (sig_rearm.c). Puts back every saved previous action and marks the runtime as not installed. */
 void vaka_sig_restore_previous(void);
-/** Signal safe. 1 when a crash capture has started (then images must not be refreshed). */
-int vaka_sig_crash_started(void);
-/** fork() child (pthread_atfork): the state now belongs to the child; its reports go to
- *  `<dir>/<run_id>-<pid>.crash`. Only plain memory writes and getpid. */
+/** Install time (lifecycle.c). 1 when a crash capture has started (then images must not be refreshed). */
+int vaka_rt_crash_started(void);
+/** fork() child (pthread_atfork; sig_lifecycle.c): the state now belongs to the child; its reports go to
+ *  `<dir>/<run_id>-<pid>.crash`. Only plain memory writes, getpid, fstat and close: a previous handler chained
+ *  to from ours may call fork(), so this can run inside the handler. */
 void vaka_sig_after_fork_child(void);
-/** Install time: after a finished capture that the process survived (a previous handler recovered),
- *  lets a new install capture again. */
-void vaka_sig_rearm(void);
-/** Signal safe (also used at install). Gives `t` a space reserve for the report: an unnamed file (O_TMPFILE)
+/** Install time (lifecycle.c): after a finished capture that the process survived (a previous handler
+ *  recovered), lets a new install capture again. */
+void vaka_rt_rearm(void);
+/** Signal safe (sig_report_file.c; also used at install). Gives `t` a space reserve for the report: an unnamed file (O_TMPFILE)
  *  in the report directory with blocks allocated but size 0 (fallocate FALLOC_FL_KEEP_SIZE, the first of
  *  VAKA_RESERVE_SIZES the file system grants), linked under the report's name only at crash time, so a file
  *  system full by then still takes the report. The previous reserve of `t`, if any, is closed.
  *  @return 0; or the errno of the O_TMPFILE open (EROFS, EACCES...; t->reserve_fd is then -1). A file system
  *  without O_TMPFILE (EOPNOTSUPP, EISDIR) or without room returns 0 with no reserve. */
 int vaka_sig_make_reserve(vaka_report_target *t);
-/** Normal exit (atexit, install.c): removes the report of a signal whose previous handler left with siglongjmp
+/** Normal exit (atexit, registered by install.c; sig_lifecycle.c: exit() may be called by a previous handler
+ *  chained to from ours, inside the handler): removes the report of a signal whose previous handler left with siglongjmp
  *  (the process survived it) when nothing crashed since. */
 void vaka_sig_at_exit(void);
 /** Unlinks and closes the kept spare report (`.<run_id>-<pid>.spare`, a survived signal's report kept as the next
- * reserve) when it is this process's; install.c calls it at uninstall. */
+ * reserve) when it is this process's (sig_report_file.c); called at exit (vaka_sig_at_exit) and uninstall. */
 void vaka_sig_drop_spare(void);
-/** Uninstall (install.c, before the directory descriptors close): drops the spare, removes a survived signal's
+/** Install time (lifecycle.c; uninstall, before the directory descriptors close): drops the spare, removes a survived signal's
  *  kept report, and keeps any report name still remembered by its absolute path (never by a descriptor about
  *  to close). */
-void vaka_sig_at_uninstall(void);
-/** Signal safe. Faults on purpose (test hook) when the configured stage equals `stage`. */
+void vaka_rt_at_uninstall(void);
+/** Signal safe (sig_lifecycle.c). Faults on purpose (test hook) when the configured stage equals `stage`. */
 void vaka_sig_test_fault(int stage);
 
 /* ---------------------------------------------------------------- signal mask (sig_mask.c) */
@@ -275,8 +278,9 @@ extern atomic_uint vaka_sig_protected_mask;
  *  static entries or the rt_sigprocmask system call stand in for them (order: sig_mask.c). */
 extern _Atomic(vaka_sigmask_fn) vaka_real_pthread_sigmask;
 extern _Atomic(vaka_sigmask_fn) vaka_real_sigprocmask;
-/** Signal safe. Unblocks the protected signals (vaka_sig_protected_mask) in the calling thread. */
-void vaka_sig_unblock_crash_signals(void);
+/** Install time and thread start (install.c, thread_stack.c). Unblocks the protected signals
+ *  (vaka_sig_protected_mask) in the calling thread. */
+void vaka_rt_unblock_crash_signals(void);
 
 /* ---------------------------------------------------------------- install-time helpers */
 

@@ -1,0 +1,583 @@
+/*
+ * Unit tests of the crash runtime's pieces (Sources/VakaCrash), linked against the runtime's objects so the
+ * internal functions are reachable: the report writer's escaping and number formatting, the message cap, the
+ * GNU build-ID note reader over crafted note sections, the frame-pointer walk over a crafted stack, and the
+ * signal / si_code name table. Run by VakaCrashTests.RuntimeUnitTests (swift test, scripts/test).
+ *
+ *   runtime_unit                       run every check; one line per check: `ok <name>` or
+ *                                      `FAIL <name>: <what differed>`, then `checks <count> failed <count>`;
+ *                                      exit status 1 when any check failed
+ *   runtime_unit --contract-report DIR write two reports with the runtime's real writer functions into DIR
+ *                                      (install, then each piece of the capture in turn): `contract-fault.crash`
+ *                                      (a SIGSEGV with every key but `sender`) and `contract-sender.crash` (a
+ *                                      SIGABRT sent by a process: `sender` instead of `fault_addr`). Together they
+ *                                      hold every key of vaka/vaka_report_format.h.
+ */
+#include "sig_state.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <elf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ check bookkeeping */
+
+static int checks_run, checks_failed;
+static const char *current;
+static int current_failed;
+static char detail[512];
+
+static void begin(const char *name)
+{
+    current = name;
+    current_failed = 0;
+    detail[0] = '\0';
+}
+
+static void end_check(void)
+{
+    checks_run++;
+    if (current_failed) {
+        checks_failed++;
+        printf("FAIL %s: %s\n", current, detail);
+    } else {
+        printf("ok %s\n", current);
+    }
+    fflush(stdout);
+}
+
+#define EXPECT(cond, ...)                                                                                       \
+    do {                                                                                                        \
+        if (!(cond) && !current_failed) {                                                                       \
+            current_failed = 1;                                                                                 \
+            snprintf(detail, sizeof detail, __VA_ARGS__);                                                       \
+        }                                                                                                       \
+    } while (0)
+
+/* ------------------------------------------------------------------ writer helpers */
+
+static char out[1 << 17];
+static size_t out_len;
+
+/* A writer over a fresh memory file; finish() flushes it and reads the bytes back into `out`. */
+static int start_writer(vaka_writer *w)
+{
+    int fd = (int)syscall(SYS_memfd_create, "vaka-unit", 0);
+    vaka_w_init(w, fd);
+    return fd;
+}
+
+static const char *finish(vaka_writer *w, int fd)
+{
+    vaka_w_flush(w);
+    out_len = 0;
+    lseek(fd, 0, SEEK_SET);
+    ssize_t k;
+    while (out_len < sizeof out - 1 && (k = read(fd, out + out_len, sizeof out - 1 - out_len)) > 0) out_len += (size_t)k;
+    out[out_len] = '\0';
+    close(fd);
+    return out;
+}
+
+static const char *escaped(const char *s, size_t n)
+{
+    vaka_writer *w = &vaka_run.writer;
+    int fd = start_writer(w);
+    vaka_w_text(w, s, n);
+    return finish(w, fd);
+}
+
+/* The escaping rule of docs/report-format.md, written independently of the writer. */
+static size_t reference_escape(const unsigned char *s, size_t n, char *dst)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c == '\\') { dst[k++] = '\\'; dst[k++] = '\\'; }
+        else if (c == '\n') { dst[k++] = '\\'; dst[k++] = 'n'; }
+        else if (c == '\t') { dst[k++] = '\\'; dst[k++] = 't'; }
+        else if (c < 0x20 || c == 0x7f) k += (size_t)sprintf(dst + k, "\\x%02x", c);
+        else dst[k++] = (char)c;
+    }
+    dst[k] = '\0';
+    return k;
+}
+
+/* ------------------------------------------------------------------ report writer */
+
+static void test_writer(void)
+{
+    begin("escape_backslash");
+    EXPECT(strcmp(escaped("a\\b\\\\", 5), "a\\\\b\\\\\\\\") == 0, "got [%s]", out);
+    end_check();
+
+    begin("escape_newline_and_tab");
+    EXPECT(strcmp(escaped("x\ny\tz", 5), "x\\ny\\tz") == 0, "got [%s]", out);
+    end_check();
+
+    begin("escape_control_bytes");
+    for (int c = 0; c < 0x20; c++) {
+        if (c == '\n' || c == '\t') continue;
+        char in = (char)c, want[8];
+        snprintf(want, sizeof want, "\\x%02x", c);
+        EXPECT(strcmp(escaped(&in, 1), want) == 0, "byte 0x%02x gave [%s], want [%s]", c, out, want);
+    }
+    end_check();
+
+    begin("escape_nul_inside_value");
+    escaped("a\0b", 3);
+    EXPECT(out_len == 6 && memcmp(out, "a\\x00b", 6) == 0, "got %zu bytes [%s]", out_len, out);
+    end_check();
+
+    begin("escape_del_0x7f");
+    EXPECT(strcmp(escaped("\x7f", 1), "\\x7f") == 0, "got [%s]", out);
+    end_check();
+
+    begin("escape_high_bytes_verbatim");
+    for (int c = 0x80; c <= 0xff; c++) {
+        char in = (char)c;
+        escaped(&in, 1);
+        EXPECT(out_len == 1 && (unsigned char)out[0] == c, "byte 0x%02x gave %zu bytes", c, out_len);
+    }
+    escaped("\xc3\xa9t\xc3\xa9", 5); /* UTF-8 "été" stays as it is */
+    EXPECT(out_len == 5 && memcmp(out, "\xc3\xa9t\xc3\xa9", 5) == 0, "UTF-8 changed: [%s]", out);
+    end_check();
+
+    begin("escape_printable_verbatim");
+    for (int c = 0x20; c < 0x7f; c++) {
+        if (c == '\\') continue;
+        char in = (char)c;
+        escaped(&in, 1);
+        EXPECT(out_len == 1 && out[0] == c, "byte 0x%02x gave [%s]", c, out);
+    }
+    end_check();
+
+    begin("escape_long_value_across_buffer_flushes");
+    static unsigned char big[20000];
+    static char want[80001];
+    for (size_t i = 0; i < sizeof big; i++) big[i] = (unsigned char)((i * 37 + i / 251) & 0xff);
+    size_t want_len = reference_escape(big, sizeof big, want);
+    escaped((const char *)big, sizeof big);
+    EXPECT(out_len == want_len && memcmp(out, want, want_len) == 0, "%zu bytes, want %zu (first difference at %zu)",
+           out_len, want_len, (size_t)({ size_t d = 0; while (d < out_len && d < want_len && out[d] == want[d]) d++; d; }));
+    end_check();
+
+    begin("numbers_hex_and_decimal");
+    {
+        vaka_writer *w = &vaka_run.writer;
+        int fd = start_writer(w);
+        vaka_w_hex(w, 0); vaka_w_char(w, ' ');
+        vaka_w_hex(w, 0xdeadbeefULL); vaka_w_char(w, ' ');
+        vaka_w_hex(w, UINT64_MAX); vaka_w_char(w, ' ');
+        vaka_w_dec(w, INT64_MIN); vaka_w_char(w, ' ');
+        vaka_w_dec(w, -1); vaka_w_char(w, ' ');
+        vaka_w_udec(w, 0); vaka_w_char(w, ' ');
+        vaka_w_udec(w, UINT64_MAX); vaka_w_char(w, ' ');
+        static const uint8_t id[] = { 0x00, 0x0f, 0xa0, 0xff };
+        vaka_w_hexbytes(w, id, sizeof id);
+        finish(w, fd);
+        EXPECT(strcmp(out, "0x0 0xdeadbeef 0xffffffffffffffff -9223372036854775808 -1 0 18446744073709551615 000fa0ff") == 0,
+               "got [%s]", out);
+    }
+    end_check();
+
+    begin("frame_line_per_method");
+    {
+        vaka_writer *w = &vaka_run.writer;
+        int fd = start_writer(w);
+        vaka_w_frame(w, 0x10, VAKA_FRAME_CONTEXT);
+        vaka_w_frame(w, 0x20, VAKA_FRAME_CFI);
+        vaka_w_frame(w, 0x30, VAKA_FRAME_FP);
+        vaka_w_frame(w, 0x40, VAKA_FRAME_SCAN);
+        finish(w, fd);
+        EXPECT(strcmp(out, "frame 0x10 context\nframe 0x20 cfi\nframe 0x30 fp\nframe 0x40 scan\n") == 0, "got [%s]", out);
+    }
+    end_check();
+
+    begin("flush_lines_keeps_only_complete_lines");
+    {
+        vaka_writer *w = &vaka_run.writer;
+        int fd = start_writer(w);
+        vaka_w_str(w, "pid 1\ntid 2\npid 4");
+        vaka_w_flush_lines(w);
+        finish(w, fd);
+        EXPECT(strcmp(out, "pid 1\ntid 2\n") == 0, "got [%s]", out);
+    }
+    end_check();
+
+    /* The message cap (VAKA_REPORT_MESSAGE_MAX) and the trailing-newline rule, through the handler's own
+     * message writer and safe reader. */
+    vaka_rt_safe_reader_init(&vaka_state.reader);
+    vaka_safe_reader_begin(&vaka_state.reader);
+
+    begin("message_capped_at_message_max");
+    {
+        static char msg[VAKA_REPORT_MESSAGE_MAX + 1000];
+        memset(msg, 'm', sizeof msg - 1);
+        msg[sizeof msg - 1] = '\0';
+        vaka_writer *w = &vaka_run.writer;
+        int fd = start_writer(w);
+        vaka_sig_write_message(VAKA_REPORT_KEY_FATAL_MESSAGE, (uintptr_t)msg, sizeof msg);
+        finish(w, fd);
+        size_t key = strlen(VAKA_REPORT_KEY_FATAL_MESSAGE) + 1;
+        EXPECT(out_len == key + VAKA_REPORT_MESSAGE_MAX + 1 && out[out_len - 1] == '\n' && out[out_len - 2] == 'm',
+               "line of %zu bytes, want %zu", out_len, key + VAKA_REPORT_MESSAGE_MAX + 1);
+    }
+    end_check();
+
+    begin("message_trailing_newlines_removed_and_escaped");
+    {
+        static const char msg[] = "Fatal error: a\\b\tc\n\r\n";
+        vaka_writer *w = &vaka_run.writer;
+        int fd = start_writer(w);
+        vaka_sig_write_message(VAKA_REPORT_KEY_ABORT_MESSAGE, (uintptr_t)msg, sizeof msg);
+        vaka_sig_write_message(VAKA_REPORT_KEY_ABORT_MESSAGE, 0, 100);            /* no pointer: no line */
+        vaka_sig_write_message(VAKA_REPORT_KEY_ABORT_MESSAGE, (uintptr_t)"\n\n", 3); /* empty: no line */
+        vaka_sig_write_message(VAKA_REPORT_KEY_ABORT_MESSAGE, (uintptr_t)"abcdef", 3); /* own cap */
+        finish(w, fd);
+        EXPECT(strcmp(out, "abort_message Fatal error: a\\\\b\\tc\nabort_message abc\n") == 0, "got [%s]", out);
+    }
+    end_check();
+
+    begin("message_unreadable_pointer_writes_nothing");
+    {
+        void *page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        vaka_writer *w = &vaka_run.writer;
+        int fd = start_writer(w);
+        vaka_sig_write_message(VAKA_REPORT_KEY_FATAL_MESSAGE, (uintptr_t)page, 100);
+        finish(w, fd);
+        munmap(page, 4096);
+        EXPECT(out_len == 0, "got [%s]", out);
+    }
+    end_check();
+}
+
+/* ------------------------------------------------------------------ build-ID note reader */
+
+static uint8_t notes[1024];
+
+/* Appends one ELF note (header, name padded to `align`, descriptor padded to `align`) at *off. */
+static void add_note(size_t *off, size_t align, const char *name, uint32_t namesz, uint32_t type, const uint8_t *desc,
+                     uint32_t descsz)
+{
+    memcpy(notes + *off, &namesz, 4);
+    memcpy(notes + *off + 4, &descsz, 4);
+    memcpy(notes + *off + 8, &type, 4);
+    *off += 12;
+    memcpy(notes + *off, name, namesz);
+    *off += (namesz + align - 1) & ~(align - 1);
+    memcpy(notes + *off, desc, descsz);
+    *off += (descsz + align - 1) & ~(align - 1);
+}
+
+static void test_build_id(void)
+{
+    uint8_t id[80], got[VAKA_REPORT_BUILD_ID_MAX + 16], abi[16] = { 0 };
+    for (size_t i = 0; i < sizeof id; i++) id[i] = (uint8_t)(0xa0 + i);
+    size_t off, n;
+
+    begin("build_id_after_another_note");
+    memset(notes, 0, sizeof notes); off = 0;
+    add_note(&off, 4, "GNU", 4, NT_GNU_ABI_TAG, abi, 16);
+    add_note(&off, 4, "GNU", 4, NT_GNU_BUILD_ID, id, 20);
+    n = vaka_find_build_id(notes, off, 4, got);
+    EXPECT(n == 20 && memcmp(got, id, 20) == 0, "length %zu", n);
+    end_check();
+
+    begin("build_id_align_8");
+    memset(notes, 0, sizeof notes); off = 0;
+    add_note(&off, 8, "GNU", 4, NT_GNU_PROPERTY_TYPE_0, abi, 12);
+    add_note(&off, 8, "GNU", 4, NT_GNU_BUILD_ID, id, 20);
+    n = vaka_find_build_id(notes, off, 8, got);
+    EXPECT(n == 20 && memcmp(got, id, 20) == 0, "length %zu", n);
+    end_check();
+
+    begin("build_id_odd_descsz");
+    memset(notes, 0, sizeof notes); off = 0;
+    add_note(&off, 4, "GNU", 4, NT_GNU_BUILD_ID, id, 5);
+    n = vaka_find_build_id(notes, off, 4, got);
+    EXPECT(n == 5 && memcmp(got, id, 5) == 0, "length %zu", n);
+    end_check();
+
+    begin("build_id_after_odd_namesz_note");
+    memset(notes, 0, sizeof notes); off = 0;
+    add_note(&off, 4, "GNUX", 5, NT_GNU_BUILD_ID, abi, 3); /* not "GNU": skipped, padding honoured */
+    add_note(&off, 4, "GNU", 4, NT_GNU_BUILD_ID, id, 20);
+    n = vaka_find_build_id(notes, off, 4, got);
+    EXPECT(n == 20 && memcmp(got, id, 20) == 0, "length %zu", n);
+    end_check();
+
+    begin("build_id_truncated_section");
+    memset(notes, 0, sizeof notes); off = 0;
+    add_note(&off, 4, "GNU", 4, NT_GNU_BUILD_ID, id, 20);
+    n = vaka_find_build_id(notes, off - 4, 4, got); /* descriptor cut */
+    EXPECT(n == 0, "cut descriptor gave length %zu", n);
+    n = vaka_find_build_id(notes, 11, 4, got); /* header cut */
+    EXPECT(n == 0, "cut header gave length %zu", n);
+    n = vaka_find_build_id(notes, 0, 4, got);
+    EXPECT(n == 0, "empty section gave length %zu", n);
+    end_check();
+
+    begin("build_id_no_gnu_note");
+    memset(notes, 0, sizeof notes); off = 0;
+    add_note(&off, 4, "FOO", 4, NT_GNU_BUILD_ID, id, 20);  /* another owner's type 3 */
+    add_note(&off, 4, "GNU", 4, NT_GNU_ABI_TAG, abi, 16);  /* GNU, another type */
+    add_note(&off, 4, "GNU", 4, NT_GNU_BUILD_ID, id, 0);   /* empty descriptor */
+    n = vaka_find_build_id(notes, off, 4, got);
+    EXPECT(n == 0, "length %zu", n);
+    end_check();
+
+    begin("build_id_longer_than_max_is_capped");
+    memset(notes, 0, sizeof notes); off = 0;
+    add_note(&off, 4, "GNU", 4, NT_GNU_BUILD_ID, id, 80);
+    memset(got, 0xee, sizeof got);
+    n = vaka_find_build_id(notes, off, 4, got);
+    EXPECT(n == VAKA_REPORT_BUILD_ID_MAX && memcmp(got, id, n) == 0 && got[n] == 0xee, "length %zu", n);
+    end_check();
+
+    begin("build_id_huge_sizes_stop_the_walk");
+    memset(notes, 0, sizeof notes);
+    uint32_t huge = 0xfffffffcu, four = 4, type = NT_GNU_BUILD_ID;
+    memcpy(notes, &huge, 4); memcpy(notes + 4, &four, 4); memcpy(notes + 8, &type, 4);
+    n = vaka_find_build_id(notes, 64, 4, got);
+    EXPECT(n == 0, "namesz 0xfffffffc gave length %zu", n);
+    memcpy(notes, &four, 4); memcpy(notes + 4, &huge, 4); memcpy(notes + 12, "GNU", 4);
+    n = vaka_find_build_id(notes, 64, 4, got);
+    EXPECT(n == 0, "descsz 0xfffffffc gave length %zu", n);
+    end_check();
+}
+
+/* ------------------------------------------------------------------ frame-pointer walk */
+
+#define WORD sizeof(uintptr_t)
+
+static void test_fp_walk(void)
+{
+    const char *method_names[] = { "pvr", "pipe" };
+    int methods_to_try[] = { VAKA_SAFE_READ_PVR, VAKA_SAFE_READ_PIPE };
+    long page = sysconf(_SC_PAGESIZE);
+    /* Two pages: frames in the first, the second unmapped (a frame pointer into it must not fault). */
+    uintptr_t *stack = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    munmap((char *)stack + page, (size_t)page);
+    uintptr_t base = (uintptr_t)stack, unmapped = base + (uintptr_t)page;
+    char name[96];
+
+    for (int m = 0; m < 2; m++) {
+        vaka_safe_reader r;
+        memset(&r, 0, sizeof r);
+        r.pipe_r = r.pipe_w = -1;
+        vaka_rt_safe_reader_init(&r);
+        r.method = methods_to_try[m];
+        vaka_safe_reader_begin(&r);
+        uintptr_t ips[16];
+        uint8_t kinds[16];
+        int truncated;
+        size_t n;
+#define FRAME(i, next, ret) (stack[(i)] = (next), stack[(i) + 1] = (ret))
+#define AT(i) (base + (uintptr_t)(i) * WORD)
+
+        snprintf(name, sizeof name, "fp_walk_chain_%s", method_names[m]);
+        begin(name);
+        memset(stack, 0, (size_t)page);
+        FRAME(4, AT(10), 0x1111); FRAME(10, AT(20), 0x2222); FRAME(20, 0, 0x3333);
+        truncated = 0;
+        n = vaka_fp_walk(&r, AT(4), AT(0), ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 3 && ips[0] == 0x1111 && ips[1] == 0x2222 && ips[2] == 0x3333 && kinds[0] == VAKA_FRAME_FP &&
+                   kinds[2] == VAKA_FRAME_FP && !truncated, "%zu frames", n);
+        n = vaka_fp_walk(&r, AT(4), AT(0), ips, kinds, 1, 16, &truncated); /* appends after ips[0] */
+        EXPECT(n == 4 && ips[1] == 0x1111, "appending from 1 gave %zu frames", n);
+        end_check();
+
+        snprintf(name, sizeof name, "fp_walk_loop_stops_%s", method_names[m]);
+        begin(name);
+        memset(stack, 0, (size_t)page);
+        FRAME(4, AT(10), 0x1111); FRAME(10, AT(4), 0x2222); /* points back: a loop */
+        n = vaka_fp_walk(&r, AT(4), AT(0), ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 2 && ips[1] == 0x2222, "%zu frames", n);
+        FRAME(4, AT(4), 0x1111); /* points at itself */
+        n = vaka_fp_walk(&r, AT(4), AT(0), ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 1, "self loop gave %zu frames", n);
+        end_check();
+
+        snprintf(name, sizeof name, "fp_walk_misaligned_fp_%s", method_names[m]);
+        begin(name);
+        memset(stack, 0, (size_t)page);
+        FRAME(4, AT(10), 0x1111); FRAME(10, AT(20), 0x2222);
+        n = vaka_fp_walk(&r, AT(4) + 3, AT(0), ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 0, "misaligned start gave %zu frames", n);
+        FRAME(4, AT(10) + 4, 0x1111); /* misaligned link */
+        n = vaka_fp_walk(&r, AT(4), AT(0), ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 1 && ips[0] == 0x1111, "misaligned link gave %zu frames", n);
+        end_check();
+
+        snprintf(name, sizeof name, "fp_walk_unmapped_fp_%s", method_names[m]);
+        begin(name);
+        memset(stack, 0, (size_t)page);
+        FRAME(4, unmapped + 64, 0x1111); /* next record in the unmapped page */
+        n = vaka_fp_walk(&r, AT(4), AT(0), ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 1 && ips[0] == 0x1111, "link into unmapped memory gave %zu frames", n);
+        n = vaka_fp_walk(&r, unmapped, AT(0), ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 0, "unmapped start gave %zu frames", n);
+        stack[(size_t)page / WORD - 1] = AT(4); /* a record straddling the end of the mapping */
+        n = vaka_fp_walk(&r, unmapped - WORD, AT(0), ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 0, "straddling record gave %zu frames", n);
+        end_check();
+
+        snprintf(name, sizeof name, "fp_walk_stops_at_max_%s", method_names[m]);
+        begin(name);
+        memset(stack, 0, (size_t)page);
+        for (int i = 0; i < 10; i++) FRAME(4 + 4 * i, AT(8 + 4 * i), (uintptr_t)(0x100 + i));
+        truncated = 0;
+        n = vaka_fp_walk(&r, AT(4), AT(0), ips, kinds, 0, 4, &truncated);
+        EXPECT(n == 4 && truncated && ips[3] == 0x103, "%zu frames, truncated %d", n, truncated);
+        end_check();
+
+        snprintf(name, sizeof name, "fp_walk_rejects_fp_below_sp_and_zero_return_%s", method_names[m]);
+        begin(name);
+        memset(stack, 0, (size_t)page);
+        FRAME(4, AT(10), 0x1111); FRAME(10, AT(20), 0); /* a zero return address ends the walk */
+        n = vaka_fp_walk(&r, AT(4), AT(5), ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 0, "fp below sp gave %zu frames", n);
+        n = vaka_fp_walk(&r, AT(4), AT(0), ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 1, "zero return address gave %zu frames", n);
+        n = vaka_fp_walk(&r, 0, 0, ips, kinds, 0, 16, &truncated);
+        EXPECT(n == 0, "fp 0 gave %zu frames", n);
+        end_check();
+        if (r.pipe_r >= 0) close(r.pipe_r);
+        if (r.pipe_w >= 0) close(r.pipe_w);
+    }
+    munmap(stack, (size_t)page);
+}
+
+/* ------------------------------------------------------------------ signal / si_code names */
+
+static void test_names(void)
+{
+    begin("signal_names_match_glibc");
+    for (int s = 1; s < 32; s++) {
+        const char *abbrev = sigabbrev_np(s);
+        const char *ours = vaka_signal_name(s);
+        char want[32];
+        snprintf(want, sizeof want, "SIG%s", abbrev ? abbrev : "?");
+        if (s == SIGIO) { /* glibc names 29 by its other name, SIGPOLL */
+            EXPECT(ours && strcmp(ours, "SIGIO") == 0, "signal %d: %s", s, ours ? ours : "NULL");
+            continue;
+        }
+        EXPECT(ours && strcmp(ours, want) == 0, "signal %d: %s, glibc %s", s, ours ? ours : "NULL", want);
+    }
+    end_check();
+
+    begin("signal_names_unknown_numbers");
+    int unknown[] = { 0, -1, 32, SIGRTMIN, SIGRTMAX, 65, 1000 };
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
+        EXPECT(vaka_signal_name(unknown[i]) == NULL, "signal %d: %s", unknown[i], vaka_signal_name(unknown[i]));
+    end_check();
+
+    begin("signal_names_public_is_the_handler_table");
+    for (int s = -2; s < 70; s++) {
+        EXPECT(vaka_signal_name(s) == vaka_sig_signal_name(s), "signal %d", s);
+        for (int c = -8; c < 0x82; c++)
+            EXPECT(vaka_si_code_name(s, c) == vaka_sig_si_code_name(s, c), "signal %d code %d", s, c);
+    }
+    end_check();
+
+    begin("si_code_names");
+    static const struct { int sig, code; const char *name; } table[] = {
+        { SIGSEGV, SEGV_MAPERR, "SEGV_MAPERR" }, { SIGSEGV, SEGV_ACCERR, "SEGV_ACCERR" },
+        { SIGBUS, BUS_ADRALN, "BUS_ADRALN" },    { SIGBUS, BUS_ADRERR, "BUS_ADRERR" },
+        { SIGBUS, BUS_MCEERR_AO, "BUS_MCEERR_AO" }, { SIGILL, ILL_ILLOPC, "ILL_ILLOPC" },
+        { SIGFPE, FPE_INTDIV, "FPE_INTDIV" },    { SIGTRAP, TRAP_BRKPT, "TRAP_BRKPT" },
+        { SIGSYS, 1, "SYS_SECCOMP" },            { SIGCHLD, CLD_EXITED, "CLD_EXITED" },
+        { SIGSEGV, SI_USER, "SI_USER" },         { SIGABRT, SI_TKILL, "SI_TKILL" },
+        { SIGSEGV, SI_QUEUE, "SI_QUEUE" },       { SIGTRAP, SI_KERNEL, "SI_KERNEL" },
+        { SIGALRM, SI_TIMER, "SI_TIMER" },       { SIGABRT, SI_ASYNCNL, "SI_ASYNCNL" },
+        { SIGSEGV, 99, NULL },                   { SIGABRT, 1, NULL },
+        { SIGSEGV, -99, NULL },
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        const char *got = vaka_si_code_name(table[i].sig, table[i].code);
+        EXPECT(table[i].name == NULL ? got == NULL : got != NULL && strcmp(got, table[i].name) == 0,
+               "signal %d code %d: %s, want %s", table[i].sig, table[i].code, got ? got : "NULL",
+               table[i].name ? table[i].name : "NULL");
+    }
+    end_check();
+}
+
+/* ------------------------------------------------------------------ contract reports */
+
+/* Writes one report with the capture's own pieces (sig_report.c) into the current target's file. */
+static int contract_report(const char *dir, const char *name, int sig, const siginfo_t *info, int with_truncation)
+{
+    vaka_report_target *target = atomic_load(&vaka_state.target);
+    int fd = vaka_sig_open_report(target);
+    if (fd < 0) return 1;
+    if (ftruncate(fd, 16384) != 0) return 1; /* a reused spare's size: the tail pads up to it */
+    vaka_w_init(&vaka_run.writer, fd);
+    vaka_safe_reader_begin(&vaka_state.reader);
+    ucontext_t uc;
+    getcontext(&uc);
+    vaka_sig_write_identity(target, vaka_sig_gettid(), vaka_sig_now_ns(CLOCK_REALTIME));
+    vaka_sig_write_signal(sig, info);
+    vaka_sig_write_messages();
+    vaka_sig_write_registers(&uc);
+    uintptr_t ips[] = { vaka_uc_pc(&uc), 0x401234, 0x401300, 0x401400 };
+    uint8_t methods[] = { VAKA_FRAME_CONTEXT, VAKA_FRAME_CFI, VAKA_FRAME_FP, VAKA_FRAME_SCAN };
+    vaka_sig_write_frames(ips, methods, 4, with_truncation);
+    vaka_sig_write_images(&vaka_run.writer, &vaka_state.reader);
+    vaka_sig_write_tail(fd, vaka_sig_now_ns(CLOCK_MONOTONIC));
+    vaka_w_flush(&vaka_run.writer);
+    close(fd);
+    char from[PATH_MAX], to[PATH_MAX];
+    snprintf(from, sizeof from, "%s", target->path);
+    snprintf(to, sizeof to, "%s/%s", dir, name);
+    return rename(from, to) != 0;
+}
+
+static char *fatal_text = "Fatal error: contract \\ check\tone\n";
+static struct { unsigned int size; char msg[64]; } abort_text = { sizeof abort_text, "assertion \x01 failed\n" };
+static char *abort_ptr = (char *)&abort_text;
+
+static int write_contract_reports(const char *dir)
+{
+    vaka_crash_config config = { .report_dir = dir, .run_id = "contract" };
+    if (vaka_crash_install(&config) != 0) return 2;
+    prctl(PR_SET_NAME, "vaka\tcontract", 0, 0, 0);
+    vaka_state.swift_fatal_message = &fatal_text;
+    vaka_state.abort_msg = (void **)&abort_ptr;
+    siginfo_t fault;
+    memset(&fault, 0, sizeof fault);
+    fault.si_signo = SIGSEGV;
+    fault.si_code = SEGV_MAPERR;
+    fault.si_addr = (void *)0x10;
+    siginfo_t sent;
+    memset(&sent, 0, sizeof sent);
+    sent.si_signo = SIGABRT;
+    sent.si_code = SI_USER;
+    sent.si_pid = 4242;
+    sent.si_uid = 1000;
+    if (contract_report(dir, "contract-fault.crash", SIGSEGV, &fault, 1)) return 3;
+    if (contract_report(dir, "contract-sender.crash", SIGABRT, &sent, 0)) return 4;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--contract-report") == 0) return write_contract_reports(argv[2]);
+    if (argc != 1) {
+        fprintf(stderr, "usage: runtime_unit [--contract-report DIR]\n");
+        return 2;
+    }
+    test_writer();
+    test_build_id();
+    test_fp_walk();
+    test_names();
+    printf("checks %d failed %d\n", checks_run, checks_failed);
+    return checks_failed != 0;
+}
