@@ -1,6 +1,7 @@
 import Foundation
 import VakaCrash
 import XCTest
+import VakaTestSupport
 
 /// The C unit tests of the crash runtime's pieces (`Tests/unit/runtime_unit.c`: report writer escaping, the
 /// message cap, the build-ID note reader, the frame-pointer walk over a crafted stack, the signal-name table),
