@@ -1,4 +1,4 @@
-// swift-tools-version:5.9
+// swift-tools-version:6.0
 import PackageDescription
 
 let package = Package(
@@ -55,5 +55,8 @@ let package = Package(
         .testTarget(name: "VakaCrashTests", dependencies: ["Vaka", "VakaTestSupport"]),
         .testTarget(name: "VakaDeliveryTests", dependencies: ["Vaka", "VakaTestSupport"]),
         .testTarget(name: "VakaSDKTests", dependencies: ["Vaka", "VakaTestSupport"]),
-    ]
+    ],
+    // Every Swift target, tests included, in the Swift 6 language mode: complete concurrency checking with
+    // data races as errors. (Tools version 6.0 already defaults to it; said here so that it stays so.)
+    swiftLanguageModes: [.v6]
 )
