@@ -178,7 +178,7 @@ final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
     func testCappedReadsNeverReadAHugeFileWhole() throws {
         let dir = dirs.make()
         let huge = dir.appendingPathComponent("huge")
-        FileManager.default.createFile(atPath: huge.path, contents: Data("head\n".utf8))
+        _ = FileManager.default.createFile(atPath: huge.path, contents: Data("head\n".utf8))
         XCTAssertEqual(truncate(huge.path, 1 << 30), 0)
         let tail = Data("\nlast line\n".utf8)
         let h = try FileHandle(forWritingTo: huge)

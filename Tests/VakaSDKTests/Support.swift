@@ -27,8 +27,8 @@ final class RunningChild {
         let id = UUID().uuidString.prefix(8)
         outURL = logDirectory.appendingPathComponent("child-\(id).out")
         errURL = logDirectory.appendingPathComponent("child-\(id).err")
-        FileManager.default.createFile(atPath: outURL.path, contents: nil)
-        FileManager.default.createFile(atPath: errURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
         process.executableURL = executable
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
