@@ -313,15 +313,10 @@ final class Counter: Sendable {
 
 /// A clock that moves `step` seconds forward at every reading.
 final class JumpingClock: DeliveryClock {
-    private let lock = NSLock()
-    private var t = Date(timeIntervalSince1970: 1_700_000_000)
+    private let t = Mutex(Date(timeIntervalSince1970: 1_700_000_000))
     private let step: TimeInterval
     init(step: TimeInterval) { self.step = step }
-    var now: Date {
-        lock.lock(); defer { lock.unlock() }
-        t += step
-        return t
-    }
+    var now: Date { t.withLock { $0 += step; return $0 } }
 }
 
 /// A loopback HTTP/1.1 server that answers every request with `200` and `X-Test: yes`, then a hostile body.

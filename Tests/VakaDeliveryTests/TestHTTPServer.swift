@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 @testable import Vaka
 #if canImport(Glibc)
@@ -304,10 +305,9 @@ struct TestServerError: Error, CustomStringConvertible {
 
 /// A clock moved by hand.
 final class ManualClock: DeliveryClock {
-    private let lock = NSLock()
-    private var _now: Date
-    init(_ start: Date = Date(timeIntervalSince1970: 1_700_000_000)) { _now = start }
-    var now: Date { lock.lock(); defer { lock.unlock() }; return _now }
-    func advance(_ seconds: TimeInterval) { lock.lock(); _now += seconds; lock.unlock() }
-    func set(_ date: Date) { lock.lock(); _now = date; lock.unlock() }
+    private let current: Mutex<Date>
+    init(_ start: Date = Date(timeIntervalSince1970: 1_700_000_000)) { current = Mutex(start) }
+    var now: Date { current.withLock { $0 } }
+    func advance(_ seconds: TimeInterval) { current.withLock { $0 += seconds } }
+    func set(_ date: Date) { current.withLock { $0 = date } }
 }
