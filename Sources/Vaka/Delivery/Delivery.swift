@@ -22,8 +22,9 @@ import Foundation
 /// `Vaka.flush()` calls ``flush(timeout:)``, `Vaka.close()` ``close(timeout:)``.
 ///
 /// `@unchecked Sendable`: the worker thread and the callers share the `var`s below, and touch them only with
-/// `cond` held (an `NSCondition`, because the worker and ``flush(timeout:)`` wait on it); the `let`s are set
-/// once in `init` and are thread-safe themselves (``PersistentQueue`` and ``Uploader`` lock inside).
+/// `cond` held (an `NSCondition`, because the worker and ``flush(timeout:)`` wait on it, which
+/// `Synchronization.Mutex` cannot do); the `let`s are set once in `init` and are `Sendable` themselves
+/// (``PersistentQueue``, ``Uploader``, ``Outbox``, the clock, the `@Sendable` log).
 final class Delivery: @unchecked Sendable {
     /// Settings; defaults are the SDK's.
     struct Configuration {
