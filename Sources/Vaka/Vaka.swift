@@ -45,9 +45,8 @@ public enum Vaka {
             // Release, environment and tags within Sentry's limits (always one line when one is changed: a
             // configuration mistake that would otherwise make every event too large or lose its release).
             let options = options.bounded { PrivateFiles.writeStandardError("[vaka] \($0)\n") }
-            let log: ((String) -> Void)? = options.debug ? { line in
-                PrivateFiles.writeStandardError("[vaka] \(line)\n")
-            } : nil
+            var log: (@Sendable (String) -> Void)? = nil
+            if options.debug { log = { line in PrivateFiles.writeStandardError("[vaka] \(line)\n") } }
             let storage = options.storageDirectory ?? defaultStorageDirectory()
             let runID = UUID().uuidString
             let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
@@ -237,8 +236,14 @@ public enum Vaka {
     /// of `CommandLine.arguments[0]`, e.g. `server-3f2a9c1e`: one directory per program, never the shared
     /// `vaka/` directory or a parent of it.
     public static func defaultStorageDirectory() -> URL {
+        defaultStorageDirectory(argv0: CommandLine.arguments.first)
+    }
+
+    /// ``defaultStorageDirectory()`` for a program started with `argv0` (tests: `CommandLine.arguments` is
+    /// read-only in the Swift 6 language mode).
+    static func defaultStorageDirectory(argv0: String?) -> URL {
         let env = ProcessInfo.processInfo.environment
-        let app = programDirectoryName(argv0: CommandLine.arguments.first)
+        let app = programDirectoryName(argv0: argv0)
         if let xdg = env["XDG_STATE_HOME"], xdg.hasPrefix("/") {
             return URL(fileURLWithPath: xdg).appendingPathComponent("vaka").appendingPathComponent(app)
         }

@@ -3,13 +3,13 @@ import Foundation
 @_spi(Testing) import Vaka
 
 /// A scenario that uses the SDK API and exits normally.
-struct SDKScenario {
+struct SDKScenario: Sendable {
     /// The name on the command line.
     let name: String
     /// One line for `--help`.
     let summary: String
     /// Runs after `Vaka.start`; the harness then flushes and exits 0.
-    let run: (_ storage: URL) -> Void
+    let run: @Sendable (_ storage: URL) -> Void
 }
 
 /// An error type the handled-error scenarios throw, so the event's `exception.type` is

@@ -6,7 +6,7 @@ import VakaCrashmeC
 ///
 /// The function that crashes carries the scenario's name (ignoring case, `-` and `_`): `crashme_null_deref`
 /// in C, `swiftForceUnwrap` in Swift, so a symbolicated report points at it.
-struct Scenario {
+struct Scenario: Sendable {
     /// The name on the command line, e.g. `null-deref`.
     let name: String
     /// One line for `--help`: what it does and which signal / si_code it is expected to die with.
@@ -14,7 +14,7 @@ struct Scenario {
     /// Crashes the process. Returns only when the crash did not happen: 0 when the faulting operation
     /// completed (e.g. a handler swallowed the signal), else an errno value from setting the fault up.
     /// The argument is the storage directory (an existing, writable, absolute path).
-    let trigger: (_ storageDirectory: String) -> Int32
+    let trigger: @Sendable (_ storageDirectory: String) -> Int32
 }
 
 /// All scenarios, in the order `--list` prints them: the basic crashes (one per signal and language), then the

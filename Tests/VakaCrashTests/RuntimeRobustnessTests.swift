@@ -291,7 +291,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         }
     }
 
-    static let pluginSource = { (letter: String) in """
+    static func pluginSource(_ letter: String) -> String { """
         static int *volatile np = 0;
         __attribute__((noinline)) void plugin_\(letter)_crash(void) { *np = 1; }
         void plugin_entry(void) { plugin_\(letter)_crash(); }

@@ -239,8 +239,9 @@ struct ScenarioOutcome {
     var reportsWithoutVaka: [URL] = []
     /// `vaka report convert REPORT` on the single report.
     var convert: ChildResult?
-    /// Its stdout decoded as a JSON object.
-    var event: [String: Any]?
+    /// Its stdout decoded as a JSON object (decoded on each use: the outcome itself holds only `Sendable`
+    /// values, so that the tests can read it from several threads).
+    var event: [String: Any]? { convert.flatMap { decodeJSONObject($0.stdout) } }
     /// That JSON, saved as `event.json` (for Relay validation).
     var eventFile: URL?
     /// Problems running the children (missing binaries, failed spawns).
@@ -293,7 +294,6 @@ enum ScenarioRuns {
                 let convert = try runChild(Paths.cli, ["report", "convert", outcome.reports[0].path],
                                            label: "convert", outputDirectory: work)
                 outcome.convert = convert
-                outcome.event = decodeJSONObject(convert.stdout)
                 if outcome.event != nil {
                     let eventFile = work.appendingPathComponent("event.json")
                     try convert.stdout.write(to: eventFile)

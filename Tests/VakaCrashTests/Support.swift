@@ -5,19 +5,6 @@ import VakaTestSupport
 // Helpers for the crash tests: running a child process with a timeout, reading the build ID with readelf,
 // deriving the debug_id, and digging into decoded JSON. Paths, peers and scratch directories: VakaTestSupport.
 
-/// A value shared between threads, guarded by a lock.
-/// `@unchecked Sendable`: `value` is read and written only inside ``withLock(_:)``, with `lock` held.
-final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    /// Runs `body` with exclusive access to the value.
-    func withLock<R>(_ body: (inout Value) -> R) -> R {
-        lock.lock(); defer { lock.unlock() }
-        return body(&value)
-    }
-}
-
 /// How a child process ended, and what it wrote.
 struct ChildResult {
     /// The command line, for messages.

@@ -1,3 +1,4 @@
+import Synchronization
 import XCTest
 import VakaTestSupport
 #if canImport(FoundationNetworking)
@@ -15,52 +16,67 @@ import FoundationNetworking
 final class BugsinkTests: XCTestCase {
     struct Peer { var url: String; var dsn: String; var token: String; var project: String }
 
-    nonisolated(unsafe) static var peer: Peer?
-    nonisolated(unsafe) static var startedDir: URL?
-    nonisolated(unsafe) static var script: String?
-    nonisolated(unsafe) static var startError: String?
+    /// The server the tests of this class share: found or started by the first test, stopped in the class
+    /// `tearDown`.
+    struct Shared {
+        var peer: Peer?
+        /// The directory of the server started here (nil when none was started).
+        var startedDir: URL?
+        /// The script that started it.
+        var script: String?
+        /// Why starting failed (the later tests fail with it at once).
+        var startError: String?
+    }
+    static let shared = Mutex(Shared())
 
     let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
 
     override class func tearDown() {
-        if let dir = startedDir, let script = script {
-            _ = runTool(script, ["stop", dir.path])
-            try? FileManager.default.removeItem(at: dir)
+        shared.withLock { shared in
+            if let dir = shared.startedDir, let script = shared.script {
+                _ = runTool(script, ["stop", dir.path])
+                try? FileManager.default.removeItem(at: dir)
+            }
+            shared.startedDir = nil
+            shared.peer = nil
         }
-        startedDir = nil
-        peer = nil
     }
 
     private func requirePeer() throws -> Peer {
-        if let p = BugsinkTests.peer { return p }
-        let env = ProcessInfo.processInfo.environment
-        if let url = env["BUGSINK_URL"], let dsn = env["BUGSINK_DSN"], let token = env["BUGSINK_TOKEN"],
-           let project = env["BUGSINK_PROJECT_ID"] {
-            BugsinkTests.peer = Peer(url: url, dsn: dsn, token: token, project: project)
-            return BugsinkTests.peer!
+        try BugsinkTests.shared.withLock { shared in
+            if let p = shared.peer { return p }
+            let env = ProcessInfo.processInfo.environment
+            if let url = env["BUGSINK_URL"], let dsn = env["BUGSINK_DSN"], let token = env["BUGSINK_TOKEN"],
+               let project = env["BUGSINK_PROJECT_ID"] {
+                let peer = Peer(url: url, dsn: dsn, token: token, project: project)
+                shared.peer = peer
+                return peer
+            }
+            guard let flag = env["VAKA_BUGSINK"], !flag.isEmpty else {
+                throw Peers.missing("no Bugsink: set VAKA_BUGSINK=1 (or BUGSINK_URL/DSN/TOKEN/PROJECT_ID; scripts/test does)")
+            }
+            if let e = shared.startError { throw TestServerError(e) }
+            let script = FileManager.default.isExecutableFile(atPath: flag) ? flag : Paths.repositoryRoot.appendingPathComponent("scripts/bugsink").path
+            let dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("vaka-bugsink-\(UUID().uuidString)")
+            shared.script = script
+            shared.startedDir = dir
+            let (status, out) = runTool(script, ["start", dir.path])
+            var values: [String: String] = [:]
+            for line in out.split(separator: "\n") {
+                guard let eq = line.firstIndex(of: "=") else { continue }
+                values[String(line[..<eq])] = String(line[line.index(after: eq)...])
+            }
+            guard status == 0, let url = values["BUGSINK_URL"], let dsn = values["BUGSINK_DSN"],
+                  let token = values["BUGSINK_TOKEN"], let project = values["BUGSINK_PROJECT_ID"] else {
+                let e = "scripts/bugsink start failed (status \(status)); see \(dir.path)/server.log"
+                shared.startError = e
+                throw TestServerError(e)
+            }
+            let peer = Peer(url: url, dsn: dsn, token: token, project: project)
+            shared.peer = peer
+            return peer
         }
-        guard let flag = env["VAKA_BUGSINK"], !flag.isEmpty else {
-            throw Peers.missing("no Bugsink: set VAKA_BUGSINK=1 (or BUGSINK_URL/DSN/TOKEN/PROJECT_ID; scripts/test does)")
-        }
-        if let e = BugsinkTests.startError { throw TestServerError(e) }
-        let script = FileManager.default.isExecutableFile(atPath: flag) ? flag : Paths.repositoryRoot.appendingPathComponent("scripts/bugsink").path
-        let dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("vaka-bugsink-\(UUID().uuidString)")
-        BugsinkTests.script = script
-        BugsinkTests.startedDir = dir
-        let (status, out) = runTool(script, ["start", dir.path])
-        var values: [String: String] = [:]
-        for line in out.split(separator: "\n") {
-            guard let eq = line.firstIndex(of: "=") else { continue }
-            values[String(line[..<eq])] = String(line[line.index(after: eq)...])
-        }
-        guard status == 0, let url = values["BUGSINK_URL"], let dsn = values["BUGSINK_DSN"],
-              let token = values["BUGSINK_TOKEN"], let project = values["BUGSINK_PROJECT_ID"] else {
-            BugsinkTests.startError = "scripts/bugsink start failed (status \(status)); see \(dir.path)/server.log"
-            throw TestServerError(BugsinkTests.startError!)
-        }
-        BugsinkTests.peer = Peer(url: url, dsn: dsn, token: token, project: project)
-        return BugsinkTests.peer!
     }
 
     /// GET {url}/api/canonical/0/events/lookup/?project=ID&event_id=HEX with the Bearer token.
@@ -68,15 +84,15 @@ final class BugsinkTests: XCTestCase {
         var r = URLRequest(url: URL(string: "\(peer.url)/api/canonical/0/events/lookup/?project=\(peer.project)&event_id=\(eventID)")!)
         r.setValue("Bearer \(peer.token)", forHTTPHeaderField: "Authorization")
         r.timeoutInterval = 15
-        final class Box: @unchecked Sendable { var value: (Int, Data) = (-1, Data()) }
         let done = DispatchSemaphore(value: 0)
-        let box = Box()
+        let answer = Locked<(Int, Data)>((-1, Data()))
         URLSession.shared.dataTask(with: r) { data, response, _ in
-            box.value = ((response as? HTTPURLResponse)?.statusCode ?? -1, data ?? Data())
+            let value = ((response as? HTTPURLResponse)?.statusCode ?? -1, data ?? Data())
+            answer.withLock { $0 = value }
             done.signal()
         }.resume()
         _ = done.wait(timeout: .now() + 20)
-        return box.value
+        return answer.withLock { $0 }
     }
 
     private func event(_ id: String, message: String) -> Data {

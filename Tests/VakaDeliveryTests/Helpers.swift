@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import VakaTestSupport
 #if canImport(Glibc)
@@ -43,12 +44,11 @@ func batchFiles(_ storage: URL) -> [String] {
 }
 
 /// A logger that collects lines (and checks that the key never appears).
-final class LogSink {
-    private let lock = NSLock()
-    private var _lines: [String] = []
-    var lines: [String] { lock.lock(); defer { lock.unlock() }; return _lines }
-    func callAsFunction(_ s: String) { lock.lock(); _lines.append(s); lock.unlock() }
-    var sink: (String) -> Void { { [self] in self($0) } }
+final class LogSink: Sendable {
+    private let collected = Mutex<[String]>([])
+    var lines: [String] { collected.withLock { $0 } }
+    func callAsFunction(_ s: String) { collected.withLock { $0.append(s) } }
+    var sink: @Sendable (String) -> Void { { [self] in self($0) } }
 }
 
 /// Runs a script and returns its exit status and stdout. Uses posix_spawn + waitpid rather than

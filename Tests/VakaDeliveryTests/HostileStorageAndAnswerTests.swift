@@ -1,3 +1,4 @@
+import Synchronization
 import XCTest
 #if canImport(Glibc)
 import Glibc
@@ -177,7 +178,7 @@ final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
     func testCappedReadsNeverReadAHugeFileWhole() throws {
         let dir = dirs.make()
         let huge = dir.appendingPathComponent("huge")
-        FileManager.default.createFile(atPath: huge.path, contents: Data("head\n".utf8))
+        _ = FileManager.default.createFile(atPath: huge.path, contents: Data("head\n".utf8))
         XCTAssertEqual(truncate(huge.path, 1 << 30), 0)
         let tail = Data("\nlast line\n".utf8)
         let h = try FileHandle(forWritingTo: huge)
@@ -305,43 +306,37 @@ final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
 }
 
 /// A thread-safe counter: ``next()`` returns 1, 2, 3...
-final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var n = 0
-    func next() -> Int { lock.lock(); defer { lock.unlock() }; n += 1; return n }
+final class Counter: Sendable {
+    private let n = Mutex(0)
+    func next() -> Int { n.withLock { $0 += 1; return $0 } }
 }
 
 /// A clock that moves `step` seconds forward at every reading.
 final class JumpingClock: DeliveryClock {
-    private let lock = NSLock()
-    private var t = Date(timeIntervalSince1970: 1_700_000_000)
+    private let t = Mutex(Date(timeIntervalSince1970: 1_700_000_000))
     private let step: TimeInterval
     init(step: TimeInterval) { self.step = step }
-    var now: Date {
-        lock.lock(); defer { lock.unlock() }
-        t += step
-        return t
-    }
+    var now: Date { t.withLock { $0 += step; return $0 } }
 }
 
 /// A loopback HTTP/1.1 server that answers every request with `200` and `X-Test: yes`, then a hostile body.
 /// Each connection is served on its own thread, which writes until the client hangs up (or 20 s passed).
-final class RawServer: @unchecked Sendable {
+final class RawServer: Sendable {
     enum Body { case hugeContentLength, endlessChunks, cutShort, tornHeaders }
     let body: Body
-    private(set) var port: UInt16 = 0
+    let port: UInt16
     private let listenFD: Int32
-    private let lock = NSLock()
-    private var _bytesSent = 0
-    private var _requests = 0
-    private var stopped = false
+    /// What the connection threads count, and whether ``stop()`` was called.
+    private struct Counts { var bytesSent = 0; var requests = 0; var stopped = false }
+    private let counts = Mutex(Counts())
     var url: String { "http://127.0.0.1:\(port)/api/42/envelope/" }
-    var bytesSent: Int { lock.lock(); defer { lock.unlock() }; return _bytesSent }
-    var requestCount: Int { lock.lock(); defer { lock.unlock() }; return _requests }
+    var bytesSent: Int { counts.withLock { $0.bytesSent } }
+    var requestCount: Int { counts.withLock { $0.requests } }
 
     init(body: Body) throws {
         self.body = body
-        listenFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let listenFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.listenFD = listenFD
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -356,11 +351,14 @@ final class RawServer: @unchecked Sendable {
     }
 
     func stop() {
-        lock.lock(); let was = stopped; stopped = true; lock.unlock()
+        let was = counts.withLock { counts in
+            defer { counts.stopped = true }
+            return counts.stopped
+        }
         if !was { shutdown(listenFD, Int32(SHUT_RDWR)); close(listenFD) }
     }
 
-    private var isStopped: Bool { lock.lock(); defer { lock.unlock() }; return stopped }
+    private var isStopped: Bool { counts.withLock { $0.stopped } }
 
     private func acceptLoop() {
         while !isStopped {
@@ -376,7 +374,7 @@ final class RawServer: @unchecked Sendable {
             let n = data.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + off, data.count - off, Int32(MSG_NOSIGNAL)) }
             if n <= 0 { return false }
             off += n
-            lock.lock(); _bytesSent += n; lock.unlock()
+            counts.withLock { $0.bytesSent += n }
         }
         return true
     }
@@ -400,7 +398,7 @@ final class RawServer: @unchecked Sendable {
                 if text.utf8.distance(from: text.utf8.startIndex, to: end.upperBound.samePosition(in: text.utf8)!) + length <= buffer.count { break }
             }
         }
-        lock.lock(); _requests += 1; lock.unlock()
+        counts.withLock { $0.requests += 1 }
         let deadline = Date().addingTimeInterval(20)
         switch body {
         case .hugeContentLength:

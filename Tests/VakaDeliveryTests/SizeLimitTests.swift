@@ -152,7 +152,7 @@ final class SizeLimitTests: LoopbackServerTestCase {
         // 1. Breadcrumbs only, newest kept.
         var outcome = try EventBudget(maxEventBytes: 200 * 1024, maxCompressedBytes: 200 * 1024).fit(json: event)
         var out = try json(outcome.data)
-        var kept = try XCTUnwrap(dig(out, "breadcrumbs", "values") as? [[String: Any]])
+        let kept = try XCTUnwrap(dig(out, "breadcrumbs", "values") as? [[String: Any]])
         XCTAssertTrue(outcome.fits)
         XCTAssertGreaterThan(kept.count, 10)
         XCTAssertLessThan(kept.count, 100)

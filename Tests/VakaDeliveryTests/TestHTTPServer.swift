@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 @testable import Vaka
 #if canImport(Glibc)
@@ -12,7 +13,12 @@ import Glibc
 /// `Expect: 100-continue`), records it, and replies with the next scripted ``Reply`` (default: 200 `{}`),
 /// then closes the connection. ``Reply/silent`` keeps the connection open without answering (until
 /// ``stop()``); ``Reply/garbage(_:)`` writes the given bytes instead of an HTTP response and closes.
-final class TestHTTPServer {
+///
+/// `@unchecked Sendable`: the test thread, the accept thread and one thread per connection share it. Every
+/// `var` is read and written only with `lock` held (an `NSCondition`, which ``waitForRequests(_:timeout:)``
+/// waits on, so `Synchronization.Mutex` does not fit); the `let`s are set in `init` before the accept thread
+/// starts.
+final class TestHTTPServer: @unchecked Sendable {
     /// What to answer to one request.
     enum Reply {
         /// A normal response: status, extra headers, body.
@@ -32,11 +38,12 @@ final class TestHTTPServer {
         var body: Data
     }
 
-    private(set) var port: UInt16 = 0
-    private var listenFD: Int32 = -1
+    /// The port listened on (chosen by the kernel).
+    let port: UInt16
+    private let listenFD: Int32
     private let lock = NSCondition()
     private var script: [Reply] = []
-    private var _responder: ((Request) -> Reply?)?
+    private var _responder: (@Sendable (Request) -> Reply?)?
     private var _requests: [Request] = []
     private var openFDs: Set<Int32> = []
     private var stopped = false
@@ -47,7 +54,6 @@ final class TestHTTPServer {
         get { lock.lock(); defer { lock.unlock() }; return _hangUpAfterHeaders }
         set { lock.lock(); _hangUpAfterHeaders = newValue; lock.unlock() }
     }
-    private var acceptThread: Thread?
     private let acceptDone = DispatchSemaphore(value: 0)
 
     /// The address listened on, as written in a URL: `127.0.0.1` or `[::1]`.
@@ -59,7 +65,8 @@ final class TestHTTPServer {
     ///   otherwise.
     init(ipv6: Bool = false) throws {
         hostLiteral = ipv6 ? "[::1]" : "127.0.0.1"
-        listenFD = socket(ipv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let listenFD = socket(ipv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.listenFD = listenFD
         if listenFD < 0, ipv6, errno == EAFNOSUPPORT { throw XCTSkip("no IPv6 on this machine (socket: EAFNOSUPPORT)") }
         guard listenFD >= 0 else { throw TestServerError("socket: \(errno)") }
         var one: Int32 = 1
@@ -99,7 +106,6 @@ final class TestHTTPServer {
         port = withUnsafeBytes(of: &bound) { UInt16(bigEndian: $0.load(fromByteOffset: 2, as: UInt16.self)) }
         let t = Thread { self.acceptLoop() }  // strong: the server lives until stop()
         t.name = "test-http-server"
-        acceptThread = t
         t.start()
     }
 
@@ -116,7 +122,7 @@ final class TestHTTPServer {
 
     /// Decides the reply to a request when the script is empty (`nil` from it: 200 `{}`), e.g. 413 for any
     /// envelope item over a size.
-    var responder: ((Request) -> Reply?)? {
+    var responder: (@Sendable (Request) -> Reply?)? {
         get { lock.lock(); defer { lock.unlock() }; return _responder }
         set { lock.lock(); _responder = newValue; lock.unlock() }
     }
@@ -299,10 +305,9 @@ struct TestServerError: Error, CustomStringConvertible {
 
 /// A clock moved by hand.
 final class ManualClock: DeliveryClock {
-    private let lock = NSLock()
-    private var _now: Date
-    init(_ start: Date = Date(timeIntervalSince1970: 1_700_000_000)) { _now = start }
-    var now: Date { lock.lock(); defer { lock.unlock() }; return _now }
-    func advance(_ seconds: TimeInterval) { lock.lock(); _now += seconds; lock.unlock() }
-    func set(_ date: Date) { lock.lock(); _now = date; lock.unlock() }
+    private let current: Mutex<Date>
+    init(_ start: Date = Date(timeIntervalSince1970: 1_700_000_000)) { current = Mutex(start) }
+    var now: Date { current.withLock { $0 } }
+    func advance(_ seconds: TimeInterval) { current.withLock { $0 += seconds } }
+    func set(_ date: Date) { current.withLock { $0 = date } }
 }

@@ -1,3 +1,4 @@
+import Synchronization
 import XCTest
 import VakaTestSupport
 import CVakaCurl
@@ -106,12 +107,11 @@ final class TransportTests: XCTestCase {
     /// Counts the requests that reach the transport.
     final class CountingTransport: HTTPTransport {
         let inner: HTTPTransport
-        private let lock = NSLock()
-        private var _count = 0
-        var count: Int { lock.lock(); defer { lock.unlock() }; return _count }
+        private let sent = Mutex(0)
+        var count: Int { sent.withLock { $0 } }
         init(_ inner: HTTPTransport) { self.inner = inner }
-        func send(_ request: HTTPRequest, completion: @escaping (Result<HTTPResponse, TransportError>) -> Void) {
-            lock.lock(); _count += 1; lock.unlock()
+        func send(_ request: HTTPRequest, completion: @escaping @Sendable (Result<HTTPResponse, TransportError>) -> Void) {
+            sent.withLock { $0 += 1 }
             inner.send(request, completion: completion)
         }
     }

@@ -84,7 +84,7 @@ final class UnwritableStorageTests: LoopbackServerTestCase {
             swapped = true
             unlink(path)
             mkdir(path, 0o700)
-            FileManager.default.createFile(atPath: path + "/x", contents: Data())
+            _ = FileManager.default.createFile(atPath: path + "/x", contents: Data())
         }
         let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: transport, clock: ManualClock(),
                          requestTimeout: 2, log: log.sink)

@@ -305,11 +305,15 @@ final class UploaderTests: XCTestCase {
 }
 
 /// Forwards to another transport after running `beforeSend` (to act during a pump).
-final class HookTransport: HTTPTransport {
+///
+/// `@unchecked Sendable`: the tests set `beforeSend` before they pump the uploader themselves, and the pump
+/// calls ``send(_:completion:)`` on that same thread, so `beforeSend` (and what it captures: the test's queue
+/// and flags) is never used by two threads.
+final class HookTransport: HTTPTransport, @unchecked Sendable {
     let inner: HTTPTransport
     var beforeSend: () -> Void = {}
     init(_ inner: HTTPTransport) { self.inner = inner }
-    func send(_ request: HTTPRequest, completion: @escaping (Result<HTTPResponse, TransportError>) -> Void) {
+    func send(_ request: HTTPRequest, completion: @escaping @Sendable (Result<HTTPResponse, TransportError>) -> Void) {
         beforeSend()
         inner.send(request, completion: completion)
     }

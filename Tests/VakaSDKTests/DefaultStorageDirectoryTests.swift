@@ -15,16 +15,13 @@ final class DefaultStorageDirectoryTests: XCTestCase {
     /// Expected: a default that tells programs apart (e.g. the executable's full path or build ID hashed into
     /// the name, from `/proc/self/exe` rather than `argv[0]`).
     func testDefaultStorageSeparatesProgramsWithTheSameBaseName() throws {
-        let saved = CommandLine.arguments
         let savedXDG = getenv("XDG_STATE_HOME").map { String(cString: $0) }
         defer {
-            CommandLine.arguments = saved
             if let savedXDG { setenv("XDG_STATE_HOME", savedXDG, 1) } else { unsetenv("XDG_STATE_HOME") }
         }
         setenv("XDG_STATE_HOME", "/tmp/vaka-adversarial-state", 1)
         func storage(argv0: String) -> String {
-            CommandLine.arguments = [argv0] + saved.dropFirst()
-            return Vaka.defaultStorageDirectory().standardizedFileURL.path
+            Vaka.defaultStorageDirectory(argv0: argv0).standardizedFileURL.path
         }
         let billing = storage(argv0: "/srv/billing/server")
         let search = storage(argv0: "/srv/search/server")

@@ -1,3 +1,4 @@
+import Synchronization
 import XCTest
 import VakaTestSupport
 @testable import Vaka
@@ -196,9 +197,8 @@ final class StoredScopeAndReportTests: XCTestCase {
 }
 
 /// Collects debug lines (thread-safe).
-final class LinesLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored: [String] = []
-    var lines: [String] { lock.lock(); defer { lock.unlock() }; return stored }
-    func add(_ line: String) { lock.lock(); stored.append(line); lock.unlock() }
+final class LinesLog: Sendable {
+    private let stored = Mutex<[String]>([])
+    var lines: [String] { stored.withLock { $0 } }
+    func add(_ line: String) { stored.withLock { $0.append(line) } }
 }

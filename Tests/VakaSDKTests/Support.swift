@@ -27,8 +27,8 @@ final class RunningChild {
         let id = UUID().uuidString.prefix(8)
         outURL = logDirectory.appendingPathComponent("child-\(id).out")
         errURL = logDirectory.appendingPathComponent("child-\(id).err")
-        FileManager.default.createFile(atPath: outURL.path, contents: nil)
-        FileManager.default.createFile(atPath: errURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
         process.executableURL = executable
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
@@ -210,15 +210,16 @@ struct BugsinkPeer {
         var request = URLRequest(url: URL(string: "\(url)/api/canonical/0/events/lookup/?project=\(project)&event_id=\(eventID)")!)
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
         request.timeoutInterval = 15
-        final class Box: @unchecked Sendable { var value: (Int, Data) = (-1, Data()) }
-        let box = Box()
+        let answer = Locked<(Int, Data)>((-1, Data()))
         let done = DispatchSemaphore(value: 0)
         URLSession.shared.dataTask(with: request) { data, response, _ in
-            box.value = ((response as? HTTPURLResponse)?.statusCode ?? -1, data ?? Data())
+            let value = ((response as? HTTPURLResponse)?.statusCode ?? -1, data ?? Data())
+            answer.withLock { $0 = value }
             done.signal()
         }.resume()
         done.wait()
-        guard box.value.0 == 200, let object = try? JSONSerialization.jsonObject(with: box.value.1) as? [String: Any] else { return nil }
+        let (status, body) = answer.withLock { $0 }
+        guard status == 200, let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any] else { return nil }
         if let data = object["data"] as? [String: Any] { return data }
         if let text = object["data"] as? String, let d = text.data(using: .utf8) {
             return (try? JSONSerialization.jsonObject(with: d)) as? [String: Any]

@@ -30,20 +30,19 @@ public func runProcess(_ executable: String, _ arguments: [String]) throws -> Pr
     process.standardError = err
     process.standardInput = FileHandle.nullDevice
     try process.run()
-    // Written by the reader thread before `group.leave()`, read after `group.wait()`: never at the same time.
-    final class Box: @unchecked Sendable { var data = Data() }
-    let errBox = Box()
+    let errData = Locked(Data())
     let group = DispatchGroup()
     group.enter()
     DispatchQueue.global().async {
-        errBox.data = err.fileHandleForReading.readDataToEndOfFile()
+        let data = err.fileHandleForReading.readDataToEndOfFile()
+        errData.withLock { $0 = data }
         group.leave()
     }
     let outData = out.fileHandleForReading.readDataToEndOfFile()
     group.wait()
     process.waitUntilExit()
     return ProcessResult(status: process.terminationStatus, reason: process.terminationReason,
-                         stdout: outData, stderr: errBox.data)
+                         stdout: outData, stderr: errData.withLock { $0 })
 }
 
 /// Runs the built `vaka` command-line tool (``Paths/cli``) with `arguments` and waits; a death by signal

@@ -262,7 +262,7 @@ final class ReportInputTests: XCTestCase {
 
         let previous = FileManager.default.currentDirectoryPath
         XCTAssertTrue(FileManager.default.changeCurrentDirectoryPath(dir.path))
-        defer { FileManager.default.changeCurrentDirectoryPath(previous) }
+        defer { _ = FileManager.default.changeCurrentDirectoryPath(previous) }
         let symbolicator = Symbolicator(systemDebugDirectory: nil)
         XCTAssertNil(symbolicator.textHashDebugID(imagePath: "nobuildid.so"))
         XCTAssertNotNil(symbolicator.textHashDebugID(imagePath: dir.appendingPathComponent("nobuildid.so").path))

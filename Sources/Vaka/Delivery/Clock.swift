@@ -1,8 +1,8 @@
 import Foundation
 
 /// A source of the current time for delivery decisions (backoff, rate limits, outbox file names).
-/// Injected so tests can move time by hand instead of sleeping.
-protocol DeliveryClock: AnyObject {
+/// Injected so tests can move time by hand instead of sleeping. Read from the delivery thread and the callers'.
+protocol DeliveryClock: AnyObject, Sendable {
     /// The current wall-clock time.
     var now: Date { get }
 }

@@ -22,8 +22,9 @@ import Foundation
 /// `Vaka.flush()` calls ``flush(timeout:)``, `Vaka.close()` ``close(timeout:)``.
 ///
 /// `@unchecked Sendable`: the worker thread and the callers share the `var`s below, and touch them only with
-/// `cond` held (an `NSCondition`, because the worker and ``flush(timeout:)`` wait on it); the `let`s are set
-/// once in `init` and are thread-safe themselves (``PersistentQueue`` and ``Uploader`` lock inside).
+/// `cond` held (an `NSCondition`, because the worker and ``flush(timeout:)`` wait on it, which
+/// `Synchronization.Mutex` cannot do); the `let`s are set once in `init` and are `Sendable` themselves
+/// (``PersistentQueue``, ``Uploader``, ``Outbox``, the clock, the `@Sendable` log).
 final class Delivery: @unchecked Sendable {
     /// Settings; defaults are the SDK's.
     struct Configuration {
@@ -42,19 +43,21 @@ final class Delivery: @unchecked Sendable {
         /// `fsync` batch files before renaming them into place. Default `false` (process death is covered
         /// either way; this adds power-loss safety at a cost per write).
         var syncWrites = false
-        /// Debug sink (`Options.debug`): receives one line per event of note, never the key. `nil` = silent.
-        var log: ((String) -> Void)?
+        /// Debug sink (`Options.debug`): receives one line per event of note, never the key, on the delivery
+        /// thread or the caller's. `nil` = silent.
+        var log: (@Sendable (String) -> Void)?
         /// Told (on the delivery thread) the `event_id` of each envelope with an event that the server accepted
         /// or that was given up (``Uploader/onEventSettled``). Not called in outbox mode: there an envelope is
         /// done once ``Delivery/submit(_:durable:)`` returns.
-        var onEventSettled: ((String, Uploader.EventSettlement) -> Void)?
+        var onEventSettled: (@Sendable (String, Uploader.EventSettlement) -> Void)?
         /// Most bytes of envelopes held in memory while the storage cannot be written (4 MiB; see ``PersistentQueue``).
         var maxMemoryBytes = PersistentQueue.defaultMaxMemoryBytes
 
         /// Creates a configuration; see the properties for defaults.
         init(storageDirectory: URL, dsn: DSN?, flushInterval: TimeInterval = 10, maxBatchSize: Int = 50,
              maxBatchFiles: Int = 200, requestTimeout: TimeInterval = 15, syncWrites: Bool = false,
-             log: ((String) -> Void)? = nil, onEventSettled: ((String, Uploader.EventSettlement) -> Void)? = nil) {
+             log: (@Sendable (String) -> Void)? = nil,
+             onEventSettled: (@Sendable (String, Uploader.EventSettlement) -> Void)? = nil) {
             self.onEventSettled = onEventSettled
             self.storageDirectory = storageDirectory
             self.dsn = dsn
@@ -77,7 +80,7 @@ final class Delivery: @unchecked Sendable {
     let outbox: Outbox
 
     private let clock: DeliveryClock
-    private let log: (String) -> Void
+    private let log: @Sendable (String) -> Void
     private let cond = NSCondition()
     private var wakeRequested = true       // pump once at start: pending files of a previous run
     private var closed = false

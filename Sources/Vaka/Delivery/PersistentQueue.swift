@@ -47,7 +47,7 @@ import Glibc
 ///   so exceeding `RLIMIT_FSIZE` fails the write with `EFBIG` instead of killing the process.
 ///
 /// Thread-safe: every method may be called from any thread.
-final class PersistentQueue {
+final class PersistentQueue: Sendable {
     /// A batch file, ordered by age (sequence number).
     struct BatchRef: Hashable, Comparable, CustomStringConvertible {
         /// The file name inside ``PersistentQueue/directory``.
@@ -108,7 +108,7 @@ final class PersistentQueue {
     /// The state, behind the mutex that makes the queue thread-safe.
     private let core: Mutex<Core>
     /// The debug sink; given the lines the state logged once its mutex is released.
-    private let log: (String) -> Void
+    private let log: @Sendable (String) -> Void
 
     /// Opens (creating if needed) `<storageDirectory>/pending`, and picks up batch files of previous runs.
     /// - Parameters:
@@ -122,7 +122,7 @@ final class PersistentQueue {
     ///   empty, holding batches in memory until writes succeed (kept `throws` for API stability).
     init(storageDirectory: URL, maxBatchSize: Int = 50, maxBatchFiles: Int = 200, syncWrites: Bool = false,
          maxMemoryBytes: Int = PersistentQueue.defaultMaxMemoryBytes,
-         log: @escaping (String) -> Void = { _ in }) throws {
+         log: @escaping @Sendable (String) -> Void = { _ in }) throws {
         directory = storageDirectory.appendingPathComponent("pending", isDirectory: true)
         self.maxBatchSize = max(1, maxBatchSize)
         self.maxBatchFiles = max(1, maxBatchFiles)

@@ -40,10 +40,11 @@ struct TransportError: Error, CustomStringConvertible {
 }
 
 /// Something that can POST a request and report the response. Implementations must call `completion`
-/// exactly once, on any thread, and must bound the exchange by `request.timeout`.
-protocol HTTPTransport: AnyObject {
+/// exactly once, on any thread, and must bound the exchange by `request.timeout`. Used from the delivery thread
+/// (and from the caller's, in tests), hence `Sendable`.
+protocol HTTPTransport: AnyObject, Sendable {
     /// Sends `request`; calls `completion` with the response or a ``TransportError``.
-    func send(_ request: HTTPRequest, completion: @escaping (Result<HTTPResponse, TransportError>) -> Void)
+    func send(_ request: HTTPRequest, completion: @escaping @Sendable (Result<HTTPResponse, TransportError>) -> Void)
 }
 
 extension HTTPTransport {
@@ -129,7 +130,7 @@ final class CurlTransport: HTTPTransport {
         }
     }
     private let session = Mutex(Session())
-    private let log: (String) -> Void
+    private let log: @Sendable (String) -> Void
 
     /// Creates a transport; nothing is loaded until the first request.
     /// - Parameters:
@@ -138,7 +139,7 @@ final class CurlTransport: HTTPTransport {
     ///   - log: debug sink: one line when libcurl is loaded (its version). A failure to load is not logged
     ///     here: it is returned as a permanent ``TransportError`` (the uploader logs it when it stops).
     init(timeout: TimeInterval = 15, library: String = CurlTransport.defaultLibrary,
-         log: @escaping (String) -> Void = { _ in }) {
+         log: @escaping @Sendable (String) -> Void = { _ in }) {
         self.timeout = timeout
         self.library = library
         self.log = log
@@ -154,7 +155,7 @@ final class CurlTransport: HTTPTransport {
         }
     }
 
-    func send(_ request: HTTPRequest, completion: @escaping (Result<HTTPResponse, TransportError>) -> Void) {
+    func send(_ request: HTTPRequest, completion: @escaping @Sendable (Result<HTTPResponse, TransportError>) -> Void) {
         completion(perform(request))
     }
 

@@ -42,7 +42,7 @@ import Synchronization
 ///
 /// Thread-safe: calls to ``pump()`` are serialised; the state getters never wait for a pump in progress.
 /// ``cancel()`` makes a running pump stop before its next request.
-final class Uploader {
+final class Uploader: Sendable {
     /// What a pump ended with.
     enum Outcome: Equatable {
         /// Everything queued when the pump ran was settled.
@@ -89,7 +89,7 @@ final class Uploader {
     let requestTimeout: TimeInterval
     /// Called on the sending thread with the `event_id` of each envelope with an event that was accepted or
     /// given up (see the type's documentation), after its batch file was rewritten without it.
-    let onEventSettled: ((String, EventSettlement) -> Void)?
+    let onEventSettled: (@Sendable (String, EventSettlement) -> Void)?
 
     /// What the pump decides by and counts: written only by ``pump()`` (and ``cancel()``), read by anyone.
     private struct State {
@@ -103,9 +103,9 @@ final class Uploader {
     }
     private let state = Mutex(State())
     private let pumpLock = Mutex(())  // serialises pump()
-    private let log: (String) -> Void
+    private let log: @Sendable (String) -> Void
     /// Always-on sink for misconfigurations (one line each, without the `[vaka] ` prefix or newline).
-    private let warn: (String) -> Void
+    private let warn: @Sendable (String) -> Void
 
     /// Writes `[vaka] <line>` to standard error: the default ``warn`` sink.
     static func standardError(_ line: String) { PrivateFiles.writeStandardError("[vaka] \(line)\n") }
@@ -122,9 +122,9 @@ final class Uploader {
     ///     error with a `[vaka] ` prefix.
     ///   - onEventSettled: told when an event is accepted or given up (``onEventSettled``).
     init(queue: PersistentQueue, dsn: DSN, transport: HTTPTransport, clock: DeliveryClock,
-         requestTimeout: TimeInterval = 15, log: @escaping (String) -> Void = { _ in },
-         warn: @escaping (String) -> Void = Uploader.standardError,
-         onEventSettled: ((String, EventSettlement) -> Void)? = nil) {
+         requestTimeout: TimeInterval = 15, log: @escaping @Sendable (String) -> Void = { _ in },
+         warn: @escaping @Sendable (String) -> Void = Uploader.standardError,
+         onEventSettled: (@Sendable (String, EventSettlement) -> Void)? = nil) {
         self.onEventSettled = onEventSettled
         self.queue = queue
         self.dsn = dsn

@@ -1,15 +1,13 @@
 import Foundation
+import Synchronization
 import VakaCrash
 import VakaSymbolication
 
 /// The started SDK: one per ``Vaka/start(_:)``. Holds the scope of the current run (persisted in its
-/// ``RunDirectory``), the breadcrumbs, the session and the ``Delivery``. Thread-safe: scope changes and event
-/// building run under one lock; unwinding and delivery happen outside it.
-///
-/// `@unchecked Sendable`: every `var` (`scope`, `ended`, `tagOrder`) and the `breadcrumbs` and `runDirectory`
-/// (not thread-safe themselves) are used only with `lock` held; the other `let`s are set once in `init` and
-/// are thread-safe (``Delivery``, ``CrashLedger``, ``EventFactory``, ``StackCapture``).
-final class Client: @unchecked Sendable {
+/// ``RunDirectory``), the breadcrumbs, the session and the ``Delivery``. Thread-safe: the scope, the
+/// breadcrumbs and the run directory (not thread-safe themselves) live in one `Mutex` (``State``), and scope
+/// changes and event building run under it; unwinding and delivery happen outside it.
+final class Client: Sendable {
     /// The options given to start.
     let options: Vaka.Options
     /// The storage directory (created, 0700).
@@ -25,18 +23,23 @@ final class Client: @unchecked Sendable {
     /// The crash reports whose events are queued, deleted once the server accepts them (see CrashJoin.swift).
     let crashLedger: CrashLedger
 
-    private let lock = NSLock()
-    private var scope: RunScope
-    private let runDirectory: RunDirectory?
-    private let breadcrumbs: BreadcrumbStore
-    private var ended = false
-    /// The tag keys of `scope.tags`, oldest set first (the first to go when a new one is over the cap).
-    private var tagOrder: [String]
-    private let logSink: ((String) -> Void)?
+    /// What the lock guards: everything the capture and scope calls change.
+    private struct State {
+        var scope: RunScope
+        /// `<storage>/runs/<run-id>/` (nil when it cannot be created): where `scope` is persisted.
+        let runDirectory: RunDirectory?
+        let breadcrumbs: BreadcrumbStore
+        /// Set by ``Client/end(timeout:)``: later calls do nothing.
+        var ended = false
+        /// The tag keys of `scope.tags`, oldest set first (the first to go when a new one is over the cap).
+        var tagOrder: [String]
+    }
+    private let state: Mutex<State>
+    private let logSink: (@Sendable (String) -> Void)?
 
     /// Starts everything except the crash handlers (``Vaka/start(_:)`` installs those first).
     /// - Throws: when the storage directory or `pending/` cannot be created.
-    init(options: Vaka.Options, storage: URL, runID: String, dsn: DSN?, log: ((String) -> Void)?) throws {
+    init(options: Vaka.Options, storage: URL, runID: String, dsn: DSN?, log: (@Sendable (String) -> Void)?) throws {
         self.options = options
         self.storage = storage
         self.runID = runID
@@ -55,14 +58,13 @@ final class Client: @unchecked Sendable {
         if options.sessionTracking { session = SessionState(did: Client.anonID(storage: storage, log: log), started: now) }
         let tags = RunScope.bounded(tags: options.tags)
         if tags.dropped > 0 { log?("\(tags.dropped) of \(options.tags.count) tags left out: a run keeps at most \(RunScope.maxTags) tags") }
-        tagOrder = tags.tags.keys.sorted()
-        scope = RunScope(runID: runID, release: Vaka.Options.boundedRelease(release),
-                         environment: Vaka.Options.boundedEnvironment(options.environment), tags: tags.tags,
-                         userID: nil, session: session)
+        let scope = RunScope(runID: runID, release: Vaka.Options.boundedRelease(release),
+                             environment: Vaka.Options.boundedEnvironment(options.environment), tags: tags.tags,
+                             userID: nil, session: session)
         var dir: RunDirectory?
         do { dir = try RunDirectory(storage: storage, runID: runID) } catch { log?("cannot create the run directory: \(error)") }
-        runDirectory = dir
-        breadcrumbs = BreadcrumbStore(runDirectory: dir?.url)
+        state = Mutex(State(scope: scope, runDirectory: dir, breadcrumbs: BreadcrumbStore(runDirectory: dir?.url),
+                            tagOrder: tags.tags.keys.sorted()))
     }
 
     private func log(_ message: @autoclosure () -> String) { logSink?(message()) }
@@ -71,22 +73,17 @@ final class Client: @unchecked Sendable {
     func logLine(_ message: String) { logSink?(message) }
 
     /// The release of this run.
-    var currentRelease: String {
-        lock.lock(); defer { lock.unlock() }
-        return scope.release
-    }
+    var currentRelease: String { state.withLock { $0.scope.release } }
 
     /// Crash join and leftover sessions of earlier runs, then this run's first session update.
     func begin() {
         joinPreviousRuns()
-        lock.lock()
-        persistScopeLocked()
-        var items: [EnvelopeItem] = []
-        if let update = sessionUpdateLocked(.ok) {
-            items.append(.session(update.jsonData()))
-            persistScopeLocked()
+        let items: [EnvelopeItem] = state.withLock { state in
+            persistScope(state)
+            guard let update = sessionUpdate(.ok, &state) else { return [] }
+            persistScope(state)
+            return [.session(update.jsonData())]
         }
-        lock.unlock()
         if !items.isEmpty { submit(Envelope(items: items)) }
         delivery.wake()
     }
@@ -97,9 +94,10 @@ final class Client: @unchecked Sendable {
     /// (``EventBudget/limited(_:)``) so that neither memory nor `breadcrumbs.jsonl` holds more than an event can.
     func addBreadcrumb(_ crumb: Breadcrumb) {
         let crumb = EventBudget.limited(crumb)
-        lock.lock(); defer { lock.unlock() }
-        guard !ended else { return }
-        breadcrumbs.add(crumb)
+        state.withLock { state in
+            guard !state.ended else { return }
+            state.breadcrumbs.add(crumb)
+        }
     }
 
     /// Sets (or with `nil` removes) a tag on all later events and on this run's crash. Key and value are cut to
@@ -110,41 +108,45 @@ final class Client: @unchecked Sendable {
     func setTag(_ key: String, _ value: String?) {
         let key = EventBudget.truncated(key, EventBudget.maxTagChars) ?? key
         let value = value.map { EventBudget.truncated($0, EventBudget.maxTagChars) ?? $0 }
-        lock.lock(); defer { lock.unlock() }
-        guard !ended, scope.tags[key] != value else { return }
-        if let i = tagOrder.firstIndex(of: key) { tagOrder.remove(at: i) }
-        if value != nil {
-            if tagOrder.count >= RunScope.maxTags {
-                let oldest = tagOrder.removeFirst()
-                scope.tags[oldest] = nil
-                log("tag \(oldest.prefix(64).debugDescription) removed: a run keeps at most \(RunScope.maxTags) tags, the newest")
+        state.withLock { state in
+            guard !state.ended, state.scope.tags[key] != value else { return }
+            if let i = state.tagOrder.firstIndex(of: key) { state.tagOrder.remove(at: i) }
+            if value != nil {
+                if state.tagOrder.count >= RunScope.maxTags {
+                    let oldest = state.tagOrder.removeFirst()
+                    state.scope.tags[oldest] = nil
+                    log("tag \(oldest.prefix(64).debugDescription) removed: a run keeps at most \(RunScope.maxTags) tags, the newest")
+                }
+                state.tagOrder.append(key)
             }
-            tagOrder.append(key)
+            state.scope.tags[key] = value
+            persistScope(state)
         }
-        scope.tags[key] = value
-        persistScopeLocked()
     }
 
     /// Sets or clears `user.id` (cut to ``Vaka/Options/maxTagChars`` scalars).
     func identify(_ userID: String?) {
         let userID = userID.map { Vaka.Options.cut($0, maxChars: Vaka.Options.maxTagChars) }
-        lock.lock(); defer { lock.unlock() }
-        guard !ended, scope.userID != userID else { return }
-        scope.userID = userID
-        persistScopeLocked()
+        state.withLock { state in
+            guard !state.ended, state.scope.userID != userID else { return }
+            state.scope.userID = userID
+            persistScope(state)
+        }
     }
 
-    /// The session update for `status` now (nil without session tracking). Call under the lock.
-    private func sessionUpdateLocked(_ status: SessionUpdate.Status) -> SessionUpdate? {
-        guard var session = scope.session else { return nil }
-        let update = session.update(status, now: Date(), release: scope.release, environment: scope.environment)
-        scope.session = session
+    /// The session update for `status` now (nil without session tracking), recorded in `state.scope`.
+    /// Called inside `state.withLock`.
+    private func sessionUpdate(_ status: SessionUpdate.Status, _ state: inout State) -> SessionUpdate? {
+        guard var session = state.scope.session else { return nil }
+        let update = session.update(status, now: Date(), release: state.scope.release, environment: state.scope.environment)
+        state.scope.session = session
         return update
     }
 
-    private func persistScopeLocked() {
-        guard let runDirectory else { return }
-        do { try runDirectory.write(scope) } catch { log("cannot write the run scope: \(error)") }
+    /// Rewrites `scope.json` from `state.scope`. Called inside `state.withLock`.
+    private func persistScope(_ state: State) {
+        guard let runDirectory = state.runDirectory else { return }
+        do { try runDirectory.write(state.scope) } catch { log("cannot write the run scope: \(error)") }
     }
 
     // MARK: - Events
@@ -157,20 +159,23 @@ final class Client: @unchecked Sendable {
         let exception = Exception(type: type, value: description, mechanism: Mechanism(type: "swift.error", handled: true),
                                   stacktrace: stack.stacktrace)
         let id = EventFactory.newEventID()
-        lock.lock()
-        guard !ended else { lock.unlock(); return }
-        var event = factory.base(eventID: id, level: .error, date: Date(), scope: scope, breadcrumbs: breadcrumbs.snapshot())
-        event.exception = ValueList([exception])
-        if !stack.images.isEmpty { event.debugMeta = DebugMeta(images: stack.images) }
-        var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: logSink))]
-        if scope.session != nil {
-            scope.session!.errors += 1
-            if let update = sessionUpdateLocked(.ok) {
-                items.append(.session(update.jsonData()))
+        let items: [EnvelopeItem]? = state.withLock { state in
+            guard !state.ended else { return nil }
+            var event = factory.base(eventID: id, level: .error, date: Date(), scope: state.scope,
+                                     breadcrumbs: state.breadcrumbs.snapshot())
+            event.exception = ValueList([exception])
+            if !stack.images.isEmpty { event.debugMeta = DebugMeta(images: stack.images) }
+            var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: logSink))]
+            if state.scope.session != nil {
+                state.scope.session!.errors += 1
+                if let update = sessionUpdate(.ok, &state) {
+                    items.append(.session(update.jsonData()))
+                }
+                persistScope(state)
             }
-            persistScopeLocked()
+            return items
         }
-        lock.unlock()
+        guard let items else { return }
         submit(Envelope(header: .init(eventID: id), items: items))
         log("captured error \(type) as \(id)")
     }
@@ -179,10 +184,12 @@ final class Client: @unchecked Sendable {
     func capture(message: String, level: Event.Level, eventID: String? = nil, extra: [String: JSONValue] = [:],
                  tags: [String: String] = [:]) {
         let id = eventID ?? EventFactory.newEventID()
-        lock.lock()
-        guard !ended else { lock.unlock(); return }
-        var event = factory.base(eventID: id, level: level, date: Date(), scope: scope, breadcrumbs: breadcrumbs.snapshot())
-        lock.unlock()
+        let base: Event? = state.withLock { state in
+            guard !state.ended else { return nil }
+            return factory.base(eventID: id, level: level, date: Date(), scope: state.scope,
+                                breadcrumbs: state.breadcrumbs.snapshot())
+        }
+        guard var event = base else { return }
         event.logentry = LogEntry(formatted: message)
         if !extra.isEmpty { event.extra = extra }
         if !tags.isEmpty { event.tags = (event.tags ?? [:]).merging(tags) { _, new in new } }
@@ -203,19 +210,19 @@ final class Client: @unchecked Sendable {
     /// Ends the session (`exited`), flushes (up to `timeout` s), keeps what was not sent for the next launch,
     /// and removes this run's directory. Idempotent.
     func end(timeout: TimeInterval) {
-        lock.lock()
-        if ended { lock.unlock(); return }
-        ended = true
-        var items: [EnvelopeItem] = []
-        if let update = sessionUpdateLocked(.exited) {
-            items.append(.session(update.jsonData()))
-            persistScopeLocked()
+        let items: [EnvelopeItem]? = state.withLock { state in
+            if state.ended { return nil }
+            state.ended = true
+            guard let update = sessionUpdate(.exited, &state) else { return [] }
+            persistScope(state)
+            return [.session(update.jsonData())]
         }
-        lock.unlock()
+        guard let items else { return }
         if !items.isEmpty { submit(Envelope(items: items)) }
         delivery.close(timeout: timeout)
         log(delivery.summary)
-        runDirectory?.remove()
+        // `ended` is set: no other call uses the run directory any more.
+        state.withLock { $0.runDirectory?.remove() }
     }
 
     // MARK: - Storage

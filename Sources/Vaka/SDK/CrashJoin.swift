@@ -237,9 +237,8 @@ extension Client {
 /// The delivery thread starts sending `pending/` (possibly a crash queued by an earlier launch) before the
 /// crash join runs; settlements of events not watched yet are remembered until ``finishJoin()`` so that the
 /// join can act on them (``watch(_:_:)``), for every file of that event id. Thread-safe: the ledger's state is
-/// behind one `Mutex`; `@unchecked` only for the `log` closure, which the SDK's logger makes safe to call from
-/// any thread (it writes one line per call).
-final class CrashLedger: @unchecked Sendable {
+/// behind one `Mutex`.
+final class CrashLedger: Sendable {
     /// The files of one crash.
     struct Entry: Equatable {
         /// `<storage>/crashes/<run-id>.crash`.
@@ -256,10 +255,10 @@ final class CrashLedger: @unchecked Sendable {
     }
 
     private let state = Mutex(State())
-    private let log: ((String) -> Void)?
+    private let log: (@Sendable (String) -> Void)?
 
-    /// A ledger logging to `log` (debug output).
-    init(log: ((String) -> Void)?) { self.log = log }
+    /// A ledger logging to `log` (debug output; called from the delivery thread and the caller's).
+    init(log: (@Sendable (String) -> Void)?) { self.log = log }
 
     /// Watches `entry`'s files for `eventID`, besides any other entry already watched for it (the same entry
     /// twice counts once). Returns how the event ended when the uploader already settled it in this process
