@@ -484,7 +484,8 @@ static void test_images(void)
     EXPECT(!vaka_crash_is_installed(), "installed");
     EXPECT(total > 2 && n == total, "count %zu then %zu", total, n);
     EXPECT(exe_len > 0 && copied[0].path_len == exe_len && memcmp(copied[0].path, exe, exe_len) == 0,
-           "first image %.*s, executable %s", (int)copied[0].path_len, copied[0].path, exe);
+           "first image %.*s, executable %.200s", (int)(copied[0].path_len < 200 ? copied[0].path_len : 200),
+           copied[0].path, exe);
     EXPECT(here >= copied[0].base && here - copied[0].base < copied[0].size, "this function outside the first image");
     EXPECT(copied[0].build_id_len == 20, "main program build ID of %zu bytes", copied[0].build_id_len);
     int libc = 0;
@@ -499,7 +500,7 @@ static void test_images(void)
     size_t all = vaka_crash_copy_images(one, 1);
     EXPECT(all == total, "%zu images, %zu before", all, total);
     EXPECT(one[0].base == copied[0].base && one[0].size == copied[0].size, "first image differs");
-    EXPECT(one[1].base == (uintptr_t)0xabababababababababull, "wrote past max");
+    EXPECT(one[1].base == (uintptr_t)0xababababababababull, "wrote past max");
     end_check();
 
     begin("images_copy_equals_install_list");
