@@ -71,7 +71,7 @@ public enum Vaka {
                     // Always on stderr (not only with debug): a crash reporter that silently does not report.
                     PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.path)); crash reporting is off\n")
                 } else {
-                    log?("crash handlers installed; reports go to \(crashes.path)/\(runID).crash")
+                    log?("crash handlers installed; reports go to \(vaka_crash_report_path().map { String(cString: $0) } ?? crashes.path)")
                 }
             }
             var dsn: DSN?

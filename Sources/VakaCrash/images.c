@@ -1,9 +1,11 @@
 /*
- * Install time: the list of loaded ELF images, collected with dl_iterate_phdr from the in-memory program
- * headers. For each image: base (l_addr + lowest PT_LOAD p_vaddr, page aligned down), size (span of the
- * PT_LOAD segments, page-rounded), GNU build ID (from the PT_NOTE segments), path (dlpi_name; the main
- * executable's comes from /proc/self/exe, the vDSO is named "[vdso]"), and the link-map identity
- * (l_addr, l_ld) the handler uses to match entries of `_r_debug.r_map`.
+ * Normal context: the loaded ELF images, collected with dl_iterate_phdr from the in-memory program headers.
+ * Two lists come from here, made by the same per-image code (image_of, and vaka_sig_image_from_phdrs in
+ * sig_images.c, which the handler's link-map walk shares): the install list the handler writes
+ * (vaka_images_collect, into a vaka_image_cache), and the public vaka_crash_copy_images() the SDK uses for the
+ * images of handled errors' stacks. For each image: base, size, GNU build ID, executable range and link-map
+ * identity (vaka_sig_image_from_phdrs), and the path: dlpi_name; the main program's (the first entry, with an
+ * empty name) comes from /proc/self/exe; the vDSO is named "[vdso]".
  */
 #include "vaka_internal.h"
 
@@ -13,11 +15,63 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+/* What every entry of one dl_iterate_phdr walk needs. */
+typedef struct image_walk {
+    uintptr_t vdso;          /* AT_SYSINFO_EHDR: the vDSO's base address, 0 if none */
+    uintptr_t page;          /* page size in bytes */
+    const char *executable;  /* the main program's path and its length (0: unknown) */
+    size_t executable_len;
+    size_t index;            /* number of the next dl_iterate_phdr entry (0: the main program) */
+} image_walk;
+
+static void image_walk_init(image_walk *walk, const char *executable, size_t executable_len)
+{
+    walk->vdso = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
+    walk->page = vaka_state.page_size ? vaka_state.page_size : (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (walk->page == 0 || (walk->page & (walk->page - 1)) != 0) walk->page = 4096;
+    walk->executable = executable;
+    walk->executable_len = executable_len;
+    walk->index = 0;
+}
+
+/* One dl_iterate_phdr entry: fills `img` and points `*path`/`*path_len` at its path (not copied; length 0 when
+ * unknown). @return 0 when the entry maps nothing (no PT_LOAD segment). */
+static int image_of(image_walk *walk, const struct dl_phdr_info *info, vaka_image *img, const char **path,
+                    size_t *path_len)
+{
+    size_t index = walk->index++;
+    if (!vaka_sig_image_from_phdrs(info->dlpi_phdr, info->dlpi_phnum, info->dlpi_addr, walk->page, NULL, img))
+        return 0;
+    const char *name = info->dlpi_name != NULL ? info->dlpi_name : "";
+    if (walk->vdso != 0 && img->base == walk->vdso) {
+        *path = "[vdso]";
+        *path_len = 6;
+        img->not_in_link_map = 1;
+    } else if (name[0] == '\0' && index == 0) {
+        *path = walk->executable;
+        *path_len = walk->executable_len;
+    } else {
+        *path = name;
+        *path_len = strlen(name);
+    }
+    return 1;
+}
+
+size_t vaka_rt_executable_path(char *buf, size_t size)
+{
+    if (buf == NULL || size == 0) return 0;
+    /* readlink cuts silently: a result filling the whole buffer may be cut, and is left unknown. */
+    ssize_t n = readlink("/proc/self/exe", buf, size);
+    size_t len = n > 0 && (size_t)n < size ? (size_t)n : 0;
+    buf[len] = '\0';
+    return len;
+}
+
+/* ------------------------------------------------------------------ the install list */
+
 typedef struct collect_ctx {
     vaka_image_cache *cache;
-    uintptr_t vdso;
-    uintptr_t page;
-    size_t index;
+    image_walk walk;
 } collect_ctx;
 
 static void set_path(vaka_image_cache *cache, vaka_image *img, const char *path, size_t len)
@@ -40,65 +94,12 @@ static int collect_one(struct dl_phdr_info *info, size_t size, void *data)
     collect_ctx *ctx = data;
     vaka_image_cache *cache = ctx->cache;
     (void)size;
-    size_t index = ctx->index++;
     if (cache->count >= VAKA_MAX_IMAGES) return 1;
-
-    uintptr_t lo = UINTPTR_MAX, hi = 0, ld = 0, text_lo = 0, text_hi = 0;
-    int have_text = 0;
-    for (size_t i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type == PT_LOAD) {
-            if (ph->p_vaddr < lo) lo = ph->p_vaddr;
-            if (ph->p_vaddr + ph->p_memsz > hi) hi = ph->p_vaddr + ph->p_memsz;
-            if (ph->p_flags & PF_X) {
-                if (!have_text || ph->p_vaddr < text_lo) text_lo = ph->p_vaddr;
-                have_text = 1;
-                if (ph->p_vaddr + ph->p_memsz > text_hi) text_hi = ph->p_vaddr + ph->p_memsz;
-            }
-        } else if (ph->p_type == PT_DYNAMIC) {
-            ld = info->dlpi_addr + ph->p_vaddr;
-        }
-    }
-    if (lo == UINTPTR_MAX) return 0; /* nothing mapped */
-
     vaka_image *img = &cache->images[cache->count];
-    memset(img, 0, sizeof *img);
-    lo &= ~(ctx->page - 1);
-    hi = (hi + ctx->page - 1) & ~(ctx->page - 1);
-    img->base = info->dlpi_addr + lo;
-    img->size = hi - lo;
-    img->l_addr = info->dlpi_addr;
-    img->l_ld = ld;
-    if (have_text && text_hi > text_lo) {
-        img->text_lo = info->dlpi_addr + text_lo;
-        img->text_hi = info->dlpi_addr + text_hi;
-    }
-
-    /* Build ID: PT_NOTE segments that lie inside a PT_LOAD segment are mapped and readable. */
-    for (size_t i = 0; i < info->dlpi_phnum && img->build_id_len == 0; i++) {
-        const ElfW(Phdr) *note = &info->dlpi_phdr[i];
-        if (note->p_type != PT_NOTE) continue;
-        int mapped = 0;
-        for (size_t j = 0; j < info->dlpi_phnum; j++) {
-            const ElfW(Phdr) *load = &info->dlpi_phdr[j];
-            if (load->p_type == PT_LOAD && note->p_vaddr >= load->p_vaddr &&
-                note->p_vaddr + note->p_memsz <= load->p_vaddr + load->p_filesz)
-                mapped = 1;
-        }
-        if (!mapped) continue;
-        img->build_id_len = (uint8_t)vaka_find_build_id((const uint8_t *)(info->dlpi_addr + note->p_vaddr),
-                                                        note->p_memsz, note->p_align, img->build_id);
-    }
-
-    const char *name = info->dlpi_name != NULL ? info->dlpi_name : "";
-    if (ctx->vdso != 0 && img->base == ctx->vdso) {
-        set_path(cache, img, "[vdso]", 6);
-        img->not_in_link_map = 1;
-    } else if (name[0] == '\0' && index == 0) {
-        set_path(cache, img, vaka_state.executable, vaka_state.executable_len);
-    } else {
-        set_path(cache, img, name, strlen(name));
-    }
+    const char *path = NULL;
+    size_t path_len = 0;
+    if (!image_of(&ctx->walk, info, img, &path, &path_len)) return 0;
+    set_path(cache, img, path, path_len);
     cache->count++;
     return 0;
 }
@@ -107,11 +108,55 @@ size_t vaka_images_collect(vaka_image_cache *cache)
 {
     collect_ctx ctx;
     ctx.cache = cache;
-    ctx.vdso = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
-    ctx.page = vaka_state.page_size ? vaka_state.page_size : 4096;
-    ctx.index = 0;
+    image_walk_init(&ctx.walk, vaka_state.executable, vaka_state.executable_len);
     cache->count = 0;
     cache->pool_used = 0;
     dl_iterate_phdr(collect_one, &ctx);
     return cache->count;
+}
+
+/* ------------------------------------------------------------------ the public copy */
+
+typedef struct copy_ctx {
+    vaka_crash_image *out;
+    size_t max;
+    size_t count; /* images met so far, stored or not */
+    image_walk walk;
+} copy_ctx;
+
+static int copy_one(struct dl_phdr_info *info, size_t size, void *data)
+{
+    copy_ctx *ctx = data;
+    (void)size;
+    vaka_image img;
+    const char *path = NULL;
+    size_t path_len = 0;
+    if (!image_of(&ctx->walk, info, &img, &path, &path_len)) return 0;
+    if (ctx->count < ctx->max) {
+        vaka_crash_image *o = &ctx->out[ctx->count];
+        memset(o, 0, sizeof *o);
+        o->base = img.base;
+        o->size = img.size;
+        o->build_id_len = img.build_id_len;
+        memcpy(o->build_id, img.build_id, img.build_id_len);
+        /* The install list's rule (set_path): a path longer than VAKA_REPORT_PATH_MAX is unknown, never cut. */
+        if (path_len > 0 && path_len <= VAKA_REPORT_PATH_MAX) {
+            memcpy(o->path, path, path_len);
+            o->path_len = path_len;
+        }
+    }
+    ctx->count++;
+    return 0;
+}
+
+size_t vaka_crash_copy_images(vaka_crash_image *out, size_t max)
+{
+    char executable[VAKA_REPORT_PATH_MAX + 1];
+    copy_ctx ctx;
+    ctx.out = out;
+    ctx.max = out != NULL ? max : 0;
+    ctx.count = 0;
+    image_walk_init(&ctx.walk, executable, vaka_rt_executable_path(executable, sizeof executable));
+    dl_iterate_phdr(copy_one, &ctx);
+    return ctx.count;
 }

@@ -213,10 +213,7 @@ static void prepare_process_facts(void)
     long page = sysconf(_SC_PAGESIZE);
     vaka_state.page_size = page > 0 ? (uintptr_t)page : 4096;
 
-    /* readlink cuts silently: a result filling the whole buffer may be cut, and is left unknown. */
-    ssize_t n = readlink("/proc/self/exe", vaka_state.executable, sizeof vaka_state.executable);
-    vaka_state.executable_len = n > 0 && (size_t)n < sizeof vaka_state.executable ? (size_t)n : 0;
-    vaka_state.executable[vaka_state.executable_len] = '\0';
+    vaka_state.executable_len = vaka_rt_executable_path(vaka_state.executable, sizeof vaka_state.executable);
 }
 
 /* Calls once, harmlessly, every C library and libunwind function the signal path calls (the list is what

@@ -7,6 +7,10 @@
  * entries matching a cached image (same l_addr and l_ld) are written from the cache; any other entry is
  * read from memory — ELF header and program headers at l_addr, the PT_NOTE segments for the build ID,
  * the path from l_name. Cached images no longer in the list (dlclose'd) are left out.
+ *
+ * vaka_sig_image_from_phdrs() is the one per-image computation (base, size, text range, build ID) from an image's
+ * program headers: used here on headers read from memory, and by images.c on dl_iterate_phdr's headers for the
+ * install list and for vaka_crash_copy_images().
  */
 #include "vaka_internal.h"
 
@@ -29,6 +33,9 @@ typedef Elf32_Phdr vaka_phdr;
 #define VAKA_MAX_PHDRS 128
 #define VAKA_NOTE_READ_MAX 2048
 #define VAKA_LINK_MAP_MAX 4096
+
+/* The handler's buffer for a PT_NOTE segment read with safe reads (the single crashing thread only). */
+static uint8_t note_buf[VAKA_NOTE_READ_MAX];
 
 size_t vaka_find_build_id(const uint8_t *notes, size_t len, size_t align, uint8_t *out)
 {
@@ -54,6 +61,59 @@ size_t vaka_find_build_id(const uint8_t *notes, size_t len, size_t align, uint8_
     return 0;
 }
 
+int vaka_sig_image_from_phdrs(const ElfW(Phdr) *ph, size_t phnum, uintptr_t l_addr, uintptr_t page,
+                          vaka_safe_reader *r, vaka_image *img)
+{
+    uintptr_t lo = UINTPTR_MAX, hi = 0, ld = 0, text_lo = 0, text_hi = 0;
+    int have_text = 0;
+    for (size_t i = 0; i < phnum; i++) {
+        if (ph[i].p_type == PT_LOAD) {
+            if (ph[i].p_vaddr < lo) lo = ph[i].p_vaddr;
+            if (ph[i].p_vaddr + ph[i].p_memsz > hi) hi = ph[i].p_vaddr + ph[i].p_memsz;
+            if (ph[i].p_flags & PF_X) {
+                if (!have_text || ph[i].p_vaddr < text_lo) text_lo = ph[i].p_vaddr;
+                have_text = 1;
+                if (ph[i].p_vaddr + ph[i].p_memsz > text_hi) text_hi = ph[i].p_vaddr + ph[i].p_memsz;
+            }
+        } else if (ph[i].p_type == PT_DYNAMIC) {
+            ld = l_addr + ph[i].p_vaddr;
+        }
+    }
+    if (lo == UINTPTR_MAX) return 0; /* nothing mapped */
+
+    vaka_sig_zero(img, sizeof *img);
+    lo &= ~(page - 1);
+    hi = (hi + page - 1) & ~(page - 1);
+    img->base = l_addr + lo;
+    img->size = hi - lo;
+    img->l_addr = l_addr;
+    img->l_ld = ld;
+    if (have_text && text_hi > text_lo) {
+        img->text_lo = l_addr + text_lo;
+        img->text_hi = l_addr + text_hi;
+    }
+
+    /* Build ID: the first GNU build ID note of a PT_NOTE segment that lies in a PT_LOAD segment's file bytes
+     * (only those are mapped). */
+    for (size_t i = 0; i < phnum && img->build_id_len == 0; i++) {
+        if (ph[i].p_type != PT_NOTE) continue;
+        int mapped = 0;
+        for (size_t j = 0; j < phnum && !mapped; j++)
+            mapped = ph[j].p_type == PT_LOAD && ph[i].p_vaddr >= ph[j].p_vaddr &&
+                     ph[i].p_vaddr + ph[i].p_filesz <= ph[j].p_vaddr + ph[j].p_filesz;
+        if (!mapped) continue;
+        const uint8_t *notes = (const uint8_t *)(l_addr + ph[i].p_vaddr);
+        size_t n = ph[i].p_filesz;
+        if (r != NULL) {
+            n = n < VAKA_NOTE_READ_MAX ? n : VAKA_NOTE_READ_MAX;
+            n = vaka_safe_read(r, note_buf, (uintptr_t)notes, n);
+            notes = note_buf;
+        }
+        img->build_id_len = (uint8_t)vaka_find_build_id(notes, n, ph[i].p_align, img->build_id);
+    }
+    return 1;
+}
+
 /* One link_map entry not in the cache. */
 typedef struct extra_entry {
     uintptr_t l_addr, l_name, l_ld;
@@ -63,7 +123,6 @@ typedef struct extra_entry {
 /* Scratch storage for the (single) crashing thread. */
 static extra_entry extras[VAKA_MAX_IMAGES];
 static vaka_phdr phdrs[VAKA_MAX_PHDRS];
-static uint8_t note_buf[VAKA_NOTE_READ_MAX];
 static char path_buf[VAKA_REPORT_PATH_MAX];
 static vaka_image scratch_image;
 
@@ -132,26 +191,7 @@ static int image_from_memory(vaka_safe_reader *r, uintptr_t l_addr, uintptr_t l_
         }
     }
     if (phnum == 0) return 0;
-
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (size_t i = 0; i < phnum; i++) {
-        if (phdrs[i].p_type != PT_LOAD) continue;
-        if (phdrs[i].p_vaddr < lo) lo = phdrs[i].p_vaddr;
-        if (phdrs[i].p_vaddr + phdrs[i].p_memsz > hi) hi = phdrs[i].p_vaddr + phdrs[i].p_memsz;
-    }
-    if (lo == UINTPTR_MAX) return 0;
-    lo &= ~(page - 1);
-    hi = (hi + page - 1) & ~(page - 1);
-    img->base = l_addr + lo;
-    img->size = hi - lo;
-    img->build_id_len = 0;
-    for (size_t i = 0; i < phnum && img->build_id_len == 0; i++) {
-        if (phdrs[i].p_type != PT_NOTE) continue;
-        size_t n = phdrs[i].p_filesz < VAKA_NOTE_READ_MAX ? phdrs[i].p_filesz : VAKA_NOTE_READ_MAX;
-        n = vaka_safe_read(r, note_buf, l_addr + phdrs[i].p_vaddr, n);
-        img->build_id_len = (uint8_t)vaka_find_build_id(note_buf, n, phdrs[i].p_align, img->build_id);
-    }
-    return 1;
+    return vaka_sig_image_from_phdrs(phdrs, phnum, l_addr, page, r, img);
 }
 
 /* 1 when the link map entry's l_name (read safely) is the cached image's path. A library dlclose'd after

@@ -16,6 +16,7 @@
 
 #include "vaka/vaka_crash.h"
 
+#include <link.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -150,6 +151,21 @@ extern vaka_image_cache vaka_image_caches[2];
 
 /** Install time (images.c): fills `cache` with dl_iterate_phdr. @return the image count. */
 size_t vaka_images_collect(vaka_image_cache *cache);
+/** Normal context (images.c; install and vaka_crash_copy_images()): the main executable's path, read with
+ *  readlink("/proc/self/exe") into `buf` (`size` bytes) and NUL-terminated. @return its length in bytes; 0 when
+ *  unreadable or when it may have been cut (it filled the buffer). */
+size_t vaka_rt_executable_path(char *buf, size_t size);
+/** Signal safe with `r` (the handler: its static note buffer, one crashing thread), normal context without.
+ *  The one per-image computation of the install list, vaka_crash_copy_images() and the handler's link-map walk:
+ *  from an image's program headers `ph[0..phnum)` and load bias `l_addr`, sets `img` (cleared first) to
+ *  base = l_addr + lowest PT_LOAD p_vaddr rounded down to `page` (bytes, a power of two), size = span of the
+ *  PT_LOAD segments rounded up to `page`, l_addr, l_ld (l_addr + PT_DYNAMIC p_vaddr, 0 if none), the PF_X
+ *  segments' range (text_lo/text_hi), and the GNU build ID of the first PT_NOTE segment that lies in a
+ *  PT_LOAD segment's file bytes and holds one: read in place when `r` is NULL, else with safe reads (at most
+ *  2048 bytes of each segment). Path fields are left 0.
+ *  @return 1; 0 when there is no PT_LOAD segment (`img` unchanged). */
+int vaka_sig_image_from_phdrs(const ElfW(Phdr) *ph, size_t phnum, uintptr_t l_addr, uintptr_t page,
+                          vaka_safe_reader *r, vaka_image *img);
 /** Signal safe (also used at install): parses the ELF notes in `notes[0..len)` (a PT_NOTE segment whose
  *  p_align is `align`: 4 or 8) for the GNU build ID.
  *  @return its length in bytes (copied to `out`, at most VAKA_REPORT_BUILD_ID_MAX), 0 if none. */

@@ -4,13 +4,14 @@ import XCTest
 import VakaTestSupport
 
 /// The C unit tests of the crash runtime's pieces (`Tests/unit/runtime_unit.c`: report writer escaping, the
-/// message cap, the build-ID note reader, the frame-pointer walk over a crafted stack, the signal-name table),
+/// message cap, the build-ID note reader, the frame-pointer walk over a crafted stack, the signal-name table,
+/// the loaded images),
 /// compiled with `cc` against the runtime's objects (``RuntimeProgram/library``, which reaches the internal
 /// functions), and the C half of the report contract: two reports written by the runtime's own writer
 /// functions that together hold every key of `include/vaka/vaka_report_format.h`.
 final class RuntimeUnitTests: XCTestCase {
     /// Checks the C program must run at least (it prints its count; more may be added).
-    static let minimumChecks = 38
+    static let minimumChecks = 42
 
     /// `runtime_unit`, built once per test process.
     static let program: Result<URL, Error> = Result(catching: {
@@ -45,7 +46,7 @@ final class RuntimeUnitTests: XCTestCase {
         XCTAssertEqual(result.outcome, "exit 0", "runtime_unit ended early or a check failed; last line: \(summary)\n\(result.stderrTail())")
         XCTAssertTrue(summary.hasPrefix("checks ") && summary.hasSuffix(" failed 0"), "summary: \(summary)")
         XCTAssertGreaterThanOrEqual(passed.count, Self.minimumChecks, "checks that passed: \(passed)")
-        for group in ["escape_", "message_", "build_id_", "fp_walk_", "signal_names_", "si_code_names"] {
+        for group in ["escape_", "message_", "build_id_", "fp_walk_", "signal_names_", "si_code_names", "images_"] {
             XCTAssertTrue(passed.contains { $0.hasPrefix(group) }, "no \(group)* check ran")
         }
     }

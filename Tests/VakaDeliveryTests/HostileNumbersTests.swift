@@ -253,7 +253,7 @@ final class HostileNumbersTests: XCTestCase {
     }
 
     func testDegenerateProcMapsSpanDoesNotTrap() {
-        // loadedImages reads the kernel's /proc/self/maps; the size computation must not underflow anyway.
+        // loadedImages comes from the C runtime's image list; converting it must not trap on any entry.
         XCTAssertFalse(StackCapture.loadedImages().isEmpty)
         XCTAssertThrowsError(try Gzip.decompress(Data()), "empty input is an error, not a trap")
     }

@@ -162,13 +162,38 @@ final class IdentityAccuracyTests: XCTestCase {
                        "$ss17_assertionFailure_4file4line5flagss5NeverOs12StaticStringV_A2HSus6UInt32VtF",
                        "$s10Foundation4DataV5countSivg", "_ZN5swift9fatalErrorEjPKcz", "_ZNSt6vectorIiSaIiEE9push_backERKi",
                        "$s4Vaka6ClientC7capture5error5stackys5Error_p_AA10StacktraceVSg10stacktrace_SayAA10DebugImageVG6imagestAJtF",
-                       "vaka_sig_handler", "vaka_crash_capture_frames", "vaka_w_flush"] {
+                       "vaka_sig_handler", "vaka_crash_capture_frames", "vaka_w_flush", "vaka_rt_safe_reader_init",
+                       "vaka_rt_executable_path", "vaka_crash_copy_images", "vaka_sig_image_from_phdrs"] {
             XCTAssertTrue(FatalEventBuilder.isLinkedSupportCode(symbol: symbol), symbol)
         }
         for symbol in ["main", "$s4main8crashAppyyF", "$s12vaka_crashme6run_xyyF", "vaka_test_marker_function",
                        "start", "_startup_app", "$sSS4mainE5shoutSSyF", "crashme_null_deref", "vaka_crashme_main",
                        "$s8VakaDemo3runyyF"] {
             XCTAssertFalse(FatalEventBuilder.isLinkedSupportCode(symbol: symbol), symbol)
+        }
+    }
+
+    /// Every function of the C crash runtime named `vaka_…` (global or file-local, as `nm` lists the
+    /// VakaCrash objects of this build) is support code: a new prefix in the runtime must reach the rule.
+    func testEveryCrashRuntimeFunctionIsSupportCode() throws {
+        let objects = URL(fileURLWithPath: TestSupport.selfExecutable).deletingLastPathComponent()
+            .appendingPathComponent("VakaCrash.build")
+        let names = try FileManager.default.contentsOfDirectory(atPath: objects.path).filter { $0.hasSuffix(".o") }
+        XCTAssertGreaterThan(names.count, 10, "VakaCrash objects beside the test executable: \(objects.path)")
+        let nm = try Peers.tool("nm", install: "binutils: scripts/bootstrap")
+        var functions = Set<String>()
+        for name in names {
+            let result = try runProcess(nm, ["--defined-only", objects.appendingPathComponent(name).path])
+            for line in result.stdoutText.split(separator: "\n") {
+                let fields = line.split(separator: " ")
+                guard fields.count == 3, fields[1] == "T" || fields[1] == "t", fields[2].hasPrefix("vaka_") else { continue }
+                functions.insert(String(fields[2]))
+            }
+        }
+        XCTAssertTrue(functions.isSuperset(of: ["vaka_sig_handler", "vaka_rt_safe_reader_init", "vaka_crash_copy_images"]),
+                      "\(functions.sorted())")
+        for function in functions.sorted() {
+            XCTAssertTrue(FatalEventBuilder.isLinkedSupportCode(symbol: function), function)
         }
     }
 

@@ -1,8 +1,9 @@
 /*
  * Unit tests of the crash runtime's pieces (Sources/VakaCrash), linked against the runtime's objects so the
  * internal functions are reachable: the report writer's escaping and number formatting, the message cap, the
- * GNU build-ID note reader over crafted note sections, the frame-pointer walk over a crafted stack, and the
- * signal / si_code name table. Run by VakaCrashTests.RuntimeUnitTests (swift test, scripts/test).
+ * GNU build-ID note reader over crafted note sections, the frame-pointer walk over a crafted stack, the
+ * signal / si_code name table, and the loaded images (the public copy, the install list and the handler's
+ * safe-read path agree). Run by VakaCrashTests.RuntimeUnitTests (swift test, scripts/test).
  *
  *   runtime_unit                       run every check; one line per check: `ok <name>` or
  *                                      `FAIL <name>: <what differed>`, then `checks <count> failed <count>`;
@@ -458,6 +459,97 @@ static void test_fp_walk(void)
 
 /* ------------------------------------------------------------------ signal / si_code names */
 
+/* ------------------------------------------------------------------ loaded images */
+
+static vaka_image_cache unit_cache;
+
+static int copy_entry(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    *(struct dl_phdr_info *)data = *info; /* the entry lives only during the call; its headers stay mapped */
+    return 1; /* the main program only */
+}
+
+/* The public copy, the install list and the handler's safe-read path compute each image the same way. */
+static void test_images(void)
+{
+    static vaka_crash_image copied[VAKA_MAX_IMAGES];
+    char exe[VAKA_REPORT_PATH_MAX + 1];
+    size_t exe_len = vaka_rt_executable_path(exe, sizeof exe);
+
+    begin("images_copy_before_install");
+    size_t total = vaka_crash_copy_images(NULL, 0);
+    size_t n = vaka_crash_copy_images(copied, VAKA_MAX_IMAGES);
+    uintptr_t here = (uintptr_t)&test_images;
+    EXPECT(!vaka_crash_is_installed(), "installed");
+    EXPECT(total > 2 && n == total, "count %zu then %zu", total, n);
+    EXPECT(exe_len > 0 && copied[0].path_len == exe_len && memcmp(copied[0].path, exe, exe_len) == 0,
+           "first image %.*s, executable %.200s", (int)(copied[0].path_len < 200 ? copied[0].path_len : 200),
+           copied[0].path, exe);
+    EXPECT(here >= copied[0].base && here - copied[0].base < copied[0].size, "this function outside the first image");
+    EXPECT(copied[0].build_id_len == 20, "main program build ID of %zu bytes", copied[0].build_id_len);
+    int libc = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strstr(copied[i].path, "/libc.so.6") != NULL && copied[i].build_id_len > 0) libc = 1;
+    EXPECT(libc, "no libc.so.6 with a build ID");
+    end_check();
+
+    begin("images_copy_room_for_one");
+    vaka_crash_image one[2];
+    memset(one, 0xab, sizeof one);
+    size_t all = vaka_crash_copy_images(one, 1);
+    EXPECT(all == total, "%zu images, %zu before", all, total);
+    EXPECT(one[0].base == copied[0].base && one[0].size == copied[0].size, "first image differs");
+    EXPECT(one[1].base == (uintptr_t)0xababababababababull, "wrote past max");
+    end_check();
+
+    begin("images_copy_equals_install_list");
+    vaka_state.executable_len = vaka_rt_executable_path(vaka_state.executable, sizeof vaka_state.executable);
+    size_t cached = vaka_images_collect(&unit_cache);
+    EXPECT(cached == n, "install list %zu, copy %zu", cached, n);
+    for (size_t i = 0; i < cached && i < n; i++) {
+        const vaka_image *img = &unit_cache.images[i];
+        const vaka_crash_image *c = &copied[i];
+        EXPECT(img->base == c->base && img->size == c->size, "image %zu: %#lx+%#lx vs %#lx+%#lx", i,
+               (unsigned long)img->base, (unsigned long)img->size, (unsigned long)c->base, (unsigned long)c->size);
+        EXPECT(img->build_id_len == c->build_id_len && memcmp(img->build_id, c->build_id, c->build_id_len) == 0,
+               "image %zu: build ID differs", i);
+        EXPECT(img->path_len == c->path_len && memcmp(unit_cache.pool + img->path_off, c->path, c->path_len) == 0,
+               "image %zu: path %.*s vs %.*s", i, (int)img->path_len, unit_cache.pool + img->path_off,
+               (int)c->path_len, c->path);
+    }
+    end_check();
+
+    begin("images_safe_read_equals_in_place");
+    struct dl_phdr_info main_entry;
+    memset(&main_entry, 0, sizeof main_entry);
+    dl_iterate_phdr(copy_entry, &main_entry);
+    const struct dl_phdr_info *main_info = main_entry.dlpi_phdr != NULL ? &main_entry : NULL;
+    vaka_safe_reader reader;
+    vaka_image in_place, safe;
+    int ok = main_info != NULL && vaka_rt_safe_reader_init(&reader) == 0;
+    EXPECT(ok, "no main program entry or no safe reader");
+    if (ok) {
+        vaka_safe_reader_begin(&reader);
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        int a = vaka_sig_image_from_phdrs(main_info->dlpi_phdr, main_info->dlpi_phnum, main_info->dlpi_addr, page,
+                                          NULL, &in_place);
+        int b = vaka_sig_image_from_phdrs(main_info->dlpi_phdr, main_info->dlpi_phnum, main_info->dlpi_addr, page,
+                                          &reader, &safe);
+        EXPECT(a == 1 && b == 1, "results %d %d", a, b);
+        EXPECT(in_place.base == copied[0].base && in_place.size == copied[0].size, "layout differs from the copy");
+        EXPECT(safe.base == in_place.base && safe.size == in_place.size && safe.text_lo == in_place.text_lo &&
+                   safe.text_hi == in_place.text_hi && safe.l_ld == in_place.l_ld,
+               "layout differs between the two reads");
+        EXPECT(safe.build_id_len == 20 && safe.build_id_len == in_place.build_id_len &&
+                   memcmp(safe.build_id, in_place.build_id, safe.build_id_len) == 0,
+               "build ID %u vs %u bytes", safe.build_id_len, in_place.build_id_len);
+        ElfW(Phdr) none[1] = { { .p_type = PT_NULL } };
+        EXPECT(vaka_sig_image_from_phdrs(none, 1, 0, page, NULL, &in_place) == 0, "no PT_LOAD: not an image");
+    }
+    end_check();
+}
+
 static void test_names(void)
 {
     begin("signal_names_match_glibc");
@@ -578,6 +670,7 @@ int main(int argc, char **argv)
     test_build_id();
     test_fp_walk();
     test_names();
+    test_images();
     printf("checks %d failed %d\n", checks_run, checks_failed);
     return checks_failed != 0;
 }

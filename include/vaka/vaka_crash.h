@@ -127,6 +127,42 @@ const char *vaka_crash_report_path(void);
 int vaka_crash_refresh_images(void);
 
 /**
+ * One loaded ELF image, as vaka_crash_copy_images() gives it: the values a crash report's `image` line holds
+ * (docs/report-format.md), computed by the same code.
+ */
+typedef struct vaka_crash_image {
+    /** Runtime address of the image's first byte: its load bias (dlpi_addr, link_map.l_addr) plus the lowest
+     *  PT_LOAD p_vaddr, rounded down to the page size. */
+    uintptr_t base;
+    /** Span of its PT_LOAD segments in bytes (p_memsz, so .bss included), from `base`, rounded up to whole pages. */
+    uintptr_t size;
+    /** Bytes of `build_id` in use: 0 when the image has no GNU build ID note in its mapped PT_NOTE segments. */
+    size_t build_id_len;
+    /** The GNU build ID (the NT_GNU_BUILD_ID note's descriptor) as raw bytes, at most VAKA_REPORT_BUILD_ID_MAX
+     *  (a longer one is cut); `readelf -n` prints the same bytes in hex. */
+    uint8_t build_id[VAKA_REPORT_BUILD_ID_MAX];
+    /** Bytes of `path` in use: 0 when unknown (also for a path longer than VAKA_REPORT_PATH_MAX: never cut). */
+    size_t path_len;
+    /** The image's path as the dynamic linker names it (dlpi_name, e.g. "/lib/x86_64-linux-gnu/libc.so.6"); the
+     *  main program's is readlink("/proc/self/exe"), the vDSO's "[vdso]". NUL-terminated when shorter than
+     *  VAKA_REPORT_PATH_MAX bytes. */
+    char path[VAKA_REPORT_PATH_MAX];
+} vaka_crash_image;
+
+/**
+ * The images loaded now, collected with dl_iterate_phdr by the same code as the install list a crash report's
+ * `image` lines come from (base, size, build ID and path as vaka_crash_image says). Works whether or not the
+ * handlers are installed and leaves the install list alone. Thread-safe; not for use in a signal handler
+ * (dl_iterate_phdr takes the dynamic linker's lock). For the images of handled-error stack traces.
+ * Order: dl_iterate_phdr's, the main program first, then the libraries (and the vDSO) in load order; entries
+ * with no PT_LOAD segment are skipped.
+ * @param out room for `max` images; may be NULL when `max` is 0 (to count them).
+ * @return the number of images loaded; when larger than `max`, only the first `max` were stored (call again
+ *         with more room: a dlopen or dlclose on another thread may change the count in between).
+ */
+size_t vaka_crash_copy_images(vaka_crash_image *out, size_t max);
+
+/**
  * Unwinds the calling thread (libunwind, frame-pointer fallback) and stores up to `max` instruction
  * addresses in `out`, newest first, after skipping `skip` frames (0 = the caller of this function).
  * Every address is a return address (look up `addr - 1` to symbolicate the call site).

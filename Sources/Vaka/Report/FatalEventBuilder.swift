@@ -338,10 +338,10 @@ public struct FatalEventBuilder {
     ///   `FoundationInternationalization` and `Dispatch`, and the C++ standard library (`_ZSt…`, `_ZNSt…`,
     ///   `_ZNKSt…`);
     /// - Vaka itself, as Sentry SDKs treat their own frames: the Swift modules `Vaka` and `VakaSymbolication`
-    ///   (`$s4Vaka…`, `$s17VakaSymbolication…`) and the C crash runtime's named functions (`vaka_crash_…`,
-    ///   `vaka_sig_…`, `vaka_w_…`, `vaka_uc_…`, `vaka_safe_read…`, `vaka_thread_stack_…`, `vaka_fp_walk`,
-    ///   `vaka_scan_stack`, `vaka_images_collect`, `vaka_find_build_id`, `vaka_signal_name`,
-    ///   `vaka_si_code_name`).
+    ///   (`$s4Vaka…`, `$s17VakaSymbolication…`) and the C crash runtime's named functions: the public API
+    ///   (`vaka_crash_…`, `vaka_signal_name`, `vaka_si_code_name`), the handler's (`vaka_sig_…`, `vaka_w_…`,
+    ///   `vaka_uc_…`, `vaka_safe_read…`, `vaka_fp_walk`, `vaka_scan_stack`, `vaka_find_build_id`) and the
+    ///   install-time code's (`vaka_rt_…`, `vaka_thread_stack_…`, `vaka_images_collect`).
     ///
     /// Swift's `main` stays in-app: it holds a program's top-level code (`main.swift`), or calls its
     /// `@main` type's `main()`.
@@ -361,7 +361,7 @@ public struct FatalEventBuilder {
         "$s30FoundationInternationalization", "$s8Dispatch", "_ZSt", "_ZNSt", "_ZNKSt",
         "$s4Vaka", "$s17VakaSymbolication", "vaka_crash_", "vaka_sig_", "vaka_w_", "vaka_uc_", "vaka_safe_read",
         "vaka_thread_stack_", "vaka_fp_walk", "vaka_scan_stack", "vaka_images_collect", "vaka_find_build_id",
-        "vaka_signal_name", "vaka_si_code_name",
+        "vaka_signal_name", "vaka_si_code_name", "vaka_rt_",
     ]
 
     private func debugImages(_ stack: NativeStack, symbolicating allowed: Set<Int>) -> [DebugImage] {

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import VakaCrash
 import VakaSymbolication
 
 /// The crash join, run by ``Vaka/start(_:)``: what earlier runs left behind becomes envelopes.
@@ -47,11 +48,11 @@ extension Client {
         }
         live.insert(runID)
         var names = ((try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? [])
-            .filter { $0.hasSuffix(".crash") && $0 != "\(runID).crash" }.sorted()
+            .filter { $0.hasSuffix(reportSuffix) && $0 != runID + reportSuffix }.sorted()
         // A report of a run whose process still lives (a sibling process of the same program) may be half
         // written by its crash handler: left for a later launch.
         names.removeAll { name in
-            guard Client.belongsToLiveRun(String(name.dropLast(".crash".count)), live: live) else { return false }
+            guard Client.belongsToLiveRun(runName(ofReport: name), live: live) else { return false }
             logLine("crash report \(name) belongs to a run that is still running; left for a later launch")
             return true
         }
@@ -68,7 +69,7 @@ extension Client {
         var parsed: [(name: String, path: String, report: CrashReport, original: Bool)] = []
         for name in names {
             let path = crashes.appendingPathComponent(name).path
-            let nameRun = String(name.dropLast(".crash".count))
+            let nameRun = runName(ofReport: name)
             if delivery.queue != nil {
                 let fork = runs[nameRun] == nil ? Client.forkChildName(nameRun) : nil
                 let eventID = FatalEventBuilder.eventID(forRunID: fork?.run ?? nameRun, forkChildPID: fork?.pid)
@@ -96,7 +97,7 @@ extension Client {
         parsed.sort { ($0.original ? 0 : 1, $0.name) < ($1.original ? 0 : 1, $1.name) }
         var done = Set<String>()  // event ids written to the outbox by this join
         for (name, path, report, _) in parsed {
-            let nameRun = String(name.dropLast(".crash".count))
+            let nameRun = runName(ofReport: name)
             let crashedRun = report.runID ?? nameRun
             let ownName = report.isForkChild ? "\(crashedRun)-\(report.pid ?? -1)" : crashedRun
             if Client.belongsToLiveRun(ownName, live: live) {
@@ -189,7 +190,7 @@ extension Client {
         }.sorted { ($0.mtime, $0.name) > ($1.mtime, $1.name) }
         for old in dated.dropFirst(Client.maxKeptReports) {
             unlink(crashes.appendingPathComponent(old.name).path)
-            if let run = runs.removeValue(forKey: String(old.name.dropLast(".crash".count))) {
+            if let run = runs.removeValue(forKey: runName(ofReport: old.name)) {
                 try? FileManager.default.removeItem(at: run.url)
             }
         }
@@ -365,4 +366,13 @@ extension Client {
             if unlink(crashes.appendingPathComponent(name).path) == 0 { logLine("removed \(name), left by a killed run") }
         }
     }
+}
+
+/// The file-name suffix of a crash report, `.crash`: the report contract's `VAKA_REPORT_FILE_SUFFIX`
+/// (reports are named `<run-id>.crash`, `<run-id>-<pid>.crash` in a fork child).
+private let reportSuffix = VAKA_REPORT_FILE_SUFFIX
+
+/// The run part of report file name `name` (`<run-id>` or `<run-id>-<pid>`): `name` without ``reportSuffix``.
+private func runName(ofReport name: String) -> String {
+    String(name.dropLast(reportSuffix.count))
 }

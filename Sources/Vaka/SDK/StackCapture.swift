@@ -4,24 +4,25 @@ import VakaCrash
 import VakaSymbolication
 
 /// Stack traces of the calling thread for handled errors: the C runtime's unwinder
-/// (`vaka_crash_capture_frames`) gives the return addresses, the loaded images come from `/proc/self/maps`
-/// (GNU build IDs read with libelf), and symbolication is the crash path's own: the addresses and images are
-/// turned into frames and `debug_meta.images` by ``FatalEventBuilder/map(_:)``, so handled and fatal frames
-/// carry exactly the same fields.
+/// (`vaka_crash_capture_frames`) gives the return addresses, the C runtime's image list
+/// (`vaka_crash_copy_images`: base, size, GNU build ID and path computed by the code that makes a crash
+/// report's `image` lines) the loaded images, and symbolication is the crash path's own: the addresses and
+/// images are turned into frames and `debug_meta.images` by ``FatalEventBuilder/map(_:)``, so handled and fatal
+/// frames carry exactly the same fields.
 ///
 /// Thread-safe: the image list and the symbolicator are used only inside one `Mutex`; the image list is read
 /// once and re-read when an address lies in no known image.
 final class StackCapture: Sendable {
-    /// Most frames recorded (the C runtime's VAKA_MAX_FRAMES, 128).
-    static let maxFrames = 128
+    /// Most frames recorded: the report contract's `VAKA_REPORT_MAX_FRAMES` (128), as many as a crash report
+    /// keeps for the crashed thread.
+    static let maxFrames = Int(VAKA_REPORT_MAX_FRAMES)
 
-    /// What captures share: the symbolicator (its files opened once) and the images found so far.
+    /// What captures share: the symbolicator (its files opened once) and the images loaded at the last look.
     private struct State: ~Copyable {
         // No /usr/lib/debug here: inflating a distro debug file (e.g. libc6-dbg) would cost the capturing
         // process hundreds of ms; names still come from the images' own symbol tables and DWARF.
         let symbolicator = Symbolicator(systemDebugDirectory: nil)
         var images: [CrashReport.Image] = []
-        var withBuildID = Set<Int>()
     }
 
     private let state = Mutex(State())
@@ -54,17 +55,8 @@ final class StackCapture: Sendable {
         return state.withLock { state in
             if state.images.isEmpty || addresses.contains(where: { a in !state.images.contains { $0.contains(a) } }) {
                 state.images = StackCapture.loadedImages()
-                state.withBuildID = []
             }
-            // Build IDs only for the images the frames point into (opening every mapped library costs ~0.1 s).
-            for (index, image) in state.images.enumerated()
-            where !state.withBuildID.contains(index) && addresses.contains(where: image.contains) {
-                state.withBuildID.insert(index)
-                if let path = image.path, case .success(let file) = state.symbolicator.file(atPath: path) {
-                    state.images[index].buildID = file.buildID
-                }
-            }
-            let stack = FatalEventBuilder.NativeStack(frames: addresses.map { CrashReport.Frame(address: $0, method: "cfi") },
+            let stack = FatalEventBuilder.NativeStack(frames: addresses.map { CrashReport.Frame(address: $0, method: VAKA_REPORT_FRAME_METHOD_CFI) },
                                                       images: state.images, executable: executable ?? state.images.first?.path,
                                                       arch: arch)
             let mapped = FatalEventBuilder(symbolicator: state.symbolicator).map(stack)
@@ -72,47 +64,35 @@ final class StackCapture: Sendable {
         }
     }
 
-    /// The file-backed images mapped into this process, from `/proc/self/maps`: for each path, the start of
-    /// its first mapping is the base and the end of its last mapping bounds the size (build IDs not filled in).
+    /// The images loaded now, from the C runtime (`vaka_crash_copy_images`, dl_iterate_phdr): the main
+    /// executable first, then the libraries and the vDSO (`[vdso]`) in load order; for each, the runtime address
+    /// of its first byte, the page-rounded span of its `PT_LOAD` segments in bytes, its GNU build ID in
+    /// lower-case hex (`nil` when it has none) and its path (`nil` when unknown). The same values a crash
+    /// report's `image` lines hold.
     static func loadedImages() -> [CrashReport.Image] {
-        guard let text = readProcFile("/proc/self/maps") else { return [] }
-        var order: [String] = []
-        var spans: [String: (lo: UInt64, hi: UInt64)] = [:]
-        for line in text.split(separator: "\n") {
-            let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
-            guard fields.count == 6 else { continue }
-            let path = fields[5].trimmingCharacters(in: .whitespaces)
-            guard path.hasPrefix("/"), !path.hasSuffix(" (deleted)") else { continue }
-            let range = fields[0].split(separator: "-")
-            guard range.count == 2, let lo = UInt64(range[0], radix: 16), let hi = UInt64(range[1], radix: 16) else { continue }
-            if let span = spans[path] {
-                spans[path] = (min(span.lo, lo), max(span.hi, hi))
-            } else {
-                // Only a mapping at file offset 0 starts an image (skips data files mapped at an offset).
-                guard UInt64(fields[2], radix: 16) == 0 else { continue }
-                order.append(path)
-                spans[path] = (lo, hi)
+        var capacity = 64
+        while true {
+            let buffer = UnsafeMutablePointer<vaka_crash_image>.allocate(capacity: capacity)
+            defer { buffer.deallocate() }
+            let total = vaka_crash_copy_images(buffer, capacity)
+            if total > capacity {
+                capacity = total + 16  // more images than room (or a dlopen meanwhile): again with room to spare
+                continue
             }
-        }
-        return order.compactMap { path in
-            guard let span = spans[path] else { return nil }
-            return CrashReport.Image(base: span.lo, size: span.hi > span.lo ? span.hi - span.lo : 0, buildID: nil, path: path)
+            return (0..<total).map { StackCapture.image(buffer[$0]) }
         }
     }
 
-    /// The whole content of a `/proc` file (they report size 0, so read until EOF), or `nil`.
-    static func readProcFile(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var data = [UInt8]()
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; return nil }
-            if n == 0 { break }
-            data.append(contentsOf: chunk[0..<n])
+    /// `image` as the report reader's type.
+    private static func image(_ image: vaka_crash_image) -> CrashReport.Image {
+        var image = image
+        let buildIDLength = min(image.build_id_len, Int(VAKA_REPORT_BUILD_ID_MAX))
+        let buildID = withUnsafeBytes(of: &image.build_id) { bytes in
+            bytes.prefix(buildIDLength).map { String(format: "%02x", $0) }.joined()
         }
-        return String(decoding: data, as: UTF8.self)
+        let pathLength = min(image.path_len, Int(VAKA_REPORT_PATH_MAX))
+        let path = withUnsafeBytes(of: &image.path) { String(decoding: $0.prefix(pathLength), as: UTF8.self) }
+        return CrashReport.Image(base: UInt64(image.base), size: UInt64(image.size),
+                                 buildID: buildID.isEmpty ? nil : buildID, path: path.isEmpty ? nil : path)
     }
 }
