@@ -126,6 +126,15 @@ final class EventSymbolicatorFieldsTests: XCTestCase {
                 exception["stacktrace"] = .object(stack)
             }),
             ("a string thread_id", editingException(input) { exception in exception["thread_id"] = .string("main") }),
+            ("a string lineno in the frame resolved", editingException(input) { exception in
+                guard case .object(var stack)? = exception["stacktrace"], case .array(var frames)? = stack["frames"],
+                      case .object(var last)? = frames.last else { return }
+                last["lineno"] = .string("12")
+                last["function"] = .int(5)
+                frames[frames.count - 1] = .object(last)
+                stack["frames"] = .array(frames)
+                exception["stacktrace"] = .object(stack)
+            }),
         ]
         for (name, variant) in variants {
             let (symbolicated, counts) = symbolicator.symbolicate(variant)
@@ -138,6 +147,8 @@ final class EventSymbolicatorFieldsTests: XCTestCase {
                 continue
             }
             XCTAssertEqual(crashSite["function"]?.stringValue, "vaka_test_marker_function", name)
+            // What symbolication writes replaces an odd value of the same field.
+            XCTAssertNotEqual(crashSite["lineno"], .string("12"), name)
             // Everything but what symbolication writes into frames (and the address it writes as "0x…") is as it was.
             if name != "a decimal-string instruction_addr" {
                 XCTAssertEqual(withoutWrittenFields(symbolicated), withoutWrittenFields(variant), name)

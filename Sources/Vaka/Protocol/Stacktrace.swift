@@ -137,6 +137,16 @@ public struct Frame: Codable, Equatable, Sendable {
         other = odd.isEmpty ? nil : odd
     }
 
+    /// Forgets the odd values ``init(from:)`` kept for the fields symbolication writes (`function`, `symbol`,
+    /// `symbol_addr`, `filename`, `lineno`, `colno`, `abs_path`), so that a frame resolved again is written with
+    /// what it resolved to, not with the value it was read with.
+    mutating func forgetOddSymbolFields() {
+        for key in [CodingKeys.function, .symbol, .symbolAddr, .filename, .lineno, .colno, .absPath] {
+            other?[key.stringValue] = nil
+        }
+        if other?.isEmpty == true { other = nil }
+    }
+
     /// Encodes the frame; `trust` only in the ``Event/Encoding/report`` encoding (not on the wire). A field
     /// read with an odd value and not set since is written back as it was (see ``init(from:)``).
     public func encode(to encoder: Encoder) throws {

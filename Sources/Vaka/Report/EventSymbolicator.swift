@@ -129,6 +129,7 @@ public struct EventSymbolicator {
             if frame.package == nil { frame.package = image.codeFile }
             if frame.imageAddr == nil { frame.imageAddr = HexAddress(image.base) }
             frame.absPath = nil
+            frame.forgetOddSymbolFields()
             // The crash path's expansion (oldest first: the real function, then the inlined ones), written into a
             // copy of the frame so that its other fields stay. Seeded in-app: a `false` out of it is the function
             // half of the in_app rule (linked-in support code such as `_start` is never the app's, whatever the
