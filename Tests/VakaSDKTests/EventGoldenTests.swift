@@ -199,3 +199,90 @@ final class EventEncodingTests: XCTestCase {
         XCTAssertEqual(try JSONDecoder().decode(Event.self, from: Data(wire.utf8)), expected)
     }
 }
+
+/// What the event golden does not cover: the envelope around each item, as the SDK writes it in outbox mode
+/// (the same bytes it sends). Recorded from the SDK before the event model became typed: the envelope header
+/// (`event_id` only for an event, `sdk`), the item header (`content_type`, `length` = the payload's bytes,
+/// `type`), the session updates (keys and values of the start and the exit) and the outbox file names.
+final class EnvelopeGoldenTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    /// One envelope file split into its header, and each item's header and payload.
+    private func split(_ url: URL) throws -> (header: [String: Any], items: [(header: [String: Any], payload: [String: Any])]) {
+        let bytes = [UInt8](try Data(contentsOf: url))
+        var pos = 0
+        func line() -> Data {
+            let start = pos
+            while pos < bytes.count, bytes[pos] != 0x0A { pos += 1 }
+            defer { if pos < bytes.count { pos += 1 } }
+            return Data(bytes[start..<pos])
+        }
+        let header = try XCTUnwrap(try JSONSerialization.jsonObject(with: line()) as? [String: Any])
+        var items: [(header: [String: Any], payload: [String: Any])] = []
+        while pos < bytes.count {
+            let itemHeader = try XCTUnwrap(try JSONSerialization.jsonObject(with: line()) as? [String: Any])
+            let length = try XCTUnwrap(itemHeader["length"] as? Int)
+            XCTAssertLessThanOrEqual(pos + length, bytes.count, url.lastPathComponent)
+            let payload = Data(bytes[pos..<min(pos + length, bytes.count)])
+            pos += length
+            if pos < bytes.count, bytes[pos] == 0x0A { pos += 1 }
+            items.append((itemHeader, try XCTUnwrap(try JSONSerialization.jsonObject(with: payload) as? [String: Any])))
+        }
+        return (header, items)
+    }
+
+    func testEnvelopeHeadersItemHeadersAndSessionUpdatesAsRecorded() throws {
+        let storage = dirs.make("envelopes")
+        let options = Vaka.Options(release: "shop@1.2.3", environment: "staging", sessionTracking: true,
+                                   storageDirectory: storage)
+        let client = try Client(options: options, storage: storage, runID: "0C0FFEE0-0000-4000-8000-000000000002",
+                                dsn: nil, log: nil)
+        client.begin()
+        client.capture(message: "payment provider slow", level: .warning, eventID: "11111111111111111111111111111111")
+        client.end(timeout: 1)
+        let outbox = storage.appendingPathComponent("outbox")
+        let names = try FileManager.default.contentsOfDirectory(atPath: outbox.path).filter { $0.hasSuffix(".envelope") }.sorted()
+        XCTAssertEqual(names.count, 3, "\(names)")
+        guard names.count == 3 else { return }
+        let name = try NSRegularExpression(pattern: #"^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[0-9]{6}-[0-9a-f]{32}\.envelope$"#)
+        for file in names {
+            XCTAssertNotNil(name.firstMatch(in: file, range: NSRange(file.startIndex..., in: file)), file)
+        }
+        XCTAssertTrue(names[1].hasSuffix("-11111111111111111111111111111111.envelope"), names[1])
+        let sdk = ["name": "vaka.swift", "version": FatalEventBuilder.sdk.version]
+        let envelopes = try names.map { try split(outbox.appendingPathComponent($0)) }
+        for (index, envelope) in envelopes.enumerated() {
+            XCTAssertEqual(envelope.items.count, 1, names[index])
+            let expectedHeaderKeys: Set<String> = index == 1 ? ["event_id", "sdk"] : ["sdk"]
+            XCTAssertEqual(Set(envelope.header.keys), expectedHeaderKeys, names[index])
+            XCTAssertEqual(envelope.header["sdk"] as? [String: String], sdk, names[index])
+            guard let item = envelope.items.first else { continue }
+            XCTAssertEqual(Set(item.header.keys), ["content_type", "length", "type"], names[index])
+            XCTAssertEqual(item.header["content_type"] as? String, "application/json", names[index])
+            XCTAssertEqual(item.header["type"] as? String, index == 1 ? "event" : "session", names[index])
+        }
+        XCTAssertEqual(envelopes[1].header["event_id"] as? String, "11111111111111111111111111111111")
+        XCTAssertEqual(envelopes[1].items.first?.payload["event_id"] as? String, "11111111111111111111111111111111")
+        let start = try XCTUnwrap(envelopes[0].items.first?.payload)
+        let exit = try XCTUnwrap(envelopes[2].items.first?.payload)
+        let sessionKeys: Set<String> = ["attrs", "did", "errors", "init", "seq", "sid", "started", "status", "timestamp"]
+        XCTAssertEqual(Set(start.keys), sessionKeys)
+        XCTAssertEqual(Set(exit.keys), sessionKeys.union(["duration"]))
+        for (update, status, isInit) in [(start, "ok", true), (exit, "exited", false)] {
+            XCTAssertEqual(update["attrs"] as? [String: String], ["environment": "staging", "release": "shop@1.2.3"])
+            XCTAssertEqual(update["status"] as? String, status)
+            XCTAssertEqual(update["init"] as? Bool, isInit)
+            XCTAssertEqual(update["errors"] as? Int, 0)
+            XCTAssertEqual(update["sid"] as? String, start["sid"] as? String)
+            XCTAssertEqual(update["did"] as? String, start["did"] as? String)
+            for key in ["started", "timestamp"] {
+                let value = update[key] as? String ?? ""
+                XCTAssertNotNil(try NSRegularExpression(pattern: #"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"#)
+                    .firstMatch(in: value, range: NSRange(value.startIndex..., in: value)), "\(key) \(value)")
+            }
+        }
+        XCTAssertEqual(exit["started"] as? String, start["started"] as? String)
+        XCTAssertGreaterThanOrEqual(exit["seq"] as? Int ?? 0, start["seq"] as? Int ?? 0)
+    }
+}

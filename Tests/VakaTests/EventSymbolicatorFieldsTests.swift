@@ -84,6 +84,95 @@ final class EventSymbolicatorFieldsTests: XCTestCase {
         check(symbolicated, against: input)
     }
 
+    /// `input` with `edit` applied to the members of its first exception (`.object` values only).
+    private func editingException(_ input: JSONValue, _ edit: (inout [String: JSONValue]) -> Void) -> JSONValue {
+        guard case .object(var root) = input, case .object(var exception)? = root["exception"],
+              case .array(var values)? = exception["values"], case .object(var first)? = values.first else { return input }
+        edit(&first)
+        values[0] = .object(first)
+        exception["values"] = .array(values)
+        root["exception"] = .object(exception)
+        return .object(root)
+    }
+
+    /// Events as other SDKs write them, with values the Sentry protocol allows but Vaka does not build: a frame
+    /// without `instruction_addr` (an interpreter's frame beside the native ones), a frame whose `lineno` is a
+    /// string, a decimal-string address, a string `thread_id`. The frames that can be resolved still are, in
+    /// the exceptions and in the threads, and every odd value is written back as it was.
+    func testOddValuesOfOtherSDKsDoNotStopSymbolication() throws {
+        let input = try event()
+        let symbolicator = EventSymbolicator(symbolicator: Symbolicator(systemDebugDirectory: nil))
+        let interpreterFrame: JSONValue = .object(["filename": .string("app.py"), "function": .string("main"),
+                                                   "lineno": .int(3), "vars": .object(["x": .int(1)])])
+        let oddLineFrame: JSONValue = .object(["instruction_addr": .string("0x20"), "lineno": .string("12")])
+        let variants: [(String, JSONValue)] = [
+            ("a frame without instruction_addr", editingException(input) { exception in
+                guard case .object(var stack)? = exception["stacktrace"], case .array(let frames)? = stack["frames"] else { return }
+                stack["frames"] = .array([interpreterFrame] + frames)
+                exception["stacktrace"] = .object(stack)
+            }),
+            ("a frame with a string lineno", editingException(input) { exception in
+                guard case .object(var stack)? = exception["stacktrace"], case .array(let frames)? = stack["frames"] else { return }
+                stack["frames"] = .array([oddLineFrame] + frames)
+                exception["stacktrace"] = .object(stack)
+            }),
+            ("a decimal-string instruction_addr", editingException(input) { exception in
+                guard case .object(var stack)? = exception["stacktrace"], case .array(var frames)? = stack["frames"],
+                      case .object(var last)? = frames.last, let hex = last["instruction_addr"]?.stringValue,
+                      let value = UInt64(hex.dropFirst(2), radix: 16) else { return }
+                last["instruction_addr"] = .string(String(value))
+                frames[frames.count - 1] = .object(last)
+                stack["frames"] = .array(frames)
+                exception["stacktrace"] = .object(stack)
+            }),
+            ("a string thread_id", editingException(input) { exception in exception["thread_id"] = .string("main") }),
+            ("a string lineno in the frame resolved", editingException(input) { exception in
+                guard case .object(var stack)? = exception["stacktrace"], case .array(var frames)? = stack["frames"],
+                      case .object(var last)? = frames.last else { return }
+                last["lineno"] = .string("12")
+                last["function"] = .int(5)
+                frames[frames.count - 1] = .object(last)
+                stack["frames"] = .array(frames)
+                exception["stacktrace"] = .object(stack)
+            }),
+        ]
+        for (name, variant) in variants {
+            let (symbolicated, counts) = symbolicator.symbolicate(variant)
+            XCTAssertEqual(counts.resolved, 1, name)
+            guard case .object(let root) = symbolicated, case .object(let exception)? = root["exception"],
+                  case .array(let values)? = exception["values"], case .object(let first)? = values.first,
+                  case .object(let stack)? = first["stacktrace"], case .array(let frames)? = stack["frames"],
+                  case .object(let crashSite)? = frames.last else {
+                XCTFail("\(name): shape changed: \(symbolicated)")
+                continue
+            }
+            XCTAssertEqual(crashSite["function"]?.stringValue, "vaka_test_marker_function", name)
+            // What symbolication writes replaces an odd value of the same field.
+            XCTAssertNotEqual(crashSite["lineno"], .string("12"), name)
+            // Everything but what symbolication writes into frames (and the address it writes as "0x…") is as it was.
+            if name != "a decimal-string instruction_addr" {
+                XCTAssertEqual(withoutWrittenFields(symbolicated), withoutWrittenFields(variant), name)
+            }
+        }
+        // A thread whose id is a string (the protocol allows it) keeps it, and its frames are resolved too.
+        guard case .object(var root) = input, case .object(let exception)? = root["exception"],
+              case .array(let values)? = exception["values"], case .object(let first)? = values.first else {
+            return XCTFail("shape")
+        }
+        root["threads"] = .object(["values": .array([.object(["id": .string("main"), "crashed": .bool(true),
+                                                               "stacktrace": first["stacktrace"] ?? .null])])])
+        let (symbolicated, counts) = symbolicator.symbolicate(.object(root))
+        XCTAssertEqual(counts.resolved, 2)
+        guard case .object(let out) = symbolicated, case .object(let threads)? = out["threads"],
+              case .array(let list)? = threads["values"], case .object(let thread)? = list.first,
+              case .object(let stack)? = thread["stacktrace"], case .array(let frames)? = stack["frames"],
+              case .object(let crashSite)? = frames.last else {
+            return XCTFail("threads shape changed: \(symbolicated)")
+        }
+        XCTAssertEqual(thread["id"], .string("main"))
+        XCTAssertEqual(crashSite["function"]?.stringValue, "vaka_test_marker_function")
+    }
+
     func testVakaSymbolicateKeepsFieldsVakaDoesNotModel() throws {
         let input = try event()
         let file = try ScratchDirs.directory(for: self).appendingPathComponent("event.json")

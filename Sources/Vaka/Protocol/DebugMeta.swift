@@ -76,32 +76,35 @@ public struct DebugImage: Codable, Equatable, Sendable {
         case arch
     }
 
-    /// Decodes a debug image (`image_size` a number or a `"0x…"` string); members no property models go to
-    /// ``other``. Throws `DecodingError` for a missing `type` or `image_addr` or a field of the wrong type.
+    /// Decodes a debug image (`image_size` a number or a `"0x…"` string) leniently: members no property models
+    /// go to ``other``, and so does an optional field whose value does not have its type, kept verbatim and
+    /// written back as it was. Throws `DecodingError` for a missing `type` or `image_addr` (an image that
+    /// cannot be placed) or when the value is not a JSON object.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
+        var odd = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
         type = try c.decode(String.self, forKey: .type)
-        codeFile = try c.decodeIfPresent(String.self, forKey: .codeFile)
+        codeFile = c.decodeLeniently(String.self, forKey: .codeFile, odd: &odd)
         imageAddr = try c.decode(HexAddress.self, forKey: .imageAddr)
         // A number, or (as some SDKs write it) a "0x…" string.
-        imageSize = try (try? c.decodeIfPresent(UInt64.self, forKey: .imageSize))
-            ?? c.decodeIfPresent(HexAddress.self, forKey: .imageSize)?.value
-        codeID = try c.decodeIfPresent(String.self, forKey: .codeID)
-        debugID = try c.decodeIfPresent(String.self, forKey: .debugID)
-        arch = try c.decodeIfPresent(String.self, forKey: .arch)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        imageSize = (try? c.decodeIfPresent(UInt64.self, forKey: .imageSize))
+            ?? c.decodeLeniently(HexAddress.self, forKey: .imageSize, odd: &odd)?.value
+        codeID = c.decodeLeniently(String.self, forKey: .codeID, odd: &odd)
+        debugID = c.decodeLeniently(String.self, forKey: .debugID, odd: &odd)
+        arch = c.decodeLeniently(String.self, forKey: .arch, odd: &odd)
+        other = odd.isEmpty ? nil : odd
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(type, forKey: .type)
-        try c.encodeIfPresent(codeFile, forKey: .codeFile)
+        try c.encode(codeFile, forKey: .codeFile, orVerbatimFrom: other)
         try c.encode(imageAddr, forKey: .imageAddr)
-        try c.encodeIfPresent(imageSize, forKey: .imageSize)
-        try c.encodeIfPresent(codeID, forKey: .codeID)
-        try c.encodeIfPresent(debugID, forKey: .debugID)
-        try c.encodeIfPresent(arch, forKey: .arch)
+        try c.encode(imageSize, forKey: .imageSize, orVerbatimFrom: other)
+        try c.encode(codeID, forKey: .codeID, orVerbatimFrom: other)
+        try c.encode(debugID, forKey: .debugID, orVerbatimFrom: other)
+        try c.encode(arch, forKey: .arch, orVerbatimFrom: other)
         try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }

@@ -31,26 +31,28 @@ public struct Exception: Codable, Equatable, Sendable {
         case mechanism, stacktrace
     }
 
-    /// Decodes an exception; members no property models go to ``other``. Throws `DecodingError` for a field
-    /// of the wrong type.
+    /// Decodes an exception leniently: members no property models go to ``other``, and so does a field whose
+    /// value does not have its type (a string `thread_id`, which the protocol allows), kept verbatim and
+    /// written back as it was. Throws `DecodingError` only when the value is not a JSON object.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        type = try c.decodeIfPresent(String.self, forKey: .type)
-        value = try c.decodeIfPresent(String.self, forKey: .value)
-        threadID = try c.decodeIfPresent(Int64.self, forKey: .threadID)
-        mechanism = try c.decodeIfPresent(Mechanism.self, forKey: .mechanism)
-        stacktrace = try c.decodeIfPresent(Stacktrace.self, forKey: .stacktrace)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        var odd = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
+        type = c.decodeLeniently(String.self, forKey: .type, odd: &odd)
+        value = c.decodeLeniently(String.self, forKey: .value, odd: &odd)
+        threadID = c.decodeLeniently(Int64.self, forKey: .threadID, odd: &odd)
+        mechanism = c.decodeLeniently(Mechanism.self, forKey: .mechanism, odd: &odd)
+        stacktrace = c.decodeLeniently(Stacktrace.self, forKey: .stacktrace, odd: &odd)
+        other = odd.isEmpty ? nil : odd
     }
 
-    /// Encodes the fields and then ``other``.
+    /// Encodes the fields and then ``other`` (a field read with an odd value and not set since as it was).
     public func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encodeIfPresent(type, forKey: .type)
-        try c.encodeIfPresent(value, forKey: .value)
-        try c.encodeIfPresent(threadID, forKey: .threadID)
-        try c.encodeIfPresent(mechanism, forKey: .mechanism)
-        try c.encodeIfPresent(stacktrace, forKey: .stacktrace)
+        try c.encode(type, forKey: .type, orVerbatimFrom: other)
+        try c.encode(value, forKey: .value, orVerbatimFrom: other)
+        try c.encode(threadID, forKey: .threadID, orVerbatimFrom: other)
+        try c.encode(mechanism, forKey: .mechanism, orVerbatimFrom: other)
+        try c.encode(stacktrace, forKey: .stacktrace, orVerbatimFrom: other)
         try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }

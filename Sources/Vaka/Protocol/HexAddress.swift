@@ -1,7 +1,7 @@
 /// A memory address or register value as the Sentry protocol writes it: a `0x`-prefixed lower-case
 /// hex string (`"0x7f3b1a229d90"`, formatted like C's `"0x%llx"`).
 ///
-/// Decodes from such a string (upper-case digits accepted) or from a JSON number.
+/// Decodes from such a string (upper-case digits accepted), a decimal string or a JSON number.
 public struct HexAddress: Codable, Hashable, Comparable, Sendable, CustomStringConvertible {
     /// The address as an unsigned 64-bit integer.
     public var value: UInt64
@@ -24,8 +24,8 @@ public struct HexAddress: Codable, Hashable, Comparable, Sendable, CustomStringC
         "0x" + String(value, radix: 16, uppercase: false)
     }
 
-    /// Decodes from a `"0x…"` string or a non-negative JSON number.
-    /// Throws `DecodingError.dataCorrupted` for any other string.
+    /// Decodes from a `"0x…"` string, a string of decimal digits (as some SDKs write addresses) or a
+    /// non-negative JSON number. Throws `DecodingError.dataCorrupted` for any other string.
     public init(from decoder: Decoder) throws {
         let container = try decoder.singleValueContainer()
         if let number = try? container.decode(UInt64.self) {
@@ -33,6 +33,10 @@ public struct HexAddress: Codable, Hashable, Comparable, Sendable, CustomStringC
             return
         }
         let text = try container.decode(String.self)
+        if !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let number = UInt64(text) {
+            value = number
+            return
+        }
         guard let parsed = HexAddress(hex: text) else {
             throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a 0x-hex address: \(text)")
         }

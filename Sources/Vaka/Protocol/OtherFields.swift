@@ -37,3 +37,29 @@ extension Encoder {
         }
     }
 }
+
+extension KeyedDecodingContainer {
+    /// The value at `key` as `T`; `nil` when the key is absent or `null`. A value of another shape (a string
+    /// `lineno`, a string thread `id`, as other SDKs write them) is not an error: it is put verbatim in
+    /// `odd[key]`, to be written back as it was by
+    /// ``KeyedEncodingContainer/encode(_:forKey:orVerbatimFrom:)``, and `nil` is returned. So one odd field
+    /// does not make the value around it unreadable (and, for an event from elsewhere, unsymbolicated).
+    func decodeLeniently<T: Decodable>(_: T.Type, forKey key: Key, odd: inout [String: JSONValue]) -> T? {
+        guard contains(key) else { return nil }
+        if let value = try? decodeIfPresent(T.self, forKey: key) { return value }
+        odd[key.stringValue] = (try? decode(JSONValue.self, forKey: key)) ?? .null
+        return nil
+    }
+}
+
+extension KeyedEncodingContainer {
+    /// Writes `value` at `key`; when `value` is `nil`, the value `other` holds under the key's name (an odd
+    /// value ``KeyedDecodingContainer/decodeLeniently(_:forKey:odd:)`` kept), if any.
+    mutating func encode<T: Encodable>(_ value: T?, forKey key: Key, orVerbatimFrom other: [String: JSONValue]?) throws {
+        if let value {
+            try encode(value, forKey: key)
+        } else if let raw = other?[key.stringValue] {
+            try encode(raw, forKey: key)
+        }
+    }
+}

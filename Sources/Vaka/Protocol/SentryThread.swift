@@ -30,26 +30,28 @@ public struct SentryThread: Codable, Equatable, Sendable {
         case id, name, crashed, current, stacktrace
     }
 
-    /// Decodes a thread; members no property models go to ``other``. Throws `DecodingError` for a field of
-    /// the wrong type.
+    /// Decodes a thread leniently: members no property models go to ``other``, and so does a field whose value
+    /// does not have its type (a string `id`, which the protocol allows), kept verbatim and written back as it
+    /// was. Throws `DecodingError` only when the value is not a JSON object.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        id = try c.decodeIfPresent(Int64.self, forKey: .id)
-        name = try c.decodeIfPresent(String.self, forKey: .name)
-        crashed = try c.decodeIfPresent(Bool.self, forKey: .crashed)
-        current = try c.decodeIfPresent(Bool.self, forKey: .current)
-        stacktrace = try c.decodeIfPresent(Stacktrace.self, forKey: .stacktrace)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        var odd = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
+        id = c.decodeLeniently(Int64.self, forKey: .id, odd: &odd)
+        name = c.decodeLeniently(String.self, forKey: .name, odd: &odd)
+        crashed = c.decodeLeniently(Bool.self, forKey: .crashed, odd: &odd)
+        current = c.decodeLeniently(Bool.self, forKey: .current, odd: &odd)
+        stacktrace = c.decodeLeniently(Stacktrace.self, forKey: .stacktrace, odd: &odd)
+        other = odd.isEmpty ? nil : odd
     }
 
-    /// Encodes the fields and then ``other``.
+    /// Encodes the fields and then ``other`` (a field read with an odd value and not set since as it was).
     public func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encodeIfPresent(id, forKey: .id)
-        try c.encodeIfPresent(name, forKey: .name)
-        try c.encodeIfPresent(crashed, forKey: .crashed)
-        try c.encodeIfPresent(current, forKey: .current)
-        try c.encodeIfPresent(stacktrace, forKey: .stacktrace)
+        try c.encode(id, forKey: .id, orVerbatimFrom: other)
+        try c.encode(name, forKey: .name, orVerbatimFrom: other)
+        try c.encode(crashed, forKey: .crashed, orVerbatimFrom: other)
+        try c.encode(current, forKey: .current, orVerbatimFrom: other)
+        try c.encode(stacktrace, forKey: .stacktrace, orVerbatimFrom: other)
         try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }

@@ -20,20 +20,26 @@ public struct Stacktrace: Codable, Equatable, Sendable {
         case frames, registers
     }
 
-    /// Decodes a stack trace (no `frames` is none); members no property models go to ``other``. Throws
-    /// `DecodingError` for a frame or register of the wrong shape.
+    /// Decodes a stack trace (no `frames` is none); members no property models go to ``other``, and so do
+    /// `frames` or `registers` of another shape (kept verbatim, written back as they were). Throws
+    /// `DecodingError` only when the value is not a JSON object.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        frames = try c.decodeIfPresent([Frame].self, forKey: .frames) ?? []
-        registers = try c.decodeIfPresent([String: HexAddress].self, forKey: .registers)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        var odd = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
+        frames = c.decodeLeniently([Frame].self, forKey: .frames, odd: &odd) ?? []
+        registers = c.decodeLeniently([String: HexAddress].self, forKey: .registers, odd: &odd)
+        other = odd.isEmpty ? nil : odd
     }
 
     /// Encodes the frames, the registers and then ``other``.
     public func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(frames, forKey: .frames)
-        try c.encodeIfPresent(registers, forKey: .registers)
+        if frames.isEmpty, let raw = other?[CodingKeys.frames.stringValue] {
+            try c.encode(raw, forKey: .frames)
+        } else {
+            try c.encode(frames, forKey: .frames)
+        }
+        try c.encode(registers, forKey: .registers, orVerbatimFrom: other)
         try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }
@@ -43,6 +49,9 @@ public struct Frame: Codable, Equatable, Sendable {
     /// The instruction address: the faulting PC for the crash site, the return address for callers
     /// (`instruction_addr`).
     public var instructionAddr: HexAddress
+    /// `false` for a frame read from an event made elsewhere without a usable `instruction_addr` (see
+    /// ``init(from:)``); such a frame is never symbolicated. `true` for every frame Vaka builds.
+    public var hasInstructionAddr = true
     /// How the frame was found: `"context"` (signal context), `"cfi"` (DWARF CFI unwinding),
     /// `"fp"` (frame-pointer walk). Written only by the ``Event/Encoding/report`` encoding (not part of the
     /// Sentry event schema, so left out on the wire).
@@ -102,40 +111,58 @@ public struct Frame: Codable, Equatable, Sendable {
         case absPath = "abs_path"
     }
 
-    /// Decodes a frame; members no property models go to ``other``. Throws `DecodingError` for a missing or
-    /// malformed `instruction_addr` or a field of the wrong type.
+    /// Decodes a frame leniently: members no property models go to ``other``, and so does a field whose value
+    /// does not have its type (a string `lineno`), kept verbatim and written back as it was. A frame without an
+    /// `instruction_addr` (an interpreter's frame in an event from another SDK) or with one that is not an
+    /// address reads with ``instructionAddr`` 0 and ``hasInstructionAddr`` `false`: it is written back without
+    /// one (or with the value it had) and never symbolicated. Throws `DecodingError` only when the value is not
+    /// a JSON object.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        instructionAddr = try c.decode(HexAddress.self, forKey: .instructionAddr)
-        trust = try c.decodeIfPresent(String.self, forKey: .trust)
-        package = try c.decodeIfPresent(String.self, forKey: .package)
-        imageAddr = try c.decodeIfPresent(HexAddress.self, forKey: .imageAddr)
-        function = try c.decodeIfPresent(String.self, forKey: .function)
-        symbol = try c.decodeIfPresent(String.self, forKey: .symbol)
-        symbolAddr = try c.decodeIfPresent(HexAddress.self, forKey: .symbolAddr)
-        inApp = try c.decodeIfPresent(Bool.self, forKey: .inApp)
-        filename = try c.decodeIfPresent(String.self, forKey: .filename)
-        lineno = try c.decodeIfPresent(Int.self, forKey: .lineno)
-        colno = try c.decodeIfPresent(Int.self, forKey: .colno)
-        absPath = try c.decodeIfPresent(String.self, forKey: .absPath)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        var odd = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
+        let address = c.decodeLeniently(HexAddress.self, forKey: .instructionAddr, odd: &odd)
+        instructionAddr = address ?? HexAddress(0)
+        hasInstructionAddr = address != nil
+        trust = c.decodeLeniently(String.self, forKey: .trust, odd: &odd)
+        package = c.decodeLeniently(String.self, forKey: .package, odd: &odd)
+        imageAddr = c.decodeLeniently(HexAddress.self, forKey: .imageAddr, odd: &odd)
+        function = c.decodeLeniently(String.self, forKey: .function, odd: &odd)
+        symbol = c.decodeLeniently(String.self, forKey: .symbol, odd: &odd)
+        symbolAddr = c.decodeLeniently(HexAddress.self, forKey: .symbolAddr, odd: &odd)
+        inApp = c.decodeLeniently(Bool.self, forKey: .inApp, odd: &odd)
+        filename = c.decodeLeniently(String.self, forKey: .filename, odd: &odd)
+        lineno = c.decodeLeniently(Int.self, forKey: .lineno, odd: &odd)
+        colno = c.decodeLeniently(Int.self, forKey: .colno, odd: &odd)
+        absPath = c.decodeLeniently(String.self, forKey: .absPath, odd: &odd)
+        other = odd.isEmpty ? nil : odd
     }
 
-    /// Encodes the frame; `trust` only in the ``Event/Encoding/report`` encoding (not on the wire).
+    /// Forgets the odd values ``init(from:)`` kept for the fields symbolication writes (`function`, `symbol`,
+    /// `symbol_addr`, `filename`, `lineno`, `colno`, `abs_path`), so that a frame resolved again is written with
+    /// what it resolved to, not with the value it was read with.
+    mutating func forgetOddSymbolFields() {
+        for key in [CodingKeys.function, .symbol, .symbolAddr, .filename, .lineno, .colno, .absPath] {
+            other?[key.stringValue] = nil
+        }
+        if other?.isEmpty == true { other = nil }
+    }
+
+    /// Encodes the frame; `trust` only in the ``Event/Encoding/report`` encoding (not on the wire). A field
+    /// read with an odd value and not set since is written back as it was (see ``init(from:)``).
     public func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(instructionAddr, forKey: .instructionAddr)
-        if Event.Encoding.of(encoder.userInfo) == .report { try c.encodeIfPresent(trust, forKey: .trust) }
-        try c.encodeIfPresent(package, forKey: .package)
-        try c.encodeIfPresent(imageAddr, forKey: .imageAddr)
-        try c.encodeIfPresent(function, forKey: .function)
-        try c.encodeIfPresent(symbol, forKey: .symbol)
-        try c.encodeIfPresent(symbolAddr, forKey: .symbolAddr)
-        try c.encodeIfPresent(inApp, forKey: .inApp)
-        try c.encodeIfPresent(filename, forKey: .filename)
-        try c.encodeIfPresent(lineno, forKey: .lineno)
-        try c.encodeIfPresent(colno, forKey: .colno)
-        try c.encodeIfPresent(absPath, forKey: .absPath)
+        try c.encode(hasInstructionAddr ? instructionAddr : nil, forKey: .instructionAddr, orVerbatimFrom: other)
+        if Event.Encoding.of(encoder.userInfo) == .report { try c.encode(trust, forKey: .trust, orVerbatimFrom: other) }
+        try c.encode(package, forKey: .package, orVerbatimFrom: other)
+        try c.encode(imageAddr, forKey: .imageAddr, orVerbatimFrom: other)
+        try c.encode(function, forKey: .function, orVerbatimFrom: other)
+        try c.encode(symbol, forKey: .symbol, orVerbatimFrom: other)
+        try c.encode(symbolAddr, forKey: .symbolAddr, orVerbatimFrom: other)
+        try c.encode(inApp, forKey: .inApp, orVerbatimFrom: other)
+        try c.encode(filename, forKey: .filename, orVerbatimFrom: other)
+        try c.encode(lineno, forKey: .lineno, orVerbatimFrom: other)
+        try c.encode(colno, forKey: .colno, orVerbatimFrom: other)
+        try c.encode(absPath, forKey: .absPath, orVerbatimFrom: other)
         try encoder.encodeOtherFields(other, besides: CodingKeys.self)
     }
 }

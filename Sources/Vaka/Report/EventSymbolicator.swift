@@ -93,7 +93,8 @@ public struct EventSymbolicator {
         for frame in frames {
             // Inlined frames follow their caller with the same address, a function and no symbol_addr (real frames
             // of a recursion repeat addresses too, but have their symbol_addr).
-            if let last = merged.last, frame.instructionAddr == last.instructionAddr, frame.function != nil,
+            if let last = merged.last, frame.hasInstructionAddr, last.hasInstructionAddr,
+               frame.instructionAddr == last.instructionAddr, frame.function != nil,
                frame.symbolAddr == nil {
                 continue
             }
@@ -102,6 +103,10 @@ public struct EventSymbolicator {
         var result: [Frame] = []
         for (index, var frame) in merged.enumerated() {
             counts.frames += 1
+            guard frame.hasInstructionAddr else {
+                result.append(frame)
+                continue
+            }
             let address = frame.instructionAddr.value
             let isCrashSite = frame.trust == "context" || (frame.trust == nil && index == merged.count - 1)
             let lookup = isCrashSite || address == 0 ? address : address - 1
@@ -124,6 +129,7 @@ public struct EventSymbolicator {
             if frame.package == nil { frame.package = image.codeFile }
             if frame.imageAddr == nil { frame.imageAddr = HexAddress(image.base) }
             frame.absPath = nil
+            frame.forgetOddSymbolFields()
             // The crash path's expansion (oldest first: the real function, then the inlined ones), written into a
             // copy of the frame so that its other fields stay. Seeded in-app: a `false` out of it is the function
             // half of the in_app rule (linked-in support code such as `_start` is never the app's, whatever the
