@@ -3,12 +3,13 @@ import Foundation
 import Vaka
 
 let outboxUsage = """
-    Usage: vaka outbox list --storage DIR
+    Usage: vaka outbox list [--storage DIR]
            vaka outbox show ENVELOPE [--storage DIR]
 
     Without a DSN, Vaka writes every envelope to DIR/outbox/<UTC time>-<sequence>-<event_id>.envelope instead of sending
-    it (DIR is Vaka.Options.storageDirectory; default ~/.local/state/vaka/<app>-<hash>). --storage may also come from
-    $VAKA_STORAGE.
+    it (DIR is Vaka.Options.storageDirectory; default $XDG_STATE_HOME/vaka/<app>-<hash>, or
+    ~/.local/state/vaka/<app>-<hash> when XDG_STATE_HOME is unset). DIR is --storage, else $VAKA_STORAGE; one
+    of them is needed.
 
       list            One line per envelope, oldest first: file name, size in bytes, item types, and the
                       first event's level and title (message, or exception type: value).
