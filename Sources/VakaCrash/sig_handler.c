@@ -166,6 +166,26 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
     }
 }
 
+int vaka_sig_wait_verdict(unsigned gen, int *steps, uint64_t now_ns)
+{
+    /* crash_done and crash_done_ns are read before crash_gen: when crash_gen is still `gen` they are this
+     * capture's. A winner re-arming after surviving its signal resets them before it bumps crash_gen; that
+     * state (not done, or done with no time) is waited on, never taken for a stuck or finished winner. */
+    int done = atomic_load(&vaka_run.crash_done);
+    uint64_t done_ns = atomic_load(&vaka_run.crash_done_ns);
+    if (atomic_load(&vaka_run.crash_gen) != gen || atomic_load(&vaka_run.crash_tid) == 0) return VAKA_WAIT_COMPETE;
+    if (done && done_ns != 0) {
+        /* The winner has chained to the previous handler, which normally ends the process (Swift's
+         * backtracer prints one backtrace, then the default action runs). Give it that time, counted from
+         * when the winner finished, before entering the previous handler from this thread too: arriving while
+         * it runs made Swift's backtracer start a second backtrace (and, under load, run out of time). A
+         * fault long after a capture the process survived goes straight through, and so does one after the
+         * handler ended the process itself (crash_done_ns 1). */
+        return now_ns - done_ns >= (uint64_t)VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS ? VAKA_WAIT_THROUGH : VAKA_WAIT_SLEEP;
+    }
+    return ++*steps >= VAKA_WAIT_STEPS ? VAKA_WAIT_STUCK : VAKA_WAIT_SLEEP;
+}
+
 static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
 {
     int saved_errno = errno;
@@ -228,23 +248,14 @@ compete:;
         vaka_sig_die_after_nested_fault(sig, tid);
     } else {
         /* Another thread is writing the report (or wrote it, and our handler was put back since): wait for
-         * it. When the process survives its signal (crash_gen changes), compete again for this one. */
-        for (int i = 0; i < VAKA_WAIT_STEPS && !atomic_load(&vaka_run.crash_done) && atomic_load(&vaka_run.crash_gen) == gen; i++)
+         * it, one look at the slot per step. */
+        int steps = 0;
+        for (;;) {
+            int verdict = vaka_sig_wait_verdict(gen, &steps, vaka_sig_now_ns(CLOCK_MONOTONIC));
+            if (verdict == VAKA_WAIT_COMPETE) goto compete;
+            if (verdict == VAKA_WAIT_STUCK) vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
+            if (verdict != VAKA_WAIT_SLEEP) break;
             nanosleep(&step, NULL);
-        if (atomic_load(&vaka_run.crash_gen) != gen) goto compete;
-        if (!atomic_load(&vaka_run.crash_done)) {
-            vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
-        } else {
-            /* The winner has chained to the previous handler, which normally ends the process (Swift's
-             * backtracer prints one backtrace, then the default action runs). Give it that time, counted from
-             * when the winner finished, before entering the previous handler from this thread too: arriving
-             * while it runs made Swift's backtracer start a second backtrace (and, under load, run out of
-             * time). A fault long after a capture the process survived goes straight through. */
-            uint64_t done = atomic_load(&vaka_run.crash_done_ns);
-            while (done != 0 && atomic_load(&vaka_run.crash_gen) == gen &&
-                   vaka_sig_now_ns(CLOCK_MONOTONIC) - done < (uint64_t)VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS)
-                nanosleep(&step, NULL);
-            if (atomic_load(&vaka_run.crash_gen) != gen) goto compete;
         }
         /* Then let this signal through to the previous action, which must really be in place. */
         vaka_sig_put_previous_back(sig);
