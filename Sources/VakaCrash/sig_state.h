@@ -36,6 +36,11 @@ typedef struct vaka_sig_run {
     /* Bumped each time a capture ends in a signal the process survived and the handlers are re-armed: a waiting
      * thread that sees it change competes again instead of waiting out the grace period. */
     atomic_uint crash_gen;
+    /* Threads waiting for the winner (sig_handler.c). They sleep on crash_gen (futex, one wait step at most) and
+     * are woken when it is bumped; while any waits, a thread entering the handler afresh lets them take the slot
+     * a survived signal freed before it competes, so a thread that survives signals in a loop cannot keep it
+     * from a real crash on another thread. */
+    atomic_int waiters;
     /* The signal the winner is handling (for the nested-fault path). */
     int crash_sig;
 
@@ -104,6 +109,8 @@ void vaka_sig_send_self(int sig, pid_t tid);
  * `now_ns`, CLOCK_MONOTONIC, or the handler ended the process itself: let this signal through). */
 enum { VAKA_WAIT_COMPETE, VAKA_WAIT_SLEEP, VAKA_WAIT_STUCK, VAKA_WAIT_THROUGH };
 int vaka_sig_wait_verdict(unsigned gen, int *steps, uint64_t now_ns);
+/* Wakes the threads waiting for the winner (after crash_gen was bumped). */
+void vaka_sig_wake_waiters(void);
 
 /* ---- report content (sig_report.c) */
 /** Writes the whole report of signal `sig` to the current target's file; leaves it open in vaka_run.kept_fd. */
