@@ -189,10 +189,12 @@ int vaka_sig_wait_verdict(unsigned gen, int *steps, uint64_t now_ns)
     return ++*steps >= VAKA_WAIT_STEPS ? VAKA_WAIT_STUCK : VAKA_WAIT_SLEEP;
 }
 
-/* One wait step: sleeps until crash_gen is no longer `gen` (vaka_sig_wake_waiters) or `step` has passed. */
+/* One wait step: sleeps until crash_gen is no longer `gen` (vaka_sig_wake_waiters) or `step` has passed. A futex
+ * call refused (ENOSYS, or EPERM from a seccomp filter) sleeps the whole step instead: the steps bound the wait. */
 static void wait_step(unsigned gen, const struct timespec *step)
 {
-    if (syscall(SYS_futex, &vaka_run.crash_gen, FUTEX_WAIT_PRIVATE, gen, step, NULL, 0) != 0 && errno == ENOSYS)
+    if (syscall(SYS_futex, &vaka_run.crash_gen, FUTEX_WAIT_PRIVATE, gen, step, NULL, 0) != 0 && errno != ETIMEDOUT &&
+        errno != EAGAIN && errno != EINTR)
         nanosleep(step, NULL);
 }
 
