@@ -42,6 +42,7 @@ __attribute__((noreturn)) void vaka_sig_die_after_nested_fault(int nested_sig, p
     vaka_run.writer.fd = -1;
     vaka_sig_disarm_watchdog();
     vaka_sig_restore_previous();
+    atomic_store(&vaka_run.crash_done_ns, 1); /* long past: waiting threads go straight through */
     atomic_store(&vaka_run.crash_done, 1);
 
     vaka_sig_send_self(sig, tid); /* the previous handler, or the default action */
@@ -58,6 +59,7 @@ __attribute__((noreturn)) void vaka_sig_die_from_other_thread(void)
     int sig = vaka_run.crash_sig;
     pid_t tid = vaka_sig_gettid();
     vaka_sig_restore_previous();
+    atomic_store(&vaka_run.crash_done_ns, 1); /* long past: waiting threads go straight through */
     atomic_store(&vaka_run.crash_done, 1);
     die_by_default(sig, tid);
 }

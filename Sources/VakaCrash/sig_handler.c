@@ -16,8 +16,9 @@
  *                                           compare-and-swap on vaka_run.crash_tid: the first thread wins; a second
  *                                           entry on the winner's thread (the capture faulted) ->
  *                                           sig_death.c: vaka_sig_die_after_nested_fault; any other thread waits
- *                                           (bounded) for the winner, then goes to step 9 (or competes again when
- *                                           the process survived the winner's signal).
+ *                                           (bounded; vaka_sig_wait_verdict) for the winner, then goes to step 9
+ *                                           (or, woken when the process survived the winner's signal, competes
+ *                                           again, before threads entering afresh: defer_to_waiters).
  *   5. sig_watchdog.c: vaka_sig_arm_watchdog
  *                                           two timers bound the capture (a stuck winner -> the watchdog handler ->
  *                                           sig_death.c).
@@ -46,6 +47,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -166,6 +169,51 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
     }
 }
 
+int vaka_sig_wait_verdict(unsigned gen, int *steps, uint64_t now_ns)
+{
+    /* crash_done and crash_done_ns are read before crash_gen: when crash_gen is still `gen` they are this
+     * capture's. A winner re-arming after surviving its signal resets them before it bumps crash_gen; that
+     * state (not done, or done with no time) is waited on, never taken for a stuck or finished winner. */
+    int done = atomic_load(&vaka_run.crash_done);
+    uint64_t done_ns = atomic_load(&vaka_run.crash_done_ns);
+    if (atomic_load(&vaka_run.crash_gen) != gen || atomic_load(&vaka_run.crash_tid) == 0) return VAKA_WAIT_COMPETE;
+    if (done && done_ns != 0) {
+        /* The winner has chained to the previous handler, which normally ends the process (Swift's
+         * backtracer prints one backtrace, then the default action runs). Give it that time, counted from
+         * when the winner finished, before entering the previous handler from this thread too: arriving while
+         * it runs made Swift's backtracer start a second backtrace (and, under load, run out of time). A
+         * fault long after a capture the process survived goes straight through, and so does one after the
+         * handler ended the process itself (crash_done_ns 1). */
+        return now_ns - done_ns >= (uint64_t)VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS ? VAKA_WAIT_THROUGH : VAKA_WAIT_SLEEP;
+    }
+    return ++*steps >= VAKA_WAIT_STEPS ? VAKA_WAIT_STUCK : VAKA_WAIT_SLEEP;
+}
+
+/* One wait step: sleeps until crash_gen is no longer `gen` (vaka_sig_wake_waiters) or `step` has passed. A futex
+ * call refused (ENOSYS, or EPERM from a seccomp filter) sleeps the whole step instead: the steps bound the wait. */
+static void wait_step(unsigned gen, const struct timespec *step)
+{
+    if (syscall(SYS_futex, &vaka_run.crash_gen, FUTEX_WAIT_PRIVATE, gen, step, NULL, 0) != 0 && errno != ETIMEDOUT &&
+        errno != EAGAIN && errno != EINTR)
+        nanosleep(step, NULL);
+}
+
+void vaka_sig_wake_waiters(void)
+{
+    if (atomic_load(&vaka_run.waiters) > 0) syscall(SYS_futex, &vaka_run.crash_gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* A thread entering the handler afresh while others wait and the slot is free (the process just survived the
+ * winner's signal): gives the waiters, just woken, one wait step at most to take the slot first. Without it a
+ * thread whose signals the process survives in a loop (a trap handler that returns) re-took the slot each time
+ * within microseconds, and a real crash on another thread waited for a gap, up to seconds. */
+static void defer_to_waiters(void)
+{
+    struct timespec pause = { 0, VAKA_WAIT_STEP_NS / 100 };
+    for (int k = 0; k < 100 && atomic_load(&vaka_run.waiters) > 0 && atomic_load(&vaka_run.crash_tid) == 0; k++)
+        nanosleep(&pause, NULL);
+}
+
 static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
 {
     int saved_errno = errno;
@@ -201,7 +249,9 @@ static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
         vaka_sig_survived(vaka_run.crash_sig);
     }
 
+    int waited = 0;
 compete:;
+    if (!waited) defer_to_waiters();
     unsigned gen = atomic_load(&vaka_run.crash_gen);
     start_ns = vaka_sig_now_ns(CLOCK_MONOTONIC); /* again after a wait: capture_ns is the capture's own time */
     int expected = 0;
@@ -228,24 +278,21 @@ compete:;
         vaka_sig_die_after_nested_fault(sig, tid);
     } else {
         /* Another thread is writing the report (or wrote it, and our handler was put back since): wait for
-         * it. When the process survives its signal (crash_gen changes), compete again for this one. */
-        for (int i = 0; i < VAKA_WAIT_STEPS && !atomic_load(&vaka_run.crash_done) && atomic_load(&vaka_run.crash_gen) == gen; i++)
-            nanosleep(&step, NULL);
-        if (atomic_load(&vaka_run.crash_gen) != gen) goto compete;
-        if (!atomic_load(&vaka_run.crash_done)) {
-            vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
-        } else {
-            /* The winner has chained to the previous handler, which normally ends the process (Swift's
-             * backtracer prints one backtrace, then the default action runs). Give it that time, counted from
-             * when the winner finished, before entering the previous handler from this thread too: arriving
-             * while it runs made Swift's backtracer start a second backtrace (and, under load, run out of
-             * time). A fault long after a capture the process survived goes straight through. */
-            uint64_t done = atomic_load(&vaka_run.crash_done_ns);
-            while (done != 0 && atomic_load(&vaka_run.crash_gen) == gen &&
-                   vaka_sig_now_ns(CLOCK_MONOTONIC) - done < (uint64_t)VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS)
-                nanosleep(&step, NULL);
-            if (atomic_load(&vaka_run.crash_gen) != gen) goto compete;
+         * it, one look at the slot per step. */
+        int steps = 0;
+        atomic_fetch_add(&vaka_run.waiters, 1);
+        for (;;) {
+            int verdict = vaka_sig_wait_verdict(gen, &steps, vaka_sig_now_ns(CLOCK_MONOTONIC));
+            if (verdict == VAKA_WAIT_COMPETE) {
+                atomic_fetch_sub(&vaka_run.waiters, 1);
+                waited = 1;
+                goto compete;
+            }
+            if (verdict == VAKA_WAIT_STUCK) vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
+            if (verdict != VAKA_WAIT_SLEEP) break;
+            wait_step(gen, &step);
         }
+        atomic_fetch_sub(&vaka_run.waiters, 1);
         /* Then let this signal through to the previous action, which must really be in place. */
         vaka_sig_put_previous_back(sig);
         vaka_sig_chain(sig, info, context, tid, 0);

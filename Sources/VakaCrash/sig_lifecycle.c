@@ -20,6 +20,7 @@ void vaka_sig_after_fork_child(void)
     /* A crash in progress in the parent (fork from a previous handler) is not the child's. */
     atomic_store(&vaka_run.crash_tid, 0);
     atomic_store(&vaka_run.crash_done, 0);
+    atomic_store(&vaka_run.waiters, 0); /* the parent's other threads are not in the child */
     atomic_store(&vaka_run.capture_phase, VAKA_PHASE_IDLE);
     vaka_run.report_fd = -1;
     /* A report the parent kept (a survived signal death may follow) is the parent's: the child's normal exit

@@ -89,4 +89,5 @@ void vaka_sig_survived(int sig)
     atomic_store(&vaka_run.crash_done, 0);
     atomic_store(&vaka_run.crash_tid, 0);
     atomic_fetch_add(&vaka_run.crash_gen, 1u); /* after crash_tid: a waiter that saw the old value finds the slot free */
+    vaka_sig_wake_waiters();
 }

@@ -29,11 +29,18 @@ typedef struct vaka_sig_run {
     atomic_int crash_tid;
     /* Set once the winner has restored the previous handlers (or given up). */
     atomic_int crash_done;
-    /* CLOCK_MONOTONIC ns when the winner finished its capture and restored the previous handlers; 0 before. */
+    /* CLOCK_MONOTONIC ns when the winner finished its capture and restored the previous handlers; 0 before (and
+     * again once the process survived that capture); 1 when the handler ends the process itself (sig_death.c).
+     * Stored before crash_done = 1: crash_done set with crash_done_ns 0 is a capture being reset, not finished. */
     _Atomic uint64_t crash_done_ns;
     /* Bumped each time a capture ends in a signal the process survived and the handlers are re-armed: a waiting
      * thread that sees it change competes again instead of waiting out the grace period. */
     atomic_uint crash_gen;
+    /* Threads waiting for the winner (sig_handler.c). They sleep on crash_gen (futex, one wait step at most) and
+     * are woken when it is bumped; while any waits, a thread entering the handler afresh lets them take the slot
+     * a survived signal freed before it competes, so a thread that survives signals in a loop cannot keep it
+     * from a real crash on another thread. */
+    atomic_int waiters;
     /* The signal the winner is handling (for the nested-fault path). */
     int crash_sig;
 
@@ -94,6 +101,16 @@ uint64_t vaka_sig_now_ns(clockid_t clock);
 pid_t vaka_sig_gettid(void);
 /** Sends `sig` to thread `tid` of this process (tgkill). */
 void vaka_sig_send_self(int sig, pid_t tid);
+
+/* What a thread waiting for the winner of generation `gen` does after one look at the slot (sig_handler.c):
+ * VAKA_WAIT_COMPETE (the process survived the winner's signal: the generation changed or the slot is free),
+ * VAKA_WAIT_SLEEP (one more step), VAKA_WAIT_STUCK (no end of capture in VAKA_WAIT_STEPS steps, counted in
+ * `*steps`), VAKA_WAIT_THROUGH (the winner finished its capture VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS before
+ * `now_ns`, CLOCK_MONOTONIC, or the handler ended the process itself: let this signal through). */
+enum { VAKA_WAIT_COMPETE, VAKA_WAIT_SLEEP, VAKA_WAIT_STUCK, VAKA_WAIT_THROUGH };
+int vaka_sig_wait_verdict(unsigned gen, int *steps, uint64_t now_ns);
+/* Wakes the threads waiting for the winner (after crash_gen was bumped). */
+void vaka_sig_wake_waiters(void);
 
 /* ---- report content (sig_report.c) */
 /** Writes the whole report of signal `sig` to the current target's file; leaves it open in vaka_run.kept_fd. */

@@ -200,11 +200,14 @@ final class SurvivedSignalSpareTests: XCTestCase {
     }
 
     /// A thread survives SIGTRAPs in a loop while the main thread dereferences NULL. Without Vaka: SIGSEGV.
-    /// With Vaka the process also dies of SIGSEGV, but in some runs (2 of 30 measured) the only report is a
-    /// complete SIGTRAP report of the other thread: the winner restores every previous action
-    /// (vaka_sig_restore_previous) before chaining to the SIGTRAP handler and re-arms only in survived(); a
-    /// fault in that window meets SIG_DFL directly, and the survived report, still named `<run_id>.crash`,
-    /// stands for the crash. Probabilistic: 80 runs (1 to 2 of 40 failed here).
+    /// With Vaka the process also dies of SIGSEGV and the one file left is the SIGSEGV's report. The fault waits
+    /// while the trapping thread holds the capture slot; the windows this guards: the winner putting every
+    /// previous action back before chaining to the SIGTRAP handler (the fault met SIG_DFL, the survived SIGTRAP
+    /// report stood for the crash), and the waiting thread looking while the winner re-arms after the survived
+    /// trap (it took the winner for stuck or finished and let its fault through: no report, only the `.spare`,
+    /// or a SIGTRAP report captured before that fault ended the process). Probabilistic: the second window hit 7
+    /// of 4000 runs of this program, so 240 runs here (a stress loop outside XCTest ran it 7000 times clean
+    /// after the fix).
     func testRealCrashWhileAnotherThreadSurvivesASignalIsTheOneReported() throws {
         let program = try RuntimeProgram.build("r3-crash-race", """
         static void h(int s) { }
@@ -220,10 +223,12 @@ final class SurvivedSignalSpareTests: XCTestCase {
         let without = try RuntimeProgram.run(program, ["2000"], vaka: false, timeout: 30)
         XCTAssertEqual(without.result.outcome, "signal 11 (SIGSEGV)", without.result.stderrTail())
         var signals: [String] = []
-        for i in 1...80 {
-            let with = try RuntimeProgram.run(program, ["\(i * 300)"], timeout: 30)
+        for i in 1...240 {
+            let with = try RuntimeProgram.run(program, ["\((i - 1) % 80 * 300 + 300)"], timeout: 30)
             XCTAssertEqual(with.result.outcome, "signal 11 (SIGSEGV)", with.result.stderrTail())
             signals.append(reportValue(with.onlyReport, "signal") ?? "no report")
+            let left = ((try? FileManager.default.contentsOfDirectory(atPath: with.directory.path)) ?? []).sorted()
+            XCTAssertEqual(left, with.reports, "run \(i): files besides the report (a survived signal's spare)")
         }
         XCTAssertEqual(signals.filter { $0 != "11 SIGSEGV" }, [], "runs whose report is not the crash")
     }

@@ -3,7 +3,8 @@
  * internal functions are reachable: the report writer's escaping and number formatting, the message cap, the
  * GNU build-ID note reader over crafted note sections, the frame-pointer walk over a crafted stack, the
  * signal / si_code name table, and the loaded images (the public copy, the install list and the handler's
- * safe-read path agree). Run by VakaCrashTests.RuntimeUnitTests (swift test, scripts/test).
+ * safe-read path agree), and a waiting thread's verdict on another thread's capture. Run by
+ * VakaCrashTests.RuntimeUnitTests (swift test, scripts/test).
  *
  *   runtime_unit                       run every check; one line per check: `ok <name>` or
  *                                      `FAIL <name>: <what differed>`, then `checks <count> failed <count>`;
@@ -659,6 +660,73 @@ static int write_contract_reports(const char *dir)
     return 0;
 }
 
+/* ------------------------------------------------------------------ waiting for another thread's capture */
+
+/* Sets the arbitration slot as a waiting thread sees it: winner `tid`, generation `gen`, done flag and time. */
+static void slot_state(int tid, unsigned gen, int done, uint64_t done_ns)
+{
+    atomic_store(&vaka_run.crash_tid, tid);
+    atomic_store(&vaka_run.crash_gen, gen);
+    atomic_store(&vaka_run.crash_done, done);
+    atomic_store(&vaka_run.crash_done_ns, done_ns);
+}
+
+static void test_wait_verdict(void)
+{
+    const uint64_t now = 100ull * 1000000000ull;
+    const uint64_t grace = (uint64_t)VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS;
+    int steps = 0;
+
+    begin("wait_verdict_rearming_winner_not_let_through");
+    /* The winner reset crash_done_ns, crash_done still set, generation not bumped yet. */
+    slot_state(4242, 7, 1, 0);
+    steps = 0;
+    int v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_SLEEP, "verdict %d, want SLEEP %d", v, VAKA_WAIT_SLEEP);
+    end_check();
+
+    begin("wait_verdict_rearming_winner_not_stuck");
+    /* crash_done reset too: waiting for the end of the capture again, with the steps already spent. */
+    slot_state(4242, 7, 0, 0);
+    steps = 5;
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_SLEEP && steps == 6, "verdict %d steps %d, want SLEEP %d steps 6", v, steps, VAKA_WAIT_SLEEP);
+    end_check();
+
+    begin("wait_verdict_competes_after_survival");
+    slot_state(0, 7, 0, 0);
+    steps = 0;
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_COMPETE, "free slot: verdict %d, want COMPETE %d", v, VAKA_WAIT_COMPETE);
+    slot_state(4242, 8, 1, now);
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_COMPETE, "new generation: verdict %d, want COMPETE %d", v, VAKA_WAIT_COMPETE);
+    end_check();
+
+    begin("wait_verdict_grace_period_then_through");
+    slot_state(4242, 7, 1, now - grace + 1);
+    steps = 0;
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_SLEEP, "inside the grace period: verdict %d, want SLEEP %d", v, VAKA_WAIT_SLEEP);
+    slot_state(4242, 7, 1, now - grace);
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_THROUGH, "after it: verdict %d, want THROUGH %d", v, VAKA_WAIT_THROUGH);
+    slot_state(4242, 7, 1, 1); /* the handler ended the process itself */
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_THROUGH, "process ending: verdict %d, want THROUGH %d", v, VAKA_WAIT_THROUGH);
+    end_check();
+
+    begin("wait_verdict_stuck_winner");
+    slot_state(4242, 7, 0, 0);
+    steps = VAKA_WAIT_STEPS - 2;
+    int first = vaka_sig_wait_verdict(7, &steps, now);
+    int second = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(first == VAKA_WAIT_SLEEP && second == VAKA_WAIT_STUCK, "verdicts %d %d, want SLEEP %d then STUCK %d", first,
+           second, VAKA_WAIT_SLEEP, VAKA_WAIT_STUCK);
+    end_check();
+    slot_state(0, 0, 0, 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--contract-report") == 0) return write_contract_reports(argv[2]);
@@ -671,6 +739,7 @@ int main(int argc, char **argv)
     test_fp_walk();
     test_names();
     test_images();
+    test_wait_verdict();
     printf("checks %d failed %d\n", checks_run, checks_failed);
     return checks_failed != 0;
 }
