@@ -160,7 +160,7 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
     t->dir_len = p;
     memcpy(t->path + p, config->run_id, id_len);
     p += id_len;
-    memcpy(t->path + p, ".crash", 7);
+    memcpy(t->path + p, VAKA_REPORT_FILE_SUFFIX, sizeof VAKA_REPORT_FILE_SUFFIX);
     /* The space for the report, reserved now (a full file system at crash time still takes it). */
     rc = vaka_sig_make_reserve(t);
     if (rc != 0) close_target_dir(t, current);

@@ -48,19 +48,12 @@ void vaka_sig_after_fork_child(void)
         next->reserve_fd = -1;
     }
     size_t p = current->dir_len;
-    if (p == 0 || p + current->run_id_len + 1 + 10 + 6 + 1 > sizeof next->path) return;
+    if (p == 0 || p + current->run_id_len + 1 + 10 + sizeof VAKA_REPORT_FILE_SUFFIX > sizeof next->path) return;
     vaka_sig_copy(next->path + p, current->run_id, current->run_id_len);
     p += current->run_id_len;
     next->path[p++] = '-';
-    char digits[10];
-    size_t nd = 0;
-    uint32_t v = (uint32_t)pid;
-    do {
-        digits[nd++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0 && nd < sizeof digits);
-    while (nd > 0) next->path[p++] = digits[--nd];
-    vaka_sig_copy(next->path + p, ".crash", 7);
+    p += vaka_sig_format_udec(next->path + p, 10, (uint32_t)pid);
+    vaka_sig_copy(next->path + p, VAKA_REPORT_FILE_SUFFIX, sizeof VAKA_REPORT_FILE_SUFFIX);
     atomic_store(&vaka_state.target, next);
 }
 

@@ -76,14 +76,7 @@ static int link_reserve(int fd, int dir, const char *name)
 {
     char proc[32] = "/proc/self/fd/";
     size_t p = 14;
-    char digits[12];
-    size_t nd = 0;
-    unsigned v = (unsigned)fd;
-    do {
-        digits[nd++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0 && nd < sizeof digits);
-    while (nd > 0) proc[p++] = digits[--nd];
+    p += vaka_sig_format_udec(proc + p, sizeof proc - p - 1, (unsigned)fd);
     proc[p] = '\0';
     for (int attempt = 0; attempt < 2; attempt++) {
         /* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link works for everyone where /proc is mounted. */
@@ -168,9 +161,8 @@ static int keep_as_spare(vaka_report_target *target)
     /* The pid in the name: a fork child keeps the parent's run_id, and its spare must not take (or be taken
      * for) the parent's. */
     pid_t pid = (pid_t)syscall(SYS_getpid);
-    char digits[24];
-    size_t nd = 0;
-    for (unsigned long v = (unsigned long)pid; nd == 0 || v != 0; v /= 10) digits[nd++] = (char)('0' + v % 10);
+    char digits[20];
+    size_t nd = vaka_sig_format_udec(digits, sizeof digits, (unsigned long)pid);
     size_t need = target->dir_len + 1 + target->run_id_len + 1 + nd + 6 + 1;
     if (need > sizeof vaka_run.spare_path || fstat(vaka_run.kept_fd, &st) != 0) return 0;
     size_t p = 0;
@@ -180,7 +172,8 @@ static int keep_as_spare(vaka_report_target *target)
     vaka_sig_copy(vaka_run.spare_path + p, target->run_id, target->run_id_len);
     p += target->run_id_len;
     vaka_run.spare_path[p++] = '-';
-    while (nd > 0) vaka_run.spare_path[p++] = digits[--nd];
+    vaka_sig_copy(vaka_run.spare_path + p, digits, nd);
+    p += nd;
     vaka_sig_copy(vaka_run.spare_path + p, ".spare", 7);
     vaka_run.spare_rel = target->dir_len;
     int ok = vaka_run.report_dir_used == AT_FDCWD

@@ -79,15 +79,24 @@ void vaka_w_str(vaka_writer *w, const char *s)
     vaka_w_bytes(w, s, vaka_sig_strnlen(s, (size_t)-1));
 }
 
-void vaka_w_udec(vaka_writer *w, uint64_t v)
+size_t vaka_sig_format_udec(char *out, size_t cap, uint64_t v)
 {
-    char tmp[20];
+    char tmp[20]; /* UINT64_MAX has 20 digits */
     size_t n = sizeof tmp;
     do {
         tmp[--n] = (char)('0' + (v % 10));
         v /= 10;
     } while (v != 0);
-    vaka_w_bytes(w, tmp + n, sizeof tmp - n);
+    size_t len = sizeof tmp - n;
+    if (len > cap) return 0;
+    vaka_sig_copy(out, tmp + n, len);
+    return len;
+}
+
+void vaka_w_udec(vaka_writer *w, uint64_t v)
+{
+    char tmp[20];
+    vaka_w_bytes(w, tmp, vaka_sig_format_udec(tmp, sizeof tmp, v));
 }
 
 void vaka_w_dec(vaka_writer *w, int64_t v)

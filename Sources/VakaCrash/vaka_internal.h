@@ -78,6 +78,9 @@ void vaka_sig_copy(void *dst, const void *src, size_t n);
 void vaka_sig_zero(void *dst, size_t n);
 /** Signal safe strlen with a cap. */
 size_t vaka_sig_strnlen(const char *s, size_t cap);
+/** Signal safe. Writes `v` in decimal (no sign, no padding, not NUL-terminated) to `out`.
+ *  @return the number of digits written, or 0 when `cap` bytes cannot hold them all (nothing written). */
+size_t vaka_sig_format_udec(char *out, size_t cap, uint64_t v);
 
 /* ---------------------------------------------------------------- names (sig_names.c) */
 

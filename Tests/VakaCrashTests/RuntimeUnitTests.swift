@@ -11,7 +11,7 @@ import VakaTestSupport
 /// functions that together hold every key of `include/vaka/vaka_report_format.h`.
 final class RuntimeUnitTests: XCTestCase {
     /// Checks the C program must run at least (it prints its count; more may be added).
-    static let minimumChecks = 47
+    static let minimumChecks = 48
 
     /// `runtime_unit`, built once per test process.
     static let program: Result<URL, Error> = Result(catching: {
@@ -46,7 +46,7 @@ final class RuntimeUnitTests: XCTestCase {
         XCTAssertEqual(result.outcome, "exit 0", "runtime_unit ended early or a check failed; last line: \(summary)\n\(result.stderrTail())")
         XCTAssertTrue(summary.hasPrefix("checks ") && summary.hasSuffix(" failed 0"), "summary: \(summary)")
         XCTAssertGreaterThanOrEqual(passed.count, Self.minimumChecks, "checks that passed: \(passed)")
-        for group in ["escape_", "message_", "build_id_", "fp_walk_", "signal_names_", "si_code_names", "images_", "wait_verdict_"] {
+        for group in ["escape_", "message_", "build_id_", "fp_walk_", "signal_names_", "si_code_names", "images_", "wait_verdict_", "format_udec_"] {
             XCTAssertTrue(passed.contains { $0.hasPrefix(group) }, "no \(group)* check ran")
         }
     }

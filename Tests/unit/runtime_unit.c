@@ -551,6 +551,24 @@ static void test_images(void)
     end_check();
 }
 
+static void test_format_udec(void)
+{
+    begin("format_udec_digits_and_room");
+    char out[24];
+    uint64_t values[] = { 0, 7, 10, 4294967295u, UINT64_MAX };
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        char want[24];
+        int wn = snprintf(want, sizeof want, "%llu", (unsigned long long)values[i]);
+        memset(out, '#', sizeof out);
+        size_t n = vaka_sig_format_udec(out, sizeof out, values[i]);
+        EXPECT(n == (size_t)wn && memcmp(out, want, n) == 0 && out[n] == '#', "%s: %zu digits", want, n);
+        memset(out, '#', sizeof out);
+        EXPECT(vaka_sig_format_udec(out, (size_t)wn - 1, values[i]) == 0 && out[0] == '#', "%s in %d bytes", want, wn - 1);
+        EXPECT(vaka_sig_format_udec(out, (size_t)wn, values[i]) == (size_t)wn, "%s in exactly %d bytes", want, wn);
+    }
+    end_check();
+}
+
 static void test_names(void)
 {
     begin("signal_names_match_glibc");
@@ -738,6 +756,7 @@ int main(int argc, char **argv)
     test_build_id();
     test_fp_walk();
     test_names();
+    test_format_udec();
     test_images();
     test_wait_verdict();
     printf("checks %d failed %d\n", checks_run, checks_failed);
