@@ -157,4 +157,71 @@ final class RuntimeHandlerEdgeTests: XCTestCase {
             }
         }
     }
+
+    /// A SIGSEGV handler installed before Vaka that recovers with siglongjmp, used as a readable-memory probe
+    /// called several times from the same function: every probe faults at the same instruction, and the
+    /// kernel puts each signal frame at the same place of the same stack. Without Vaka all five probes
+    /// recover and the program exits 0. With Vaka it must too (each probe is a signal the process survives);
+    /// the repeated-fault check must not take the entry left by the first probe's siglongjmp for a fault
+    /// that repeats inside the handler.
+    func testRepeatedProbeRecoveredWithSiglongjmpAtTheSamePCSurvives() throws {
+        let program = try RuntimeProgram.build("edge-probe-loop", """
+        #include <setjmp.h>
+        static sigjmp_buf env;
+        static volatile int recovered;
+        static void h(int s) { recovered++; siglongjmp(env, 1); }
+        __attribute__((noinline)) static int readable(volatile int *p) {
+            if (sigsetjmp(env, 1) == 0) { (void)*p; return 1; }
+            return 0;
+        }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgeprobeloop");
+            int ok = 0;
+            for (int i = 0; i < 5; i++) ok += readable((volatile int *)0x10);
+            printf("readable %d recovered %d installed %d\\n", ok, recovered, NOVAKA ? -1 : vaka_crash_is_installed());
+            fflush(stdout);
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "exit 0", without.result.stderrTail())
+        XCTAssertEqual(String(decoding: without.result.stdout, as: UTF8.self), "readable 0 recovered 5 installed -1\n")
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(with.result.outcome, "exit 0", "the second probe killed the process: \(with.result.stderrTail())")
+        XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "readable 0 recovered 5 installed 1\n")
+        XCTAssertEqual(with.reports, [], "a recovered probe left a report at a normal exit")
+    }
+
+    /// A test harness that catches abort() with siglongjmp (an "expect death" helper) called twice from the
+    /// same place: both aborts go through the same raise() instruction with the signal frame at the same
+    /// place. Without Vaka the program goes on and exits 0; with Vaka the second abort must be survived too,
+    /// not taken for a fault that repeats inside the handler.
+    func testAbortCaughtWithSiglongjmpTwiceFromTheSamePlaceSurvives() throws {
+        let program = try RuntimeProgram.build("edge-abort-twice", """
+        #include <setjmp.h>
+        static sigjmp_buf env;
+        static volatile int caught;
+        static void h(int s) { caught++; siglongjmp(env, 1); }
+        __attribute__((noinline)) static int dies(void) {
+            if (sigsetjmp(env, 1) == 0) { abort(); }
+            return 1;
+        }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sigaction(SIGABRT, &sa, NULL);
+            vk_start("edgeaborttwice");
+            int n = 0;
+            for (int i = 0; i < 3; i++) n += dies();
+            printf("caught %d %d\\n", n, caught); fflush(stdout);
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "exit 0", without.result.stderrTail())
+        XCTAssertEqual(String(decoding: without.result.stdout, as: UTF8.self), "caught 3 3\n")
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(with.result.outcome, "exit 0", "the second abort killed the process: \(with.result.stderrTail())")
+        XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "caught 3 3\n")
+        XCTAssertEqual(with.reports, [], "a caught abort left a report at a normal exit")
+    }
 }
