@@ -224,4 +224,41 @@ final class RuntimeHandlerEdgeTests: XCTestCase {
         XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "caught 3 3\n")
         XCTAssertEqual(with.reports, [], "a caught abort left a report at a normal exit")
     }
+
+    /// A worker thread probes memory with a SIGSEGV handler installed before Vaka that recovers with
+    /// siglongjmp (the worker goes on and ends), then the main thread writes through a null pointer. The
+    /// process ends with SIGSEGV, and its one report must be the main thread's crash (fault address 0, the
+    /// main thread's tid), not the worker's recovered probe (fault address 0x10): the recovered probe on one
+    /// thread must not keep another thread's real crash from being captured.
+    func testFaultRecoveredWithSiglongjmpOnAnotherThreadDoesNotHideTheNextCrash() throws {
+        let program = try RuntimeProgram.build("edge-longjmp-other", """
+        #include <setjmp.h>
+        static __thread sigjmp_buf env;
+        static __thread volatile int probing;
+        static void h(int s) { if (probing) siglongjmp(env, 1); signal(SIGSEGV, SIG_DFL); /* fault again: die */ }
+        static void *probe(void *a) {
+            probing = 1;
+            if (sigsetjmp(env, 1) == 0) { *(volatile int *)0x10 = 1; }
+            probing = 0;
+            return NULL;
+        }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sa.sa_flags = SA_NODEFER; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgelongjmpother");
+            pthread_t t; pthread_create(&t, NULL, probe, NULL); pthread_join(t, NULL);
+            printf("recovered %d\\n", getpid()); fflush(stdout);
+            vk_null();
+            return 0;
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let stdout = String(decoding: run.result.stdout, as: UTF8.self)
+        XCTAssertTrue(stdout.hasPrefix("recovered "), stdout)
+        let pid = stdout.dropFirst("recovered ".count).trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(run.reports, ["edgelongjmpother.crash"])
+        XCTAssertEqual(reportValue(run.onlyReport, "fault_addr"), "0x0",
+                       "the report is the worker's recovered probe, the main thread's crash is lost:\n\(run.onlyReport.prefix(400))")
+        XCTAssertEqual(reportValue(run.onlyReport, "tid"), pid, "the crashed thread is the main thread")
+    }
 }
