@@ -261,4 +261,36 @@ final class RuntimeHandlerEdgeTests: XCTestCase {
                        "the report is the worker's recovered probe, the main thread's crash is lost:\n\(run.onlyReport.prefix(400))")
         XCTAssertEqual(reportValue(run.onlyReport, "tid"), pid, "the crashed thread is the main thread")
     }
+
+    /// A SIGSEGV handler installed before Vaka that ends a faulting worker thread with pthread_exit (a server
+    /// that sacrifices the worker and goes on), then the main thread writes through a null pointer. As without
+    /// Vaka the process ends with SIGSEGV; its one report must be the main thread's crash (fault address 0, the
+    /// main thread's tid): the capture of a worker that never came back from the previous handler must not
+    /// keep every later crash from being captured.
+    func testWorkerEndedInsidePreviousHandlerDoesNotHideTheNextCrash() throws {
+        let program = try RuntimeProgram.build("edge-pthread-exit", """
+        #include <sys/syscall.h>
+        static void h(int s) { if (getpid() != (pid_t)syscall(SYS_gettid)) pthread_exit(NULL); signal(SIGSEGV, SIG_DFL); }
+        static void *worker(void *a) { *(volatile int *)0x10 = 1; return NULL; }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sa.sa_flags = SA_NODEFER; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgepthreadexit");
+            pthread_t t; pthread_create(&t, NULL, worker, NULL); pthread_join(t, NULL);
+            printf("worker ended %d\\n", getpid()); fflush(stdout);
+            vk_null();
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "signal 11 (SIGSEGV)", without.result.stderrTail())
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let stdout = String(decoding: run.result.stdout, as: UTF8.self)
+        XCTAssertTrue(stdout.hasPrefix("worker ended "), stdout)
+        let pid = stdout.dropFirst("worker ended ".count).trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(run.reports, ["edgepthreadexit.crash"])
+        XCTAssertEqual(reportValue(run.onlyReport, "fault_addr"), "0x0",
+                       "the report is the ended worker's fault, the main thread's crash is lost:\n\(run.onlyReport.prefix(400))")
+        XCTAssertEqual(reportValue(run.onlyReport, "tid"), pid, "the crashed thread is the main thread")
+    }
 }
