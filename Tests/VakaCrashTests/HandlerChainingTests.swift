@@ -128,4 +128,38 @@ final class HandlerChainingTests: XCTestCase {
         XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "fixed\n")
         XCTAssertEqual(with.reports, [])
     }
+
+    /// Nested signals on one thread, each survived: a SIGBUS handler installed before Vaka writes to a
+    /// read-only page (a SIGSEGV inside it), the SIGSEGV handler installed before Vaka makes the page writable
+    /// and returns, then the SIGBUS handler returns; three times. As without Vaka: exit 0, both handlers ran
+    /// three times, no report, Vaka still installed. With `crash`, a null write afterwards (which the SIGSEGV
+    /// handler gives up on) is still captured: one SIGSEGV report with fault address 0.
+    func testSegvInsidePreviousSigbusHandlerBothSurvivedThenARealCrash() throws {
+        let program = try RuntimeProgram.build("chain-nested", """
+        #include <sys/mman.h>
+        static char *rw, *ro;
+        static volatile int segv, bus;
+        static void on_segv(int s, siginfo_t *i, void *u) { if ((char *)i->si_addr != ro) { signal(SIGSEGV, SIG_DFL); return; } segv++; mprotect(ro, 4096, PROT_READ | PROT_WRITE); }
+        static void on_bus(int s, siginfo_t *i, void *u) { bus++; ro[0] = 1; /* SIGSEGV inside the SIGBUS handler */ }
+        int main(int argc, char **argv) {
+            ro = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            struct sigaction sa = {0}; sa.sa_sigaction = on_segv; sa.sa_flags = SA_SIGINFO; sigaction(SIGSEGV, &sa, NULL);
+            sa.sa_sigaction = on_bus; sigaction(SIGBUS, &sa, NULL);
+            vk_start("nest");
+            for (int i = 0; i < 3; i++) { mprotect(ro, 4096, PROT_READ); raise(SIGBUS); }
+            printf("bus %d segv %d installed %d\\n", bus, segv, NOVAKA ? -1 : vaka_crash_is_installed()); fflush(stdout);
+            if (argc > 1) vk_null();
+            return 0;
+        }
+        """)
+        let survived = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(survived.result.outcome, "exit 0", survived.result.stderrTail())
+        XCTAssertEqual(String(decoding: survived.result.stdout, as: UTF8.self), "bus 3 segv 3 installed 1\n")
+        XCTAssertEqual(survived.reports, [])
+        let crashed = try RuntimeProgram.run(program, ["crash"], timeout: 30)
+        XCTAssertEqual(crashed.result.outcome, "signal 11 (SIGSEGV)", crashed.result.stderrTail())
+        XCTAssertEqual(crashed.reports, ["nest.crash"])
+        XCTAssertEqual(reportValue(crashed.onlyReport, "signal"), "11 SIGSEGV", crashed.onlyReport)
+        XCTAssertEqual(reportValue(crashed.onlyReport, "fault_addr"), "0x0", crashed.onlyReport)
+    }
 }

@@ -157,4 +157,140 @@ final class RuntimeHandlerEdgeTests: XCTestCase {
             }
         }
     }
+
+    /// A SIGSEGV handler installed before Vaka that recovers with siglongjmp, used as a readable-memory probe
+    /// called several times from the same function: every probe faults at the same instruction, and the
+    /// kernel puts each signal frame at the same place of the same stack. Without Vaka all five probes
+    /// recover and the program exits 0. With Vaka it must too (each probe is a signal the process survives);
+    /// the repeated-fault check must not take the entry left by the first probe's siglongjmp for a fault
+    /// that repeats inside the handler.
+    func testRepeatedProbeRecoveredWithSiglongjmpAtTheSamePCSurvives() throws {
+        let program = try RuntimeProgram.build("edge-probe-loop", """
+        #include <setjmp.h>
+        static sigjmp_buf env;
+        static volatile int recovered;
+        static void h(int s) { recovered++; siglongjmp(env, 1); }
+        __attribute__((noinline)) static int readable(volatile int *p) {
+            if (sigsetjmp(env, 1) == 0) { (void)*p; return 1; }
+            return 0;
+        }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgeprobeloop");
+            int ok = 0;
+            for (int i = 0; i < 5; i++) ok += readable((volatile int *)0x10);
+            printf("readable %d recovered %d installed %d\\n", ok, recovered, NOVAKA ? -1 : vaka_crash_is_installed());
+            fflush(stdout);
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "exit 0", without.result.stderrTail())
+        XCTAssertEqual(String(decoding: without.result.stdout, as: UTF8.self), "readable 0 recovered 5 installed -1\n")
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(with.result.outcome, "exit 0", "the second probe killed the process: \(with.result.stderrTail())")
+        XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "readable 0 recovered 5 installed 1\n")
+        XCTAssertEqual(with.reports, [], "a recovered probe left a report at a normal exit")
+    }
+
+    /// A test harness that catches abort() with siglongjmp (an "expect death" helper) called twice from the
+    /// same place: both aborts go through the same raise() instruction with the signal frame at the same
+    /// place. Without Vaka the program goes on and exits 0; with Vaka the second abort must be survived too,
+    /// not taken for a fault that repeats inside the handler.
+    func testAbortCaughtWithSiglongjmpTwiceFromTheSamePlaceSurvives() throws {
+        let program = try RuntimeProgram.build("edge-abort-twice", """
+        #include <setjmp.h>
+        static sigjmp_buf env;
+        static volatile int caught;
+        static void h(int s) { caught++; siglongjmp(env, 1); }
+        __attribute__((noinline)) static int dies(void) {
+            if (sigsetjmp(env, 1) == 0) { abort(); }
+            return 1;
+        }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sigaction(SIGABRT, &sa, NULL);
+            vk_start("edgeaborttwice");
+            int n = 0;
+            for (int i = 0; i < 3; i++) n += dies();
+            printf("caught %d %d\\n", n, caught); fflush(stdout);
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "exit 0", without.result.stderrTail())
+        XCTAssertEqual(String(decoding: without.result.stdout, as: UTF8.self), "caught 3 3\n")
+        let with = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(with.result.outcome, "exit 0", "the second abort killed the process: \(with.result.stderrTail())")
+        XCTAssertEqual(String(decoding: with.result.stdout, as: UTF8.self), "caught 3 3\n")
+        XCTAssertEqual(with.reports, [], "a caught abort left a report at a normal exit")
+    }
+
+    /// A worker thread probes memory with a SIGSEGV handler installed before Vaka that recovers with
+    /// siglongjmp (the worker goes on and ends), then the main thread writes through a null pointer. The
+    /// process ends with SIGSEGV, and its one report must be the main thread's crash (fault address 0, the
+    /// main thread's tid), not the worker's recovered probe (fault address 0x10): the recovered probe on one
+    /// thread must not keep another thread's real crash from being captured.
+    func testFaultRecoveredWithSiglongjmpOnAnotherThreadDoesNotHideTheNextCrash() throws {
+        let program = try RuntimeProgram.build("edge-longjmp-other", """
+        #include <setjmp.h>
+        static __thread sigjmp_buf env;
+        static __thread volatile int probing;
+        static void h(int s) { if (probing) siglongjmp(env, 1); signal(SIGSEGV, SIG_DFL); /* fault again: die */ }
+        static void *probe(void *a) {
+            probing = 1;
+            if (sigsetjmp(env, 1) == 0) { *(volatile int *)0x10 = 1; }
+            probing = 0;
+            return NULL;
+        }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sa.sa_flags = SA_NODEFER; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgelongjmpother");
+            pthread_t t; pthread_create(&t, NULL, probe, NULL); pthread_join(t, NULL);
+            printf("recovered %d\\n", getpid()); fflush(stdout);
+            vk_null();
+            return 0;
+        }
+        """)
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let stdout = String(decoding: run.result.stdout, as: UTF8.self)
+        XCTAssertTrue(stdout.hasPrefix("recovered "), stdout)
+        let pid = stdout.dropFirst("recovered ".count).trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(run.reports, ["edgelongjmpother.crash"])
+        XCTAssertEqual(reportValue(run.onlyReport, "fault_addr"), "0x0",
+                       "the report is the worker's recovered probe, the main thread's crash is lost:\n\(run.onlyReport.prefix(400))")
+        XCTAssertEqual(reportValue(run.onlyReport, "tid"), pid, "the crashed thread is the main thread")
+    }
+
+    /// A SIGSEGV handler installed before Vaka that ends a faulting worker thread with pthread_exit (a server
+    /// that sacrifices the worker and goes on), then the main thread writes through a null pointer. As without
+    /// Vaka the process ends with SIGSEGV; its one report must be the main thread's crash (fault address 0, the
+    /// main thread's tid): the capture of a worker that never came back from the previous handler must not
+    /// keep every later crash from being captured.
+    func testWorkerEndedInsidePreviousHandlerDoesNotHideTheNextCrash() throws {
+        let program = try RuntimeProgram.build("edge-pthread-exit", """
+        #include <sys/syscall.h>
+        static void h(int s) { if (getpid() != (pid_t)syscall(SYS_gettid)) pthread_exit(NULL); signal(SIGSEGV, SIG_DFL); }
+        static void *worker(void *a) { *(volatile int *)0x10 = 1; return NULL; }
+        int main(void) {
+            struct sigaction sa = {0}; sa.sa_handler = h; sa.sa_flags = SA_NODEFER; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgepthreadexit");
+            pthread_t t; pthread_create(&t, NULL, worker, NULL); pthread_join(t, NULL);
+            printf("worker ended %d\\n", getpid()); fflush(stdout);
+            vk_null();
+            return 0;
+        }
+        """)
+        let without = try RuntimeProgram.run(program, vaka: false, timeout: 30)
+        XCTAssertEqual(without.result.outcome, "signal 11 (SIGSEGV)", without.result.stderrTail())
+        let run = try RuntimeProgram.run(program, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let stdout = String(decoding: run.result.stdout, as: UTF8.self)
+        XCTAssertTrue(stdout.hasPrefix("worker ended "), stdout)
+        let pid = stdout.dropFirst("worker ended ".count).trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(run.reports, ["edgepthreadexit.crash"])
+        XCTAssertEqual(reportValue(run.onlyReport, "fault_addr"), "0x0",
+                       "the report is the ended worker's fault, the main thread's crash is lost:\n\(run.onlyReport.prefix(400))")
+        XCTAssertEqual(reportValue(run.onlyReport, "tid"), pid, "the crashed thread is the main thread")
+    }
 }

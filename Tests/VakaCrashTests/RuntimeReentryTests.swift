@@ -69,4 +69,25 @@ final class RuntimeReentryTests: XCTestCase {
             XCTAssertTrue(report.hasSuffix("\n"), "only complete lines are kept\n\(report)")
         }
     }
+
+    /// 150 threads released together each write through a null pointer: more threads in the handler at once
+    /// than it has entry slots (the threads past the 64th go without the repeated-fault check). Still one
+    /// report from one worker thread, complete, and death by SIGSEGV; with the capture faulting on purpose
+    /// after the header, the nested fault is still told apart: one header, no `end`, SIGSEGV.
+    func testMoreThreadsCrashingTogetherThanEntrySlots() throws {
+        let program = try RuntimeProgram.build("reentry-150", Self.source.replacingOccurrences(of: "#define THREADS 4", with: "#define THREADS 150"))
+        for mode in [[], ["fault"]] {
+            for attempt in 0..<2 {
+                let run = try RuntimeProgram.run(program, mode, timeout: 60)
+                let label = "\(mode) attempt \(attempt)"
+                XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", "\(label): \(run.result.stderrTail())")
+                XCTAssertEqual(run.reports, ["reentry.crash"], label)
+                let report = run.onlyReport
+                XCTAssertEqual(lines(report, key: "VAKA-CRASH").count, 1, report)
+                XCTAssertEqual(lines(report, key: "tid").count, 1, report)
+                XCTAssertNotEqual(reportValue(report, "tid"), reportValue(report, "pid"), "a worker thread crashed, not main")
+                XCTAssertEqual(report.hasSuffix("\nend\n"), mode.isEmpty, "\(label): \(report.suffix(200))")
+            }
+        }
+    }
 }

@@ -210,6 +210,26 @@ final class CrashReportTests: XCTestCase {
         XCTAssertEqual(try parse("VAKA-CRASH 1\nsignal 11 SIGSEGV\nthread_name \(atCap)\nend\n").threadName, atCap)
     }
 
+    /// The cap exactly (the report contract's VAKA_REPORT_MAX_LINE, bytes without the newline): a line of that
+    /// many bytes is read, a line one byte longer is skipped and counted, like any longer one; also when it is
+    /// the first line after the header and when the next line is `end`.
+    func testALineOneByteOverTheCapIsSkipped() throws {
+        let key = "thread_name "
+        let atCap = String(repeating: "b", count: CrashReport.maxLineLength - key.utf8.count)
+        let overCap = atCap + "c"
+        XCTAssertEqual((key + overCap).utf8.count, CrashReport.maxLineLength + 1)
+        let kept = try parse("VAKA-CRASH 1\nsignal 11 SIGSEGV\n\(key)\(atCap)\nend\n")
+        XCTAssertEqual(kept.threadName, atCap)
+        XCTAssertEqual(kept.diagnostics.skippedLongLines, 0)
+        let over = try parse("VAKA-CRASH 1\nsignal 11 SIGSEGV\n\(key)\(overCap)\nend\n")
+        XCTAssertTrue(over.threadName == nil, "a line of maxLineLength + 1 bytes was read (thread_name of \(over.threadName?.utf8.count ?? 0) bytes)")
+        XCTAssertEqual(over.diagnostics.skippedLongLines, 1)
+        XCTAssertFalse(over.isTruncated)
+        let twoOver = try parse("VAKA-CRASH 1\nsignal 11 SIGSEGV\n\(key)\(overCap)c\nend\n")
+        XCTAssertTrue(twoOver.threadName == nil)
+        XCTAssertEqual(twoOver.diagnostics.skippedLongLines, 1)
+    }
+
     func testATenMegabyteLineCutsTheReportAtTheSizeCap() throws {
         // 10 MB is over the 8 MiB file cap: what comes before the line is kept, the rest is cut.
         let huge = String(repeating: "A", count: 10 * 1024 * 1024)
