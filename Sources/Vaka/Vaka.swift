@@ -193,7 +193,9 @@ public enum Vaka {
         }
         guard let ending else { return }
         ending.end(timeout: timeout)
-        if uninstall { _ = vaka_crash_uninstall() }
+        // Under the lock, and only when no `start` ran meanwhile: a start during the flush above installed (or
+        // retargeted) the handlers for its own run, which must keep them.
+        if uninstall { state.withLock { state in if state.client == nil { _ = vaka_crash_uninstall() } } }
     }
 
     /// The id of the current run (a UUID string, also the crash report's file name), or `nil` before start.

@@ -150,7 +150,7 @@ struct ReportParser {
             let scanLimit = min(count, start + CrashReport.maxLineLength + 1)
             while end < scanLimit && bytes[end] != 0x0A { end += 1 }
             lineNumber += 1
-            if end < count && bytes[end] == 0x0A {
+            if end < count && bytes[end] == 0x0A && end - start <= CrashReport.maxLineLength {
                 try line(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), terminated: true)
                 start = end + 1
             } else if end == count {
