@@ -5,7 +5,10 @@
  *
  *   1. sig_handler.c: vaka_sig_handler      this thread's entry slot (kernel tid, depth, newest entry); the same
  *                                           signal at the same PC and ucontext as an entry of this thread that has
- *                                           not returned is a fault the handler repeats: SIG_DFL, return, die.
+ *                                           not returned is a fault the handler repeats: SIG_DFL, return, die. An
+ *                                           entry left with siglongjmp is noticed first and forgotten
+ *                                           (vaka_sig_entry_abandoned: the interrupted SP is above its frame, or
+ *                                           off the alternate stack it ran on).
  *   2. sig_handler.c: vaka_sig_handler_body
  *                                           not our process (vfork child) -> sig_death.c: vaka_sig_not_our_process;
  *                                           sent from outside to a signal ignored before us -> return.
@@ -18,7 +21,9 @@
  *                                           sig_death.c: vaka_sig_die_after_nested_fault; any other thread waits
  *                                           (bounded; vaka_sig_wait_verdict) for the winner, then goes to step 9
  *                                           (or, woken when the process survived the winner's signal, competes
- *                                           again, before threads entering afresh: defer_to_waiters).
+ *                                           again, before threads entering afresh: defer_to_waiters; or, the
+ *                                           winner's thread ended after its capture, takes over:
+ *                                           sig_rearm.c: vaka_sig_take_over, then step 5 as the winner).
  *   5. sig_watchdog.c: vaka_sig_arm_watchdog
  *                                           two timers bound the capture (a stuck winner -> the watchdog handler ->
  *                                           sig_death.c).
@@ -83,8 +88,11 @@ void vaka_sig_send_self(int sig, pid_t tid)
 
 /* Handler entries, per handling thread: a thread's slot holds its kernel tid (0: free), how many of its entries
  * have not returned (depth), and the signal, interrupted PC and ucontext address of the newest of them. A slot
- * is taken at a thread's first entry and freed when its depth is back to 0; an entry left with siglongjmp (a
- * previous handler that recovered) keeps its slot, as a stale newest entry. Per thread, so a second thread
+ * is taken at a thread's first entry and freed when its depth is back to 0. An entry left with siglongjmp (a
+ * previous handler that recovered) or with pthread_exit never returns: the next entry of that thread sees, from
+ * where the code it interrupted runs, that the newest entry's frame is gone (vaka_sig_entry_abandoned) and
+ * starts the slot afresh; the slot of a thread that ended inside a handler is freed by the thread that takes
+ * over from it (vaka_sig_forget_thread). Per thread, so a second thread
  * crashing at the same time never overwrites the first one's entry. When every slot is taken, an entry goes
  * without the repeated-fault check. */
 #define VAKA_ENTRY_SLOTS 64
@@ -94,8 +102,32 @@ typedef struct vaka_entry_slot {
     int sig;
     uintptr_t pc;
     void *uc;
+    uintptr_t frame; /* address of a local of the newest entry's vaka_sig_handler frame */
 } vaka_entry_slot;
 static vaka_entry_slot entry_slots[VAKA_ENTRY_SLOTS];
+
+int vaka_sig_entry_abandoned(uintptr_t frame, uintptr_t sp, uintptr_t alt_lo, uintptr_t alt_hi)
+{
+    /* On the alternate stack as the kernel counts it (on_sig_stack): lo < sp <= hi. */
+    int sp_on_alt = alt_lo < alt_hi && sp > alt_lo && sp <= alt_hi;
+    int frame_on_alt = alt_lo < alt_hi && frame > alt_lo && frame <= alt_hi;
+    if (frame_on_alt && !sp_on_alt) /* just below the alternate stack: the handler overflowed it, still running */
+        return !(sp <= alt_lo && alt_lo - sp <= VAKA_ALT_OVERFLOW_SLACK);
+    if (!frame_on_alt && sp_on_alt) return 0; /* a handler on the alternate stack, run inside the earlier entry */
+    return sp > frame; /* the same stack: code nested in the earlier entry runs below its frame */
+}
+
+void vaka_sig_forget_thread(pid_t tid)
+{
+    if (tid == 0) return;
+    for (int i = 0; i < VAKA_ENTRY_SLOTS; i++) {
+        int t = (int)tid;
+        if (atomic_load(&entry_slots[i].tid) == t) {
+            entry_slots[i].depth = 0;
+            atomic_compare_exchange_strong(&entry_slots[i].tid, &t, 0);
+        }
+    }
+}
 
 /* The slot of thread `tid`: its own, else a free one taken for it; NULL when all are taken. */
 static vaka_entry_slot *entry_slot(pid_t tid)
@@ -131,13 +163,31 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
 {
     /* A fault inside the handler that repeats itself: the handler overflowed a small alternate stack, the
      * kernel delivered the nested fault at the top of that same stack, and it faulted at the same place again.
-     * Detected before any other call or state change (gettid and a scan of the entry slots always fit): the same
-     * signal, the same PC and the same ucontext address as an entry of this thread that has not returned. Bail out: the default action for the signal,
+     * Detected before the capture or any state change but the entry slot's (gettid, a scan of the entry slots
+     * and the abandoned-entry check always fit): the same signal, the same PC and the same ucontext address as
+     * an entry of this thread that has not returned. Bail out: the default action for the signal,
      * and return to the faulting instruction, which now ends the process with that signal (or, when this thread
      * was capturing another signal, the default action for that one, re-sent). */
+    volatile char here = 0;
+    uintptr_t frame = (uintptr_t)&here;
     uintptr_t pc = context != NULL ? context_pc(context) : 0;
     pid_t tid = (pid_t)syscall(SYS_gettid);
     vaka_entry_slot *slot = entry_slot(tid);
+    if (slot != NULL && slot->depth > 0 && context != NULL) {
+        /* The newest entry left without returning (a previous handler's siglongjmp): the code interrupted now
+         * does not run inside it. That entry, and any it interrupted, are gone; the same signal at the same PC
+         * and ucontext is then a new one (a probe repeated from the same place), not a repeating fault. */
+        const ucontext_t *uc = context;
+        uintptr_t lo = 0, hi = 0;
+        if (!(uc->uc_stack.ss_flags & SS_DISABLE)) {
+            lo = (uintptr_t)uc->uc_stack.ss_sp;
+            hi = lo + uc->uc_stack.ss_size;
+        }
+        if (vaka_sig_entry_abandoned(slot->frame, vaka_uc_sp(uc), lo, hi)) {
+            slot->depth = 0;
+            slot->sig = 0;
+        }
+    }
     if (slot != NULL && slot->depth > 0 && slot->sig == sig && slot->pc == pc && slot->uc == context && pc != 0) {
         vaka_sig_set_default(sig);
         /* The capture of a different signal (e.g. SIGABRT) was under way on this thread: die with that one. */
@@ -151,20 +201,25 @@ void vaka_sig_handler(int sig, siginfo_t *info, void *context)
     int outer_sig = 0;
     uintptr_t outer_pc = 0;
     void *outer_uc = NULL;
+    uintptr_t outer_frame = 0;
     if (slot != NULL) {
         outer_sig = slot->sig;
         outer_pc = slot->pc;
         outer_uc = slot->uc;
+        outer_frame = slot->frame;
         slot->depth++;
         slot->sig = sig;
         slot->pc = pc;
         slot->uc = context;
+        slot->frame = frame;
     }
     vaka_sig_handler_body(sig, info, context);
-    if (slot != NULL) {
+    /* Still this thread's slot with this entry in it (an entry taken for abandoned by a nested one was reset). */
+    if (slot != NULL && atomic_load(&slot->tid) == (int)tid && slot->depth > 0) {
         slot->sig = outer_sig; /* the entry this one interrupted, if any, is the newest again */
         slot->pc = outer_pc;
         slot->uc = outer_uc;
+        slot->frame = outer_frame;
         if (--slot->depth == 0) atomic_store(&slot->tid, 0);
     }
 }
@@ -174,9 +229,16 @@ int vaka_sig_wait_verdict(unsigned gen, int *steps, uint64_t now_ns)
     /* crash_done and crash_done_ns are read before crash_gen: when crash_gen is still `gen` they are this
      * capture's. A winner re-arming after surviving its signal resets them before it bumps crash_gen; that
      * state (not done, or done with no time) is waited on, never taken for a stuck or finished winner. */
+    int winner = atomic_load(&vaka_run.crash_tid);
     int done = atomic_load(&vaka_run.crash_done);
     uint64_t done_ns = atomic_load(&vaka_run.crash_done_ns);
     if (atomic_load(&vaka_run.crash_gen) != gen || atomic_load(&vaka_run.crash_tid) == 0) return VAKA_WAIT_COMPETE;
+    if (done && done_ns > 1 && atomic_load(&vaka_run.crash_tid) == winner && vaka_sig_thread_gone(winner)) {
+        /* The winner finished its capture and then ended without coming back (pthread_exit inside the previous
+         * handler, or a siglongjmp out of it and the thread's end): the process survived that signal and
+         * nobody is handling it any more. Take over (vaka_sig_take_over), at once. */
+        return VAKA_WAIT_TAKE_OVER;
+    }
     if (done && done_ns != 0) {
         /* The winner has chained to the previous handler, which normally ends the process (Swift's
          * backtracer prints one backtrace, then the default action runs). Give it that time, counted from
@@ -212,6 +274,29 @@ static void defer_to_waiters(void)
     struct timespec pause = { 0, VAKA_WAIT_STEP_NS / 100 };
     for (int k = 0; k < 100 && atomic_load(&vaka_run.waiters) > 0 && atomic_load(&vaka_run.crash_tid) == 0; k++)
         nanosleep(&pause, NULL);
+}
+
+/* This thread won the arbitration slot (crash_tid is its tid): capture, then chain to the previous action. */
+static void win(int sig, siginfo_t *info, void *context, pid_t tid, uint64_t start_ns)
+{
+    vaka_run.crash_sig = sig;
+    int armed = atomic_load(&vaka_state.installed);
+    if (armed) {
+        vaka_sig_arm_watchdog(tid);
+        vaka_sig_capture(sig, info, (ucontext_t *)context, start_ns, tid);
+        vaka_sig_disarm_watchdog();
+        vaka_sig_restore_fsize_limit();
+        if (vaka_run.writer.file_too_big) vaka_sig_discard_own_sigxfsz();
+    }
+    /* A previous handler function is called directly by vaka_sig_chain() with our handlers in place (it puts them
+     * back itself): no window where every previous action is in place process-wide, so another thread's
+     * real fault meanwhile still reaches Vaka (it waits for this slot and competes again after the
+     * survival). A signal raised on this thread inside that handler goes to its previous action
+     * (chain_tid, vaka_sig_inside_chained_handler()). Otherwise the previous actions go back now. */
+    if (!(armed && vaka_sig_previous_is_function(sig))) vaka_sig_restore_previous();
+    atomic_store(&vaka_run.crash_done_ns, vaka_sig_now_ns(CLOCK_MONOTONIC));
+    atomic_store(&vaka_run.crash_done, 1);
+    if (vaka_sig_chain(sig, info, context, tid, armed) && armed) vaka_sig_survived(sig);
 }
 
 static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
@@ -256,24 +341,7 @@ compete:;
     start_ns = vaka_sig_now_ns(CLOCK_MONOTONIC); /* again after a wait: capture_ns is the capture's own time */
     int expected = 0;
     if (atomic_compare_exchange_strong(&vaka_run.crash_tid, &expected, (int)tid)) {
-        vaka_run.crash_sig = sig;
-        int armed = atomic_load(&vaka_state.installed);
-        if (armed) {
-            vaka_sig_arm_watchdog(tid);
-            vaka_sig_capture(sig, info, (ucontext_t *)context, start_ns, tid);
-            vaka_sig_disarm_watchdog();
-            vaka_sig_restore_fsize_limit();
-            if (vaka_run.writer.file_too_big) vaka_sig_discard_own_sigxfsz();
-        }
-        /* A previous handler function is called directly by vaka_sig_chain() with our handlers in place (it puts them
-         * back itself): no window where every previous action is in place process-wide, so another thread's
-         * real fault meanwhile still reaches Vaka (it waits for this slot and competes again after the
-         * survival). A signal raised on this thread inside that handler goes to its previous action
-         * (chain_tid, vaka_sig_inside_chained_handler()). Otherwise the previous actions go back now. */
-        if (!(armed && vaka_sig_previous_is_function(sig))) vaka_sig_restore_previous();
-        atomic_store(&vaka_run.crash_done_ns, vaka_sig_now_ns(CLOCK_MONOTONIC));
-        atomic_store(&vaka_run.crash_done, 1);
-        if (vaka_sig_chain(sig, info, context, tid, armed) && armed) vaka_sig_survived(sig);
+        win(sig, info, context, tid, start_ns);
     } else if (expected == (int)tid && !atomic_load(&vaka_run.crash_done)) {
         vaka_sig_die_after_nested_fault(sig, tid);
     } else {
@@ -287,6 +355,12 @@ compete:;
                 atomic_fetch_sub(&vaka_run.waiters, 1);
                 waited = 1;
                 goto compete;
+            }
+            if (verdict == VAKA_WAIT_TAKE_OVER && vaka_sig_take_over(tid)) {
+                atomic_fetch_sub(&vaka_run.waiters, 1);
+                win(sig, info, context, tid, vaka_sig_now_ns(CLOCK_MONOTONIC));
+                errno = saved_errno;
+                return;
             }
             if (verdict == VAKA_WAIT_STUCK) vaka_sig_restore_previous(); /* the winner is stuck: give up on it */
             if (verdict != VAKA_WAIT_SLEEP) break;

@@ -69,6 +69,10 @@ void vaka_sig_test_fault(int stage)
 /* A normal exit: a survived signal's kept report and the spare are not crashes. */
 void vaka_sig_at_exit(void)
 {
+    /* The winner's thread ended after its capture (pthread_exit inside the previous handler, or a siglongjmp
+     * out of it and the thread's end): the process survived that signal. Settle its report as a survived
+     * signal's and free the slot, as a crash on another thread would have (vaka_sig_take_over). */
+    if (atomic_load(&vaka_run.crash_tid) != 0 && vaka_sig_take_over(vaka_sig_gettid())) atomic_store(&vaka_run.crash_tid, 0);
     if (atomic_load(&vaka_run.crash_tid) == 0) vaka_sig_drop_spare();
     if (vaka_run.kept_survived && atomic_load(&vaka_run.crash_tid) == 0) vaka_sig_remove_kept_report();
     if (atomic_load(&vaka_run.chain_tid) != (int)vaka_sig_gettid()) return;

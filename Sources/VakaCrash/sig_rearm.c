@@ -1,6 +1,7 @@
 /*
  * Signal path: our handlers' actions — restoring the saved previous actions (only where ours is in place),
- * putting ours back, and the re-arm after a signal the process survived.
+ * putting ours back, the re-arm after a signal the process survived, and the take-over from a winner whose
+ * thread ended after its capture.
  */
 #include "sig_state.h"
 
@@ -90,4 +91,40 @@ void vaka_sig_survived(int sig)
     atomic_store(&vaka_run.crash_tid, 0);
     atomic_fetch_add(&vaka_run.crash_gen, 1u); /* after crash_tid: a waiter that saw the old value finds the slot free */
     vaka_sig_wake_waiters();
+}
+
+int vaka_sig_thread_gone(pid_t tid)
+{
+    return tid > 0 && syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), tid, 0) != 0 && errno == ESRCH;
+}
+
+/* The winner finished its capture, chained to the previous handler and ended inside it or after leaving it
+ * with siglongjmp (vaka_sig_wait_verdict: VAKA_WAIT_TAKE_OVER): the process survived that signal, and nobody
+ * will call vaka_sig_survived for it. Thread `tid`, a waiting one, claims the slot — one claimant only: the
+ * compare-and-swap of crash_done_ns from the finished capture's time to 0 (a state the other waiters wait on)
+ * — settles the earlier report as a survived signal's (vaka_sig_settle_survived_report: the next capture's
+ * spare, or kept when death may follow), re-arms, frees the ended thread's entry slot, and takes crash_tid.
+ * @return 1 when `tid` is the winner now (it captures its own signal next), 0 when another thread claimed it or
+ *   the state changed. */
+int vaka_sig_take_over(pid_t tid)
+{
+    int winner = atomic_load(&vaka_run.crash_tid);
+    uint64_t done_ns = atomic_load(&vaka_run.crash_done_ns);
+    if (winner == 0 || winner == (int)tid || !atomic_load(&vaka_run.crash_done) || done_ns <= 1 ||
+        !vaka_sig_thread_gone(winner))
+        return 0;
+    if (!atomic_compare_exchange_strong(&vaka_run.crash_done_ns, &done_ns, 0)) return 0;
+    atomic_store(&vaka_run.crash_tid, (int)tid);
+    atomic_store(&vaka_run.crash_done, 0);
+    int chained = winner; /* its call of the previous handler is over */
+    atomic_compare_exchange_strong(&vaka_run.chain_tid, &chained, 0);
+    vaka_sig_forget_thread(winner);
+    int sig = vaka_run.crash_sig;
+    struct sigaction now;
+    int expects_death = sig > 0 && sigaction(sig, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
+                        now.sa_handler == SIG_DFL;
+    vaka_sig_settle_survived_report(sig == SIGABRT || expects_death);
+    vaka_sig_put_ours_back();
+    vaka_run.crash_sig = 0;
+    return 1;
 }

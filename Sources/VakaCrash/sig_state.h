@@ -106,11 +106,23 @@ void vaka_sig_send_self(int sig, pid_t tid);
  * VAKA_WAIT_COMPETE (the process survived the winner's signal: the generation changed or the slot is free),
  * VAKA_WAIT_SLEEP (one more step), VAKA_WAIT_STUCK (no end of capture in VAKA_WAIT_STEPS steps, counted in
  * `*steps`), VAKA_WAIT_THROUGH (the winner finished its capture VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS before
- * `now_ns`, CLOCK_MONOTONIC, or the handler ended the process itself: let this signal through). */
-enum { VAKA_WAIT_COMPETE, VAKA_WAIT_SLEEP, VAKA_WAIT_STUCK, VAKA_WAIT_THROUGH };
+ * `now_ns`, CLOCK_MONOTONIC, or the handler ended the process itself: let this signal through),
+ * VAKA_WAIT_TAKE_OVER (the winner finished its capture and its thread is gone — it ended inside the previous
+ * handler or after leaving it with siglongjmp: claim the slot with vaka_sig_take_over and capture this signal). */
+enum { VAKA_WAIT_COMPETE, VAKA_WAIT_SLEEP, VAKA_WAIT_STUCK, VAKA_WAIT_THROUGH, VAKA_WAIT_TAKE_OVER };
 int vaka_sig_wait_verdict(unsigned gen, int *steps, uint64_t now_ns);
 /* Wakes the threads waiting for the winner (after crash_gen was bumped). */
 void vaka_sig_wake_waiters(void);
+/* How far below the alternate stack an interrupted stack pointer still counts as the handler overflowing it. */
+#define VAKA_ALT_OVERFLOW_SLACK ((uintptr_t)64 << 10)
+/* 1 when the handler entry whose vaka_sig_handler frame is at `frame` cannot still be running under a new entry
+ * of the same thread that interrupted code at stack pointer `sp` (the thread's alternate stack [alt_lo, alt_hi),
+ * both 0 when none): `sp` above that frame on the same stack (stack grows down), or off the alternate stack the
+ * frame is on (other than up to VAKA_ALT_OVERFLOW_SLACK below it: the handler overflowed it). Such an entry was
+ * left with siglongjmp (sig_handler.c). */
+int vaka_sig_entry_abandoned(uintptr_t frame, uintptr_t sp, uintptr_t alt_lo, uintptr_t alt_hi);
+/* Frees the entry slot of thread `tid` (a thread that ended inside a handler). */
+void vaka_sig_forget_thread(pid_t tid);
 
 /* ---- report content (sig_report.c) */
 /** Writes the whole report of signal `sig` to the current target's file; leaves it open in vaka_run.kept_fd. */
@@ -173,6 +185,11 @@ void vaka_sig_restore_one(int sig);
 void vaka_sig_put_ours_back(void);
 /** The process survived signal `sig` just captured: settle the report, re-arm, free the arbitration slot. */
 void vaka_sig_survived(int sig);
+/** 1 when thread `tid` of this process no longer exists (tgkill with signal 0 fails with ESRCH). */
+int vaka_sig_thread_gone(pid_t tid);
+/** The winner's thread ended after its capture: thread `tid` claims the slot from it and settles its report as a
+ *  survived signal's. @return 1 when `tid` is the winner now. */
+int vaka_sig_take_over(pid_t tid);
 
 /* ---- death paths (sig_death.c) */
 /** The capture faulted (or was stopped) on the winner: keep the complete lines, die with the original signal. */

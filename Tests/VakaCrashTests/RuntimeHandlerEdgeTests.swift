@@ -293,4 +293,33 @@ final class RuntimeHandlerEdgeTests: XCTestCase {
                        "the report is the ended worker's fault, the main thread's crash is lost:\n\(run.onlyReport.prefix(400))")
         XCTAssertEqual(reportValue(run.onlyReport, "tid"), pid, "the crashed thread is the main thread")
     }
+
+    /// A worker whose fault the previous handler ends (pthread_exit) or recovers (siglongjmp, then the worker
+    /// returns), then the main thread returns from main: without Vaka the process exits 0 and so it must with
+    /// Vaka, leaving no report (the worker's signal was survived: nobody crashed).
+    func testWorkerEndedAfterPreviousHandlerThenNormalExitLeavesNoReport() throws {
+        let program = try RuntimeProgram.build("edge-worker-exit", """
+        #include <setjmp.h>
+        static __thread sigjmp_buf env;
+        static int recover;
+        static void h(int s) { if (recover) siglongjmp(env, 1); pthread_exit(NULL); }
+        static void *worker(void *a) { if (sigsetjmp(env, 1) == 0) { *(volatile int *)0x10 = 1; } return NULL; }
+        int main(int argc, char **argv) {
+            recover = argc > 1;
+            struct sigaction sa = {0}; sa.sa_handler = h; sa.sa_flags = SA_NODEFER; sigaction(SIGSEGV, &sa, NULL);
+            vk_start("edgeworkerexit");
+            pthread_t t; pthread_create(&t, NULL, worker, NULL); pthread_join(t, NULL);
+            printf("worker ended %d\\n", NOVAKA ? -1 : vaka_crash_is_installed()); fflush(stdout);
+            return 0;
+        }
+        """)
+        for arguments in [[], ["recover"]] {
+            let without = try RuntimeProgram.run(program, arguments, vaka: false, timeout: 30)
+            XCTAssertEqual(without.result.outcome, "exit 0", "\(arguments) \(without.result.stderrTail())")
+            let run = try RuntimeProgram.run(program, arguments, timeout: 30)
+            XCTAssertEqual(run.result.outcome, "exit 0", "\(arguments) \(run.result.stderrTail())")
+            XCTAssertEqual(String(decoding: run.result.stdout, as: UTF8.self), "worker ended 1\n", "\(arguments)")
+            XCTAssertEqual(run.reports, [], "\(arguments): the ended worker's survived fault left a report")
+        }
+    }
 }

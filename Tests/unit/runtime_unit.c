@@ -17,7 +17,9 @@
  */
 #include "sig_state.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <limits.h>
 #include <elf.h>
 #include <stdio.h>
@@ -689,15 +691,40 @@ static void slot_state(int tid, unsigned gen, int done, uint64_t done_ns)
     atomic_store(&vaka_run.crash_done_ns, done_ns);
 }
 
+/* The kernel tid of a thread that ran and ended (0 when it could not be made, or is still listed after 2 s). */
+static void *note_tid(void *out_tid)
+{
+    *(pid_t *)out_tid = vaka_sig_gettid();
+    return NULL;
+}
+static pid_t ended_thread_tid(void)
+{
+    pid_t tid = 0;
+    pthread_t t;
+    if (pthread_create(&t, NULL, note_tid, &tid) != 0) return 0;
+    pthread_join(t, NULL);
+    struct timespec pause = { 0, 1000000 };
+    for (int i = 0; i < 2000 && tid != 0 && !vaka_sig_thread_gone(tid); i++) nanosleep(&pause, NULL);
+    return tid != 0 && vaka_sig_thread_gone(tid) ? tid : 0;
+}
+
 static void test_wait_verdict(void)
 {
     const uint64_t now = 100ull * 1000000000ull;
     const uint64_t grace = (uint64_t)VAKA_WAIT_STEPS * VAKA_WAIT_STEP_NS;
     int steps = 0;
+    /* A winner that is still running (this thread), and one whose thread ended. */
+    const int alive = (int)vaka_sig_gettid();
+    const int ended = (int)ended_thread_tid();
+
+    begin("wait_verdict_thread_gone");
+    EXPECT(ended != 0, "no ended thread's tid");
+    EXPECT(!vaka_sig_thread_gone(alive), "this thread taken for gone");
+    end_check();
 
     begin("wait_verdict_rearming_winner_not_let_through");
     /* The winner reset crash_done_ns, crash_done still set, generation not bumped yet. */
-    slot_state(4242, 7, 1, 0);
+    slot_state(alive, 7, 1, 0);
     steps = 0;
     int v = vaka_sig_wait_verdict(7, &steps, now);
     EXPECT(v == VAKA_WAIT_SLEEP, "verdict %d, want SLEEP %d", v, VAKA_WAIT_SLEEP);
@@ -705,7 +732,7 @@ static void test_wait_verdict(void)
 
     begin("wait_verdict_rearming_winner_not_stuck");
     /* crash_done reset too: waiting for the end of the capture again, with the steps already spent. */
-    slot_state(4242, 7, 0, 0);
+    slot_state(alive, 7, 0, 0);
     steps = 5;
     v = vaka_sig_wait_verdict(7, &steps, now);
     EXPECT(v == VAKA_WAIT_SLEEP && steps == 6, "verdict %d steps %d, want SLEEP %d steps 6", v, steps, VAKA_WAIT_SLEEP);
@@ -716,33 +743,101 @@ static void test_wait_verdict(void)
     steps = 0;
     v = vaka_sig_wait_verdict(7, &steps, now);
     EXPECT(v == VAKA_WAIT_COMPETE, "free slot: verdict %d, want COMPETE %d", v, VAKA_WAIT_COMPETE);
-    slot_state(4242, 8, 1, now);
+    slot_state(alive, 8, 1, now);
     v = vaka_sig_wait_verdict(7, &steps, now);
     EXPECT(v == VAKA_WAIT_COMPETE, "new generation: verdict %d, want COMPETE %d", v, VAKA_WAIT_COMPETE);
     end_check();
 
     begin("wait_verdict_grace_period_then_through");
-    slot_state(4242, 7, 1, now - grace + 1);
+    slot_state(alive, 7, 1, now - grace + 1);
     steps = 0;
     v = vaka_sig_wait_verdict(7, &steps, now);
     EXPECT(v == VAKA_WAIT_SLEEP, "inside the grace period: verdict %d, want SLEEP %d", v, VAKA_WAIT_SLEEP);
-    slot_state(4242, 7, 1, now - grace);
+    slot_state(alive, 7, 1, now - grace);
     v = vaka_sig_wait_verdict(7, &steps, now);
     EXPECT(v == VAKA_WAIT_THROUGH, "after it: verdict %d, want THROUGH %d", v, VAKA_WAIT_THROUGH);
-    slot_state(4242, 7, 1, 1); /* the handler ended the process itself */
+    slot_state(alive, 7, 1, 1); /* the handler ended the process itself */
     v = vaka_sig_wait_verdict(7, &steps, now);
     EXPECT(v == VAKA_WAIT_THROUGH, "process ending: verdict %d, want THROUGH %d", v, VAKA_WAIT_THROUGH);
     end_check();
 
     begin("wait_verdict_stuck_winner");
-    slot_state(4242, 7, 0, 0);
+    slot_state(alive, 7, 0, 0);
     steps = VAKA_WAIT_STEPS - 2;
     int first = vaka_sig_wait_verdict(7, &steps, now);
     int second = vaka_sig_wait_verdict(7, &steps, now);
     EXPECT(first == VAKA_WAIT_SLEEP && second == VAKA_WAIT_STUCK, "verdicts %d %d, want SLEEP %d then STUCK %d", first,
            second, VAKA_WAIT_SLEEP, VAKA_WAIT_STUCK);
     end_check();
+
+    begin("wait_verdict_takes_over_from_ended_winner");
+    /* The winner finished its capture, chained, and its thread ended inside the previous handler (or after a
+     * siglongjmp out of it): take over at once, not after the grace period, and not before the capture ended. */
+    slot_state(ended, 7, 1, now - 1);
+    steps = 0;
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_TAKE_OVER, "ended winner: verdict %d, want TAKE_OVER %d", v, VAKA_WAIT_TAKE_OVER);
+    slot_state(alive, 7, 1, now - 1);
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_SLEEP, "running winner: verdict %d, want SLEEP %d", v, VAKA_WAIT_SLEEP);
+    slot_state(ended, 7, 1, 1); /* the handler ends the process itself */
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_THROUGH, "process ending: verdict %d, want THROUGH %d", v, VAKA_WAIT_THROUGH);
+    slot_state(ended, 7, 1, 0); /* being re-armed */
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_SLEEP, "re-arming: verdict %d, want SLEEP %d", v, VAKA_WAIT_SLEEP);
+    slot_state(ended, 7, 0, 0); /* still capturing */
+    v = vaka_sig_wait_verdict(7, &steps, now);
+    EXPECT(v == VAKA_WAIT_SLEEP, "capturing: verdict %d, want SLEEP %d", v, VAKA_WAIT_SLEEP);
+    end_check();
+
+    begin("take_over_claimed_once");
+    slot_state(ended, 7, 1, now - 1);
+    int claimed = vaka_sig_take_over((pid_t)alive);
+    int again = vaka_sig_take_over((pid_t)alive + 1);
+    EXPECT(claimed == 1 && again == 0, "claims %d %d, want 1 then 0", claimed, again);
+    EXPECT(atomic_load(&vaka_run.crash_tid) == alive && atomic_load(&vaka_run.crash_done) == 0 &&
+               atomic_load(&vaka_run.crash_done_ns) == 0 && atomic_load(&vaka_run.crash_gen) == 7,
+           "after the claim: tid %d done %d done_ns %llu gen %u", atomic_load(&vaka_run.crash_tid),
+           atomic_load(&vaka_run.crash_done), (unsigned long long)atomic_load(&vaka_run.crash_done_ns),
+           atomic_load(&vaka_run.crash_gen));
+    slot_state(alive, 7, 1, now - 1); /* a winner still running is never taken over */
+    EXPECT(vaka_sig_take_over((pid_t)alive + 1) == 0, "took over from a running winner");
+    end_check();
+    atomic_store(&vaka_state.installed, 0);
+    atomic_store(&vaka_sig_protected_mask, 0u);
     slot_state(0, 0, 0, 0);
+}
+
+static void test_entry_abandoned(void)
+{
+    const uintptr_t lo = 0x700000000000u, hi = lo + 0x10000u; /* an alternate stack */
+    const uintptr_t stack = 0x7ff000000000u;                   /* the thread's own stack */
+
+    begin("entry_abandoned_same_stack");
+    /* No alternate stack: code nested in the entry runs below its frame; after a siglongjmp, above it. */
+    EXPECT(!vaka_sig_entry_abandoned(stack, stack - 0x200, 0, 0), "nested code taken for abandoned");
+    EXPECT(vaka_sig_entry_abandoned(stack, stack + 0x200, 0, 0), "code above the frame taken for nested");
+    /* Frame on the alternate stack, code nested on it, or jumped back above the frame on it. */
+    EXPECT(!vaka_sig_entry_abandoned(hi - 0x800, hi - 0x1000, lo, hi), "nested on the alternate stack");
+    EXPECT(vaka_sig_entry_abandoned(hi - 0x800, hi - 0x100, lo, hi), "above the frame on the alternate stack");
+    end_check();
+
+    begin("entry_abandoned_left_alternate_stack");
+    /* The entry ran on the alternate stack; the thread now runs on its own stack, above or below it. */
+    EXPECT(vaka_sig_entry_abandoned(hi - 0x800, stack, lo, hi), "thread stack above the alternate stack");
+    EXPECT(vaka_sig_entry_abandoned(hi - 0x800, lo - 0x1000000, lo, hi), "thread stack far below it");
+    end_check();
+
+    begin("entry_abandoned_not_for_overflow");
+    /* The handler overflowed the alternate stack into the guard page below it: still running (the kernel
+     * delivers the nested fault at the top of the same stack, a fault that repeats). */
+    EXPECT(!vaka_sig_entry_abandoned(hi - 0x800, lo - 8, lo, hi), "overflow by 8 bytes taken for abandoned");
+    EXPECT(!vaka_sig_entry_abandoned(hi - 0x800, lo - VAKA_ALT_OVERFLOW_SLACK, lo, hi), "overflow by the slack");
+    EXPECT(!vaka_sig_entry_abandoned(hi - 0x800, lo, lo, hi), "at the bottom of the alternate stack");
+    /* A handler on the alternate stack run inside an entry on the thread's own stack. */
+    EXPECT(!vaka_sig_entry_abandoned(stack, hi - 0x100, lo, hi), "alternate stack inside a thread-stack entry");
+    end_check();
 }
 
 int main(int argc, char **argv)
@@ -759,6 +854,7 @@ int main(int argc, char **argv)
     test_format_udec();
     test_images();
     test_wait_verdict();
+    test_entry_abandoned();
     printf("checks %d failed %d\n", checks_run, checks_failed);
     return checks_failed != 0;
 }
