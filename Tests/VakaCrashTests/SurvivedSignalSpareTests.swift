@@ -205,9 +205,9 @@ final class SurvivedSignalSpareTests: XCTestCase {
     /// previous action back before chaining to the SIGTRAP handler (the fault met SIG_DFL, the survived SIGTRAP
     /// report stood for the crash), and the waiting thread looking while the winner re-arms after the survived
     /// trap (it took the winner for stuck or finished and let its fault through: no report, only the `.spare`,
-    /// or a SIGTRAP report captured before that fault ended the process). Probabilistic: the second window hit 7
-    /// of 4000 runs of this program, so 240 runs here (a stress loop outside XCTest ran it 7000 times clean
-    /// after the fix).
+    /// or a SIGTRAP report captured before that fault ended the process). Probabilistic: without the guard on
+    /// those windows, 7 of 4000 runs of this program went wrong; hence 240 runs here (a stress loop outside
+    /// XCTest runs it 7000 times clean).
     func testRealCrashWhileAnotherThreadSurvivesASignalIsTheOneReported() throws {
         let program = try RuntimeProgram.build("r3-crash-race", """
         static void h(int s) { }

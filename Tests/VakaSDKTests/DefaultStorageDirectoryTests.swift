@@ -19,14 +19,14 @@ final class DefaultStorageDirectoryTests: XCTestCase {
         defer {
             if let savedXDG { setenv("XDG_STATE_HOME", savedXDG, 1) } else { unsetenv("XDG_STATE_HOME") }
         }
-        setenv("XDG_STATE_HOME", "/tmp/vaka-adversarial-state", 1)
+        setenv("XDG_STATE_HOME", "/tmp/vaka-xdg-state", 1)
         func storage(argv0: String) -> String {
             Vaka.defaultStorageDirectory(argv0: argv0).standardizedFileURL.path
         }
         let billing = storage(argv0: "/srv/billing/server")
         let search = storage(argv0: "/srv/search/server")
         XCTAssertNotEqual(billing, search, "two different programs named `server` share \(billing)")
-        let root = URL(fileURLWithPath: "/tmp/vaka-adversarial-state/vaka").standardizedFileURL.path
+        let root = URL(fileURLWithPath: "/tmp/vaka-xdg-state/vaka").standardizedFileURL.path
         XCTAssertNotEqual(storage(argv0: "/"), root, "argv[0] \"/\" makes the storage the shared vaka/ root")
     }
 }
