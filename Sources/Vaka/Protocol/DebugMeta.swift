@@ -1,5 +1,5 @@
 /// `debug_meta`: the images a server needs to symbolicate the event's native frames.
-public struct DebugMeta: Codable, Equatable, Sendable {
+public struct DebugMeta: Codable, Equatable, Sendable, FieldCoded {
     /// The images, in the order the crash report listed them.
     public var images: [DebugImage]
     /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
@@ -11,29 +11,28 @@ public struct DebugMeta: Codable, Equatable, Sendable {
         self.images = images
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case images
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<DebugMeta>] = [
+        .strictOrBase("images", \.images),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: DebugMeta { DebugMeta(images: []) }
 
     /// Decodes debug meta (no `images` is none); members no property models go to ``other``. Throws
     /// `DecodingError` for an image of the wrong shape.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        images = try c.decodeIfPresent([DebugImage].self, forKey: .images) ?? []
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the images and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(images, forKey: .images)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
 
 /// One loaded image of `debug_meta.images` (an ELF executable or shared library).
-public struct DebugImage: Codable, Equatable, Sendable {
+public struct DebugImage: Codable, Equatable, Sendable, FieldCoded {
     /// Image kind; `"elf"` on Linux.
     public var type: String
     /// Path of the image file as loaded (`code_file`).
@@ -65,46 +64,39 @@ public struct DebugImage: Codable, Equatable, Sendable {
         self.arch = arch
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case type
-        case codeFile = "code_file"
-        case imageAddr = "image_addr"
-        case imageSize = "image_size"
-        case codeID = "code_id"
-        case debugID = "debug_id"
-        case arch
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<DebugImage>] = [
+        .required("type", \.type),
+        .lenient("code_file", \.codeFile),
+        .required("image_addr", \.imageAddr),
+        // A number, or (as some SDKs write it) a "0x…" string.
+        Field(name: "image_size",
+              decode: { image, c, odd in
+                  let key = OtherFieldKey("image_size")
+                  image.imageSize = (try? c.decodeIfPresent(UInt64.self, forKey: key))
+                      ?? c.decodeLeniently(HexAddress.self, forKey: key, odd: &odd)?.value
+              },
+              encode: { image, c, other, _ in
+                  try c.encode(image.imageSize, forKey: OtherFieldKey("image_size"), orVerbatimFrom: other)
+              }),
+        .lenient("code_id", \.codeID),
+        .lenient("debug_id", \.debugID),
+        .lenient("arch", \.arch),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: DebugImage { DebugImage(type: "", imageAddr: HexAddress(0)) }
 
     /// Decodes a debug image (`image_size` a number or a `"0x…"` string) leniently: members no property models
     /// go to ``other``, and so does an optional field whose value does not have its type, kept verbatim and
     /// written back as it was. Throws `DecodingError` for a missing `type` or `image_addr` (an image that
     /// cannot be placed) or when the value is not a JSON object.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        var odd = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
-        type = try c.decode(String.self, forKey: .type)
-        codeFile = c.decodeLeniently(String.self, forKey: .codeFile, odd: &odd)
-        imageAddr = try c.decode(HexAddress.self, forKey: .imageAddr)
-        // A number, or (as some SDKs write it) a "0x…" string.
-        imageSize = (try? c.decodeIfPresent(UInt64.self, forKey: .imageSize))
-            ?? c.decodeLeniently(HexAddress.self, forKey: .imageSize, odd: &odd)?.value
-        codeID = c.decodeLeniently(String.self, forKey: .codeID, odd: &odd)
-        debugID = c.decodeLeniently(String.self, forKey: .debugID, odd: &odd)
-        arch = c.decodeLeniently(String.self, forKey: .arch, odd: &odd)
-        other = odd.isEmpty ? nil : odd
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(type, forKey: .type)
-        try c.encode(codeFile, forKey: .codeFile, orVerbatimFrom: other)
-        try c.encode(imageAddr, forKey: .imageAddr)
-        try c.encode(imageSize, forKey: .imageSize, orVerbatimFrom: other)
-        try c.encode(codeID, forKey: .codeID, orVerbatimFrom: other)
-        try c.encode(debugID, forKey: .debugID, orVerbatimFrom: other)
-        try c.encode(arch, forKey: .arch, orVerbatimFrom: other)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }

@@ -6,8 +6,9 @@ import Foundation
 /// Field names follow the Sentry protocol (snake_case on the wire, e.g. `event_id`). Optional fields
 /// that are `nil` are left out of the JSON. Encode with ``jsonData(pretty:encoding:)`` or any `JSONEncoder`
 /// (with ``Encoding/userInfoKey`` in its `userInfo` to choose the ``Encoding``). A new Sentry field is a new
-/// property here: its wire name goes in `CodingKeys`.
-public struct Event: Codable, Equatable, Sendable {
+/// property here and one entry, its wire name and how it is read, in `fields` (the same for the types below);
+/// `EventModelCompletenessTests` fails until both are there.
+public struct Event: Codable, Equatable, Sendable, FieldCoded {
     /// The event's severity (`level` on the wire).
     public enum Level: String, Codable, Sendable {
         /// The process died (crashes).
@@ -109,16 +110,31 @@ public struct Event: Codable, Equatable, Sendable {
         self.breadcrumbs = breadcrumbs
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case eventID = "event_id"
-        case timestamp, platform, level, sdk, release, environment, logentry, user, tags, extra, breadcrumbs
-        case contexts, exception, threads
-        case debugMeta = "debug_meta"
-        case dist
-        case serverName = "server_name"
-        case type
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<Event>] = [
+        .verbatimFirst("event_id", \.eventID, omit: { $0.isEmpty }),
+        .verbatimFirst("timestamp", \.timestamp),
+        .verbatimFirst("platform", \.platform),
+        .verbatimFirst("level", \.level),
+        .verbatimFirst("sdk", \.sdk),
+        .verbatimFirst("release", \.release),
+        .verbatimFirst("environment", \.environment),
+        .verbatimFirst("logentry", \.logentry),
+        .verbatimFirst("user", \.user),
+        .verbatimFirst("tags", \.tags),
+        .verbatimFirst("extra", \.extra),
+        .verbatimFirst("breadcrumbs", \.breadcrumbs),
+        .verbatimFirst("contexts", \.contexts),
+        .verbatimFirst("exception", \.exception),
+        .verbatimFirst("threads", \.threads),
+        .verbatimFirst("debug_meta", \.debugMeta),
+        .verbatimFirst("dist", \.dist),
+        .verbatimFirst("server_name", \.serverName),
+        .verbatimFirst("type", \.type),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: Event { Event(eventID: "", platform: "other", level: .error) }
 
     /// Decodes an event leniently, as Sentry ingests one, so that a stored event is never lost for one odd
     /// field: a missing `level` is ``Level/error`` and a missing `platform` `"other"` (Sentry's defaults); a
@@ -127,67 +143,13 @@ public struct Event: Codable, Equatable, Sendable {
     /// and written back as it was (the size budget bounds it like any string); members no property models go
     /// to ``other``. Throws `DecodingError` only when the value is not a JSON object.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        var other = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
-        func field<T: Decodable>(_ key: CodingKeys, as _: T.Type = T.self) -> T? {
-            guard c.contains(key) else { return nil }
-            if let value = try? c.decodeIfPresent(T.self, forKey: key) { return value }
-            other[key.stringValue] = try? c.decode(JSONValue.self, forKey: key)
-            return nil
-        }
-        eventID = field(.eventID) ?? ""
-        timestamp = field(.timestamp)
-        platform = field(.platform) ?? "other"
-        level = field(.level) ?? .error
-        sdk = field(.sdk)
-        release = field(.release)
-        environment = field(.environment)
-        logentry = field(.logentry)
-        user = field(.user)
-        tags = field(.tags)
-        extra = field(.extra)
-        breadcrumbs = field(.breadcrumbs)
-        contexts = field(.contexts)
-        exception = field(.exception)
-        threads = field(.threads)
-        debugMeta = field(.debugMeta)
-        dist = field(.dist)
-        serverName = field(.serverName)
-        type = field(.type)
-        self.other = other.isEmpty ? nil : other
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the event: each field from its property, or from ``other`` when that holds the field's odd
     /// value; then the members of ``other`` no property models.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        func put<T: Encodable>(_ value: T?, _ key: CodingKeys) throws {
-            if let raw = other?[key.stringValue] {
-                try c.encode(raw, forKey: key)
-            } else {
-                try c.encodeIfPresent(value, forKey: key)
-            }
-        }
-        try put(eventID.isEmpty ? nil : eventID, .eventID)  // an event read without one stays without
-        try put(timestamp, .timestamp)
-        try put(platform, .platform)
-        try put(level, .level)
-        try put(sdk, .sdk)
-        try put(release, .release)
-        try put(environment, .environment)
-        try put(logentry, .logentry)
-        try put(user, .user)
-        try put(tags, .tags)
-        try put(extra, .extra)
-        try put(breadcrumbs, .breadcrumbs)
-        try put(contexts, .contexts)
-        try put(exception, .exception)
-        try put(threads, .threads)
-        try put(debugMeta, .debugMeta)
-        try put(dist, .dist)
-        try put(serverName, .serverName)
-        try put(type, .type)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 
     /// The event as UTF-8 JSON with sorted keys and unescaped slashes, in `encoding` (default ``Encoding/report``,
@@ -209,7 +171,7 @@ public struct Event: Codable, Equatable, Sendable {
 
 /// `logentry`: the Sentry message interface, `{"formatted": text}` (the top-level key `message` is an alias
 /// some servers, such as Bugsink with strict validation, reject).
-public struct LogEntry: Codable, Equatable, Sendable {
+public struct LogEntry: Codable, Equatable, Sendable, FieldCoded {
     /// The message as shown (`formatted`).
     public var formatted: String
 
@@ -222,29 +184,28 @@ public struct LogEntry: Codable, Equatable, Sendable {
         self.formatted = formatted
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case formatted
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<LogEntry>] = [
+        .required("formatted", \.formatted),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: LogEntry { LogEntry(formatted: "") }
 
     /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
     /// the wrong type or a missing `formatted`.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        formatted = try c.decode(String.self, forKey: .formatted)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(formatted, forKey: .formatted)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
 
 /// `user`: who the event happened to; Vaka sends only the id given to ``Vaka/identify(_:)``.
-public struct User: Codable, Equatable, Sendable {
+public struct User: Codable, Equatable, Sendable, FieldCoded {
     /// The user's id in the program (`id`).
     public var id: String?
 
@@ -257,24 +218,23 @@ public struct User: Codable, Equatable, Sendable {
         self.id = id
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case id
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<User>] = [
+        .strict("id", \.id),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: User { User() }
 
     /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
     /// the wrong type.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        id = try c.decodeIfPresent(String.self, forKey: .id)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encodeIfPresent(id, forKey: .id)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
 
@@ -290,7 +250,7 @@ public struct ValueList<Element: Codable & Equatable & Sendable>: Codable, Equat
 }
 
 /// The SDK that produced an event (`sdk`): name and version, e.g. `vaka.swift` / `0.1.0`.
-public struct SDKInfo: Codable, Equatable, Sendable {
+public struct SDKInfo: Codable, Equatable, Sendable, FieldCoded {
     /// SDK name, e.g. `"vaka.swift"`.
     public var name: String
     /// SDK version, semver, e.g. `"0.1.0"`.
@@ -310,30 +270,26 @@ public struct SDKInfo: Codable, Equatable, Sendable {
         self.integrations = integrations
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case name, version, packages, integrations
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<SDKInfo>] = [
+        .required("name", \.name),
+        .required("version", \.version),
+        .strict("packages", \.packages),
+        .strict("integrations", \.integrations),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: SDKInfo { SDKInfo(name: "", version: "") }
 
     /// Decodes SDK info; members no property models go to ``other``. Throws `DecodingError` for a missing
     /// `name` or `version` or a field of the wrong type.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        name = try c.decode(String.self, forKey: .name)
-        version = try c.decode(String.self, forKey: .version)
-        packages = try c.decodeIfPresent([SDKPackage].self, forKey: .packages)
-        integrations = try c.decodeIfPresent([String].self, forKey: .integrations)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(name, forKey: .name)
-        try c.encode(version, forKey: .version)
-        try c.encodeIfPresent(packages, forKey: .packages)
-        try c.encodeIfPresent(integrations, forKey: .integrations)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 
     /// This SDK, as named in events, envelope headers and `sentry_client`: `vaka.swift` `0.1.0`.
@@ -355,7 +311,7 @@ public struct SDKPackage: Codable, Equatable, Sendable {
 }
 
 /// The `contexts` of an event: the subset Vaka fills.
-public struct Contexts: Codable, Equatable, Sendable {
+public struct Contexts: Codable, Equatable, Sendable, FieldCoded {
     /// The device context (`contexts.device`).
     public var device: DeviceContext?
     /// The operating system context (`contexts.os`).
@@ -372,33 +328,30 @@ public struct Contexts: Codable, Equatable, Sendable {
         self.app = app
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case device, os, app
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<Contexts>] = [
+        .strict("device", \.device),
+        .strict("os", \.os),
+        .strict("app", \.app),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: Contexts { Contexts() }
 
     /// Decodes contexts; the contexts no property models go to ``other``. Throws `DecodingError` for a
     /// modeled context of the wrong shape.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        device = try c.decodeIfPresent(DeviceContext.self, forKey: .device)
-        os = try c.decodeIfPresent(OSContext.self, forKey: .os)
-        app = try c.decodeIfPresent(AppContext.self, forKey: .app)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the modeled contexts and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encodeIfPresent(device, forKey: .device)
-        try c.encodeIfPresent(os, forKey: .os)
-        try c.encodeIfPresent(app, forKey: .app)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
 
 /// `contexts.device`: the machine.
-public struct DeviceContext: Codable, Equatable, Sendable {
+public struct DeviceContext: Codable, Equatable, Sendable, FieldCoded {
     /// CPU architecture as Sentry names it for Linux: `"x86_64"` or `"aarch64"`.
     public var arch: String?
 
@@ -411,29 +364,28 @@ public struct DeviceContext: Codable, Equatable, Sendable {
         self.arch = arch
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case arch
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<DeviceContext>] = [
+        .strict("arch", \.arch),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: DeviceContext { DeviceContext() }
 
     /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
     /// the wrong type.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        arch = try c.decodeIfPresent(String.self, forKey: .arch)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encodeIfPresent(arch, forKey: .arch)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
 
 /// `contexts.os`: the operating system.
-public struct OSContext: Codable, Equatable, Sendable {
+public struct OSContext: Codable, Equatable, Sendable, FieldCoded {
     /// OS name, e.g. `"Linux"`.
     public var name: String?
     /// OS version or kernel release, e.g. `"6.1.0-18-amd64"` (`uname -r`).
@@ -466,47 +418,34 @@ public struct OSContext: Codable, Equatable, Sendable {
         self.distributionPrettyName = distributionPrettyName
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case name
-        case version
-        case kernelVersion = "kernel_version"
-        case build
-        case distributionName = "distribution_name"
-        case distributionVersion = "distribution_version"
-        case distributionPrettyName = "distribution_pretty_name"
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<OSContext>] = [
+        .strict("name", \.name),
+        .strict("version", \.version),
+        .strict("kernel_version", \.kernelVersion),
+        .strict("build", \.build),
+        .strict("distribution_name", \.distributionName),
+        .strict("distribution_version", \.distributionVersion),
+        .strict("distribution_pretty_name", \.distributionPrettyName),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: OSContext { OSContext() }
 
     /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
     /// the wrong type.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        name = try c.decodeIfPresent(String.self, forKey: .name)
-        version = try c.decodeIfPresent(String.self, forKey: .version)
-        kernelVersion = try c.decodeIfPresent(String.self, forKey: .kernelVersion)
-        build = try c.decodeIfPresent(String.self, forKey: .build)
-        distributionName = try c.decodeIfPresent(String.self, forKey: .distributionName)
-        distributionVersion = try c.decodeIfPresent(String.self, forKey: .distributionVersion)
-        distributionPrettyName = try c.decodeIfPresent(String.self, forKey: .distributionPrettyName)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encodeIfPresent(name, forKey: .name)
-        try c.encodeIfPresent(version, forKey: .version)
-        try c.encodeIfPresent(kernelVersion, forKey: .kernelVersion)
-        try c.encodeIfPresent(build, forKey: .build)
-        try c.encodeIfPresent(distributionName, forKey: .distributionName)
-        try c.encodeIfPresent(distributionVersion, forKey: .distributionVersion)
-        try c.encodeIfPresent(distributionPrettyName, forKey: .distributionPrettyName)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
 
 /// `contexts.app`: the running program.
-public struct AppContext: Codable, Equatable, Sendable {
+public struct AppContext: Codable, Equatable, Sendable, FieldCoded {
     /// The executable's file name (`app_name`).
     public var appName: String?
     /// The release (`app_version`).
@@ -529,32 +468,25 @@ public struct AppContext: Codable, Equatable, Sendable {
         self.appIdentifier = appIdentifier
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case appName = "app_name"
-        case appVersion = "app_version"
-        case appStartTime = "app_start_time"
-        case appIdentifier = "app_identifier"
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<AppContext>] = [
+        .strict("app_name", \.appName),
+        .strict("app_version", \.appVersion),
+        .strict("app_start_time", \.appStartTime),
+        .strict("app_identifier", \.appIdentifier),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: AppContext { AppContext() }
 
     /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
     /// the wrong type.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        appName = try c.decodeIfPresent(String.self, forKey: .appName)
-        appVersion = try c.decodeIfPresent(String.self, forKey: .appVersion)
-        appStartTime = try c.decodeIfPresent(String.self, forKey: .appStartTime)
-        appIdentifier = try c.decodeIfPresent(String.self, forKey: .appIdentifier)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encodeIfPresent(appName, forKey: .appName)
-        try c.encodeIfPresent(appVersion, forKey: .appVersion)
-        try c.encodeIfPresent(appStartTime, forKey: .appStartTime)
-        try c.encodeIfPresent(appIdentifier, forKey: .appIdentifier)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }

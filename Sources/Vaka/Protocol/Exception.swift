@@ -1,5 +1,5 @@
 /// One entry of `exception.values`: what went wrong, for a crash the fatal signal.
-public struct Exception: Codable, Equatable, Sendable {
+public struct Exception: Codable, Equatable, Sendable, FieldCoded {
     /// The kind of error; for a crash the signal name, e.g. `"SIGSEGV"`.
     public var type: String?
     /// A human sentence describing the error, e.g. `"EXC_BAD_ACCESS / SIGSEGV (SEGV_MAPERR) at 0x0"`.
@@ -24,41 +24,33 @@ public struct Exception: Codable, Equatable, Sendable {
         self.stacktrace = stacktrace
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case type, value
-        case threadID = "thread_id"
-        case mechanism, stacktrace
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<Exception>] = [
+        .lenient("type", \.type),
+        .lenient("value", \.value),
+        .lenient("thread_id", \.threadID),
+        .lenient("mechanism", \.mechanism),
+        .lenient("stacktrace", \.stacktrace),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: Exception { Exception() }
 
     /// Decodes an exception leniently: members no property models go to ``other``, and so does a field whose
     /// value does not have its type (a string `thread_id`, which the protocol allows), kept verbatim and
     /// written back as it was. Throws `DecodingError` only when the value is not a JSON object.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        var odd = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
-        type = c.decodeLeniently(String.self, forKey: .type, odd: &odd)
-        value = c.decodeLeniently(String.self, forKey: .value, odd: &odd)
-        threadID = c.decodeLeniently(Int64.self, forKey: .threadID, odd: &odd)
-        mechanism = c.decodeLeniently(Mechanism.self, forKey: .mechanism, odd: &odd)
-        stacktrace = c.decodeLeniently(Stacktrace.self, forKey: .stacktrace, odd: &odd)
-        other = odd.isEmpty ? nil : odd
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other`` (a field read with an odd value and not set since as it was).
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(type, forKey: .type, orVerbatimFrom: other)
-        try c.encode(value, forKey: .value, orVerbatimFrom: other)
-        try c.encode(threadID, forKey: .threadID, orVerbatimFrom: other)
-        try c.encode(mechanism, forKey: .mechanism, orVerbatimFrom: other)
-        try c.encode(stacktrace, forKey: .stacktrace, orVerbatimFrom: other)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
 
 /// `exception.values[].mechanism`: how an error was caught.
-public struct Mechanism: Codable, Equatable, Sendable {
+public struct Mechanism: Codable, Equatable, Sendable, FieldCoded {
     /// The catching mechanism; `"signalhandler"` for crashes caught by Vaka's signal handlers.
     public var type: String
     /// `false` when the error ended the process.
@@ -80,38 +72,31 @@ public struct Mechanism: Codable, Equatable, Sendable {
         self.data = data
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case type
-        case handled
-        case meta
-        case data
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<Mechanism>] = [
+        .required("type", \.type),
+        .strict("handled", \.handled),
+        .strict("meta", \.meta),
+        .strict("data", \.data),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: Mechanism { Mechanism(type: "") }
 
     /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
     /// the wrong type or a missing `type`.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        type = try c.decode(String.self, forKey: .type)
-        handled = try c.decodeIfPresent(Bool.self, forKey: .handled)
-        meta = try c.decodeIfPresent(MechanismMeta.self, forKey: .meta)
-        data = try c.decodeIfPresent([String: JSONValue].self, forKey: .data)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(type, forKey: .type)
-        try c.encodeIfPresent(handled, forKey: .handled)
-        try c.encodeIfPresent(meta, forKey: .meta)
-        try c.encodeIfPresent(data, forKey: .data)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
 
 /// `mechanism.meta`: operating-system error details.
-public struct MechanismMeta: Codable, Equatable, Sendable {
+public struct MechanismMeta: Codable, Equatable, Sendable, FieldCoded {
     /// The POSIX signal that was delivered.
     public var signal: SignalMeta?
 
@@ -124,29 +109,28 @@ public struct MechanismMeta: Codable, Equatable, Sendable {
         self.signal = signal
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case signal
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<MechanismMeta>] = [
+        .strict("signal", \.signal),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: MechanismMeta { MechanismMeta() }
 
     /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
     /// the wrong type.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        signal = try c.decodeIfPresent(SignalMeta.self, forKey: .signal)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encodeIfPresent(signal, forKey: .signal)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
 
 /// `mechanism.meta.signal`: a POSIX signal as the handler saw it (from `siginfo_t`).
-public struct SignalMeta: Codable, Equatable, Sendable {
+public struct SignalMeta: Codable, Equatable, Sendable, FieldCoded {
     /// Signal number, e.g. `11`.
     public var number: Int32
     /// `si_code`, e.g. `1` (SEGV_MAPERR) or `-6` (SI_TKILL).
@@ -168,32 +152,25 @@ public struct SignalMeta: Codable, Equatable, Sendable {
         self.codeName = codeName
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case number
-        case code
-        case name
-        case codeName = "code_name"
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<SignalMeta>] = [
+        .required("number", \.number),
+        .strict("code", \.code),
+        .strict("name", \.name),
+        .strict("code_name", \.codeName),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: SignalMeta { SignalMeta(number: 0) }
 
     /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
     /// the wrong type or a missing `number`.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        number = try c.decode(Int32.self, forKey: .number)
-        code = try c.decodeIfPresent(Int32.self, forKey: .code)
-        name = try c.decodeIfPresent(String.self, forKey: .name)
-        codeName = try c.decodeIfPresent(String.self, forKey: .codeName)
-        other = try decoder.otherFields(besides: CodingKeys.self)
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(number, forKey: .number)
-        try c.encodeIfPresent(code, forKey: .code)
-        try c.encodeIfPresent(name, forKey: .name)
-        try c.encodeIfPresent(codeName, forKey: .codeName)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }

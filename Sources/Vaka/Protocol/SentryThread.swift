@@ -1,6 +1,6 @@
 /// One entry of `threads.values`: a thread of the process. (Named `SentryThread` so that it does not
 /// shadow Foundation's `Thread`.)
-public struct SentryThread: Codable, Equatable, Sendable {
+public struct SentryThread: Codable, Equatable, Sendable, FieldCoded {
     /// Kernel thread id (`gettid()`).
     public var id: Int64?
     /// Thread name (`prctl(PR_GET_NAME)`, at most 15 bytes on Linux).
@@ -25,33 +25,27 @@ public struct SentryThread: Codable, Equatable, Sendable {
         self.stacktrace = stacktrace
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case id, name, crashed, current, stacktrace
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<SentryThread>] = [
+        .lenient("id", \.id),
+        .lenient("name", \.name),
+        .lenient("crashed", \.crashed),
+        .lenient("current", \.current),
+        .lenient("stacktrace", \.stacktrace),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: SentryThread { SentryThread() }
 
     /// Decodes a thread leniently: members no property models go to ``other``, and so does a field whose value
     /// does not have its type (a string `id`, which the protocol allows), kept verbatim and written back as it
     /// was. Throws `DecodingError` only when the value is not a JSON object.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        var odd = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
-        id = c.decodeLeniently(Int64.self, forKey: .id, odd: &odd)
-        name = c.decodeLeniently(String.self, forKey: .name, odd: &odd)
-        crashed = c.decodeLeniently(Bool.self, forKey: .crashed, odd: &odd)
-        current = c.decodeLeniently(Bool.self, forKey: .current, odd: &odd)
-        stacktrace = c.decodeLeniently(Stacktrace.self, forKey: .stacktrace, odd: &odd)
-        other = odd.isEmpty ? nil : odd
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the fields and then ``other`` (a field read with an odd value and not set since as it was).
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(id, forKey: .id, orVerbatimFrom: other)
-        try c.encode(name, forKey: .name, orVerbatimFrom: other)
-        try c.encode(crashed, forKey: .crashed, orVerbatimFrom: other)
-        try c.encode(current, forKey: .current, orVerbatimFrom: other)
-        try c.encode(stacktrace, forKey: .stacktrace, orVerbatimFrom: other)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }

@@ -1,6 +1,6 @@
 /// A stack trace (`stacktrace`): frames ordered OLDEST FIRST, so the crashing frame is the last one,
 /// plus the thread's registers at the time of the error.
-public struct Stacktrace: Codable, Equatable, Sendable {
+public struct Stacktrace: Codable, Equatable, Sendable, FieldCoded {
     /// Frames, oldest (outermost caller) first, crash site last.
     public var frames: [Frame]
     /// General registers by name (`rip`, `rsp`, … on x86_64; `pc`, `sp`, `x0`… on aarch64) as `"0x…"`.
@@ -15,37 +15,41 @@ public struct Stacktrace: Codable, Equatable, Sendable {
         self.registers = registers
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case frames, registers
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<Stacktrace>] = [
+        // No `frames` is none; `frames` of another shape is written back as it was while there are none.
+        Field(name: "frames",
+              decode: { stacktrace, c, odd in
+                  stacktrace.frames = c.decodeLeniently([Frame].self, forKey: OtherFieldKey("frames"), odd: &odd) ?? []
+              },
+              encode: { stacktrace, c, other, _ in
+                  if stacktrace.frames.isEmpty, let raw = other?["frames"] {
+                      try c.encode(raw, forKey: OtherFieldKey("frames"))
+                  } else {
+                      try c.encode(stacktrace.frames, forKey: OtherFieldKey("frames"))
+                  }
+              }),
+        .lenient("registers", \.registers),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: Stacktrace { Stacktrace(frames: []) }
 
     /// Decodes a stack trace (no `frames` is none); members no property models go to ``other``, and so do
     /// `frames` or `registers` of another shape (kept verbatim, written back as they were). Throws
     /// `DecodingError` only when the value is not a JSON object.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        var odd = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
-        frames = c.decodeLeniently([Frame].self, forKey: .frames, odd: &odd) ?? []
-        registers = c.decodeLeniently([String: HexAddress].self, forKey: .registers, odd: &odd)
-        other = odd.isEmpty ? nil : odd
+        try self.init(decodingFields: decoder)
     }
 
     /// Encodes the frames, the registers and then ``other``.
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        if frames.isEmpty, let raw = other?[CodingKeys.frames.stringValue] {
-            try c.encode(raw, forKey: .frames)
-        } else {
-            try c.encode(frames, forKey: .frames)
-        }
-        try c.encode(registers, forKey: .registers, orVerbatimFrom: other)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
 
 /// One stack frame of a native stack trace.
-public struct Frame: Codable, Equatable, Sendable {
+public struct Frame: Codable, Equatable, Sendable, FieldCoded {
     /// The instruction address: the faulting PC for the crash site, the return address for callers
     /// (`instruction_addr`).
     public var instructionAddr: HexAddress
@@ -99,17 +103,34 @@ public struct Frame: Codable, Equatable, Sendable {
         self.colno = colno
     }
 
-    /// Wire names of the fields.
-    private enum CodingKeys: String, CodingKey, CaseIterable {
-        case instructionAddr = "instruction_addr"
-        case trust, package
-        case imageAddr = "image_addr"
-        case function, symbol
-        case symbolAddr = "symbol_addr"
-        case inApp = "in_app"
-        case filename, lineno, colno
-        case absPath = "abs_path"
-    }
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<Frame>] = [
+        // Without a usable one the frame reads with `hasInstructionAddr` false and is written back without one.
+        Field(name: "instruction_addr",
+              decode: { frame, c, odd in
+                  let address = c.decodeLeniently(HexAddress.self, forKey: OtherFieldKey("instruction_addr"), odd: &odd)
+                  frame.instructionAddr = address ?? HexAddress(0)
+                  frame.hasInstructionAddr = address != nil
+              },
+              encode: { frame, c, other, _ in
+                  try c.encode(frame.hasInstructionAddr ? frame.instructionAddr : nil, forKey: OtherFieldKey("instruction_addr"),
+                               orVerbatimFrom: other)
+              }),
+        .lenient("trust", \.trust, reportOnly: true),
+        .lenient("package", \.package),
+        .lenient("image_addr", \.imageAddr),
+        .lenient("function", \.function),
+        .lenient("symbol", \.symbol),
+        .lenient("symbol_addr", \.symbolAddr),
+        .lenient("in_app", \.inApp),
+        .lenient("filename", \.filename),
+        .lenient("lineno", \.lineno),
+        .lenient("colno", \.colno),
+        .lenient("abs_path", \.absPath),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: Frame { Frame(instructionAddr: HexAddress(0)) }
 
     /// Decodes a frame leniently: members no property models go to ``other``, and so does a field whose value
     /// does not have its type (a string `lineno`), kept verbatim and written back as it was. A frame without an
@@ -118,31 +139,15 @@ public struct Frame: Codable, Equatable, Sendable {
     /// one (or with the value it had) and never symbolicated. Throws `DecodingError` only when the value is not
     /// a JSON object.
     public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        var odd = try decoder.otherFields(besides: CodingKeys.self) ?? [:]
-        let address = c.decodeLeniently(HexAddress.self, forKey: .instructionAddr, odd: &odd)
-        instructionAddr = address ?? HexAddress(0)
-        hasInstructionAddr = address != nil
-        trust = c.decodeLeniently(String.self, forKey: .trust, odd: &odd)
-        package = c.decodeLeniently(String.self, forKey: .package, odd: &odd)
-        imageAddr = c.decodeLeniently(HexAddress.self, forKey: .imageAddr, odd: &odd)
-        function = c.decodeLeniently(String.self, forKey: .function, odd: &odd)
-        symbol = c.decodeLeniently(String.self, forKey: .symbol, odd: &odd)
-        symbolAddr = c.decodeLeniently(HexAddress.self, forKey: .symbolAddr, odd: &odd)
-        inApp = c.decodeLeniently(Bool.self, forKey: .inApp, odd: &odd)
-        filename = c.decodeLeniently(String.self, forKey: .filename, odd: &odd)
-        lineno = c.decodeLeniently(Int.self, forKey: .lineno, odd: &odd)
-        colno = c.decodeLeniently(Int.self, forKey: .colno, odd: &odd)
-        absPath = c.decodeLeniently(String.self, forKey: .absPath, odd: &odd)
-        other = odd.isEmpty ? nil : odd
+        try self.init(decodingFields: decoder)
     }
 
     /// Forgets the odd values ``init(from:)`` kept for the fields symbolication writes (`function`, `symbol`,
     /// `symbol_addr`, `filename`, `lineno`, `colno`, `abs_path`), so that a frame resolved again is written with
     /// what it resolved to, not with the value it was read with.
     mutating func forgetOddSymbolFields() {
-        for key in [CodingKeys.function, .symbol, .symbolAddr, .filename, .lineno, .colno, .absPath] {
-            other?[key.stringValue] = nil
+        for name in ["function", "symbol", "symbol_addr", "filename", "lineno", "colno", "abs_path"] {
+            other?[name] = nil
         }
         if other?.isEmpty == true { other = nil }
     }
@@ -150,19 +155,6 @@ public struct Frame: Codable, Equatable, Sendable {
     /// Encodes the frame; `trust` only in the ``Event/Encoding/report`` encoding (not on the wire). A field
     /// read with an odd value and not set since is written back as it was (see ``init(from:)``).
     public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(hasInstructionAddr ? instructionAddr : nil, forKey: .instructionAddr, orVerbatimFrom: other)
-        if Event.Encoding.of(encoder.userInfo) == .report { try c.encode(trust, forKey: .trust, orVerbatimFrom: other) }
-        try c.encode(package, forKey: .package, orVerbatimFrom: other)
-        try c.encode(imageAddr, forKey: .imageAddr, orVerbatimFrom: other)
-        try c.encode(function, forKey: .function, orVerbatimFrom: other)
-        try c.encode(symbol, forKey: .symbol, orVerbatimFrom: other)
-        try c.encode(symbolAddr, forKey: .symbolAddr, orVerbatimFrom: other)
-        try c.encode(inApp, forKey: .inApp, orVerbatimFrom: other)
-        try c.encode(filename, forKey: .filename, orVerbatimFrom: other)
-        try c.encode(lineno, forKey: .lineno, orVerbatimFrom: other)
-        try c.encode(colno, forKey: .colno, orVerbatimFrom: other)
-        try c.encode(absPath, forKey: .absPath, orVerbatimFrom: other)
-        try encoder.encodeOtherFields(other, besides: CodingKeys.self)
+        try encodeFields(to: encoder)
     }
 }
