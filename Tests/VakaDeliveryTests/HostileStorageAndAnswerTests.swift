@@ -131,7 +131,7 @@ final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
         try FileManager.default.createDirectory(at: pending, withIntermediateDirectories: true)
         for i in 0..<12 { try Data().write(to: pending.appendingPathComponent(String(format: "%016d-00000000.batch.bad", i + 1))) }
         let q = try PersistentQueue(storageDirectory: storage, maxBatchSize: 2, log: log.sink)
-        XCTAssertEqual(q.maxFileBytes, 2 * (PersistentQueue.maxEnvelopeBytes + 16) + 16)
+        XCTAssertEqual(q.settings.maxFileBytes, 2 * (PersistentQueue.maxEnvelopeBytes + 16) + 16)
         let bad = try FileManager.default.contentsOfDirectory(atPath: pending.path).filter { $0.hasSuffix(".bad") }.sorted()
         XCTAssertEqual(bad.count, PersistentQueue.maxBadFiles)
         XCTAssertEqual(bad.first, String(format: "%016d-00000000.batch.bad", 5), "the oldest are deleted")
@@ -140,13 +140,13 @@ final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
         let fine = pending.appendingPathComponent("0000000000000101-00000000.batch")
         try BatchFile.encode([eventEnvelope(1).serialized()]).write(to: fine)
         try Data("VAKA-BATCH 1\n".utf8).write(to: over)
-        XCTAssertEqual(truncate(over.path, off_t(q.maxFileBytes + 1)), 0)
+        XCTAssertEqual(truncate(over.path, off_t(q.settings.maxFileBytes + 1)), 0)
         let q2 = try PersistentQueue(storageDirectory: storage, maxBatchSize: 2, log: log.sink)
         let refs = q2.sealedBatches()
         XCTAssertEqual(refs.map(\.name), [over.lastPathComponent, fine.lastPathComponent])
         XCTAssertNil(q2.records(of: refs[0]))
         XCTAssertEqual(q2.records(of: refs[1])?.count, 1)
-        XCTAssertTrue(log.lines.contains { $0.contains("over the \(q.maxFileBytes) B") }, "\(log.lines)")
+        XCTAssertTrue(log.lines.contains { $0.contains("over the \(q.settings.maxFileBytes) B") }, "\(log.lines)")
     }
 
     // MARK: - 3. Queued event ids, one pass

@@ -73,7 +73,7 @@ final class QueueTests: XCTestCase {
         let storage = dirs.make()
         let log = LogSink()
         let q = try PersistentQueue(storageDirectory: storage, maxBatchSize: 1, log: log.sink)  // default cap 200
-        XCTAssertEqual(q.maxBatchFiles, 200)
+        XCTAssertEqual(q.settings.maxBatchFiles, 200)
         for n in 0..<203 { try q.enqueue(eventEnvelope(n)) }
         XCTAssertEqual(batchFiles(storage).count, 200)
         XCTAssertEqual(q.stats.droppedBatchFiles, 3)

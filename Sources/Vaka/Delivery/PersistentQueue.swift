@@ -23,10 +23,10 @@ import Glibc
 ///
 /// Damaged files never block the queue: a batch file with no intact envelope (0 bytes after a power loss,
 /// a wrong magic line), a directory, FIFO or other non-regular file with a batch file's name, or a file over
-/// ``maxFileBytes`` (not read at all) is **set aside** when the uploader reaches it: renamed to
+/// ``Settings/maxFileBytes`` (not read at all) is **set aside** when the uploader reaches it: renamed to
 /// `<name>.bad` (no longer a batch name; at most ``maxBadFiles`` are kept, the oldest deleted), counted in
 /// ``Stats/setAsideFiles`` and logged. A file whose magic line is right but holds no record is deleted.
-/// Batch files are read with the size cap ``maxFileBytes``; the crash join reads only the envelope
+/// Batch files are read with the size cap ``Settings/maxFileBytes``; the crash join reads only the envelope
 /// headers (``queuedEventIDs()``).
 ///
 /// File names are `<sequence, 16 digits>-<8 random hex>.batch`; the sequence continues after the highest one
@@ -35,7 +35,7 @@ import Glibc
 /// Storage that cannot be written (full file system, read-only directory, `RLIMIT_FSIZE` quota, missing
 /// directory): nothing is lost quietly and nothing spins.
 /// - A batch whose write fails is kept **in memory** as a sealed batch (``BatchRef/inMemory``) and is sent like
-///   a file; at most ``maxMemoryBytes`` (4 MiB) of serialized envelopes are held this way: beyond it the
+///   a file; at most ``Settings/maxMemoryBytes`` (4 MiB) of serialized envelopes are held this way: beyond it the
 ///   oldest held envelopes are dropped, each drop counted in ``Stats/droppedUnwritable`` and logged.
 /// - A rewrite of a sealed file that fails (after an envelope of it was sent) keeps the remaining envelopes in
 ///   memory for this process; the file stays, so a later launch may send its settled envelopes again (a
@@ -69,11 +69,11 @@ final class PersistentQueue: Sendable {
         /// Batch files found damaged (their intact records are kept).
         var damagedFiles = 0
         /// Batch files set aside as `<name>.bad`: no intact envelope, not a regular file, or over
-        /// ``PersistentQueue/maxFileBytes``.
+        /// ``PersistentQueue/Settings/maxFileBytes``.
         var setAsideFiles = 0
         /// Batch-file writes (new files and rewrites) that failed.
         var writeFailures = 0
-        /// Envelopes neither written nor sent: dropped from memory over ``PersistentQueue/maxMemoryBytes``, or
+        /// Envelopes neither written nor sent: dropped from memory over ``PersistentQueue/Settings/maxMemoryBytes``, or
         /// still only in memory when the queue was closed.
         var droppedUnwritable = 0
     }
@@ -89,21 +89,29 @@ final class PersistentQueue: Sendable {
     /// Most `.bad` files (set-aside batch files) kept in `pending/`; older ones are deleted.
     static let maxBadFiles = 8
 
-    /// `<storage>/pending`, mode 0700.
-    let directory: URL
-    /// Most envelopes per batch (file); `Options.maxBatchSize`, default 50. At least 1.
-    let maxBatchSize: Int
-    /// Most batch files kept; default 200. At least 1.
-    let maxBatchFiles: Int
-    /// Whether batch files are `fsync`ed before being renamed into place (survives power loss, not just
-    /// process death). Default `false`.
-    let syncWrites: Bool
-    /// Most bytes held only in memory (``defaultMaxMemoryBytes`` unless given).
-    let maxMemoryBytes: Int
-    /// Largest batch file read, bytes: the largest the SDK can write, `maxBatchSize` × (``maxEnvelopeBytes`` +
-    /// 16 bytes of length line) + the magic line (50 MiB + 816 B with the default 50). A bigger file is set
-    /// aside without being read.
-    let maxFileBytes: Int
+    /// The queue's settings, clamped once at init; the state behind the mutex reads the same value.
+    struct Settings: Sendable {
+        /// `<storage>/pending`, mode 0700.
+        let directory: URL
+        /// Most envelopes per batch (file); `Options.maxBatchSize`, default 50. At least 1.
+        let maxBatchSize: Int
+        /// Most batch files kept; default 200. At least 1.
+        let maxBatchFiles: Int
+        /// Whether batch files are `fsync`ed before being renamed into place (survives power loss, not just
+        /// process death). Default `false`.
+        let syncWrites: Bool
+        /// Most bytes held only in memory (``PersistentQueue/defaultMaxMemoryBytes`` unless given).
+        let maxMemoryBytes: Int
+        /// Largest batch file read, bytes: the largest the SDK can write, `maxBatchSize` ×
+        /// (``PersistentQueue/maxEnvelopeBytes`` + 16 bytes of length line) + the magic line (50 MiB + 816 B with
+        /// the default 50). A bigger file is set aside without being read.
+        let maxFileBytes: Int
+    }
+
+    /// The settings given at init, clamped.
+    let settings: Settings
+    /// `<storage>/pending`, mode 0700 (``Settings/directory``).
+    var directory: URL { settings.directory }
 
     /// The state, behind the mutex that makes the queue thread-safe.
     private let core: Mutex<Core>
@@ -123,15 +131,13 @@ final class PersistentQueue: Sendable {
     init(storageDirectory: URL, maxBatchSize: Int = 50, maxBatchFiles: Int = 200, syncWrites: Bool = false,
          maxMemoryBytes: Int = PersistentQueue.defaultMaxMemoryBytes,
          log: @escaping @Sendable (String) -> Void = { _ in }) throws {
-        directory = storageDirectory.appendingPathComponent("pending", isDirectory: true)
-        self.maxBatchSize = max(1, maxBatchSize)
-        self.maxBatchFiles = max(1, maxBatchFiles)
-        self.syncWrites = syncWrites
-        self.maxMemoryBytes = max(0, maxMemoryBytes)
-        maxFileBytes = self.maxBatchSize * (PersistentQueue.maxEnvelopeBytes + 16) + 16
+        let batchSize = max(1, maxBatchSize)
+        settings = Settings(directory: storageDirectory.appendingPathComponent("pending", isDirectory: true),
+                            maxBatchSize: batchSize, maxBatchFiles: max(1, maxBatchFiles), syncWrites: syncWrites,
+                            maxMemoryBytes: max(0, maxMemoryBytes),
+                            maxFileBytes: batchSize * (PersistentQueue.maxEnvelopeBytes + 16) + 16)
         self.log = log
-        var core = Core(directory: directory, maxBatchSize: self.maxBatchSize, maxBatchFiles: self.maxBatchFiles,
-                        syncWrites: syncWrites, maxMemoryBytes: self.maxMemoryBytes, maxFileBytes: maxFileBytes)
+        var core = Core(settings: settings)
         core.load()
         for line in core.notes { log(line) }
         core.notes = []
@@ -155,7 +161,7 @@ final class PersistentQueue: Sendable {
     ///   crash or SIGKILL of the process).
     /// - Returns: `true` when this filled the batch to `maxBatchSize` (it was then written and sealed: time to send).
     /// - Throws: ``DeliveryIOError`` when a required write fails (or is skipped during the write backoff); the
-    ///   envelope is then held in memory (bounded by ``maxMemoryBytes``) and still sent.
+    ///   envelope is then held in memory (bounded by ``Settings/maxMemoryBytes``) and still sent.
     @discardableResult
     func enqueue(_ envelope: Envelope, durable: Bool = false) throws -> Bool {
         let record = envelope.serialized()
@@ -185,7 +191,7 @@ final class PersistentQueue: Sendable {
 
     /// The envelopes (serialized) in a batch file, in order; `nil` when the file no longer exists (it was
     /// dropped by the cap) or cannot be read now. A damaged file yields its intact records and is counted in
-    /// ``stats``; one with none, a non-regular file or one over ``maxFileBytes`` is set aside (`.bad`, see
+    /// ``stats``; one with none, a non-regular file or one over ``Settings/maxFileBytes`` is set aside (`.bad`, see
     /// the type's documentation) and gives `nil`; an intact file without records is deleted and gives `nil`.
     func records(of ref: BatchRef) -> [Data]? {
         locked { $0.records(of: ref) }
@@ -243,12 +249,7 @@ extension PersistentQueue {
     /// The queue's state and the code that reads and changes it, always run with the queue's mutex held.
     /// The public methods of ``PersistentQueue`` are documented on the class.
     fileprivate struct Core {
-        let directory: URL
-        let maxBatchSize: Int
-        let maxBatchFiles: Int
-        let syncWrites: Bool
-        let maxMemoryBytes: Int
-        let maxFileBytes: Int
+        let settings: Settings
         var memoryBatches: [BatchRef: [Data]] = [:]  // sealed batches whose file could not be written
         var overlays: [BatchRef: [Data]] = [:]       // files whose rewrite failed: the content that counts
         var memoryBytes = 0                          // bytes in memoryBatches
@@ -267,14 +268,14 @@ extension PersistentQueue {
         /// Picks up the batch files of previous runs (and removes temporary files of interrupted writes).
         mutating func load() {
             do {
-                try PrivateFiles.makeDirectory(directory)
+                try PrivateFiles.makeDirectory(settings.directory)
             } catch {
-                log("cannot create \(directory.path) (\(error)); envelopes are held in memory (at most \(maxMemoryBytes) bytes) until it can be written")
+                log("cannot create \(settings.directory.path) (\(error)); envelopes are held in memory (at most \(settings.maxMemoryBytes) bytes) until it can be written")
                 writeBackoff.recordFailure(now: Date())
             }
-            for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [] {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: settings.directory.path)) ?? [] {
                 if name.hasPrefix(".tmp-") {
-                    unlink(directory.appendingPathComponent(name).path)
+                    unlink(settings.directory.appendingPathComponent(name).path)
                 } else if let ref = PersistentQueue.ref(name) {
                     files.append(ref)
                 }
@@ -294,7 +295,7 @@ extension PersistentQueue {
                 open = (ref, [], false, 0)
             }
             open!.records.append(record)
-            if open!.records.count >= maxBatchSize {
+            if open!.records.count >= settings.maxBatchSize {
                 try sealLocked()
                 return true
             }
@@ -354,10 +355,10 @@ extension PersistentQueue {
             if let overlay = overlays[ref] { return files.contains(ref) ? overlay : nil }
             guard files.contains(ref) else { return nil }
             let data: Data
-            switch PrivateFiles.readCapped(path(ref), maxBytes: maxFileBytes) {
+            switch PrivateFiles.readCapped(path(ref), maxBytes: settings.maxFileBytes) {
             case .data(let d): data = d
             case .tooLarge(let size):
-                setAsideLocked(ref, because: "\(size) B, over the \(maxFileBytes) B a batch file can hold; not read")
+                setAsideLocked(ref, because: "\(size) B, over the \(settings.maxFileBytes) B a batch file can hold; not read")
                 return nil
             case .notRegular:
                 setAsideLocked(ref, because: "not a regular file")
@@ -473,14 +474,14 @@ extension PersistentQueue {
             let ref = BatchRef(name: "memory-\(o.ref.sequence)", sequence: o.ref.sequence, inMemory: true)
             memoryBatches[ref] = unsaved
             memoryBytes += unsaved.reduce(0) { $0 + $1.count }
-            log("storage not writable: holding \(unsaved.count) envelope(s) in memory (\(memoryBytes) of at most \(maxMemoryBytes) bytes)")
+            log("storage not writable: holding \(unsaved.count) envelope(s) in memory (\(memoryBytes) of at most \(settings.maxMemoryBytes) bytes)")
             enforceMemoryCapLocked()
         }
 
-        /// Drops the oldest envelopes held in memory until at most ``maxMemoryBytes`` are.
+        /// Drops the oldest envelopes held in memory until at most ``Settings/maxMemoryBytes`` are.
         mutating func enforceMemoryCapLocked() {
             var dropped = 0
-            while memoryBytes > maxMemoryBytes, let oldest = memoryBatches.keys.min() {
+            while memoryBytes > settings.maxMemoryBytes, let oldest = memoryBatches.keys.min() {
                 var records = memoryBatches[oldest] ?? []
                 if records.isEmpty { memoryBatches[oldest] = nil; continue }
                 memoryBytes -= records.removeFirst().count
@@ -489,7 +490,7 @@ extension PersistentQueue {
             }
             if dropped > 0 {
                 stats.droppedUnwritable += dropped
-                log("storage not writable and \(maxMemoryBytes) bytes held in memory: dropped the \(dropped) oldest envelope(s) (neither written nor sent; total \(stats.droppedUnwritable))")
+                log("storage not writable and \(settings.maxMemoryBytes) bytes held in memory: dropped the \(dropped) oldest envelope(s) (neither written nor sent; total \(stats.droppedUnwritable))")
             }
         }
 
@@ -501,7 +502,7 @@ extension PersistentQueue {
                 throw DeliveryIOError(operation: "write (backing off after a failed write)", path: path(ref), code: EAGAIN)
             }
             do {
-                try PrivateFiles.writeAtomically(BatchFile.encode(records), to: URL(fileURLWithPath: path(ref)), sync: syncWrites)
+                try PrivateFiles.writeAtomically(BatchFile.encode(records), to: URL(fileURLWithPath: path(ref)), sync: settings.syncWrites)
                 writeBackoff.reset()
             } catch {
                 stats.writeFailures += 1
@@ -517,7 +518,7 @@ extension PersistentQueue {
             // rewriting the whole file for every durable envelope. A failed or short append falls back to the
             // whole-file rewrite; a tail torn by process death is cut off by the reader (BatchFile.decode) and
             // the file is never appended to again (it is a sealed batch for the next process).
-            if o.written, o.persisted > 0, !syncWrites, !writeBackoff.isWaiting(at: Date()),
+            if o.written, o.persisted > 0, !settings.syncWrites, !writeBackoff.isWaiting(at: Date()),
                PrivateFiles.append(BatchFile.encodeRecords(o.records[o.persisted...]), to: path(o.ref)) {
                 open!.persisted = o.records.count
                 return
@@ -533,7 +534,7 @@ extension PersistentQueue {
 
         mutating func enforceCapLocked() {
             var droppedFiles = 0, droppedEnvelopes = 0
-            while files.count > maxBatchFiles, let oldest = files.first(where: { $0 != open?.ref }) {
+            while files.count > settings.maxBatchFiles, let oldest = files.first(where: { $0 != open?.ref }) {
                 droppedEnvelopes += BatchFile.scanHeaders(path: path(oldest))?.count ?? 0
                 unlink(path(oldest))
                 files.removeAll { $0 == oldest }
@@ -543,11 +544,11 @@ extension PersistentQueue {
             if droppedFiles > 0 {
                 stats.droppedBatchFiles += droppedFiles
                 stats.droppedEnvelopes += droppedEnvelopes
-                log("batch file cap \(maxBatchFiles) reached: dropped \(droppedFiles) oldest file(s) holding \(droppedEnvelopes) envelope(s) (total dropped: \(stats.droppedBatchFiles) file(s), \(stats.droppedEnvelopes) envelope(s))")
+                log("batch file cap \(settings.maxBatchFiles) reached: dropped \(droppedFiles) oldest file(s) holding \(droppedEnvelopes) envelope(s) (total dropped: \(stats.droppedBatchFiles) file(s), \(stats.droppedEnvelopes) envelope(s))")
             }
         }
 
-        func path(_ ref: BatchRef) -> String { directory.appendingPathComponent(ref.name).path }
+        func path(_ ref: BatchRef) -> String { settings.directory.appendingPathComponent(ref.name).path }
 
         /// Renames a batch file that can never be sent to `<name>.bad` (deleted when the rename fails), forgets it
         /// and keeps at most ``maxBadFiles`` set-aside files.
@@ -563,10 +564,10 @@ extension PersistentQueue {
 
         /// Deletes the oldest `.bad` files beyond ``maxBadFiles``.
         func pruneBadFiles() {
-            let bad = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [])
+            let bad = ((try? FileManager.default.contentsOfDirectory(atPath: settings.directory.path)) ?? [])
                 .filter { $0.hasSuffix(".batch.bad") }.sorted()
             for name in bad.dropLast(PersistentQueue.maxBadFiles) {
-                try? FileManager.default.removeItem(atPath: directory.appendingPathComponent(name).path)
+                try? FileManager.default.removeItem(atPath: settings.directory.appendingPathComponent(name).path)
             }
         }
     }
