@@ -222,3 +222,94 @@ final class EventModelCompletenessTests: XCTestCase {
         XCTAssertEqual(Self.jsonName("id"), "id")
     }
 }
+
+/// Every string the event model carries is bounded by the size budget: each string of the fully populated
+/// fixture event (every property set, so a new field is in it) is made 100 000 characters long in turn, and
+/// ``EventBudget/fit(_:)`` must bring every string of the result within the largest per-field limit
+/// (``EventBudget/maxExtraValueChars``; identity fields within ``EventBudget/maxTagChars``). A new `String`
+/// field the budget's lists do not cap fails here, named by its JSON path.
+extension EventModelCompletenessTests {
+    static let long = String(repeating: "x", count: 100_000)
+
+    /// An encoder of the ``Event/Encoding/wire`` encoding.
+    static var wireEncoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.userInfo[Event.Encoding.userInfoKey] = Event.Encoding.wire
+        return encoder
+    }
+
+    /// Each string of `value` (object keys excepted) with its JSON path.
+    static func strings(_ value: JSONValue, _ path: String = "") -> [(path: String, value: String)] {
+        switch value {
+        case .string(let s): return [(path, s)]
+        case .array(let items): return items.indices.flatMap { strings(items[$0], "\(path)[\($0)]") }
+        case .object(let object):
+            return object.keys.sorted().flatMap { strings(object[$0]!, path.isEmpty ? $0 : "\(path).\($0)") }
+        default: return []
+        }
+    }
+
+    /// `value` with the string at `path` (as ``strings(_:_:)`` names it) replaced by `replacement`.
+    static func replacing(_ value: JSONValue, at target: String, with replacement: String, _ path: String = "") -> JSONValue {
+        switch value {
+        case .string: return path == target ? .string(replacement) : value
+        case .array(let items):
+            return .array(items.indices.map { replacing(items[$0], at: target, with: replacement, "\(path)[\($0)]") })
+        case .object(let object):
+            var out: [String: JSONValue] = [:]
+            for (key, member) in object {
+                out[key] = replacing(member, at: target, with: replacement, path.isEmpty ? key : "\(path).\(key)")
+            }
+            return .object(out)
+        default: return value
+        }
+    }
+
+    /// The longest string of the fitted event, in Unicode scalars, with its path.
+    static func longest(_ data: Data) throws -> (path: String, count: Int) {
+        let value = try JSONDecoder().decode(JSONValue.self, from: data)
+        return strings(value).map { ($0.path, $0.value.unicodeScalars.count) }.max { $0.1 < $1.1 } ?? ("", 0)
+    }
+
+    static let identityMembers: Set<String> = ["event_id", "platform", "release", "environment", "dist", "type",
+                                               "server_name"]
+
+    func testEveryStringFieldIsCappedByTheBudget() throws {
+        let fixture = Fixtures(trust: nil).event
+        let json = try JSONDecoder().decode(JSONValue.self, from: Self.wireEncoder.encode(fixture))
+        let paths = Self.strings(json).map(\.path)
+        XCTAssertGreaterThan(paths.count, 40, "the fixture event's strings: \(paths)")
+        var checked = 0
+        for path in paths {
+            let data = try JSONEncoder().encode(Self.replacing(json, at: path, with: Self.long))
+            // A string that is not a `String` field of the model (an address, the level) may not decode.
+            guard let event = try? JSONDecoder().decode(Event.self, from: data) else { continue }
+            checked += 1
+            let outcome = EventBudget.standard.fit(event)
+            XCTAssertTrue(outcome.fits, "\(path): \(outcome.summary)")
+            let (longestPath, count) = try Self.longest(outcome.data)
+            XCTAssertLessThanOrEqual(count, EventBudget.maxExtraValueChars,
+                                     "\(path) made 100 000 characters long: \(longestPath) not capped by the budget")
+            let member = path.split(separator: ".").first.map(String.init) ?? path
+            if Self.identityMembers.contains(member) || path.hasPrefix("sdk.") {
+                XCTAssertLessThanOrEqual(count, EventBudget.maxTagChars, "\(path): an identity field over its limit")
+            }
+        }
+        XCTAssertGreaterThan(checked, 40, "strings checked")
+    }
+
+    /// All strings long at once: the byte budget's steps still bring every one within its limit.
+    func testAllStringFieldsLongAtOnceAreCappedByTheBudget() throws {
+        let fixture = Fixtures(trust: nil).event
+        var json = try JSONDecoder().decode(JSONValue.self, from: Self.wireEncoder.encode(fixture))
+        for (path, _) in Self.strings(json) {
+            let candidate = Self.replacing(json, at: path, with: Self.long)
+            if (try? JSONDecoder().decode(Event.self, from: JSONEncoder().encode(candidate))) != nil { json = candidate }
+        }
+        let event = try JSONDecoder().decode(Event.self, from: JSONEncoder().encode(json))
+        let outcome = EventBudget.standard.fit(event)
+        XCTAssertTrue(outcome.fits, outcome.summary)
+        let (longestPath, count) = try Self.longest(outcome.data)
+        XCTAssertLessThanOrEqual(count, EventBudget.maxExtraValueChars, "\(longestPath) not capped by the budget")
+    }
+}
