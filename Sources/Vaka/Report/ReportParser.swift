@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 import VakaCrash
+import VakaSymbolication
 
 /// The keys of the report format (docs/report-format.md, *Keys*), one case each: the reader's one table of what
 /// a report line can say. The key strings are the writer's, the `VAKA_REPORT_KEY_*` macros of the report contract
@@ -344,7 +345,7 @@ struct ReportParser {
         let idText = String(decoding: parts[2], as: UTF8.self)
         var buildID: String?
         if idText != VAKA_REPORT_VALUE_UNKNOWN {
-            if idText.utf8.count <= CrashReport.maxBuildIDDigits, let bytes = ReportText.hexBytes(idText), !bytes.isEmpty {
+            if idText.utf8.count <= CrashReport.maxBuildIDDigits, let bytes = DebugID.hexBytes(idText), !bytes.isEmpty {
                 buildID = idText.lowercased()
             } else {
                 note("line \(lineNumber): image build ID is not hex, ignored")

@@ -70,13 +70,4 @@ enum ReportText {
         guard (1...16).contains(digits.utf8.count), digits.utf8.allSatisfy({ isHexDigit($0) }) else { return nil }
         return UInt64(digits, radix: 16)
     }
-
-    /// The bytes of an even-length hex string without prefix (a build ID), or `nil` when it is not one.
-    static func hexBytes(_ text: String) -> [UInt8]? {
-        let digits = Array(text.utf8)
-        guard digits.count % 2 == 0, digits.allSatisfy(isHexDigit) else { return nil }
-        return stride(from: 0, to: digits.count, by: 2).map {
-            UInt8(String(decoding: digits[$0..<($0 + 2)], as: UTF8.self), radix: 16)!
-        }
-    }
 }

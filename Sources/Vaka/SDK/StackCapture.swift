@@ -87,9 +87,7 @@ final class StackCapture: Sendable {
     private static func image(_ image: vaka_crash_image) -> CrashReport.Image {
         var image = image
         let buildIDLength = min(image.build_id_len, Int(VAKA_REPORT_BUILD_ID_MAX))
-        let buildID = withUnsafeBytes(of: &image.build_id) { bytes in
-            bytes.prefix(buildIDLength).map { String(format: "%02x", $0) }.joined()
-        }
+        let buildID = withUnsafeBytes(of: &image.build_id) { DebugID.hexString($0.prefix(buildIDLength)) }
         let pathLength = min(image.path_len, Int(VAKA_REPORT_PATH_MAX))
         let path = withUnsafeBytes(of: &image.path) { String(decoding: $0.prefix(pathLength), as: UTF8.self) }
         return CrashReport.Image(base: UInt64(image.base), size: UInt64(image.size),
