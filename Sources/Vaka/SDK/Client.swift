@@ -159,23 +159,27 @@ final class Client: Sendable {
         let exception = Exception(type: type, value: description, mechanism: Mechanism(type: "swift.error", handled: true),
                                   stacktrace: stack.stacktrace)
         let id = EventFactory.newEventID()
-        let items: [EnvelopeItem]? = state.withLock { state in
+        // The event and the session update are taken under the lock; encoding and fitting the event to the
+        // budget (up to 900 KiB of JSON) happen after it, so other threads' scope calls do not wait for them.
+        let taken: (event: Event, session: EnvelopeItem?)? = state.withLock { state in
             guard !state.ended else { return nil }
             var event = factory.base(eventID: id, level: .error, date: Date(), scope: state.scope,
                                      breadcrumbs: state.breadcrumbs.snapshot())
             event.exception = ValueList([exception])
             if !stack.images.isEmpty { event.debugMeta = DebugMeta(images: stack.images) }
-            var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: logSink))]
+            var session: EnvelopeItem?
             if state.scope.session != nil {
                 state.scope.session!.errors += 1
                 if let update = sessionUpdate(.ok, &state) {
-                    items.append(.session(update.jsonData()))
+                    session = .session(update.jsonData())
                 }
                 persistScope(state)
             }
-            return items
+            return (event, session)
         }
-        guard let items else { return }
+        guard let taken else { return }
+        var items: [EnvelopeItem] = [.event(EventFactory.finalize(taken.event, log: logSink))]
+        if let session = taken.session { items.append(session) }
         submit(Envelope(header: .init(eventID: id), items: items))
         log("captured error \(type) as \(id)")
     }
