@@ -106,7 +106,7 @@ typedef struct vaka_journal_record {
     const uint8_t *category; uint32_t category_len;
     const uint8_t *body; uint32_t body_len;
     const uint8_t *attributes; uint32_t attributes_len;
-    uint64_t cursor;             /**< opaque: where the record was (for vaka_journal_consume) */
+    uint64_t cursor[2];          /**< opaque: where the record was (for vaka_journal_next / _consume) */
 } vaka_journal_record;
 
 /** Opens (creates) a journal. Returns 0 and sets *out, or an errno value (bad options, the file cannot be
@@ -127,12 +127,16 @@ int vaka_journal_append(vaka_journal *journal, const vaka_journal_entry *entry, 
 /** The last sequence number handed out (0 before the first append). Async-signal-safe (one atomic load). */
 uint64_t vaka_journal_last_seq(const vaka_journal *journal);
 
-/** Copies the next unconsumed record of a gated kind (LOG or EVENT), ring and spill merged by seq, into
- *  `buf` (`cap` bytes) and fills *record (pointers into buf). Returns 1 when a record was copied, 0 when
- *  there is none committed yet, -1 with *needed set when `buf` is too small. Does not consume it.
- *  One consumer per kind (the mover). */
-int vaka_journal_next(vaka_journal *journal, uint8_t kind, void *buf, size_t cap, vaka_journal_record *record,
-                      size_t *needed);
+/** Copies the next committed record of a gated kind (LOG or EVENT) after `after` (NULL: the first
+ *  unconsumed one), ring and spill merged by seq, into `buf` (`cap` bytes) and fills *record (pointers into
+ *  buf). Returns 1 when a record was copied, 0 when there is none committed yet after `after` (a record
+ *  still being written stops the walk: order is kept), -1 with *needed set when `buf` is too small.
+ *  Does not consume. One consumer per kind (the mover); `after` is a record this function returned. */
+int vaka_journal_next(vaka_journal *journal, uint8_t kind, const vaka_journal_record *after, void *buf,
+                      size_t cap, vaka_journal_record *record, size_t *needed);
+
+/** How full the ring of `kind` is: bytes held (unconsumed, for gated kinds) per 1000 of its size, 0..1000. */
+int vaka_journal_fill_permille(const vaka_journal *journal, uint8_t kind);
 
 /** Marks `record` (from vaka_journal_next) and everything of its kind before it consumed: its space can be
  *  reused. Call only once what the record carried is durable elsewhere. */
