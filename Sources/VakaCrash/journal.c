@@ -178,40 +178,40 @@ void vaka_crash_set_journal(vaka_journal *journal)
 
 /* ---------------------------------------------------------------- append */
 
-/* Copies `len` bytes from `src` into the ring at `dst` as zero-padded words; mixes them into *h. */
-static inline void copy_words(uint8_t *dst, const uint8_t *src, uint32_t len, uint64_t *h)
+/* Copies `len` bytes from `src` into the ring at `dst` as zero-padded words; mixes them into *c. */
+static inline void copy_words(uint8_t *dst, const uint8_t *src, uint32_t len, vaka_jr_check *c)
 {
-    uint64_t hh = *h;
+    vaka_jr_check cc = *c;
     uint32_t i = 0;
     for (; i + 8 <= len; i += 8) {
         uint64_t w;
         memcpy(&w, src + i, 8);
-        hh = vaka_jr_mix(hh, w);
+        vaka_jr_mix(&cc, w);
         store_w(dst + i, w);
     }
     if (i < len) {
         uint64_t w = 0;
         memcpy(&w, src + i, len - i);
-        hh = vaka_jr_mix(hh, w);
+        vaka_jr_mix(&cc, w);
         store_w(dst + i, w);
     }
-    *h = hh;
+    *c = cc;
 }
 
-static inline uint64_t hash_words(const uint8_t *src, uint32_t len, uint64_t h)
+/* Mixes `len` bytes at `src` as zero-padded words into *c. */
+static inline void hash_words(const uint8_t *src, uint32_t len, vaka_jr_check *c)
 {
     uint32_t i = 0;
     for (; i + 8 <= len; i += 8) {
         uint64_t w;
         memcpy(&w, src + i, 8);
-        h = vaka_jr_mix(h, w);
+        vaka_jr_mix(c, w);
     }
     if (i < len) {
         uint64_t w = 0;
         memcpy(&w, src + i, len - i);
-        h = vaka_jr_mix(h, w);
+        vaka_jr_mix(c, w);
     }
-    return h;
 }
 
 static uint64_t now_ns(void)
@@ -239,10 +239,10 @@ static int spill(vaka_journal *j, const vaka_journal_entry *e, uint64_t rec, uin
     w[2] = seq;
     w[3] = t;
     w[4] = (uint64_t)e->category_len | (uint64_t)e->body_len << 32;
-    uint64_t h = vaka_jr_header_hash(w[0], pos, seq, t, w[4], e->attributes_len);
-    h = hash_words(e->category, e->category_len, h);
-    h = hash_words(e->body, e->body_len, h);
-    h = hash_words(e->attributes, e->attributes_len, h);
+    vaka_jr_check h = vaka_jr_header_hash(w[0], pos, seq, t, w[4], e->attributes_len);
+    hash_words(e->category, e->category_len, &h);
+    hash_words(e->body, e->body_len, &h);
+    hash_words(e->attributes, e->attributes_len, &h);
     w[5] = (uint64_t)e->attributes_len | (uint64_t)vaka_jr_fold(h) << 32;
     struct iovec iov[7];
     int n = 0;
@@ -302,7 +302,7 @@ int vaka_journal_append(vaka_journal *j, const vaka_journal_entry *e, uint64_t *
         store_w(p + 8 * VAKA_JR_W_COMMIT, 0);
         atomic_thread_fence(memory_order_release);
         uint64_t w0 = vaka_jr_w0(0, 0, padlen);
-        uint64_t ph = vaka_jr_header_hash(w0, h, seq, 0, 0, 0);
+        vaka_jr_check ph = vaka_jr_header_hash(w0, h, seq, 0, 0, 0);
         store_w(p, w0);
         store_w(p + 8, h);
         store_w(p + 24, 0);
@@ -315,7 +315,7 @@ int vaka_journal_append(vaka_journal *j, const vaka_journal_entry *e, uint64_t *
     atomic_thread_fence(memory_order_release);
     uint64_t w0 = vaka_jr_w0(e->kind, e->level, (uint32_t)rec);
     uint64_t w4 = (uint64_t)e->category_len | (uint64_t)e->body_len << 32;
-    uint64_t hh = vaka_jr_header_hash(w0, start, seq, t, w4, e->attributes_len);
+    vaka_jr_check hh = vaka_jr_header_hash(w0, start, seq, t, w4, e->attributes_len);
     store_w(p, w0);
     store_w(p + 8, start);
     store_w(p + 24, t);
@@ -503,7 +503,7 @@ long vaka_journal_snapshot_breadcrumbs(vaka_journal *j, void *buf, size_t cap, s
             off += 8;
         }
     }
-    qsort(idx, n, sizeof *idx, by_seq);
+    if (n > 1) qsort(idx, n, sizeof *idx, by_seq);
     size_t used = 0;
     for (size_t i = 0; i < n; i++) {
         memcpy((uint8_t *)buf + used, copy + idx[i].off, idx[i].size);

@@ -24,14 +24,14 @@ int vaka_jr_valid(const uint8_t *p, uint64_t avail, uint64_t expect_pos, int che
     if (w[2] == 0) return 0;
     uint8_t kind = (uint8_t)(w[0] >> 16);
     uint32_t cat = (uint32_t)w[4], body = (uint32_t)(w[4] >> 32), attr = (uint32_t)w[5];
-    uint64_t h = vaka_jr_header_hash(w[0], w[1], w[2], w[3], w[4], attr);
+    vaka_jr_check h = vaka_jr_header_hash(w[0], w[1], w[2], w[3], w[4], attr);
     if (kind != 0) {
         uint64_t payload = vaka_jr_a8(cat) + vaka_jr_a8(body) + vaka_jr_a8(attr);
         if (VAKA_JR_HEADER + payload != size) return 0;
         for (uint64_t i = 0; i < payload; i += 8) {
             uint64_t x;
             memcpy(&x, p + VAKA_JR_HEADER + i, 8);
-            h = vaka_jr_mix(h, x);
+            vaka_jr_mix(&h, x);
         }
     } else if (w[3] != 0 || w[4] != 0 || attr != 0) {
         return 0;
@@ -201,7 +201,7 @@ int vaka_journal_reader_open(const char *path, vaka_journal_reader **out)
             goto fail;
         }
     }
-    qsort(rd->records, rd->count, sizeof *rd->records, by_seq);
+    if (rd->count > 1) qsort(rd->records, rd->count, sizeof *rd->records, by_seq);
     *out = rd;
     return 0;
 fail:
@@ -231,7 +231,7 @@ int vaka_journal_reader_open_memory(const void *data, size_t len, vaka_journal_r
             off += 8;
         }
     }
-    qsort(rd->records, rd->count, sizeof *rd->records, by_seq);
+    if (rd->count > 1) qsort(rd->records, rd->count, sizeof *rd->records, by_seq);
     *out = rd;
     return 0;
 }

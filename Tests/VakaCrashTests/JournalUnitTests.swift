@@ -65,7 +65,8 @@ final class JournalUnitTests: XCTestCase {
         for name in ["round_trip_every_field", "torn_record_skipped", "reader_refuses_non_journal",
                      "breadcrumb_ring_wraps_keeping_newest", "gated_ring_spills_when_full",
                      "spill_limit_enospc_and_record_limit_efbig", "no_mmap_fallback_sync",
-                     "crash_registration_journal_seq", "concurrent_8_writers_one_mover"] {
+                     "crash_registration_journal_seq", "reader_survives_random_damage",
+                     "concurrent_8_writers_one_mover"] {
             XCTAssertTrue(passed.contains(name), "check \(name) did not pass (passed: \(passed))")
         }
     }
