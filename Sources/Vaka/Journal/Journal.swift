@@ -153,7 +153,7 @@ public final class Journal: Sendable {
             let ms = Int(Self.fallbackSyncInterval * 1000)
             let line = "[vaka] journal: mmap refused (\(String(cString: strerror(mmapError)))): records are written "
                 + "every \(ms) ms; a SIGKILL loses the last \(ms) ms\n"
-            FileHandle.standardError.write(Data(line.utf8))
+            PrivateFiles.writeStandardError(line)
         }
     }
 
