@@ -120,7 +120,8 @@ int vaka_journal_open(const vaka_journal_options *options, vaka_journal **out);
 /** 1 when the rings are a shared mapping of the file, 0 in the write(2) fallback. */
 int vaka_journal_is_mapped(const vaka_journal *journal);
 
-/** The errno of the refused mmap that selected the fallback (EINVAL, ENODEV...), or 0. */
+/** The errno of the refused mmap that selected the fallback (EINVAL, ENODEV...; EPERM when VAKA_JOURNAL_NO_MMAP
+ *  asked for it), or 0. */
 int vaka_journal_mmap_error(const vaka_journal *journal);
 
 /** Appends one record: lock-free, no allocation, from any thread. Sets *seq_out (may be NULL).
