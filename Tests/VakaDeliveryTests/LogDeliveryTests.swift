@@ -123,4 +123,17 @@ final class LogDeliveryTests: LoopbackServerTestCase {
             }
         }
     }
+
+    /// Sentry limits logs by two categories, `log_item` and `log_byte`: either holds log items back, and
+    /// neither holds events.
+    func testLogItemsHonourBothLogCategories() {
+        let now = Date()
+        for category in ["log_item", "log_byte"] {
+            var limits = RateLimits()
+            limits.update(status: 429, headers: ["x-sentry-rate-limits": "60:\(category):organization"], now: now)
+            XCTAssertTrue(limits.isLimited(RateLimits.category(for: .log), at: now.addingTimeInterval(1)), category)
+            XCTAssertFalse(limits.isLimited(RateLimits.category(for: .log), at: now.addingTimeInterval(61)), category)
+            XCTAssertFalse(limits.isLimited(RateLimits.category(for: .event), at: now.addingTimeInterval(1)), category)
+        }
+    }
 }
