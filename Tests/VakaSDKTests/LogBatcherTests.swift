@@ -135,5 +135,7 @@ final class LogBatcherTests: XCTestCase {
         XCTAssertTrue(other.allSatisfy { $0.isHexDigit && !$0.isUppercase })
         XCTAssertEqual(other, LogScope.traceID(runID: "not-a-uuid"))
         XCTAssertNotEqual(other, LogScope.traceID(runID: "not-a-uuid2"))
+        let run = RunScope(runID: "3F2A9C1E-0B1D-4E5F-8A9B-0C1D2E3F4A5B", release: "r@1", environment: "dev", tags: [:])
+        XCTAssertEqual(LogScope(run: run), LogScope(release: "r@1", environment: "dev", traceID: "3f2a9c1e0b1d4e5f8a9b0c1d2e3f4a5b"))
     }
 }

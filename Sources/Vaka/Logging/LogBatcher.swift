@@ -32,6 +32,13 @@ struct LogScope: Sendable, Equatable {
     }
 }
 
+extension LogScope {
+    /// The log scope of the run whose scope is `run`: its release, environment and ``traceID(runID:)``.
+    init(run: RunScope) {
+        self.init(release: run.release, environment: run.environment, traceID: LogScope.traceID(runID: run.runID))
+    }
+}
+
 /// Collects log records into Sentry `log` envelope items (the Sentry logs protocol): the journal mover adds
 /// each log record it reads, and takes the item when a batch is due.
 ///
