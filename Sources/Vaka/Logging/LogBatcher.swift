@@ -108,9 +108,9 @@ struct LogBatcher {
         guard count > 0 else { return nil }
         var payload = Data()
         payload.reserveCapacity(encoded.count + 24)
-        payload.append(contentsOf: Array(#"{"version":2,"items":["#.utf8))
+        payload.append(contentsOf: #"{"version":2,"items":["#.utf8)
         payload.append(contentsOf: encoded)
-        payload.append(contentsOf: Array("]}".utf8))
+        payload.append(contentsOf: "]}".utf8)
         let item = EnvelopeItem.logs(payload, count: count)
         encoded.removeAll(keepingCapacity: true)
         count = 0
@@ -135,35 +135,35 @@ enum LogJSON {
     /// Appends one log object (see ``LogBatcher``).
     static func appendLog(to out: inout [UInt8], timeNs: UInt64, level: LogLevel, body: String,
                           attributes: [(key: String, value: LogAttribute)], scope: LogScope) {
-        out.append(contentsOf: Array(#"{"timestamp":"#.utf8))
-        out.append(contentsOf: Array(timestamp(timeNs).utf8))
-        out.append(contentsOf: Array(#","trace_id":"#.utf8))
+        out.append(contentsOf: #"{"timestamp":"#.utf8)
+        out.append(contentsOf: timestamp(timeNs).utf8)
+        out.append(contentsOf: #","trace_id":"#.utf8)
         appendString(scope.traceID, to: &out)
-        out.append(contentsOf: Array(#","level":"#.utf8))
+        out.append(contentsOf: #","level":"#.utf8)
         appendString(level.description, to: &out)
-        out.append(contentsOf: Array(#","body":"#.utf8))
+        out.append(contentsOf: #","body":"#.utf8)
         appendString(body, to: &out)
-        out.append(contentsOf: Array(#","attributes":{"#.utf8))
+        out.append(contentsOf: #","attributes":{"#.utf8)
         var first = true
         func attribute(_ key: String, _ value: LogAttribute) {
             if !first { out.append(UInt8(ascii: ",")) }
             first = false
             appendString(key, to: &out)
-            out.append(contentsOf: Array(#":{"value":"#.utf8))
+            out.append(contentsOf: #":{"value":"#.utf8)
             var type = value.typeName
             switch value {
             case .string(let s): appendString(s, to: &out)
-            case .integer(let i): out.append(contentsOf: Array(String(i).utf8))
-            case .boolean(let b): out.append(contentsOf: Array((b ? "true" : "false").utf8))
+            case .integer(let i): out.append(contentsOf: String(i).utf8)
+            case .boolean(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
             case .double(let d):
                 if d.isFinite {
-                    out.append(contentsOf: Array(d.description.utf8))
+                    out.append(contentsOf: d.description.utf8)
                 } else {
                     appendString(d.isNaN ? "nan" : (d < 0 ? "-inf" : "inf"), to: &out)
                     type = "string"
                 }
             }
-            out.append(contentsOf: Array(#","type":"#.utf8))
+            out.append(contentsOf: #","type":"#.utf8)
             appendString(type, to: &out)
             out.append(UInt8(ascii: "}"))
         }
@@ -174,7 +174,7 @@ enum LogJSON {
         attribute("sentry.release", .string(scope.release))
         attribute("sentry.severity_number", .integer(Int64(level.rawValue)))
         attribute("sentry.severity_text", .string(level.description))
-        out.append(contentsOf: Array("}}".utf8))
+        out.append(contentsOf: "}}".utf8)
     }
 
     /// The attribute keys the SDK writes itself.
@@ -190,6 +190,12 @@ enum LogJSON {
     /// Appends `s` as a JSON string literal.
     static func appendString(_ s: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        // Most strings need no escape: one bulk copy.
+        if !s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            out.append(contentsOf: s.utf8)
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         let hex: [UInt8] = Array("0123456789abcdef".utf8)
         for byte in s.utf8 {
             switch byte {
@@ -199,7 +205,7 @@ enum LogJSON {
             case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
             case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
             case 0..<0x20:
-                out.append(contentsOf: Array(#"\u00"#.utf8))
+                out.append(contentsOf: #"\u00"#.utf8)
                 out.append(hex[Int(byte >> 4)])
                 out.append(hex[Int(byte & 0xF)])
             default: out.append(byte)
