@@ -189,28 +189,33 @@ enum LogJSON {
 
     /// Appends `s` as a JSON string literal.
     static func appendString(_ s: String, to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
-        // Most strings need no escape: one bulk copy.
-        if !s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
-            out.append(contentsOf: s.utf8)
+        var s = s
+        s.withUTF8 { bytes in
             out.append(UInt8(ascii: "\""))
-            return
-        }
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
-        for byte in s.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): out.append(contentsOf: [0x5C, 0x22])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0..<0x20:
-                out.append(contentsOf: #"\u00"#.utf8)
-                out.append(hex[Int(byte >> 4)])
-                out.append(hex[Int(byte & 0xF)])
-            default: out.append(byte)
+            // Most strings need no escape: one bulk copy.
+            if !bytes.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+                out.append(contentsOf: bytes)
+                out.append(UInt8(ascii: "\""))
+                return
             }
+            for byte in bytes {
+                switch byte {
+                case UInt8(ascii: "\""): out.append(contentsOf: [0x5C, 0x22])
+                case UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, 0x5C])
+                case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+                case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+                case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+                case 0..<0x20:
+                    out.append(contentsOf: #"\u00"#.utf8)
+                    out.append(hexDigits[Int(byte >> 4)])
+                    out.append(hexDigits[Int(byte & 0xF)])
+                default: out.append(byte)
+                }
+            }
+            out.append(UInt8(ascii: "\""))
         }
-        out.append(UInt8(ascii: "\""))
     }
+
+    /// Lower-case hex digits for `\u00XX`.
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 }

@@ -62,7 +62,7 @@ enum LogRouter {
     static func record(_ level: LogLevel, _ body: String, _ attributes: [String: LogAttribute]) {
         guard let routes = active.withLock({ $0 }) else { return }
         let timeNs = realtimeNs()
-        let sorted = attributes.isEmpty ? [] : attributes.sorted { $0.key < $1.key }.map { (key: $0.key, value: $0.value) }
+        let sorted: [(key: String, value: LogAttribute)] = attributes.isEmpty ? [] : attributes.sorted { $0.key < $1.key }
         routes.journal?(timeNs, level, body, sorted)
         let timestamp = Double(timeNs / 1_000_000_000) + Double(timeNs % 1_000_000_000) / 1e9
         if let min = routes.breadcrumbLevel, level >= min {
