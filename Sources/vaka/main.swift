@@ -23,6 +23,9 @@ let toolUsage = """
       debug-files collect DIR... --out OUTDIR
                                        Copy every ELF file under DIR into OUTDIR/.build-id/ab/cdef….debug.
       outbox list|show ...             Read the envelopes written without a DSN (vaka outbox --help).
+      journal show RUN-DIR|--storage DIR [--last N] [--json]
+                                       Print a run's journal: its last breadcrumbs, logs and events
+                                       (what it was doing before it died; vaka journal --help).
 
     Options:
       -h, --help      Show this help (also: vaka report --help, vaka symbolicate --help, ...).
@@ -42,6 +45,9 @@ let reportGroup = CommandGroup(name: "report", usage: reportUsage, commandList: 
 /// `vaka debug-files check|collect`.
 let debugFilesGroup = CommandGroup(name: "debug-files", usage: debugFilesUsage, commandList: "check or collect",
                                    commands: ["check": debugFilesCheckCommand, "collect": debugFilesCollectCommand])
+/// `vaka journal show`.
+let journalGroup = CommandGroup(name: "journal", usage: journalUsage, commandList: "show",
+                                commands: ["show": journalShowCommand])
 /// `vaka outbox list|show`: both take the same options, read before the command's name is checked.
 let outboxGroup = CommandGroup(name: "outbox", usage: outboxUsage, commandList: "list or show",
                                commands: ["list": outboxListCommand, "show": outboxShowCommand],
@@ -60,5 +66,6 @@ case "report": reportGroup.run(arguments.dropFirst())
 case "symbolicate": symbolicateCommand.execute(arguments.dropFirst())
 case "debug-files": debugFilesGroup.run(arguments.dropFirst())
 case "outbox": outboxGroup.run(arguments.dropFirst())
+case "journal": journalGroup.run(arguments.dropFirst())
 default: fail("unknown command '\(command)' (see vaka --help)", status: 2)
 }

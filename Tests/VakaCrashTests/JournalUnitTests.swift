@@ -76,7 +76,7 @@ final class JournalUnitTests: XCTestCase {
     func testConcurrentAppendsAreThreadSanitizerClean() throws {
         let executable: URL
         do { executable = try Self.tsanProgram.get() } catch {
-            throw XCTSkip("no ThreadSanitizer build (\(error)): cc -fsanitize=thread needs libtsan")
+            throw Peers.missing("no ThreadSanitizer build (\(error)): cc -fsanitize=thread needs libtsan (gcc's libtsan2)")
         }
         let passed = try runChecks(executable, ["--concurrency", "DIR"],
                                    environment: ["TSAN_OPTIONS": "halt_on_error=1 exitcode=66"])

@@ -94,6 +94,23 @@ final class JournalTests: XCTestCase {
         XCTAssertEqual(journal.breadcrumbs(), [])
     }
 
+    /// The documented test hook: `VAKA_JOURNAL_NO_MMAP=1` in the environment selects the fallback.
+    func testEnvironmentHookSelectsTheFallback() throws {
+        let url = dirs.make("journal").appendingPathComponent("journal")
+        setenv("VAKA_JOURNAL_NO_MMAP", "1", 1)
+        defer { unsetenv("VAKA_JOURNAL_NO_MMAP") }
+        let journal = try Journal(path: url)
+        XCTAssertFalse(journal.isMapped)
+        journal.append(.breadcrumb, level: 9, body: "in memory")
+        journal.sync()
+        XCTAssertEqual(try Journal.read(url).records.map(\.text), ["in memory"])
+        journal.close()
+        unsetenv("VAKA_JOURNAL_NO_MMAP")
+        let mapped = try Journal(path: url)
+        XCTAssertTrue(mapped.isMapped)
+        mapped.close()
+    }
+
     func testOpenAndReadErrors() throws {
         let dir = dirs.make("journal")
         XCTAssertThrowsError(try Journal(path: dir.appendingPathComponent("missing/journal"))) { error in

@@ -7,13 +7,13 @@ import Glibc
 
 /// A failed journal operation: `code` is the errno value (`ENOENT`, `EACCES`, `ENOSPC`, `EBADMSG` for a file
 /// that is not a journal...), `operation` what was being done (`open`, `read`).
-struct JournalError: Error, Equatable, CustomStringConvertible {
+public struct JournalError: Error, Equatable, CustomStringConvertible {
     /// The errno value.
-    var code: Int32
+    public var code: Int32
     /// What failed: `open` (creating the journal) or `read` (the offline reader).
-    var operation: String
+    public var operation: String
     /// `journal <operation>: <strerror> (errno <code>)`.
-    var description: String { "journal \(operation): \(String(cString: strerror(code))) (errno \(code))" }
+    public var description: String { "journal \(operation): \(String(cString: strerror(code))) (errno \(code))" }
 }
 
 /// The run's crash-safe journal (`<run directory>/journal`): a Swift face of the C journal
@@ -32,16 +32,35 @@ struct JournalError: Error, Equatable, CustomStringConvertible {
 ///
 /// Thread-safe: every method may be called from any thread. ``close()`` waits for calls in progress, then
 /// closes; calls after it do nothing (append returns nil with `EBADF`). Deinit closes.
-final class Journal: Sendable {
+///
+/// Public: the offline reader (``read(_:)``) and the record types, for tools (`vaka journal show`). Writing is
+/// the SDK's.
+public final class Journal: Sendable {
     /// The record kinds, one ring each (raw value: `vaka_journal_kind`).
-    enum Kind: UInt8, Sendable { case breadcrumb = 1, log = 2, event = 3 }
+    public enum Kind: UInt8, Sendable {
+        /// A breadcrumb (overwrite ring: the newest survive).
+        case breadcrumb = 1
+        /// A log record (gated ring).
+        case log = 2
+        /// An encoded event, JSON (gated ring).
+        case event = 3
+    }
 
-    /// One typed attribute of a record (the C encoding: `vaka_journal_entry.attributes`). `meta`: the SDK's
-    /// own attribute (a breadcrumb's `type`, an event's `event_id`), not user data.
-    struct Attribute: Sendable, Equatable {
-        var key: String
-        var value: LogAttribute
-        var meta: Bool = false
+    /// One typed attribute of a record (the C encoding: `vaka_journal_entry.attributes`).
+    public struct Attribute: Sendable, Equatable {
+        /// The attribute's name (UTF-8, at most 65,535 bytes).
+        public var key: String
+        /// Its typed value.
+        public var value: LogAttribute
+        /// The SDK's own attribute (a breadcrumb's `type`, an event's `event_id`), not user data.
+        public var meta: Bool = false
+
+        /// An attribute; every field is described on its property.
+        public init(key: String, value: LogAttribute, meta: Bool = false) {
+            self.key = key
+            self.value = value
+            self.meta = meta
+        }
     }
 
     /// Where a record was in the journal (ring position after it, spill offset after it): what
@@ -53,30 +72,33 @@ final class Journal: Sendable {
     }
 
     /// One record read back.
-    struct Record: Sendable, Equatable {
+    public struct Record: Sendable, Equatable {
         /// Sequence number: 1, 2, 3... across all kinds, in append order.
-        var seq: UInt64
+        public var seq: UInt64
         /// CLOCK_REALTIME at the append (or the time given), nanoseconds since the epoch.
-        var timeNs: UInt64
-        var kind: Kind
-        /// The level given at the append (journal levels are `LogLevel` raw values; 0: none).
-        var level: UInt8
-        var category: String
+        public var timeNs: UInt64
+        /// Which ring it was in.
+        public var kind: Kind
+        /// The level given at the append (journal levels are ``LogLevel`` raw values; 0: none).
+        public var level: UInt8
+        /// The category (a breadcrumb's; empty when none).
+        public var category: String
         /// The body bytes (UTF-8 text for breadcrumbs and logs, JSON for events).
-        var body: [UInt8]
-        var attributes: [Attribute]
-        /// ``read(_:)`` only: a gated record the mover had already consumed.
-        var consumed: Bool
+        public var body: [UInt8]
+        /// The typed attributes, in append order.
+        public var attributes: [Attribute]
+        /// ``read(_:)`` only: a gated record (log, event) the SDK had already moved on (delivered or queued).
+        public var consumed: Bool
         /// Where it was (``next(_:after:)`` records only); not part of equality.
         var cursor = Cursor()
 
         /// The body as text.
-        var text: String { String(decoding: body, as: UTF8.self) }
+        public var text: String { String(decoding: body, as: UTF8.self) }
         /// ``timeNs`` in seconds since the epoch.
-        var timestamp: Double { Double(timeNs) / 1e9 }
+        public var timestamp: Double { Double(timeNs) / 1e9 }
 
-        /// Equal when everything but ``cursor`` is.
-        static func == (a: Record, b: Record) -> Bool {
+        /// Equal when everything but the journal position is.
+        public static func == (a: Record, b: Record) -> Bool {
             a.seq == b.seq && a.timeNs == b.timeNs && a.kind == b.kind && a.level == b.level
                 && a.category == b.category && a.body == b.body && a.attributes == b.attributes
                 && a.consumed == b.consumed
@@ -90,7 +112,7 @@ final class Journal: Sendable {
     static let fallbackSyncInterval: TimeInterval = 0.2
 
     /// The journal file.
-    let url: URL
+    public let url: URL
     /// True when the rings are a shared mapping of the file; false in the write(2) fallback.
     let isMapped: Bool
     /// The errno of the refused `mmap` that selected the fallback, or 0.
@@ -295,7 +317,7 @@ final class Journal: Sendable {
     /// Every valid record of the journal file at `url` and its spill (`<url>.spill`), in sequence order, and
     /// the count of records skipped as torn (a writer that died mid-copy) or damaged.
     /// - Throws: ``JournalError`` (`read`): ENOENT, EBADMSG for a file that is not a journal, EFBIG.
-    static func read(_ url: URL) throws -> (records: [Record], skipped: Int) {
+    public static func read(_ url: URL) throws -> (records: [Record], skipped: Int) {
         var reader: OpaquePointer?
         let rc = url.path.withCString { vaka_journal_reader_open($0, &reader) }
         guard rc == 0, let reader else { throw JournalError(code: rc == 0 ? EINVAL : rc, operation: "read") }
