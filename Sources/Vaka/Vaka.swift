@@ -86,6 +86,9 @@ public enum Vaka {
                 let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log)
                 started.begin()
                 state.client = started
+                // Logs: the run's journal (from which the mover sends them), breadcrumbs, the options' sinks.
+                LogRouter.activate(options: options, journal: nil,
+                                   addBreadcrumb: { started.addBreadcrumb($0) })
             } catch {
                 PrivateFiles.writeStandardError("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n")
                 _ = vaka_crash_uninstall()
@@ -189,6 +192,8 @@ public enum Vaka {
         let ending = state.withLock { state -> Client? in
             let ending = state.client
             state.client = nil
+            // Under the lock, as `start` activates it: a start racing with this close keeps its logging.
+            if ending != nil { LogRouter.deactivate() }
             return ending
         }
         guard let ending else { return }

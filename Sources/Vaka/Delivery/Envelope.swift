@@ -177,7 +177,7 @@ public struct EnvelopeItem: Equatable, Sendable {
         public static let event = ItemType(rawValue: "event")
         /// `session`: a session update (JSON object). Rate-limit category `session`.
         public static let session = ItemType(rawValue: "session")
-        /// `log`: a batch of log records (`{"items":[...]}`), with `item_count`. Rate-limit category `log_item`.
+        /// `log`: a batch of Sentry logs (`{"version":2,"items":[...]}`), with `item_count`. Rate-limit category `log_item`.
         public static let log = ItemType(rawValue: "log")
     }
 
@@ -208,8 +208,8 @@ public struct EnvelopeItem: Equatable, Sendable {
         EnvelopeItem(type: .session, payload: json, contentType: "application/json")
     }
 
-    /// A `log` item: `json` is `{"items":[...]}` holding `count` log records;
-    /// content type `application/vnd.sentry.items.log+json`.
+    /// A `log` item: `json` is `{"version":2,"items":[...]}` holding `count` Sentry logs (``LogBatcher``
+    /// writes it); content type `application/vnd.sentry.items.log+json`.
     public static func logs(_ json: Data, count: Int) -> EnvelopeItem {
         EnvelopeItem(type: .log, payload: json, contentType: "application/vnd.sentry.items.log+json", itemCount: count)
     }

@@ -79,9 +79,11 @@ struct RateLimits: Equatable {
         (limitedUntil(category, at: at) ?? .distantPast) > at
     }
 
-    /// The time until which `category` is limited, or `nil` when it is not limited at `at`.
+    /// The time until which `category` is limited, or `nil` when it is not limited at `at`. Logs (`log_item`)
+    /// are also limited by `log_byte`, Sentry's other category for them.
     func limitedUntil(_ category: String, at: Date) -> Date? {
-        let d = max(deadlines[category] ?? .distantPast, deadlines[RateLimits.all] ?? .distantPast)
+        var d = max(deadlines[category] ?? .distantPast, deadlines[RateLimits.all] ?? .distantPast)
+        if category == "log_item" { d = max(d, deadlines["log_byte"] ?? .distantPast) }
         return d > at ? d : nil
     }
 

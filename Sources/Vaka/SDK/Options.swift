@@ -56,6 +56,16 @@ extension Vaka {
         /// directories never share one, and a program started as `/srv/app/current/bin/server` keeps its
         /// directory when a deploy switches `current` to another release. Directories are created with mode 0700, files 0600.
         public var storageDirectory: URL?
+        /// The lowest level ``Vaka/logger`` records and sends; calls below it cost one atomic load and a compare
+        /// (body and attributes are not evaluated). Default `.info`.
+        public var logLevel: LogLevel = .info
+        /// Logs at or above this level (and at or above ``logLevel``) also become breadcrumbs: category `log`,
+        /// `message` the body, `level` the breadcrumb level (`trace`/`debug` → `debug`, `warn` → `warning`),
+        /// `data` the attributes as strings. `nil`: no log becomes a breadcrumb. Default `.info`.
+        public var logBreadcrumbLevel: LogLevel? = .info
+        /// Further places each recorded log goes (e.g. ``ConsoleLogSink`` for stderr), after the run's journal
+        /// (from which logs are sent to Sentry); each sink gets each record once, in this order. Default empty.
+        public var logSinks: [any LogSink] = []
 
         /// Options with a DSN (or none: outbox mode). Parameters are described on the properties.
         public init(dsn: String? = nil, release: String? = nil, environment: String = "production",
