@@ -171,6 +171,21 @@ size_t vaka_crash_copy_images(vaka_crash_image *out, size_t max);
  */
 size_t vaka_crash_capture_frames(uintptr_t *out, size_t max, size_t skip);
 
+/** An open journal (vaka/vaka_journal.h). */
+struct vaka_journal;
+
+/**
+ * Registers the run's journal with the crash handler (NULL unregisters). While registered, a crash report
+ * carries the journal's last sequence number (`journal_seq`, read with one atomic load: the records with a
+ * sequence number up to it were appended before the crash, those being written may be torn) and, when the
+ * journal is in its write(2) fallback (not mapped), the handler writes the journal's rings to its file before
+ * unwinding. The handler uses a copy of the journal's descriptor, memory address and size taken here, so the
+ * journal must stay open while registered; vaka_journal_close() unregisters a journal that is still
+ * registered. Normal context; thread-safe (serialised internally). Works whether or not the handlers are
+ * installed (the registration is kept across install/uninstall).
+ */
+void vaka_crash_set_journal(struct vaka_journal *journal);
+
 /**
  * Test hook: when `stage` is non-zero, the next crash capture faults on purpose at that stage
  * (1 = after the header is written, 2 = while unwinding) to exercise the re-entrancy path: the process
