@@ -1,0 +1,171 @@
+import XCTest
+import VakaTestSupport
+@testable import Vaka
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Breadcrumbs and events through the run's journal, end to end: SIGKILLs at random moments
+/// (`vaka-crashme journal-flood`), every crash scenario with numbered breadcrumbs (`--trail`), 8 capturing
+/// threads, and the write(2) fallback (`VAKA_JOURNAL_NO_MMAP=1`). Outbox mode: the outbox file names give
+/// the order in which envelopes were written.
+final class JournalSDKTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    /// The index `i` of `prefix + "i"`, or `nil`.
+    private func index(_ text: String?, after prefix: String) -> Int? {
+        guard let text, text.hasPrefix(prefix) else { return nil }
+        return Int(text.dropFirst(prefix.count))
+    }
+
+    /// `journal-flood` (10,000 breadcrumbs, a numbered event after every 25th) SIGKILLed at a random moment,
+    /// at least 20 times, each in a fresh storage directory. Before the next launch the killed run's journal
+    /// is read offline: its breadcrumbs are the last ones added before the kill, numbered without a gap, the
+    /// newest being the last one the child reported (or the one after it, added just before the kill), at
+    /// most one record torn. After the next launch the outbox holds every event captured before the kill, in
+    /// capture order without a gap; an event may appear twice only as part of the mover's batch in flight
+    /// (written to the outbox, the process killed before the records were consumed: the next launch writes
+    /// that batch again, so the sequence restarts once, inside what was already written). The killed run's
+    /// session ends `abnormal`.
+    func testJournalFloodKilledAtRandomMomentsLosesNothingBeforeTheKill() throws {
+        var generator = SystemRandomNumberGenerator()
+        var kills = 0, attempts = 0, recoveredFromJournal = 0, redelivered = 0
+        while kills < 20 && attempts < 40 {
+            attempts += 1
+            let storage = dirs.make("flood-\(attempts)")
+            let logs = dirs.make("flood-logs-\(attempts)")
+            let progressURL = storage.appendingPathComponent("journal-flood.progress")
+            let child = try RunningChild(Paths.harness, ["journal-flood", "--storage", storage.path], logDirectory: logs)
+            let deadline = Date().addingTimeInterval(60)
+            while ((try? Data(contentsOf: progressURL))?.isEmpty ?? true) && Date() < deadline { usleep(1000) }
+            usleep(UInt32.random(in: 0...150_000, using: &generator))
+            child.sigkill()
+            guard let result = child.wait(timeout: 60) else { XCTFail("journal-flood hung"); return }
+            guard result.signaled else {
+                XCTAssertEqual(result.outcome, "exit 0", result.stderr)
+                continue  // finished before the kill: not counted
+            }
+            kills += 1
+            let progress = try String(contentsOf: progressURL, encoding: .utf8).split(whereSeparator: { $0 == " " || $0 == "\n" }).prefix(2).compactMap { Int($0) }
+            XCTAssertEqual(progress.count, 2)
+            guard progress.count == 2 else { return }
+            let (crumbsAdded, eventsCaptured) = (progress[0], progress[1])
+
+            // The killed run's journal, read offline.
+            let runs = try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path)
+            XCTAssertEqual(runs.count, 1)
+            let runDir = storage.appendingPathComponent("runs/\(try XCTUnwrap(runs.first))")
+            let (records, skipped) = try Journal.read(runDir.appendingPathComponent("journal"))
+            XCTAssertLessThanOrEqual(skipped, 1, "at most one torn record")
+            let crumbs = records.filter { $0.kind == .breadcrumb }.compactMap { index($0.text, after: "crumb ") }
+            let last = try XCTUnwrap(crumbs.last)
+            XCTAssertTrue(last == crumbsAdded - 1 || last == crumbsAdded, "newest breadcrumb \(last), child had added \(crumbsAdded)")
+            XCTAssertEqual(crumbs, Array((last - crumbs.count + 1)...last), "contiguous, oldest first")
+            XCTAssertGreaterThan(crumbs.count, 100, "the ring keeps more than an event carries")
+            recoveredFromJournal += records.filter { $0.kind == .event && !$0.consumed }.count
+
+            let sid = try XCTUnwrap(readOutbox(storage).flatMap(\.sessions).first?["sid"] as? String)
+            let relaunch = try runHarness(["--storage", storage.path], logDirectory: logs)
+            XCTAssertEqual(relaunch.outcome, "exit 0", relaunch.stderr)
+            let outbox = try readOutbox(storage)
+            let events = outbox.flatMap(\.events).compactMap { index(dig($0, "logentry", "formatted") as? String, after: "flood event ") }
+            let distinct = Set(events)
+            let top = events.max() ?? -1
+            XCTAssertTrue(top == eventsCaptured - 1 || top == eventsCaptured, "newest event \(top), child had captured \(eventsCaptured)")
+            XCTAssertEqual(distinct, Set(0..<(top + 1)), "every event before the kill, none missing")
+            // In order: one restart at most (the batch in flight written again), never past what was written.
+            var restarts = 0
+            for (a, b) in zip(events, events.dropFirst()) where b != a + 1 {
+                restarts += 1
+                XCTAssertLessThanOrEqual(b, a, "a gap between \(a) and \(b)")
+            }
+            XCTAssertLessThanOrEqual(restarts, 1, "\(events)")
+            redelivered += events.count - distinct.count
+            // Each event carries the breadcrumbs before it: the newest is the one added right before it.
+            for event in outbox.flatMap(\.events) {
+                guard let n = index(dig(event, "logentry", "formatted") as? String, after: "flood event ") else { continue }
+                let messages = (dig(event, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String } ?? []
+                XCTAssertEqual(messages.last, "crumb \(n * 25 + 24)", "event \(n)")
+            }
+            let updates = outbox.flatMap(\.sessions).filter { $0["sid"] as? String == sid }
+            XCTAssertEqual(updates.last?["status"] as? String, "abnormal", "\(updates)")
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path), [],
+                           "the killed run's directory is removed by the join, the relaunch's at its exit")
+        }
+        XCTAssertGreaterThanOrEqual(kills, 20, "only \(kills) of \(attempts) runs were killed before they finished")
+        print("journal flood: \(kills) SIGKILLs in \(attempts) runs; \(recoveredFromJournal) events recovered from killed runs' journals, \(redelivered) written twice")
+    }
+
+    /// Every crash scenario with `--trail 150:5`: at the next launch the fatal event's breadcrumbs are the last
+    /// 100 added before the crash, `crumb 149` (the last one) included, and the 5 messages captured among
+    /// them are delivered too (from the crashed run's journal when its mover had not moved them yet).
+    func testEveryCrashScenarioCarriesTheLastBreadcrumbsBeforeTheCrash() throws {
+        let list = try runHarnessList()
+        XCTAssertGreaterThan(list.count, 20)
+        for scenario in list {
+            try checkTrail(scenario: scenario, environment: [:])
+        }
+    }
+
+    /// mmap refused (`VAKA_JOURNAL_NO_MMAP=1`: the journal's write(2) fallback): breadcrumbs and events are
+    /// still recorded, and delivered after a crash.
+    func testWithoutSharedMappingBreadcrumbsAndEventsSurviveACrash() throws {
+        for scenario in ["null-deref", "abort", "swift-fatal-error"] {
+            try checkTrail(scenario: scenario, environment: ["VAKA_JOURNAL_NO_MMAP": "1", "VAKA_DEBUG": "1"]) { stderr in
+                XCTAssertTrue(stderr.contains("shared mapping not used"), stderr)
+            }
+        }
+    }
+
+    private func runHarnessList() throws -> [String] {
+        let logs = dirs.make("list-logs")
+        let list = try runHarness(["--list"], logDirectory: logs)
+        return list.stdout.split(separator: "\n").map(String.init)
+    }
+
+    private func checkTrail(scenario: String, environment: [String: String], stderrCheck: ((String) -> Void)? = nil) throws {
+        let storage = dirs.make("trail-\(scenario)")
+        let logs = dirs.make("trail-logs-\(scenario)")
+        let crash = try runHarness([scenario, "--trail", "150:5", "--storage", storage.path], environment: environment, logDirectory: logs)
+        XCTAssertTrue(crash.signaled, "\(scenario): \(crash.outcome)\n\(crash.stderr)")
+        stderrCheck?(crash.stderr)
+        let relaunch = try runHarness(["--storage", storage.path], environment: environment, logDirectory: logs)
+        XCTAssertEqual(relaunch.outcome, "exit 0", "\(scenario): \(relaunch.stderr)")
+        let events = try readOutbox(storage).flatMap(\.events)
+        guard let fatal = events.first(where: { $0["level"] as? String == "fatal" }) else {
+            return XCTFail("\(scenario): no fatal event\n\(crash.stderr)\n\(relaunch.stderr)")
+        }
+        let messages = (dig(fatal, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String }
+        XCTAssertEqual(messages, (50..<150).map { "crumb \($0)" }, scenario)
+        let trail = events.compactMap { dig($0, "logentry", "formatted") as? String }.filter { $0.hasPrefix("trail event ") }
+        XCTAssertEqual(trail, (0..<5).map { "trail event \($0)" }, "\(scenario): each message once, in order")
+        // Each message carries the breadcrumbs added before it: event k comes right after crumb k·149/5.
+        for (k, event) in events.filter({ (dig($0, "logentry", "formatted") as? String ?? "").hasPrefix("trail event ") }).enumerated() {
+            let crumbs = (dig(event, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String }
+            XCTAssertEqual(crumbs?.last, "crumb \(k * 149 / 5)", "\(scenario): event \(k)")
+        }
+    }
+
+    /// 8 threads capture 100 messages each while adding breadcrumbs: every event is delivered exactly once,
+    /// and each thread's events in the order that thread captured them.
+    func testEventsFromEightThreadsNoneLostNoneDuplicated() throws {
+        let storage = dirs.make("threads")
+        let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
+                                runID: "T-\(UUID().uuidString)", dsn: nil, log: nil)
+        client.begin()
+        DispatchQueue.concurrentPerform(iterations: 8) { t in
+            for i in 0..<100 {
+                client.addBreadcrumb(category: "t\(t)", message: "crumb \(i)")
+                client.capture(message: "t\(t) event \(i)", level: .info)
+            }
+        }
+        client.end(timeout: 5)
+        let messages = try readOutbox(storage).flatMap(\.events).compactMap { dig($0, "logentry", "formatted") as? String }
+        XCTAssertEqual(messages.count, 800)
+        XCTAssertEqual(Set(messages).count, 800, "no duplicates")
+        for t in 0..<8 {
+            XCTAssertEqual(messages.filter { $0.hasPrefix("t\(t) ") }, (0..<100).map { "t\(t) event \($0)" }, "thread \(t)")
+        }
+    }
+}
