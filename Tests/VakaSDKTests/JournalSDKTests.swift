@@ -118,8 +118,8 @@ final class JournalSDKTests: XCTestCase {
     /// still recorded, and delivered after a crash.
     func testWithoutSharedMappingBreadcrumbsAndEventsSurviveACrash() throws {
         for scenario in ["null-deref", "abort", "swift-fatal-error"] {
-            try checkTrail(scenario: scenario, environment: ["VAKA_JOURNAL_NO_MMAP": "1", "VAKA_DEBUG": "1"]) { stderr in
-                XCTAssertTrue(stderr.contains("shared mapping not used"), stderr)
+            try checkTrail(scenario: scenario, environment: ["VAKA_JOURNAL_NO_MMAP": "1"]) { stderr in
+                XCTAssertTrue(stderr.contains("[vaka] journal: mmap refused"), stderr)
             }
         }
     }
@@ -144,10 +144,16 @@ final class JournalSDKTests: XCTestCase {
         }
         let messages = (dig(fatal, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String }
         XCTAssertEqual(messages, (50..<150).map { "crumb \($0)" }, scenario)
-        let trail = events.compactMap { dig($0, "logentry", "formatted") as? String }.filter { $0.hasPrefix("trail event ") }
-        XCTAssertEqual(trail, (0..<5).map { "trail event \($0)" }, "\(scenario): each message once, in order")
+        // Each message, in order; one may be written twice: the mover's envelope in flight when the crash came
+        // (written to the outbox, its record not consumed yet), written again by the next launch.
+        let trailEvents = events.filter { (dig($0, "logentry", "formatted") as? String ?? "").hasPrefix("trail event ") }
+        let trail = trailEvents.compactMap { index(dig($0, "logentry", "formatted") as? String, after: "trail event ") }
+        var firsts: [Int] = []
+        for k in trail where !firsts.contains(k) { firsts.append(k) }
+        XCTAssertEqual(firsts, Array(0..<5), "\(scenario): every message, in order: \(trail)")
+        XCTAssertLessThanOrEqual(trail.count, 6, "\(scenario): at most the one in flight twice: \(trail)")
         // Each message carries the breadcrumbs added before it: event k comes right after crumb k·149/5.
-        for (k, event) in events.filter({ (dig($0, "logentry", "formatted") as? String ?? "").hasPrefix("trail event ") }).enumerated() {
+        for (k, event) in zip(trail, trailEvents) {
             let crumbs = (dig(event, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String }
             XCTAssertEqual(crumbs?.last, "crumb \(k * 149 / 5)", "\(scenario): event \(k)")
         }

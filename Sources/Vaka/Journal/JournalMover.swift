@@ -47,10 +47,11 @@ struct ScopedLogBatcher: LogMoving {
 ///    and the last 100 breadcrumbs with a lower seq (one breadcrumb snapshot per pass:
 ///    ``Journal/breadcrumbs()``), fitted to the size budget (``EventFactory/finalize(_:budget:log:)``) and put
 ///    in an envelope with the session update of its meta attribute `session`, if any. The pass's envelopes go
-///    to ``Delivery/submit(batch:)`` (queue mode: one write of `pending/` for all of them), and only once
-///    they are on disk are the records consumed (``Journal/consume(through:)``): a record leaves the journal
-///    only when it is durable elsewhere. The process dying between the write and the consume leaves that pass's
-///    records in the journal, so the next launch delivers them again (same `event_id`: servers keep one).
+///    to ``Delivery/submit(batch:)`` (queue mode: one write of `pending/` for up to 200 of them; outbox mode:
+///    one file each, consumed one by one), and only once they are on disk are the records consumed
+///    (``Journal/consume(through:)``): a record leaves the journal only when it is durable elsewhere. The
+///    process dying between the write and the consume leaves that batch's records in the journal, so the next
+///    launch delivers them again (same `event_id`: servers keep one).
 ///    When `pending/` cannot be written, the envelopes are held in memory by the queue (and still sent); the
 ///    records stay unconsumed until a later pass writes them (``Delivery/persistQueued()``).
 /// 2. Logs: each record goes to the ``LogMoving`` (when the client has one); a due batch (count, bytes, age,
@@ -205,11 +206,14 @@ final class JournalMover: @unchecked Sendable {
             }
             envelopes.removeAll(keepingCapacity: true)
         }
+        // Outbox mode: each envelope is its own file, durable once written: consumed one by one, so a death
+        // mid-pass leaves at most one envelope to be written again.
+        let perEnvelope = delivery.queue == nil
         while let record = journal.next(.event, after: state.eventCursor), record.seq <= horizon {
             state.eventCursor = record
             last = record
             if let envelope = envelope(for: record, trail: trail) { envelopes.append(envelope) }
-            if envelopes.count >= JournalMover.maxEnvelopesPerSubmit {
+            if perEnvelope || envelopes.count >= JournalMover.maxEnvelopesPerSubmit {
                 submit()
                 if state.unconsumedEvent != nil { return }
             }
