@@ -35,8 +35,9 @@ final class SizeLimitTests: LoopbackServerTestCase {
     }
 
     private func makeClient(_ storage: URL, runID: String = "RUN-\(UUID().uuidString)") throws -> Client {
-        try Client(options: Vaka.Options(dsn: server.dsn, sessionTracking: false, storageDirectory: storage),
-                   storage: storage, runID: runID, dsn: try DSN(server.dsn), log: log.sink)
+        var options = Vaka.Options(dsn: server.dsn, sessionTracking: false, storageDirectory: storage)
+        options.journalSize = 4 << 20  // a breadcrumb ring (3/8) that holds 100 breadcrumbs of 8 KiB
+        return try Client(options: options, storage: storage, runID: runID, dsn: try DSN(server.dsn), log: log.sink)
     }
 
     /// Random letters and digits: text that compresses about as badly as real text can.

@@ -89,9 +89,20 @@ final class Client: Sendable {
     /// see ``Journal``); `nil` with a debug line when it cannot be created.
     static func openJournal(in directory: URL, size: Int, log: (@Sendable (String) -> Void)?) -> Journal? {
         do {
-            let journal = try Journal(path: directory.appendingPathComponent("journal"), size: size, failed: { code in
-                log?("journal append failed: \(String(cString: strerror(code)))")
-            })
+            // With SIGXFSZ blocked, as every SDK write: sizing the file past an RLIMIT_FSIZE quota then fails
+            // with EFBIG (no journal: memory only) instead of killing the app.
+            var opened: Result<Journal, Error> = .failure(JournalError(code: EINVAL, operation: "open"))
+            _ = PrivateFiles.withFileSizeSignalBlocked {
+                opened = Result {
+                    try Journal(path: directory.appendingPathComponent("journal"), size: size, failed: { code in
+                        log?("journal append failed: \(String(cString: strerror(code)))")
+                    })
+                }
+                // EFBIG tells the helper to take the SIGXFSZ the sizing raised off the pending set.
+                if case .failure(let error as JournalError) = opened { return error.code }
+                return 0
+            }
+            let journal = try opened.get()
             if !journal.isMapped {
                 log?("journal \(journal.url.path): shared mapping not used (errno \(journal.mmapError)); written to the file every \(Int(Journal.fallbackSyncInterval * 1000)) ms and at a crash")
             }
