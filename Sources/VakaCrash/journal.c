@@ -110,7 +110,8 @@ int vaka_journal_open(const vaka_journal_options *options, vaka_journal **out)
 
     void *m = MAP_FAILED;
     if (!(options->flags & VAKA_JOURNAL_NO_MMAP)) {
-        m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, j->fd, 0);
+        /* MAP_POPULATE: the pages are mapped now, not by faults on the append path. */
+        m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, j->fd, 0);
         if (m == MAP_FAILED) j->mmap_error = errno;
     } else {
         j->mmap_error = EPERM;
@@ -118,7 +119,8 @@ int vaka_journal_open(const vaka_journal_options *options, vaka_journal **out)
     if (m != MAP_FAILED) {
         j->mapped = 1;
     } else {
-        m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        /* shared with fork children, as the file mapping is */
+        m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
         if (m == MAP_FAILED) { rc = errno; goto fail; }
     }
     j->mem = m;

@@ -28,7 +28,9 @@
  *                                           two timers bound the capture (a stuck winner -> the watchdog handler ->
  *                                           sig_death.c).
  *   6. sig_report.c: vaka_sig_capture       the report: sig_report_file.c: vaka_sig_open_report (spare, reserve,
- *                                           by directory, by path), header lines, registers, frames
+ *                                           by directory, by path), header lines (with `journal_seq` from
+ *                                           sig_journal.c; a journal in its fallback is written to its file
+ *                                           right after them), registers, frames
  *                                           (sig_unwind.c), images (sig_images.c), `end`; written with
  *                                           sig_report_writer.c, memory read with sig_safe_memory.c.
  *   7. sig_watchdog.c: vaka_sig_disarm_watchdog; sig_report_file.c: vaka_sig_restore_fsize_limit,

@@ -1,10 +1,12 @@
 /*
  * Signal path: the report's content — the header lines (run, process, thread, time, executable, signal,
- * si_code, fault address or sender, messages), the registers, the frames, the images, how memory was read,
+ * si_code, fault address or sender, messages, the journal's last sequence number), the registers, the frames, the images, how memory was read,
  * the capture time and `end`, in the order docs/report-format.md gives, every key from
- * vaka/vaka_report_format.h. The file it goes into comes from sig_report_file.c.
+ * vaka/vaka_report_format.h. The file it goes into comes from sig_report_file.c; a registered journal's
+ * fallback is written to its file after the header (sig_journal.c).
  */
 #include "sig_state.h"
+#include "journal_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -91,6 +93,15 @@ void vaka_sig_write_messages(void)
         if (vaka_safe_read(r, &size, p, sizeof size) == sizeof size && size > sizeof size)
             vaka_sig_write_message(VAKA_REPORT_KEY_ABORT_MESSAGE, p + sizeof size, size - sizeof size);
     }
+}
+
+void vaka_sig_write_journal_seq(void)
+{
+    uint64_t seq = 0;
+    if (!vaka_sig_journal_seq(&seq)) return;
+    vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_JOURNAL_SEQ);
+    vaka_w_udec(&vaka_run.writer, seq);
+    vaka_w_nl(&vaka_run.writer);
 }
 
 static int has_fault_address(int sig, int code)
@@ -233,7 +244,10 @@ void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_n
 
     vaka_sig_raise_fsize_limit();
     int fd = vaka_sig_open_report(target);
-    if (fd < 0) return; /* nowhere to write; chaining still happens */
+    if (fd < 0) { /* nowhere to write; chaining still happens */
+        vaka_sig_journal_sync_registered();
+        return;
+    }
     vaka_run.report_fd = fd;
     vaka_w_init(&vaka_run.writer, fd);
     vaka_safe_reader_begin(&vaka_state.reader);
@@ -241,8 +255,11 @@ void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_n
     vaka_sig_write_identity(target, tid, wall_ns);
     vaka_sig_write_signal(sig, info);
     vaka_sig_write_messages();
+    vaka_sig_write_journal_seq();
     /* Flush the header now: if anything below faults or hangs, it is already on disk. */
     vaka_w_flush(&vaka_run.writer);
+    /* A journal in its write(2) fallback: its records to its file now, before the unwinding that may hang. */
+    vaka_sig_journal_sync_registered();
     vaka_sig_test_fault(1);
 
     vaka_sig_write_registers(uc);

@@ -138,6 +138,8 @@ void vaka_sig_write_messages(void);
 /** One message line `key` with the text at address `p`: at most min(`cap`, VAKA_REPORT_MESSAGE_MAX) bytes,
  *  trailing newlines removed; nothing when `p` is 0 or the text is empty. */
 void vaka_sig_write_message(const char *key, uintptr_t p, size_t cap);
+/** `journal_seq`: the registered journal's last sequence number (nothing when no journal is registered). */
+void vaka_sig_write_journal_seq(void);
 /** The `register` lines of `uc`. */
 void vaka_sig_write_registers(const ucontext_t *uc);
 /** The `frame` lines and `frames_truncated` (when `truncated`). */

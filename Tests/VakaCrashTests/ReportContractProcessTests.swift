@@ -16,6 +16,10 @@ final class ReportContractProcessTests: XCTestCase {
 
     func testTheReaderTakesEveryLineTheWriterWrites() throws {
         var written = Set<String>()
+        // `journal_seq`: a C program with a registered journal (the harness's SDK registers its own only once
+        // the SDK keeps its run journal; testJournalSeqIsTheLastAppendedRecord checks the value).
+        let journalRun = try Self.journalCrash(mapped: true)
+        written.formUnion(journalRun.report.split(separator: "\n").dropFirst().map { String($0.prefix { $0 != " " }) })
         for scenario in scenarios {
             let work = Paths.freshDirectory("contract-\(scenario)")
             let storage = work.appendingPathComponent("storage", isDirectory: true)
@@ -48,5 +52,50 @@ final class ReportContractProcessTests: XCTestCase {
         let expected = Set(ReportKey.allCases.map(\.name)).subtracting([ReportKey.pad.name])
         XCTAssertEqual(written.intersection(expected), expected,
                        "keys no scenario's report held: \(expected.subtracting(written).sorted())")
+    }
+
+    /// A C program (the real runtime) that opens a journal beside its reports (`mapped`: or in the write(2)
+    /// fallback), appends 5 breadcrumbs, registers it with vaka_crash_set_journal, appends 2 more and writes
+    /// through a null pointer. Returns the report's text and the journal's path.
+    static func journalCrash(mapped: Bool) throws -> (report: String, journal: URL, run: RuntimeProgram.Run) {
+        let program = try RuntimeProgram.build("journal-crash", """
+            #include "vaka/vaka_journal.h"
+            int main(int argc, char **argv) {
+                vk_start("journal-run");
+                char path[4096];
+                snprintf(path, sizeof path, "%s/journal", getenv("VK_DIR"));
+                vaka_journal_options o = { .path = path, .flags = argc > 1 ? VAKA_JOURNAL_NO_MMAP : 0 };
+                vaka_journal *j = NULL;
+                if (vaka_journal_open(&o, &j) != 0) return 5;
+                char body[32];
+                for (int i = 1; i <= 7; i++) {
+                    if (i == 6) vaka_crash_set_journal(j);
+                    snprintf(body, sizeof body, "crumb %d", i);
+                    vaka_journal_entry e = { .kind = VAKA_JOURNAL_BREADCRUMB, .level = 9, .body = body,
+                                             .body_len = (uint32_t)strlen(body) };
+                    if (vaka_journal_append(j, &e, NULL) != 0) return 6;
+                }
+                vk_null();
+                return 0;
+            }
+            """)
+        let run = try RuntimeProgram.run(program, mapped ? [] : ["--no-mmap"])
+        return (run.onlyReport, run.directory.appendingPathComponent("journal"), run)
+    }
+
+    /// The report of a crash with a registered journal says `journal_seq 7` (the last record appended), the
+    /// reader takes it into `CrashReport.journalSeq`, and the journal file holds the 7 records — also when the
+    /// journal is in its write(2) fallback, where only the crash handler's sync puts them on disk.
+    func testJournalSeqIsTheLastAppendedRecord() throws {
+        for mapped in [true, false] {
+            let (text, journal, run) = try Self.journalCrash(mapped: mapped)
+            XCTAssertEqual(run.result.reason, .uncaughtSignal, "mapped \(mapped): \(run.result.stderrTail())")
+            XCTAssertEqual(reportValue(text, VAKA_REPORT_KEY_JOURNAL_SEQ), "7", "mapped \(mapped)\n\(text)")
+            let report = try CrashReport(data: Data(text.utf8))
+            XCTAssertEqual(report.journalSeq, 7)
+            let records = try Journal.read(journal)
+            XCTAssertEqual(records.skipped, 0)
+            XCTAssertEqual(records.records.map(\.text), (1 ... 7).map { "crumb \($0)" }, "mapped \(mapped)")
+        }
     }
 }

@@ -69,6 +69,7 @@ final class RuntimeUnitTests: XCTestCase {
             VAKA_REPORT_KEY_THREAD_NAME, VAKA_REPORT_KEY_TIMESTAMP_NS, VAKA_REPORT_KEY_ARCH,
             VAKA_REPORT_KEY_EXECUTABLE, VAKA_REPORT_KEY_SIGNAL, VAKA_REPORT_KEY_CODE, VAKA_REPORT_KEY_FAULT_ADDR,
             VAKA_REPORT_KEY_SENDER, VAKA_REPORT_KEY_FATAL_MESSAGE, VAKA_REPORT_KEY_ABORT_MESSAGE,
+            VAKA_REPORT_KEY_JOURNAL_SEQ,
             VAKA_REPORT_KEY_REGISTER, VAKA_REPORT_KEY_FRAME, VAKA_REPORT_KEY_FRAMES_TRUNCATED, VAKA_REPORT_KEY_IMAGE,
             VAKA_REPORT_KEY_MEMORY_READ, VAKA_REPORT_KEY_CAPTURE_NS, VAKA_REPORT_KEY_PAD, VAKA_REPORT_KEY_END,
         ]
@@ -91,6 +92,8 @@ final class RuntimeUnitTests: XCTestCase {
         XCTAssertEqual(reportValue(fault, VAKA_REPORT_KEY_FATAL_MESSAGE), "Fatal error: contract \\\\ check\\tone")
         XCTAssertEqual(reportValue(fault, VAKA_REPORT_KEY_ABORT_MESSAGE), "assertion \\x01 failed")
         XCTAssertEqual(reportValue(sender, VAKA_REPORT_KEY_SENDER), "4242 1000")
+        XCTAssertEqual(reportValue(fault, VAKA_REPORT_KEY_JOURNAL_SEQ), "3", "the registered journal's last seq")
+        XCTAssertNil(reportValue(sender, VAKA_REPORT_KEY_JOURNAL_SEQ), "no journal registered: no line")
         XCTAssertEqual(reportValue(fault, VAKA_REPORT_KEY_FRAMES_TRUNCATED), "4")
         XCTAssertEqual(Int(VAKA_REPORT_MAX_FRAMES), Int(VAKA_MAX_FRAMES))
     }

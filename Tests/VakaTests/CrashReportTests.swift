@@ -46,6 +46,7 @@ final class CrashReportTests: XCTestCase {
                                                path: "/work/main/.build/debug/vaka-crashme"))
         XCTAssertEqual(report.images[2], .init(base: 0x7ffd3a1f6000, size: 0x2000, buildID: nil, path: "[vdso]"))
         XCTAssertEqual(report.captureNs, 183_211)
+        XCTAssertEqual(report.journalSeq, 1042)
         XCTAssertFalse(report.isTruncated)
         XCTAssertEqual(report.diagnostics, CrashReport.Diagnostics())
     }

@@ -36,7 +36,7 @@ final class ReportContractTests: XCTestCase {
         let line: [ReportKey: String] = [
             .runID: "r-1", .pid: "41", .tid: "42", .threadName: "worker", .timestampNs: "1796040000123456789",
             .arch: VAKA_REPORT_ARCH_X86_64, .executable: "/bin/app", .signal: "11 SIGSEGV", .code: "1 SEGV_MAPERR",
-            .faultAddress: "0x10", .sender: "7 1000", .fatalMessage: "boom", .abortMessage: "assert",
+            .faultAddress: "0x10", .sender: "7 1000", .fatalMessage: "boom", .abortMessage: "assert", .journalSeq: "1234",
             .register: "rip 0x1234", .frame: "0x1234 \(VAKA_REPORT_FRAME_METHOD_CONTEXT)", .framesTruncated: "128",
             .image: "0x1000 0x2000 abcd /lib/x.so", .memoryRead: VAKA_REPORT_MEMORY_READ_PVR, .captureNs: "183211",
             .pad: "....",

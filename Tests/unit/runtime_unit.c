@@ -11,11 +11,13 @@
  *                                      exit status 1 when any check failed
  *   runtime_unit --contract-report DIR write two reports with the runtime's real writer functions into DIR
  *                                      (install, then each piece of the capture in turn): `contract-fault.crash`
- *                                      (a SIGSEGV with every key but `sender`) and `contract-sender.crash` (a
- *                                      SIGABRT sent by a process: `sender` instead of `fault_addr`). Together they
+ *                                      (a SIGSEGV with every key but `sender`, a journal registered) and
+ *                                      `contract-sender.crash` (a SIGABRT sent by a process: `sender` instead of
+ *                                      `fault_addr`, no journal: no `journal_seq`). Together they
  *                                      hold every key of vaka/vaka_report_format.h.
  */
 #include "sig_state.h"
+#include "vaka/vaka_journal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -639,6 +641,7 @@ static int contract_report(const char *dir, const char *name, int sig, const sig
     vaka_sig_write_identity(target, vaka_sig_gettid(), vaka_sig_now_ns(CLOCK_REALTIME));
     vaka_sig_write_signal(sig, info);
     vaka_sig_write_messages();
+    vaka_sig_write_journal_seq();
     vaka_sig_write_registers(&uc);
     uintptr_t ips[] = { vaka_uc_pc(&uc), 0x401234, 0x401300, 0x401400 };
     uint8_t methods[] = { VAKA_FRAME_CONTEXT, VAKA_FRAME_CFI, VAKA_FRAME_FP, VAKA_FRAME_SCAN };
@@ -675,7 +678,20 @@ static int write_contract_reports(const char *dir)
     sent.si_code = SI_USER;
     sent.si_pid = 4242;
     sent.si_uid = 1000;
+    /* A registered journal with 3 records: the fault report says `journal_seq 3`; the sender report is written
+     * with none registered (no line). */
+    char jpath[PATH_MAX];
+    snprintf(jpath, sizeof jpath, "%s/contract.journal", dir);
+    vaka_journal_options jo = { .path = jpath };
+    vaka_journal *journal = NULL;
+    if (vaka_journal_open(&jo, &journal) != 0) return 5;
+    for (int i = 0; i < 3; i++)
+        vaka_journal_append(journal, &(vaka_journal_entry){ .kind = VAKA_JOURNAL_BREADCRUMB, .body = "b", .body_len = 1 },
+                            NULL);
+    vaka_crash_set_journal(journal);
     if (contract_report(dir, "contract-fault.crash", SIGSEGV, &fault, 1)) return 3;
+    vaka_crash_set_journal(NULL);
+    vaka_journal_close(journal);
     if (contract_report(dir, "contract-sender.crash", SIGABRT, &sent, 0)) return 4;
     return 0;
 }

@@ -15,8 +15,12 @@
  *     `<journal path>.spill` with one write(2) instead (same record format), and read back from there.
  *
  * When mmap(MAP_SHARED) of the file is refused (a filesystem without shared mappings, or
- * VAKA_JOURNAL_NO_MMAP), the rings live in anonymous memory and vaka_journal_sync() writes them to the file
- * (buffered write(2)); the crash handler calls it too, so only a SIGKILL loses the records since the last sync.
+ * VAKA_JOURNAL_NO_MMAP), the rings live in anonymous shared memory and vaka_journal_sync() writes them to the
+ * file (one pwrite(2) of the whole image); the crash handler calls it too (vaka_crash_set_journal), so only a
+ * SIGKILL loses the records since the last sync.
+ *
+ * A record is accepted by a reader only where it is committed, names its own logical position and its 32-bit
+ * check matches: a record torn by its writer's death, or overwritten while a reader copied it, is skipped.
  *
  * Everything here is ordinary code except where a function says "async-signal-safe".
  */
@@ -143,13 +147,17 @@ int vaka_journal_fill_permille(const vaka_journal *journal, uint8_t kind);
 void vaka_journal_consume(vaka_journal *journal, const vaka_journal_record *record);
 
 /** Copies the breadcrumb ring's committed records, consistent against concurrent appends, into `buf` and
- *  returns the bytes used (parse with vaka_journal_reader_open_memory), or -1 with *needed when too small. */
+ *  returns the bytes used (parse with vaka_journal_reader_open_memory), or -1 with *needed when too small
+ *  (*needed is the ring's size, enough for any snapshot). The records are in seq order; records a concurrent
+ *  append may have overwritten while they were copied are left out. */
 long vaka_journal_snapshot_breadcrumbs(vaka_journal *journal, void *buf, size_t cap, size_t *needed);
 
-/** Fallback only (no-op when mapped): writes the rings to the file with write(2). Async-signal-safe. */
+/** Fallback only (no-op when mapped): writes the header page and the rings to the file (pwrite(2) from offset 0).
+ *  Async-signal-safe. A record being appended meanwhile may reach the file torn (readers skip it). */
 void vaka_journal_sync(vaka_journal *journal);
 
-/** Closes the journal (unmaps; syncs in the fallback). The file stays. */
+/** Closes the journal (syncs in the fallback; unmaps; unregisters it from the crash handler when it is the
+ *  registered one). No other call on it may run or follow. The file stays. */
 void vaka_journal_close(vaka_journal *journal);
 
 /** Offline reader of a journal file (the next launch, `vaka journal show`): every valid record of every

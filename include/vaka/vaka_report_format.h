@@ -51,6 +51,9 @@ extern "C" {
 #define VAKA_REPORT_KEY_FATAL_MESSAGE "fatal_message"
 /** Text: glibc's abort message (__abort_msg), at most VAKA_REPORT_MESSAGE_MAX bytes before escaping. */
 #define VAKA_REPORT_KEY_ABORT_MESSAGE "abort_message"
+/** Decimal: present when a journal is registered (vaka_crash_set_journal): its last sequence number at the
+ *  crash (vaka_journal_last_seq, one atomic load) — the records up to it were appended before the crash. */
+#define VAKA_REPORT_KEY_JOURNAL_SEQ "journal_seq"
 /** `<name> <hex>`: one general register of the crashed thread (repeats). */
 #define VAKA_REPORT_KEY_REGISTER "register"
 /** `<hex> <method>`: one frame of the crashed thread, newest first (repeats, at most VAKA_REPORT_MAX_FRAMES);

@@ -146,6 +146,10 @@ public struct CrashReport: Equatable, Sendable {
     public var fatalMessage: String?
     /// glibc's abort message (failed `assert`, malloc corruption).
     public var abortMessage: String?
+    /// The run journal's last sequence number at the crash (`journal_seq`): the journal records with a sequence
+    /// number up to it were appended before the crash (a record being written then may be torn). `nil` when no
+    /// journal was registered with the crash handler.
+    public var journalSeq: UInt64?
     /// General registers at the fault, in report order.
     public var registers: [Register] = []
     /// Frames of the crashed thread, **newest first** as in the report (the first is the crash site).

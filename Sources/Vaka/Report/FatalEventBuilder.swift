@@ -361,7 +361,7 @@ public struct FatalEventBuilder {
         "$s30FoundationInternationalization", "$s8Dispatch", "_ZSt", "_ZNSt", "_ZNKSt",
         "$s4Vaka", "$s17VakaSymbolication", "vaka_crash_", "vaka_sig_", "vaka_w_", "vaka_uc_", "vaka_safe_read",
         "vaka_thread_stack_", "vaka_fp_walk", "vaka_scan_stack", "vaka_images_collect", "vaka_find_build_id",
-        "vaka_signal_name", "vaka_si_code_name", "vaka_rt_",
+        "vaka_signal_name", "vaka_si_code_name", "vaka_rt_", "vaka_journal_", "vaka_jr_",
     ]
 
     private func debugImages(_ stack: NativeStack, symbolicating allowed: Set<Int>) -> [DebugImage] {

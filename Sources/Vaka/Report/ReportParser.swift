@@ -11,7 +11,7 @@ import VakaSymbolication
 /// added here must be handled there.
 enum ReportKey: CaseIterable, Sendable {
     case runID, pid, tid, threadName, timestampNs, arch, executable, signal, code, faultAddress, sender
-    case fatalMessage, abortMessage, register, frame, framesTruncated, image, memoryRead, captureNs, pad, end
+    case fatalMessage, abortMessage, journalSeq, register, frame, framesTruncated, image, memoryRead, captureNs, pad, end
 
     /// The key as the report writes it, e.g. `fault_addr`.
     var name: String {
@@ -29,6 +29,7 @@ enum ReportKey: CaseIterable, Sendable {
         case .sender: VAKA_REPORT_KEY_SENDER
         case .fatalMessage: VAKA_REPORT_KEY_FATAL_MESSAGE
         case .abortMessage: VAKA_REPORT_KEY_ABORT_MESSAGE
+        case .journalSeq: VAKA_REPORT_KEY_JOURNAL_SEQ
         case .register: VAKA_REPORT_KEY_REGISTER
         case .frame: VAKA_REPORT_KEY_FRAME
         case .framesTruncated: VAKA_REPORT_KEY_FRAMES_TRUNCATED
@@ -61,6 +62,7 @@ enum ReportKey: CaseIterable, Sendable {
         case .sender: report.sender != nil
         case .fatalMessage: report.fatalMessage != nil
         case .abortMessage: report.abortMessage != nil
+        case .journalSeq: report.journalSeq != nil
         case .register: !report.registers.isEmpty
         case .frame: !report.frames.isEmpty
         case .framesTruncated: report.framesTruncated != nil
@@ -289,6 +291,8 @@ struct ReportParser {
             setNumber(key, string, \.timestampNs)
         case .captureNs:
             setNumber(key, string, \.captureNs)
+        case .journalSeq:
+            setNumber(key, string, \.journalSeq)
         case .framesTruncated:
             setNumber(key, string, \.framesTruncated, nonNegative: true)
         case .faultAddress:
