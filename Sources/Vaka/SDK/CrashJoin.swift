@@ -284,7 +284,7 @@ extension Client {
         let crashed = previous?.scope ?? RunScope(runID: report.runID ?? "", release: currentRelease,
                                                   environment: options.environment, tags: [:], userID: nil, session: nil)
         let records = journal ?? previous.map { recoverJournal(of: $0) } ?? []
-        let crumbs = Breadcrumb.last(records, before: Client.journalSeq(of: report).map { $0 &+ 1 })
+        let crumbs = Breadcrumb.last(records, before: report.journalSeq.map { $0 &+ 1 })
         event.release = crashed.release
         event.environment = crashed.environment
         // This machine's contexts, with the device the report names and the crashed run's release and start.
@@ -302,11 +302,6 @@ extension Client {
         }
         return Envelope(header: .init(eventID: eventID), items: items)
     }
-}
-
-extension Client {
-    /// The journal's last seq when the run crashed (the report's `journal_seq`), or `nil` when the report has none.
-    static func journalSeq(of report: CrashReport) -> UInt64? { nil }
 }
 
 /// The crash reports of earlier runs whose fatal events are queued, keyed by `event_id`: when the uploader
