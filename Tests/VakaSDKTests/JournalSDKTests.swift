@@ -165,6 +165,33 @@ final class JournalSDKTests: XCTestCase {
         }
     }
 
+    /// The crash join takes a crashed run's breadcrumbs up to the report's `journal_seq`: those appended
+    /// after it (by other threads while the handler ran) are not the state at death. Without the key, all.
+    func testFatalEventBreadcrumbsStopAtTheReportsJournalSeq() throws {
+        for (seqLine, expected) in [("journal_seq 120", 20..<120), ("", 50..<150)] {
+            let storage = dirs.make("seq")
+            let runID = UUID().uuidString
+            var text = try exampleCrashReport(runID: runID)
+            text = text.replacingOccurrences(of: "journal_seq 1042\n", with: seqLine.isEmpty ? "" : seqLine + "\n")
+            XCTAssertEqual(text.contains("journal_seq"), !seqLine.isEmpty)
+            let crashes = storage.appendingPathComponent("crashes")
+            try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+            try text.write(to: crashes.appendingPathComponent("\(runID).crash"), atomically: true, encoding: .utf8)
+            do {
+                let dir = try RunDirectory(storage: storage, runID: runID)  // its lock is released when it goes
+                let journal = try Journal(path: dir.url.appendingPathComponent("journal"))
+                for i in 0..<150 { XCTAssertEqual(journal.append(.breadcrumb, level: 9, category: "c", body: "crumb \(i)"), UInt64(i + 1)) }
+                journal.close()
+            }
+            let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
+                                    runID: "J-\(UUID().uuidString)", dsn: nil, log: nil)
+            client.joinPreviousRuns()
+            let fatal = try XCTUnwrap(readOutbox(storage).flatMap(\.events).first { $0["level"] as? String == "fatal" })
+            let messages = (dig(fatal, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String }
+            XCTAssertEqual(messages, expected.map { "crumb \($0)" }, seqLine)
+        }
+    }
+
     /// 8 threads capture 100 messages each while adding breadcrumbs: every event is delivered exactly once,
     /// and each thread's events in the order that thread captured them.
     func testEventsFromEightThreadsNoneLostNoneDuplicated() throws {
