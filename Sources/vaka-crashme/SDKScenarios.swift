@@ -192,7 +192,7 @@ func runBench(storage: URL, dsn: String?) -> Never {
         "capture_message_per_s": Double(captures) / (Double(t3 - t2) / 1e9),
         "capture_message_moved_per_s": Double(captures) / (Double(t4 - t2) / 1e9),
     ]
-    let data = try! JSONSerialization.data(withJSONObject: result, options: [.sortedKeys])
+    let data = try! JSONSerialization.data(withJSONObject: result.merging(benchLogger()) { a, _ in a }, options: [.sortedKeys])
     print(String(decoding: data, as: UTF8.self))
     Vaka.close(timeout: 0)
     exit(0)
@@ -266,4 +266,21 @@ struct BigBreadcrumbs {
             Vaka.addBreadcrumb(category: "big", message: String(decoding: message, as: UTF8.self))
         }
     }
+}
+
+/// The logger keys of `vaka-crashme bench` (Vaka started with the default options): `log_ns`
+/// (`Vaka.logger.info` with one attribute, recorded: journal, breadcrumb; ns/op) and `log_below_threshold_ns`
+/// (`Vaka.logger.debug`, below the minimum level `info`: nothing evaluated; ns/op). Counts: $VAKA_BENCH_LOGS
+/// (default 20000) and $VAKA_BENCH_LOGS_BELOW (default 10,000,000).
+func benchLogger() -> [String: Double] {
+    let env = ProcessInfo.processInfo.environment
+    let logs = max(1, Int(env["VAKA_BENCH_LOGS"] ?? "") ?? 20000)
+    let below = max(1, Int(env["VAKA_BENCH_LOGS_BELOW"] ?? "") ?? 10_000_000)
+    func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    let t0 = now()
+    for i in 0..<logs { Vaka.logger.info("bench log \(i)", attributes: ["i": .integer(Int64(i))]) }
+    let t1 = now()
+    for i in 0..<below { Vaka.logger.debug("bench log \(i)", attributes: ["i": .integer(Int64(i))]) }
+    let t2 = now()
+    return ["log_ns": Double(t1 - t0) / Double(logs), "log_below_threshold_ns": Double(t2 - t1) / Double(below)]
 }

@@ -31,19 +31,24 @@ final class LogDeliveryTests: LoopbackServerTestCase {
     func testLogItemsMatchSentrySDK() throws {
         let py = try Peers.sentryPython()
         let scratch = dirs.make()
-        // The log route: what the journal would hold goes to a batcher, as the mover hands it on.
+        // The log route: the calls go to a journal; its log records go to a batcher, as the mover hands them on.
         let scope = LogScope(release: "app@1.0", environment: "staging",
                              traceID: LogScope.traceID(runID: UUID().uuidString))
-        let batcher = Locked(LogBatcher())
+        let journal = try Journal(path: scratch.appendingPathComponent("journal"))
+        defer { journal.close() }
         var options = Vaka.Options()
         options.logLevel = .trace
         options.logBreadcrumbLevel = nil
-        LogRouter.activate(options: options, journal: { timeNs, level, body, attributes in
-            batcher.withLock { _ = $0.add(timeNs: timeNs, level: level.rawValue, body: body, attributes: attributes, scope: scope) }
-        }, addBreadcrumb: { _ in })
-        defer { LogRouter.deactivate() }
+        LogRouter.activate(options: options, journal: LogRouter.journalSink(journal), addBreadcrumb: { _ in })
         logCalls()
-        let item = try XCTUnwrap(batcher.withLock { $0.takeItem() })
+        LogRouter.deactivate()
+        var batcher = LogBatcher()
+        var last: Journal.Record?
+        while let record = journal.next(.log, after: last) {
+            XCTAssertFalse(batcher.add(record, scope: scope))
+            last = record
+        }
+        let item = try XCTUnwrap(batcher.takeItem())
 
         let delivery = try Delivery(configuration: Delivery.Configuration(
             storageDirectory: scratch, dsn: try DSN(server.dsn), flushInterval: 3600, maxBatchSize: 50, log: log.sink))

@@ -179,4 +179,53 @@ final class LoggingTests: XCTestCase {
         XCTAssertEqual(logCrumbs.map { $0["message"] as? String }, ["cart loaded"])
         XCTAssertEqual((logCrumbs.first?["data"] as? [String: String]), ["items": "3"])
     }
+
+    /// The journal route with a real journal, mapped and in the write(2) fallback (mmap refused): the
+    /// recorded logs are the journal's log records, in order, with their levels and typed attributes; the
+    /// mover's reading of them gives the log item; the file read offline (the next launch) holds them too.
+    func testLogsAreJournalRecords() throws {
+        let dirs = ScratchDirs()
+        defer { dirs.removeAll() }
+        for allowMmap in [true, false] {
+            let url = dirs.make("log-journal").appendingPathComponent("journal")
+            let journal = try Journal(path: url, allowMmap: allowMmap)
+            XCTAssertEqual(journal.isMapped, allowMmap)
+            var options = Vaka.Options()
+            options.logLevel = .debug
+            LogRouter.activate(options: options, journal: LogRouter.journalSink(journal), addBreadcrumb: { _ in })
+            Vaka.logger.trace("below")
+            Vaka.logger.debug("one", attributes: ["n": 1, "s": "x", "d": 0.5, "b": false])
+            Vaka.logger.fatal("two")
+            LogRouter.deactivate()
+            Vaka.logger.fatal("after")
+
+            var records: [Journal.Record] = []
+            while let r = journal.next(.log, after: records.last) { records.append(r) }
+            XCTAssertEqual(records.map(\.text), ["one", "two"], "mmap \(allowMmap)")
+            XCTAssertEqual(records.map(\.level), [LogLevel.debug.rawValue, LogLevel.fatal.rawValue])
+            XCTAssertEqual(records.map(\.kind), [.log, .log])
+            XCTAssertEqual(records[0].attributes, [Journal.Attribute(key: "b", value: false), Journal.Attribute(key: "d", value: 0.5),
+                                                   Journal.Attribute(key: "n", value: 1), Journal.Attribute(key: "s", value: "x")])
+            let now = UInt64(Date().timeIntervalSince1970 * 1e9)
+            XCTAssertLessThan(now - min(now, records[0].timeNs), 60_000_000_000)
+
+            var batcher = LogBatcher()
+            let scope = LogScope(release: "r", environment: "e", traceID: String(repeating: "a", count: 32))
+            for r in records { _ = batcher.add(r, scope: scope) }
+            let item = try XCTUnwrap(batcher.takeItem())
+            let logs = try XCTUnwrap((JSONSerialization.jsonObject(with: item.payload) as? [String: Any])?["items"] as? [[String: Any]])
+            XCTAssertEqual(logs.map { $0["body"] as? String }, ["one", "two"])
+            XCTAssertEqual(logs.map { $0["level"] as? String }, ["debug", "fatal"])
+            let attrs = try XCTUnwrap(logs[0]["attributes"] as? [String: [String: Any]])
+            XCTAssertEqual(attrs["n"]?["type"] as? String, "integer")
+            XCTAssertEqual(attrs["d"]?["type"] as? String, "double")
+            XCTAssertEqual(attrs["b"]?["type"] as? String, "boolean")
+            XCTAssertEqual(attrs["s"]?["value"] as? String, "x")
+            XCTAssertEqual(logs[0]["timestamp"] as? Double ?? 0, Double(records[0].timeNs) / 1e9, accuracy: 1e-6)
+
+            journal.close()
+            let offline = try Journal.read(url)
+            XCTAssertEqual(offline.records.filter { $0.kind == .log }.map(\.text), ["one", "two"], "mmap \(allowMmap)")
+        }
+    }
 }
