@@ -192,6 +192,37 @@ final class JournalSDKTests: XCTestCase {
         }
     }
 
+    /// Logs in the journal go out as `log` items: from a live run through the mover (flush), and from a run
+    /// that died before its mover took them, at the next launch (the crash join), with that run's release.
+    func testJournalledLogsAreSentByTheMoverAndRecoveredFromADeadRun() throws {
+        let storage = dirs.make("logs")
+        let deadRun = UUID().uuidString
+        do {
+            let dir = try RunDirectory(storage: storage, runID: deadRun)
+            try dir.write(RunScope(runID: deadRun, release: "dead@1.0", environment: "production", tags: [:], userID: nil, session: nil))
+            let journal = try Journal(path: dir.url.appendingPathComponent("journal"))
+            for i in 0..<3 {
+                XCTAssertNotNil(journal.append(.log, level: LogLevel.warn.rawValue, body: "dead log \(i)",
+                                               attributes: [Journal.Attribute(key: "i", value: .integer(Int64(i)))]))
+            }
+            journal.close()
+        }
+        let client = try Client(options: Vaka.Options(release: "live@2.0", sessionTracking: false, storageDirectory: storage),
+                                storage: storage, runID: "L-\(UUID().uuidString)", dsn: nil, log: nil)
+        client.begin()
+        let journal = try XCTUnwrap(client.journal)
+        for i in 0..<2 { journal.append(.log, level: LogLevel.info.rawValue, body: "live log \(i)") }
+        XCTAssertTrue(client.flush(timeout: 1))
+        client.end(timeout: 1)
+        let logs = try readOutbox(storage).flatMap { $0.items.filter { $0.type == "log" }.map(\.payload) }
+        let items = logs.flatMap { ($0["items"] as? [[String: Any]]) ?? [] }
+        XCTAssertEqual(items.compactMap { $0["body"] as? String }, ["dead log 0", "dead log 1", "dead log 2", "live log 0", "live log 1"])
+        XCTAssertEqual(items.first.flatMap { dig($0, "attributes", "sentry.release", "value") as? String }, "dead@1.0")
+        XCTAssertEqual(items.last.flatMap { dig($0, "attributes", "sentry.release", "value") as? String }, "live@2.0")
+        XCTAssertEqual(items.first.flatMap { dig($0, "attributes", "i", "value") as? Int }, 0)
+        XCTAssertEqual(items.first?["level"] as? String, "warn")
+    }
+
     /// 8 threads capture 100 messages each while adding breadcrumbs: every event is delivered exactly once,
     /// and each thread's events in the order that thread captured them.
     func testEventsFromEightThreadsNoneLostNoneDuplicated() throws {

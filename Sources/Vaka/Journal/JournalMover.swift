@@ -24,11 +24,7 @@ struct ScopedLogBatcher: LogMoving {
     /// A batcher for the logs of a run with `scope`.
     init(scope: LogScope) { self.scope = scope }
 
-    mutating func add(_ record: Journal.Record) -> Bool {
-        var attributes: [(key: String, value: LogAttribute)] = []
-        for attribute in record.attributes where !attribute.meta { attributes.append((attribute.key, attribute.value)) }
-        return batcher.add(timeNs: record.timeNs, level: record.level, body: record.text, attributes: attributes, scope: scope)
-    }
+    mutating func add(_ record: Journal.Record) -> Bool { batcher.add(record, scope: scope) }
 
     func isDue(now: Date) -> Bool { batcher.isDue(now: now) }
 

@@ -167,19 +167,6 @@ final class Client: Sendable {
         addBreadcrumb(Breadcrumb(timestamp: Date().timeIntervalSince1970, category: category, message: message))
     }
 
-    /// Appends one log record (the logger's journal sink, ``LogRouter/JournalAppend``); `nil` without a journal.
-    /// Logs are not woken for: the mover takes them at its next pass (within a second, or when the log ring
-    /// is 750 ‰ full), at `flush` and at `close`.
-    var journalLogAppend: LogRouter.JournalAppend? {
-        guard let journal else { return nil }
-        // Holds the client until the router lets it go (``LogRouter/deactivate()``, before ``end(timeout:)``).
-        return { [self] timeNs, level, body, attributes in
-            guard !endedFlag.load(ordering: .relaxed) else { return }
-            journal.append(.log, level: level.rawValue, timeNs: timeNs, body: body,
-                           attributes: attributes.map { Journal.Attribute(key: $0.key, value: $0.value) })
-        }
-    }
-
     /// `seconds` since the epoch as journal time (ns); 0 (the journal's "now") when negative or not finite.
     /// Whole seconds and the fraction are converted apart, so that ``seconds(_:)`` gives back the same `Double`
     /// (a product `seconds * 1e9` is not exact at today's times: 1700000000.25 would come back as 1700000000.2499998).
