@@ -62,7 +62,7 @@ final class JournalSDKTests: XCTestCase {
             let last = try XCTUnwrap(crumbs.last)
             XCTAssertTrue(last == crumbsAdded - 1 || last == crumbsAdded, "newest breadcrumb \(last), child had added \(crumbsAdded)")
             XCTAssertEqual(crumbs, Array((last - crumbs.count + 1)...last), "contiguous, oldest first")
-            XCTAssertGreaterThan(crumbs.count, 100, "the ring keeps more than an event carries")
+            XCTAssertTrue(crumbs.first == 0 || crumbs.count > 100, "all of them, or more than an event carries: \(crumbs.count)")
             recoveredFromJournal += records.filter { $0.kind == .event && !$0.consumed }.count
 
             let sid = try XCTUnwrap(readOutbox(storage).flatMap(\.sessions).first?["sid"] as? String)

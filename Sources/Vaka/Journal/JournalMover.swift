@@ -38,10 +38,12 @@ struct ScopedLogBatcher: LogMoving {
 /// ``Client/end(timeout:)``.
 ///
 /// A pass (one at a time, under ``passState``'s lock):
-/// 1. Events, in seq order, up to the journal's last seq when the pass began: each record's JSON is decoded
-///    (``Event``, as ``EventFactory/captured(eventID:level:date:scope:)`` made it), given this run's contexts
-///    and the last 100 breadcrumbs with a lower seq (one breadcrumb snapshot per pass:
-///    ``Journal/breadcrumbs()``), fitted to the size budget (``EventFactory/finalize(_:budget:log:)``) and put
+/// 1. Events, in seq order (at most 2,000 a pass): each record's JSON is decoded (``Event``, as
+///    ``EventFactory/captured(eventID:level:date:scope:)`` made it), given this run's contexts and the last
+///    100 breadcrumbs with a lower seq (from a snapshot of the breadcrumb ring, ``Journal/breadcrumbs()``,
+///    taken after the event was appended: one when the pass starts and one every 10 ms while it runs; the
+///    ring keeps the newest breadcrumbs, so when more than it holds were added between an event and its
+///    snapshot, that event gets only those still there, possibly none), fitted to the size budget (``EventFactory/finalize(_:budget:log:)``) and put
 ///    in an envelope with the session update of its meta attribute `session`, if any. The pass's envelopes go
 ///    to ``Delivery/submit(batch:)`` (queue mode: one write of `pending/` for up to 200 of them; outbox mode:
 ///    one file each, consumed one by one), and only once they are on disk are the records consumed
@@ -187,9 +189,25 @@ final class JournalMover: @unchecked Sendable {
             state.unconsumedEvent = nil
         }
         guard journal.next(.event, after: state.eventCursor) != nil else { return }
-        // The horizon is read before the snapshot: every event up to it has its earlier breadcrumbs in the snapshot.
-        let horizon = journal.lastSeq
-        let trail = BreadcrumbTrail(journal.breadcrumbs())
+        // Breadcrumb snapshots, each with the journal's last seq read just before it (its horizon): every event
+        // up to a horizon has its earlier breadcrumbs in that snapshot, unless the ring had already moved past
+        // them. An event takes the first snapshot whose horizon covers it; a new one is taken when none does,
+        // and every ``snapshotInterval`` while the pass runs, so that events appended meanwhile are looked at
+        // before the ring overwrites their breadcrumbs.
+        var trails: [(horizon: UInt64, trail: BreadcrumbTrail)] = []
+        var lastSnapshot = DispatchTime.now().uptimeNanoseconds
+        func snapshot() {
+            let horizon = journal.lastSeq
+            if let newest = trails.last, newest.horizon == horizon { return }
+            trails.append((horizon, BreadcrumbTrail(journal.breadcrumbs())))
+            lastSnapshot = DispatchTime.now().uptimeNanoseconds
+        }
+        func trail(for seq: UInt64) -> BreadcrumbTrail {
+            trails.removeAll { $0.horizon < seq }  // events come in seq order: older snapshots are done
+            if let covering = trails.first { return covering.trail }
+            snapshot()
+            return trails.last!.trail  // its horizon is at least `seq`: the record was committed before
+        }
         var envelopes: [Envelope] = []
         var last: Journal.Record?
         func submit() {
@@ -201,14 +219,21 @@ final class JournalMover: @unchecked Sendable {
                 state.unconsumedEvent = through
             }
             envelopes.removeAll(keepingCapacity: true)
+            last = nil
         }
         // Outbox mode: each envelope is its own file, durable once written: consumed one by one, so a death
         // mid-pass leaves at most one envelope to be written again.
         let perEnvelope = delivery.queue == nil
-        while let record = journal.next(.event, after: state.eventCursor), record.seq <= horizon {
+        var moved = 0
+        while moved < JournalMover.maxEventsPerPass, let record = journal.next(.event, after: state.eventCursor) {
+            moved += 1
             state.eventCursor = record
             last = record
-            if let envelope = envelope(for: record, trail: trail) { envelopes.append(envelope) }
+            let breadcrumbs = trail(for: record.seq).last(before: record.seq)
+            if let envelope = JournalMover.envelope(for: record, breadcrumbs: breadcrumbs, factory: factory, log: logSink) {
+                envelopes.append(envelope)
+            }
+            if DispatchTime.now().uptimeNanoseconds - lastSnapshot > JournalMover.snapshotInterval { snapshot() }
             if perEnvelope || envelopes.count >= JournalMover.maxEnvelopesPerSubmit {
                 submit()
                 if state.unconsumedEvent != nil { return }
@@ -217,10 +242,11 @@ final class JournalMover: @unchecked Sendable {
         submit()
     }
 
-    /// The envelope of one event record, or `nil` (debug line) when its JSON does not decode.
-    private func envelope(for record: Journal.Record, trail: BreadcrumbTrail) -> Envelope? {
-        JournalMover.envelope(for: record, breadcrumbs: trail.last(before: record.seq), factory: factory, log: logSink)
-    }
+    /// Most events one pass moves (the next pass goes on): 2,000.
+    static let maxEventsPerPass = 2_000
+
+    /// Nanoseconds between breadcrumb snapshots while a pass runs: 10 ms.
+    static let snapshotInterval: UInt64 = 10_000_000
 
     /// The envelope of event record `record` with `breadcrumbs` (see the type's documentation); the crash join
     /// uses it for the events a run left in its journal. `nil` (a line to `log`) when the JSON does not decode.
@@ -260,27 +286,33 @@ final class JournalMover: @unchecked Sendable {
     }
 }
 
-/// The breadcrumbs of one journal snapshot, decoded once, for the events of a pass: each event gets the last
-/// 100 with a lower seq.
-struct BreadcrumbTrail {
-    private let seqs: [UInt64]
-    private let crumbs: [Breadcrumb]
+/// The breadcrumbs of one journal snapshot for the events of a pass: each event gets the last 100 with a lower
+/// seq, each record decoded into a ``Breadcrumb`` once, when an event first needs it. Used by one pass only
+/// (not shared between threads).
+final class BreadcrumbTrail {
+    private let records: [Journal.Record]
+    private var decoded: [Breadcrumb?]
 
     /// The breadcrumb records of `records` (seq order).
     init(_ records: [Journal.Record]) {
-        let crumbRecords = records.filter { $0.kind == .breadcrumb }
-        seqs = crumbRecords.map(\.seq)
-        crumbs = crumbRecords.map(Breadcrumb.init(record:))
+        self.records = records.filter { $0.kind == .breadcrumb }
+        decoded = Array(repeating: nil, count: self.records.count)
     }
 
     /// The last `limit` (100) breadcrumbs whose seq is below `seq`, oldest first.
     func last(before seq: UInt64, limit: Int = EventBudget.maxBreadcrumbs) -> [Breadcrumb] {
-        var lo = 0, hi = seqs.count
+        var lo = 0, hi = records.count
         while lo < hi {
             let mid = (lo + hi) / 2
-            if seqs[mid] < seq { lo = mid + 1 } else { hi = mid }
+            if records[mid].seq < seq { lo = mid + 1 } else { hi = mid }
         }
-        return Array(crumbs[max(0, lo - limit)..<lo])
+        var out: [Breadcrumb] = []
+        out.reserveCapacity(min(limit, lo))
+        for i in max(0, lo - limit)..<lo {
+            if decoded[i] == nil { decoded[i] = Breadcrumb(record: records[i]) }
+            out.append(decoded[i]!)
+        }
+        return out
     }
 }
 
