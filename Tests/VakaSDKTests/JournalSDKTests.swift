@@ -223,6 +223,43 @@ final class JournalSDKTests: XCTestCase {
         XCTAssertEqual(items.first?["level"] as? String, "warn")
     }
 
+    /// A crashed run whose journal still held an event, with a DSN that never answers: the first launch queues
+    /// the journal's event and the crash, and the run directory stays (the crash waits for the server); the
+    /// second launch does not queue the journal's event again (`journal.recovered`).
+    func testEventsLeftInAJournalAreQueuedOnceWhileTheRunDirectoryStays() throws {
+        let storage = dirs.make("once")
+        let runID = UUID().uuidString
+        let crashes = storage.appendingPathComponent("crashes")
+        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+        try exampleCrashReport(runID: runID).write(to: crashes.appendingPathComponent("\(runID).crash"), atomically: true, encoding: .utf8)
+        let eventID = "0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e"
+        do {
+            let dir = try RunDirectory(storage: storage, runID: runID)
+            try dir.write(RunScope(runID: runID, release: "dead@1.0", environment: "production", tags: [:], userID: nil, session: nil))
+            let journal = try Journal(path: dir.url.appendingPathComponent("journal"))
+            let event = Event(eventID: eventID, timestamp: 1_700_000_000, level: .info, logentry: LogEntry(formatted: "left behind"))
+            XCTAssertNotNil(journal.append(.event, level: 9, bodyBytes: try event.jsonData(),
+                                           attributes: [Journal.Attribute(key: "event_id", value: .string(eventID), meta: true)]))
+            journal.close()
+        }
+        func launch() throws -> [String] {
+            let client = try Client(options: Vaka.Options(dsn: "http://key@127.0.0.1:9/1", sessionTracking: false, storageDirectory: storage),
+                                    storage: storage, runID: "Q-\(UUID().uuidString)", dsn: try DSN("http://key@127.0.0.1:9/1"), log: nil)
+            client.begin()
+            client.end(timeout: 0)
+            let queue = try XCTUnwrap(client.delivery.queue)
+            return queue.sealedBatches().flatMap { queue.records(of: $0) ?? [] }.compactMap { data in
+                let header = data.prefix { $0 != 0x0A }
+                return (try? JSONSerialization.jsonObject(with: header) as? [String: Any])?["event_id"] as? String
+            }
+        }
+        let first = try launch()
+        XCTAssertEqual(first.filter { $0 == eventID }.count, 1, "\(first)")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: RunDirectory.root(storage).appendingPathComponent(runID).path), "the crash is not accepted yet")
+        let second = try launch()
+        XCTAssertEqual(second.filter { $0 == eventID }.count, 1, "not queued again: \(second)")
+    }
+
     /// 8 threads capture 100 messages each while adding breadcrumbs: every event is delivered exactly once,
     /// and each thread's events in the order that thread captured them.
     func testEventsFromEightThreadsNoneLostNoneDuplicated() throws {
