@@ -87,7 +87,7 @@ public enum Vaka {
                 started.begin()
                 state.client = started
                 // Logs: the run's journal (from which the mover sends them), breadcrumbs, the options' sinks.
-                LogRouter.activate(options: options, journal: nil,
+                LogRouter.activate(options: options, journal: started.journal.map(LogRouter.journalSink),
                                    addBreadcrumb: { started.addBreadcrumb($0) })
             } catch {
                 PrivateFiles.writeStandardError("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n")
@@ -150,9 +150,13 @@ public enum Vaka {
         current?.capture(message: message, level: level, eventID: eventID)
     }
 
-    /// Adds a breadcrumb (type `default`, level `info`) to later events and to this run's crash; the last 100 are kept.
+    /// Adds a breadcrumb (type `default`, level `info`, time now) to later events and to this run's crash: one
+    /// record in the run's journal (no lock, no allocation, no system call for a category and message of at
+    /// most 8192 bytes each; longer ones are cut to 8192 characters first). Events carry the last 100 added
+    /// before them; the journal keeps the newest that fit in its breadcrumb ring (3/8 of
+    /// ``Options/journalSize``), which survive the process dying in any way.
     public static func addBreadcrumb(category: String, message: String) {
-        current?.addBreadcrumb(Breadcrumb(timestamp: Date().timeIntervalSince1970, category: category, message: message))
+        current?.addBreadcrumb(category: category, message: message)
     }
 
     /// Sets the user id (`user.id`) of later events and of this run's crash; `nil` removes it. Opt-in: Vaka

@@ -71,6 +71,8 @@ let sdkScenarios: [SDKScenario] = [
                 }),
     SDKScenario(name: "capture-many", summary: "captures messages 0..<$VAKA_CAPTURE_COUNT (default 1000) with fixed event ids, resuming after <storage>/capture-many.progress (kill test)",
                 run: { storage in captureMany(storage: storage) }),
+    SDKScenario(name: "journal-flood", summary: "adds $VAKA_FLOOD_COUNT (default 10000) breadcrumbs \"crumb i\", capturing \"flood event j\" (fixed event ids) after every 25th; progress in <storage>/journal-flood.progress (kill test)",
+                run: { storage in journalFlood(storage: storage) }),
     SDKScenario(name: "bench", summary: "measures Vaka.start, capture(message:) and addBreadcrumb; prints one JSON object",
                 run: { _ in }),
 ]
@@ -96,14 +98,83 @@ func captureMany(storage: URL) {
     print("done \(total)")
 }
 
+/// `options` with `journalSize` from `$VAKA_JOURNAL_SIZE` (bytes) when set: the size-limit tests need a
+/// journal that holds 100 breadcrumbs of 8 KiB.
+func harnessOptions(_ options: Vaka.Options) -> Vaka.Options {
+    var options = options
+    if let size = Int(ProcessInfo.processInfo.environment["VAKA_JOURNAL_SIZE"] ?? "") { options.journalSize = size }
+    return options
+}
+
+/// The event id of event `index` of `journal-flood`: `f100d` + index as 27 hex digits.
+func journalFloodEventID(_ index: Int) -> String {
+    "f100d" + String(format: "%027x", index)
+}
+
+/// The journal kill test's child: adds breadcrumbs `crumb 0`, `crumb 1`, ... (category `flood`) and after every
+/// 25th captures the message `flood event j` (event id ``journalFloodEventID(_:)``). After each call returns it
+/// writes `<breadcrumbs added> <events captured>` at the start of `<storage>/journal-flood.progress` (one
+/// pwrite, the digits only grow), so a test that SIGKILLs it knows what was recorded before the kill.
+/// Prints `done N` at the end.
+func journalFlood(storage: URL) {
+    let total = Int(ProcessInfo.processInfo.environment["VAKA_FLOOD_COUNT"] ?? "") ?? 10_000
+    let fd = open(storage.appendingPathComponent("journal-flood.progress").path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    var events = 0
+    func progress(_ crumbs: Int) { _ = "\(crumbs) \(events)\n".withCString { pwrite(fd, $0, strlen($0), 0) } }
+    for i in 0..<total {
+        Vaka.addBreadcrumb(category: "flood", message: "crumb \(i)")
+        progress(i + 1)
+        if i % 25 == 24 {
+            Vaka.capture(message: "flood event \(events)", level: .info, eventID: journalFloodEventID(events))
+            events += 1
+            progress(i + 1)
+        }
+    }
+    close(fd)
+    print("done \(total)")
+}
+
+/// `--trail N:M` of the crash scenarios: N breadcrumbs `crumb 0` ... `crumb N-1` (category `trail`) added
+/// right before the crash, with the messages `trail event 0` ... `trail event M-1` captured evenly among them,
+/// event k right after breadcrumb k·(N-1)/M (so all come before the last breadcrumb, `crumb N-1`).
+struct Trail {
+    /// How many breadcrumbs (1...100 000).
+    let breadcrumbs: Int
+    /// How many messages (0...N-1).
+    let events: Int
+
+    /// Parses `N:M`; `nil` when malformed or out of range.
+    init?(_ text: String) {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let n = Int(parts[0]), let m = Int(parts[1]), (1...100_000).contains(n), (0..<n).contains(m) else { return nil }
+        breadcrumbs = n
+        events = m
+    }
+
+    /// Adds the breadcrumbs and captures the messages.
+    func add() {
+        var captured = 0
+        for i in 0..<breadcrumbs {
+            Vaka.addBreadcrumb(category: "trail", message: "crumb \(i)")
+            while captured < events && captured * (breadcrumbs - 1) / events == i {
+                Vaka.capture(message: "trail event \(captured)")
+                captured += 1
+            }
+        }
+    }
+}
+
 /// `vaka-crashme bench --storage DIR [--dsn DSN]`: one JSON object on stdout with `start_ms` (wall time of
-/// Vaka.start), `capture_message_per_s` (capture(message:) calls per second, each written
-/// to disk before returning: `pending/` with a DSN, `outbox/` without), `breadcrumb_ns` (addBreadcrumb ns/op).
-/// Counts: $VAKA_BENCH_CAPTURES (default 2000), $VAKA_BENCH_BREADCRUMBS (default 20000).
+/// Vaka.start), `breadcrumb_ns` (addBreadcrumb ns/op: one journal append), `capture_message_per_s`
+/// (capture(message:) calls per second, each appended to the journal before returning, with at least 100
+/// breadcrumbs in the journal before each; the mover moves them to `pending/` with a DSN, `outbox/` without,
+/// on its thread meanwhile) and `capture_message_moved_per_s` (the same calls per second of the captures plus
+/// the `Vaka.flush(timeout: 0)` after them, which waits until the mover has written every event to disk).
+/// Counts: $VAKA_BENCH_CAPTURES (default 2000), $VAKA_BENCH_BREADCRUMBS (default 20000, at least 100).
 func runBench(storage: URL, dsn: String?) -> Never {
     let env = ProcessInfo.processInfo.environment
     let captures = Int(env["VAKA_BENCH_CAPTURES"] ?? "") ?? 2000
-    let crumbs = Int(env["VAKA_BENCH_BREADCRUMBS"] ?? "") ?? 20000
+    let crumbs = max(100, Int(env["VAKA_BENCH_BREADCRUMBS"] ?? "") ?? 20000)
     func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
     let t0 = now()
     // A long flush interval: the measured loop is the capture path, not the network.
@@ -113,10 +184,13 @@ func runBench(storage: URL, dsn: String?) -> Never {
     let t2 = now()
     for i in 0..<captures { Vaka.capture(message: "bench \(i)", level: .info) }
     let t3 = now()
+    Vaka.flush(timeout: 0)
+    let t4 = now()
     let result: [String: Double] = [
         "start_ms": Double(t1 - t0) / 1e6,
         "breadcrumb_ns": Double(t2 - t1) / Double(max(crumbs, 1)),
         "capture_message_per_s": Double(captures) / (Double(t3 - t2) / 1e9),
+        "capture_message_moved_per_s": Double(captures) / (Double(t4 - t2) / 1e9),
     ]
     let data = try! JSONSerialization.data(withJSONObject: result.merging(benchLogger()) { a, _ in a }, options: [.sortedKeys])
     print(String(decoding: data, as: UTF8.self))
@@ -131,7 +205,7 @@ func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withSc
                     bigBreadcrumbs: BigBreadcrumbs? = nil) -> Never {
     if scenario?.name == "bench" { runBench(storage: storage, dsn: dsn) }
     let debug = ProcessInfo.processInfo.environment["VAKA_DEBUG"] == "1"
-    Vaka.start(Vaka.Options(dsn: dsn, debug: debug, storageDirectory: storage))
+    Vaka.start(harnessOptions(Vaka.Options(dsn: dsn, debug: debug, storageDirectory: storage)))
     if withScope { applyHarnessScope() }
     bigBreadcrumbs?.add()
     scenario?.run(storage)
@@ -157,7 +231,10 @@ func printSDKHelp() {
         user user-123 and two cart breadcrumbs right after start, also before a crash), --big-breadcrumbs N:BYTES
         (after --scope, add N breadcrumbs of category "big" whose message is BYTES random letters and digits,
         text that compresses badly: e.g. 100:20000 makes a crash event of about 2 MB before the SDK trims it),
-        $VAKA_DEBUG=1 (SDK debug output on stderr).
+        --trail N:M (crash scenarios: right before the crash, add N breadcrumbs "crumb 0".."crumb N-1" of category
+        "trail" and capture M messages "trail event k" evenly among them, all before the last breadcrumb),
+        $VAKA_DEBUG=1 (SDK debug output on stderr), $VAKA_JOURNAL_NO_MMAP=1 (the journal's write(2) fallback),
+        $VAKA_JOURNAL_SIZE=BYTES (Options.journalSize).
         """)
 }
 

@@ -7,7 +7,7 @@ import VakaCrashmeC
 
 let usage = """
     usage: vaka-crashme SCENARIO --storage DIR [--no-vaka] [--deny-process-vm-readv] [--fault-in-handler STAGE]
-                        [--dsn DSN] [--scope] [--big-breadcrumbs N:BYTES] [--block-signals HOW]
+                        [--dsn DSN] [--scope] [--big-breadcrumbs N:BYTES] [--trail N:M] [--block-signals HOW]
            vaka-crashme --list
            vaka-crashme --help
 
@@ -60,6 +60,7 @@ let blockSignalsWays = ["pthread_sigmask-block", "pthread_sigmask-setmask", "sig
 var dsn = ProcessInfo.processInfo.environment["VAKA_DSN"]  // SDK: --dsn DSN or VAKA_DSN (see SDKScenarios.swift)
 var withScope = false
 var bigBreadcrumbs: BigBreadcrumbs?
+var trail: Trail?
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -103,6 +104,11 @@ while let argument = arguments.popFirst() {
             fail("--big-breadcrumbs needs N:BYTES (e.g. 100:20000; N 1...10000, BYTES 1...10000000)", status: 2)
         }
         bigBreadcrumbs = big
+    case "--trail":
+        guard let value = arguments.popFirst(), let parsed = Trail(value) else {
+            fail("--trail needs N:M (N breadcrumbs 1...100000, M messages 0...N-1)", status: 2)
+        }
+        trail = parsed
     case _ where argument.hasPrefix("-"):
         fail("unknown option \(argument) (see --help)", status: 2)
     default:
@@ -141,9 +147,10 @@ if denyProcessVMReadv {
 }
 
 if startVaka {
-    Vaka.start(Vaka.Options(dsn: dsn, storageDirectory: storage))
+    Vaka.start(harnessOptions(Vaka.Options(dsn: dsn, storageDirectory: storage)))
     if withScope { applyHarnessScope() }
     bigBreadcrumbs?.add()
+    trail?.add()
     if faultStage != 0 { crashme_arm_fault_in_handler(faultStage) }
 }
 

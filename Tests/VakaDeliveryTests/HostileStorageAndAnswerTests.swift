@@ -205,26 +205,6 @@ final class HostileStorageAndAnswerTests: LoopbackServerTestCase {
         XCTAssertThrowsError(try outbox.read(huge)) { XCTAssertTrue("\($0)".contains("over"), "\($0)") }
     }
 
-    /// A 1 GiB `breadcrumbs.jsonl` as a sparse file with real breadcrumbs at its end:
-    /// only the tail is read, and the breadcrumbs in it are kept.
-    func testBreadcrumbsAreLoadedFromTheTailOfAHugeFile() throws {
-        let run = dirs.make()
-        let store = BreadcrumbStore(runDirectory: run)
-        for i in 0..<150 { store.add(Breadcrumb(timestamp: Double(i), category: "c", message: "m\(i)")) }
-        let file = run.appendingPathComponent("breadcrumbs.jsonl")
-        let lines = try Data(contentsOf: file)
-        XCTAssertEqual(truncate(file.path, 1 << 30), 0)
-        let h = try FileHandle(forWritingTo: file)
-        h.seekToEndOfFile()
-        h.write(Data("\n".utf8) + lines)
-        try h.close()
-        let started = Date()
-        let loaded = BreadcrumbStore.load(runDirectory: run)
-        XCTAssertLessThan(Date().timeIntervalSince(started), 10)
-        XCTAssertEqual(loaded.map(\.message), store.snapshot().map(\.message))
-        XCTAssertEqual(loaded.count, 100)
-    }
-
     func testAHugeOrOddScopeFileIsIgnoredWithADebugLine() throws {
         let storage = dirs.make()
         for (name, kind) in [("HUGE", "huge"), ("DIR", "directory")] {

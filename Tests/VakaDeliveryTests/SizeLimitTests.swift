@@ -35,8 +35,9 @@ final class SizeLimitTests: LoopbackServerTestCase {
     }
 
     private func makeClient(_ storage: URL, runID: String = "RUN-\(UUID().uuidString)") throws -> Client {
-        try Client(options: Vaka.Options(dsn: server.dsn, sessionTracking: false, storageDirectory: storage),
-                   storage: storage, runID: runID, dsn: try DSN(server.dsn), log: log.sink)
+        var options = Vaka.Options(dsn: server.dsn, sessionTracking: false, storageDirectory: storage)
+        options.journalSize = 4 << 20  // a breadcrumb ring (3/8) that holds 100 breadcrumbs of 8 KiB
+        return try Client(options: options, storage: storage, runID: runID, dsn: try DSN(server.dsn), log: log.sink)
     }
 
     /// Random letters and digits: text that compresses about as badly as real text can.
@@ -60,8 +61,10 @@ final class SizeLimitTests: LoopbackServerTestCase {
             let dir = try RunDirectory(storage: storage, runID: runID)  // its lock is released when it goes
             try dir.write(RunScope(runID: runID, release: "crashed@1.0", environment: "production",
                                    tags: ["flavor": "free"], userID: "user-1", session: nil))
-            let store = BreadcrumbStore(runDirectory: dir.url)
-            for crumb in breadcrumbs { store.add(crumb) }
+            // A journal big enough for every breadcrumb whole (3/8 of 8 MiB hold 100 × 20 KB).
+            let journal = try Journal(path: dir.url.appendingPathComponent("journal"), size: 8 << 20)
+            for crumb in breadcrumbs { XCTAssertNotNil(journal.append(crumb)) }
+            journal.close()
         }
         return (report, RunDirectory.root(storage).appendingPathComponent(runID),
                 runID.replacingOccurrences(of: "-", with: "").lowercased())

@@ -1,5 +1,6 @@
 import XCTest
 import VakaTestSupport
+@testable import Vaka
 
 /// The SDK against a real Sentry-compatible server: Bugsink 2.6.2 on loopback, started by scripts/test
 /// (BUGSINK_URL, BUGSINK_DSN, BUGSINK_TOKEN, BUGSINK_PROJECT_ID). Each event is verified as STORED through
@@ -57,19 +58,21 @@ final class BugsinkSDKTests: XCTestCase {
         let peer = try BugsinkPeer.fromEnvironment()
         let storage = dirs.make("bugsink-big")
         let logs = dirs.make("bugsink-big-logs")
+        // A 4 MiB journal: its breadcrumb ring (3/8) holds all 100 breadcrumbs of 8 KiB.
         let crash = try runHarness(["null-deref", "--scope", "--big-breadcrumbs", "100:20000", "--dsn", peer.dsn,
-                                    "--storage", storage.path], logDirectory: logs)
+                                    "--storage", storage.path], environment: ["VAKA_JOURNAL_SIZE": String(4 << 20)],
+                                   logDirectory: logs)
         XCTAssertEqual(crash.outcome, "signal 11", crash.stderr)
         let crashes = storage.appendingPathComponent("crashes")
         let report = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: crashes.path).first { $0.hasSuffix(".crash") })
         let reportPath = crashes.appendingPathComponent(report).path
         let runID = String(report.dropLast(".crash".count))
         let eventID = runID.replacingOccurrences(of: "-", with: "").lowercased()
-        let crumbsFile = storage.appendingPathComponent("runs/\(runID)/breadcrumbs.jsonl")
-        // Each message is cut to 8192 characters when added (2 MB asked, 100 × 8 KiB kept in the run directory).
-        let recorded = (try? Data(contentsOf: crumbsFile))?.count ?? 0
-        XCTAssertGreaterThan(recorded, 100 * 8192)
-        XCTAssertLessThan(recorded, 100 * 8192 + 20_000)
+        // Each message is cut to 8192 characters when added (2 MB asked, 100 × 8 KiB kept in the run's journal).
+        let journal = try Journal.read(storage.appendingPathComponent("runs/\(runID)/journal")).records
+        let recorded = journal.filter { $0.kind == .breadcrumb && $0.category == "big" }.map(\.body.count)
+        XCTAssertEqual(recorded.count, 100)
+        XCTAssertEqual(recorded.max(), 8192)
 
         // Relaunch 1: a port bound but not listening (connection refused): nothing is accepted, the report stays.
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

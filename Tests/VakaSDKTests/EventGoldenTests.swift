@@ -16,8 +16,9 @@ final class EventGoldenTests: XCTestCase {
 
     /// A client in outbox mode with tags, a user and breadcrumbs set.
     private func makeClient(_ storage: URL) throws -> Client {
-        let options = Vaka.Options(release: "shop@1.2.3", environment: "staging", sessionTracking: true,
+        var options = Vaka.Options(release: "shop@1.2.3", environment: "staging", sessionTracking: true,
                                    tags: ["region": "eu", "tier": "gold"], storageDirectory: storage)
+        options.journalSize = 1 << 20  // room for all 130 breadcrumbs of the limits event (1.5 KB each)
         let client = try Client(options: options, storage: storage, runID: "0C0FFEE0-0000-4000-8000-000000000001",
                                 dsn: nil, log: nil)
         client.begin()
@@ -81,6 +82,7 @@ final class EventGoldenTests: XCTestCase {
             noise["k\(k)"] = .string(s)
         }
         client.capture(message: "huge", level: .info, eventID: "33333333333333333333333333333333", extra: noise)
+        _ = client.flush(timeout: 0)  // the mover writes the journalled events to the outbox
         let outbox = try readOutbox(storage)
         let sent = outbox.flatMap(\.events)
         XCTAssertEqual(sent.count, 7, "events in the outbox")
@@ -105,14 +107,13 @@ final class EventGoldenTests: XCTestCase {
     /// A finished run directory with a scope and breadcrumbs.
     private func previousRun(_ runID: String) throws -> RunDirectory.Previous {
         let dir = dirs.make("run")
-        var crumbs = Data()
+        let journal = try Journal(path: dir.appendingPathComponent("journal"))
         for crumb in [Breadcrumb(timestamp: 1_699_999_999, category: "app", message: "launched"),
                       Breadcrumb(timestamp: 1_700_000_000, type: "navigation", category: "navigation", message: "Home",
                                  data: ["to": "Home"])] {
-            crumbs.append(try JSONEncoder().encode(crumb))
-            crumbs.append(0x0A)
+            XCTAssertNotNil(journal.append(crumb))
         }
-        try crumbs.write(to: dir.appendingPathComponent("breadcrumbs.jsonl"))
+        journal.close()
         var session = SessionState(did: "device-1", started: Date(timeIntervalSince1970: 1_699_999_990.5))
         session.errors = 1
         let scope = RunScope(runID: runID, release: "shop@1.2.2", environment: "production", tags: ["region": "us"],

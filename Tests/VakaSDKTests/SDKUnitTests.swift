@@ -7,23 +7,29 @@ final class SDKUnitTests: XCTestCase {
     let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
 
-    func testBreadcrumbStoreKeepsTheLast100AndSurvivesATornLine() throws {
-        let run = dirs.make("crumbs")
-        let store = BreadcrumbStore(runDirectory: run)
-        for i in 0..<250 { store.add(Breadcrumb(timestamp: Double(i), category: "c", message: "m\(i)")) }
-        XCTAssertEqual(store.snapshot().count, 100)
-        XCTAssertEqual(store.snapshot().first?.message, "m150")
-        XCTAssertEqual(store.snapshot().last?.message, "m249")
-        // What a crashed run leaves: the file, plus a line cut short.
-        let file = run.appendingPathComponent("breadcrumbs.jsonl")
-        let handle = try FileHandle(forWritingTo: file)
-        handle.seekToEndOfFile()
-        handle.write(Data(#"{"category":"c","message":"torn","#.utf8))
-        try handle.close()
-        let loaded = BreadcrumbStore.load(runDirectory: run)
-        XCTAssertEqual(loaded.map(\.message), store.snapshot().map(\.message))
-        let mode = try FileManager.default.attributesOfItem(atPath: file.path)[.posixPermissions] as? Int
+    /// A breadcrumb goes through the journal and back unchanged: type, category, message, level, data and
+    /// timestamp; the journal file is private (0600); an event carries the last 100, oldest first.
+    func testBreadcrumbsRoundTripThroughTheJournal() throws {
+        let storage = dirs.make("crumbs")
+        let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
+                                runID: "B-\(UUID().uuidString)", dsn: nil, log: nil)
+        let journal = try XCTUnwrap(client.journal)
+        let odd = [Breadcrumb(timestamp: 1_700_000_000.5, type: "navigation", category: "navigation", message: "Home",
+                              level: "warning", data: ["from": "Cart", "to": "Home"]),
+                   Breadcrumb(timestamp: 1_700_000_001, category: nil, message: nil, level: nil),
+                   Breadcrumb(timestamp: 1_700_000_002, category: "c", message: "d", level: "debug"),
+                   Breadcrumb(timestamp: 1_700_000_003, category: "e", message: "f", level: "error"),
+                   Breadcrumb(timestamp: 1_700_000_004, category: "g", message: "h", level: "fatal")]
+        for crumb in odd { client.addBreadcrumb(crumb) }
+        XCTAssertEqual(journal.breadcrumbs().map(Breadcrumb.init(record:)), odd)
+        for i in 0..<250 { client.addBreadcrumb(category: "c", message: "m\(i)") }
+        client.capture(message: "after", level: .info)
+        let mode = try FileManager.default.attributesOfItem(atPath: journal.url.path)[.posixPermissions] as? Int
         XCTAssertEqual(mode, 0o600)
+        client.end(timeout: 1)
+        let event = try XCTUnwrap(readOutbox(storage).flatMap(\.events).first)
+        let messages = (dig(event, "breadcrumbs", "values") as? [[String: Any]])?.map { $0["message"] as? String }
+        XCTAssertEqual(messages, (150..<250).map { "m\($0)" })
     }
 
     func testSessionUpdatesFollowSentrySemantics() throws {
@@ -142,7 +148,7 @@ final class SDKUnitTests: XCTestCase {
     }
 
     /// Concurrent calls from many threads neither crash nor lose breadcrumbs beyond the cap.
-    func testBreadcrumbStoreUnderTheClientLockFromManyThreads() throws {
+    func testBreadcrumbsAndTagsFromManyThreads() throws {
         let storage = dirs.make("threads")
         let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
                                 runID: "T-\(UUID().uuidString)", dsn: nil, log: nil)

@@ -5,9 +5,9 @@ import Glibc
 #endif
 
 /// Every file the SDK reads back from its storage directory
-/// is read with a size cap. A crashed run whose `breadcrumbs.jsonl` is 1 GiB (sparse here), a 1 GiB
+/// is read with a size cap. A crashed run whose `journal` is 1 GiB (sparse here), a 1 GiB
 /// `scope.json` and a 1 GiB `anon_id`: the next launch (`Vaka.start` with its crash join) finishes within
-/// generous bounds, and the crash still arrives, with the breadcrumbs found at the end of the file.
+/// generous bounds, and the crash still arrives (a journal over its size limit is not read at all).
 final class StorageFileSizeTests: XCTestCase {
     let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
@@ -36,20 +36,21 @@ final class StorageFileSizeTests: XCTestCase {
         try XCTUnwrap(readOutbox(storage).flatMap(\.events).first { $0["level"] as? String == "fatal" })
     }
 
-    func testAHugeBreadcrumbsFileCostsOnlyItsTailAndItsBreadcrumbsAreKept() throws {
-        let (storage, logs, runID) = try crashedRun("crumbs")
-        try inflate(storage.appendingPathComponent("runs/\(runID)/breadcrumbs.jsonl"))
+    func testAHugeJournalIsNotReadAndTheCrashStillArrives() throws {
+        let (storage, logs, runID) = try crashedRun("journal")
+        try inflate(storage.appendingPathComponent("runs/\(runID)/journal"))
         let started = Date()
-        let relaunch = try runHarness(["--storage", storage.path], logDirectory: logs, timeout: 60)
+        let relaunch = try runHarness(["--storage", storage.path], environment: ["VAKA_DEBUG": "1"], logDirectory: logs, timeout: 60)
         let took = Date().timeIntervalSince(started)
         XCTAssertEqual(relaunch.outcome, "exit 0", relaunch.stderr)
-        XCTAssertLessThan(took, 10, "start with a 1 GiB breadcrumbs file took \(took) s")
+        XCTAssertLessThan(took, 10, "start with a 1 GiB journal took \(took) s")
         var usage = rusage()
         getrusage(RUSAGE_CHILDREN.rawValue, &usage)
         XCTAssertLessThan(usage.ru_maxrss, 512 * 1024, "a child used \(usage.ru_maxrss) KiB")
+        XCTAssertTrue(relaunch.stderr.contains("the journal cannot be read"), relaunch.stderr)
         let event = try fatalEvent(storage)
-        XCTAssertEqual((dig(event, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String },
-                       ["Added item 42", "Opened checkout"], "the breadcrumbs at the end of the file")
+        XCTAssertNil(dig(event, "breadcrumbs", "values"), "a journal over the size limit is not read")
+        XCTAssertEqual(dig(event, "tags", "flavor") as? String, "free", "the scope still joins")
     }
 
     func testAHugeScopeFileIsIgnoredAndTheCrashStillArrives() throws {

@@ -181,6 +181,40 @@ final class Delivery: @unchecked Sendable {
         }
     }
 
+    /// Hands over several envelopes and makes them durable once (the journal mover's pass): in queue mode each
+    /// is added to the open batch without a write, then the queue is written once (``PersistentQueue/persist(final:)``);
+    /// in outbox mode each is written to its own file at once, as ``submit(_:durable:)`` does.
+    /// - Returns: `true` when every envelope is on disk (queue: `pending/`; outbox: `outbox/`, or dropped there
+    ///   after a failed write, which is counted as for ``submit(_:durable:)``); `false` when some are held only
+    ///   in memory because the queue could not be written: they are still sent, and ``persistQueued()`` tries again.
+    @discardableResult
+    func submit(batch envelopes: [Envelope]) -> Bool {
+        guard let queue = queue else {
+            for envelope in envelopes { try? submit(envelope) }  // a failed outbox write is logged and counted there
+            return true
+        }
+        var full = false
+        var held = false
+        for envelope in envelopes {
+            do { full = try queue.enqueue(envelope, durable: false) || full } catch { held = true; full = true }
+        }
+        if full { wake() }
+        return persistQueued() && !held
+    }
+
+    /// Writes what the queue holds only in memory (the open batch, batches whose write failed) to `pending/`.
+    /// `true` when nothing is left only in memory (always `true` in outbox mode).
+    func persistQueued() -> Bool {
+        guard let queue = queue else { return true }
+        do {
+            try queue.persist()
+            return true
+        } catch {
+            log("could not write the queue (\(error)); envelopes stay in memory and are still sent")
+            return false
+        }
+    }
+
     /// Sends everything queued, waiting until the queue is empty or `timeout` seconds pass (clamped to
     /// 0...86,400; NaN counts as 0).
     /// Returns early (`false`) when sending is stopped (a 401, a 3xx or a permanent transport error), or the next allowed attempt (backoff or

@@ -4,9 +4,13 @@ import VakaCrash
 import VakaSymbolication
 
 /// The started SDK: one per ``Vaka/start(_:)``. Holds the scope of the current run (persisted in its
-/// ``RunDirectory``), the breadcrumbs, the session and the ``Delivery``. Thread-safe: the scope, the
-/// breadcrumbs and the run directory (not thread-safe themselves) live in one `Mutex` (``State``), and scope
-/// changes and event building run under it; unwinding and delivery happen outside it.
+/// ``RunDirectory``), the run's ``Journal`` (breadcrumbs, and events until the ``JournalMover`` hands them to
+/// delivery), the session and the ``Delivery``. Thread-safe: the scope and the run directory (not thread-safe
+/// themselves) live in one `Mutex` (``State``), and scope changes and event building run under it; the journal
+/// is lock-free; unwinding, encoding and delivery happen outside the lock.
+///
+/// Without a journal (no run directory, or the journal file could not be created) breadcrumbs are kept in
+/// memory (``MemoryBreadcrumbs``) and each event is written to delivery durably before the call returns.
 final class Client: Sendable {
     /// The options given to start.
     let options: Vaka.Options
@@ -22,13 +26,20 @@ final class Client: Sendable {
     let stacks: StackCapture
     /// The crash reports whose events are queued, deleted once the server accepts them (see CrashJoin.swift).
     let crashLedger: CrashLedger
+    /// This run's journal, `<storage>/runs/<run-id>/journal` (`nil`: memory only, see the type's documentation).
+    let journal: Journal?
+    /// Moves the journal's events (and logs) to delivery; `nil` without a journal.
+    let mover: JournalMover?
+    /// Set by ``end(timeout:)`` (also in `State`): read without the lock by the breadcrumb fast path.
+    private let endedFlag = Atomic<Bool>(false)
 
     /// What the lock guards: everything the capture and scope calls change.
     private struct State {
         var scope: RunScope
         /// `<storage>/runs/<run-id>/` (nil when it cannot be created): where `scope` is persisted.
         let runDirectory: RunDirectory?
-        let breadcrumbs: BreadcrumbStore
+        /// The breadcrumbs when there is no journal.
+        var memoryBreadcrumbs = MemoryBreadcrumbs()
         /// Set by ``Client/end(timeout:)``: later calls do nothing.
         var ended = false
         /// The tag keys of `scope.tags`, oldest set first (the first to go when a new one is over the cap).
@@ -63,8 +74,43 @@ final class Client: Sendable {
                              userID: nil, session: session)
         var dir: RunDirectory?
         do { dir = try RunDirectory(storage: storage, runID: runID) } catch { log?("cannot create the run directory: \(error)") }
-        state = Mutex(State(scope: scope, runDirectory: dir, breadcrumbs: BreadcrumbStore(runDirectory: dir?.url),
-                            tagOrder: tags.tags.keys.sorted()))
+        let opened = dir.flatMap { Client.openJournal(in: $0.url, size: options.journalSize, log: log) }
+        journal = opened
+        if let opened {
+            mover = JournalMover(journal: opened, delivery: delivery, factory: factory,
+                                 logs: ScopedLogBatcher(scope: LogScope(run: scope)), log: log)
+        } else {
+            mover = nil
+        }
+        state = Mutex(State(scope: scope, runDirectory: dir, tagOrder: tags.tags.keys.sorted()))
+    }
+
+    /// Opens `<run directory>/journal` (`size` bytes; `VAKA_JOURNAL_NO_MMAP=1` selects the write(2) fallback,
+    /// see ``Journal``); `nil` with a debug line when it cannot be created.
+    static func openJournal(in directory: URL, size: Int, log: (@Sendable (String) -> Void)?) -> Journal? {
+        do {
+            // With SIGXFSZ blocked, as every SDK write: sizing the file past an RLIMIT_FSIZE quota then fails
+            // with EFBIG (no journal: memory only) instead of killing the app.
+            var opened: Result<Journal, Error> = .failure(JournalError(code: EINVAL, operation: "open"))
+            _ = PrivateFiles.withFileSizeSignalBlocked {
+                opened = Result {
+                    try Journal(path: directory.appendingPathComponent("journal"), size: size, failed: { code in
+                        log?("journal append failed: \(String(cString: strerror(code)))")
+                    })
+                }
+                // EFBIG tells the helper to take the SIGXFSZ the sizing raised off the pending set.
+                if case .failure(let error as JournalError) = opened { return error.code }
+                return 0
+            }
+            let journal = try opened.get()
+            if !journal.isMapped {
+                log?("journal \(journal.url.path): shared mapping not used (errno \(journal.mmapError)); written to the file every \(Int(Journal.fallbackSyncInterval * 1000)) ms and at a crash")
+            }
+            return journal
+        } catch {
+            log?("cannot create the journal in \(directory.path) (\(error)); breadcrumbs are kept in memory and events written to storage at once")
+            return nil
+        }
     }
 
     private func log(_ message: @autoclosure () -> String) { logSink?(message()) }
@@ -75,9 +121,12 @@ final class Client: Sendable {
     /// The release of this run.
     var currentRelease: String { state.withLock { $0.scope.release } }
 
-    /// Crash join and leftover sessions of earlier runs, then this run's first session update.
+    /// Crash join and leftover sessions of earlier runs, then this run's first session update; starts the mover.
     func begin() {
         joinPreviousRuns()
+        // The crash handler reads the journal's last seq into a report (and syncs the fallback's rings).
+        journal?.registerWithCrashHandler()
+        mover?.start()
         let items: [EnvelopeItem] = state.withLock { state in
             persistScope(state)
             guard let update = sessionUpdate(.ok, &state) else { return [] }
@@ -90,14 +139,46 @@ final class Client: Sendable {
 
     // MARK: - Scope
 
-    /// Adds a breadcrumb (persisted for the crash join), cut to the per-field limits first
-    /// (``EventBudget/limited(_:)``) so that neither memory nor `breadcrumbs.jsonl` holds more than an event can.
+    /// Adds a breadcrumb: one journal record (see ``Breadcrumb/journalAttributes``), cut to the per-field limits
+    /// first (``EventBudget/limited(_:)``) so that the journal holds no more than an event can. Without a journal,
+    /// kept in memory.
     func addBreadcrumb(_ crumb: Breadcrumb) {
+        guard !endedFlag.load(ordering: .relaxed) else { return }
         let crumb = EventBudget.limited(crumb)
+        if let journal {
+            journal.append(crumb)
+            return
+        }
         state.withLock { state in
             guard !state.ended else { return }
-            state.breadcrumbs.add(crumb)
+            state.memoryBreadcrumbs.add(crumb)
         }
+    }
+
+    /// ``Vaka/addBreadcrumb(category:message:)``'s fast path: a breadcrumb of type `default`, level `info`, time
+    /// now, appended to the journal with no lock and no allocation when both strings are within
+    /// ``EventBudget/maxMessageChars`` bytes; otherwise through ``addBreadcrumb(_:)``.
+    func addBreadcrumb(category: String, message: String) {
+        guard !endedFlag.load(ordering: .relaxed) else { return }
+        if let journal, message.utf8.count <= EventBudget.maxMessageChars, category.utf8.count <= EventBudget.maxMessageChars {
+            journal.append(.breadcrumb, level: LogLevel.info.rawValue, category: category, body: message)
+            return
+        }
+        addBreadcrumb(Breadcrumb(timestamp: Date().timeIntervalSince1970, category: category, message: message))
+    }
+
+    /// `seconds` since the epoch as journal time (ns); 0 (the journal's "now") when negative or not finite.
+    /// Whole seconds and the fraction are converted apart, so that ``seconds(_:)`` gives back the same `Double`
+    /// (a product `seconds * 1e9` is not exact at today's times: 1700000000.25 would come back as 1700000000.2499998).
+    static func nanoseconds(_ seconds: Double) -> UInt64 {
+        guard seconds.isFinite, seconds > 0, seconds < 1.8e10 else { return 0 }
+        let whole = seconds.rounded(.down)
+        return UInt64(whole) * 1_000_000_000 + UInt64(((seconds - whole) * 1e9).rounded())
+    }
+
+    /// Journal time `ns` as seconds since the epoch (the inverse of ``nanoseconds(_:)``).
+    static func seconds(_ ns: UInt64) -> Double {
+        Double(ns / 1_000_000_000) + Double(ns % 1_000_000_000) / 1e9
     }
 
     /// Sets (or with `nil` removes) a tag on all later events and on this run's crash. Key and value are cut to
@@ -161,26 +242,24 @@ final class Client: Sendable {
         let id = EventFactory.newEventID()
         // The event and the session update are taken under the lock; encoding and fitting the event to the
         // budget (up to 900 KiB of JSON) happen after it, so other threads' scope calls do not wait for them.
-        let taken: (event: Event, session: EnvelopeItem?)? = state.withLock { state in
+        let taken: (event: Event, session: Data?)? = state.withLock { state in
             guard !state.ended else { return nil }
-            var event = factory.base(eventID: id, level: .error, date: Date(), scope: state.scope,
-                                     breadcrumbs: state.breadcrumbs.snapshot())
+            var event = journal != nil
+                ? factory.captured(eventID: id, level: .error, date: Date(), scope: state.scope)
+                : factory.base(eventID: id, level: .error, date: Date(), scope: state.scope,
+                               breadcrumbs: state.memoryBreadcrumbs.snapshot)
             event.exception = ValueList([exception])
             if !stack.images.isEmpty { event.debugMeta = DebugMeta(images: stack.images) }
-            var session: EnvelopeItem?
+            var session: Data?
             if state.scope.session != nil {
                 state.scope.session!.errors += 1
-                if let update = sessionUpdate(.ok, &state) {
-                    session = .session(update.jsonData())
-                }
+                session = sessionUpdate(.ok, &state)?.jsonData()
                 persistScope(state)
             }
             return (event, session)
         }
         guard let taken else { return }
-        var items: [EnvelopeItem] = [.event(EventFactory.finalize(taken.event, log: logSink))]
-        if let session = taken.session { items.append(session) }
-        submit(Envelope(header: .init(eventID: id), items: items))
+        record(taken.event, session: taken.session)
         log("captured error \(type) as \(id)")
     }
 
@@ -190,15 +269,53 @@ final class Client: Sendable {
         let id = eventID ?? EventFactory.newEventID()
         let base: Event? = state.withLock { state in
             guard !state.ended else { return nil }
+            if journal != nil { return factory.captured(eventID: id, level: level, date: Date(), scope: state.scope) }
             return factory.base(eventID: id, level: level, date: Date(), scope: state.scope,
-                                breadcrumbs: state.breadcrumbs.snapshot())
+                                breadcrumbs: state.memoryBreadcrumbs.snapshot)
         }
         guard var event = base else { return }
         event.logentry = LogEntry(formatted: message)
         if !extra.isEmpty { event.extra = extra }
         if !tags.isEmpty { event.tags = (event.tags ?? [:]).merging(tags) { _, new in new } }
-        submit(Envelope(header: .init(eventID: id), items: [.event(EventFactory.finalize(event, log: logSink))]))
+        record(event, session: nil)
         log("captured \(level.rawValue) message as \(id)")
+    }
+
+    /// The journal level of an event level (`fatal` 21, `error` 17, `warning` 13, `info` 9, `debug` 5).
+    static func journalLevel(_ level: Event.Level) -> UInt8 {
+        switch level {
+        case .fatal: return LogLevel.fatal.rawValue
+        case .error: return LogLevel.error.rawValue
+        case .warning: return LogLevel.warn.rawValue
+        case .info: return LogLevel.info.rawValue
+        case .debug: return LogLevel.debug.rawValue
+        }
+    }
+
+    /// Records a captured event: appended to the journal (JSON without contexts and breadcrumbs, meta
+    /// attributes `event_id` and `session`, the session update JSON that travels with it) for the mover,
+    /// which is woken; the event then survives the process dying. Without a journal, or when the append fails
+    /// (a full spill file, a record over the journal's limit), the mover is drained first (order is kept) and
+    /// the event, completed with the breadcrumbs now, is written to delivery durably before returning.
+    private func record(_ event: Event, session: Data?) {
+        var event = event
+        if let journal, let mover {
+            if let body = try? event.jsonData() {
+                var attributes = [Journal.Attribute(key: "event_id", value: .string(event.eventID), meta: true)]
+                if let session { attributes.append(Journal.Attribute(key: "session", value: .string(String(decoding: session, as: UTF8.self)), meta: true)) }
+                if journal.append(.event, level: Client.journalLevel(event.level), timeNs: Client.nanoseconds(event.timestamp ?? 0),
+                                  bodyBytes: body, attributes: attributes) != nil {
+                    mover.eventAppended()
+                    return
+                }
+            }
+            log("could not journal event \(event.eventID); written to storage at once")
+            mover.drain()
+            event = factory.completed(event, breadcrumbs: Breadcrumb.last(journal.breadcrumbs(), before: nil))
+        }
+        var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: logSink))]
+        if let session { items.append(.session(session)) }
+        submit(Envelope(header: .init(eventID: event.eventID), items: items))
     }
 
     /// Hands an envelope to delivery, durably (written to disk before returning).
@@ -208,20 +325,30 @@ final class Client: Sendable {
 
     // MARK: - End
 
-    /// Sends everything queued, waiting up to `timeout` seconds. `true` when nothing is left.
-    func flush(timeout: TimeInterval) -> Bool { delivery.flush(timeout: timeout) }
+    /// Moves everything in the journal to delivery (``JournalMover/drain()``), then sends everything queued,
+    /// waiting up to `timeout` seconds. `true` when nothing is left.
+    func flush(timeout: TimeInterval) -> Bool {
+        mover?.drain()
+        return delivery.flush(timeout: timeout)
+    }
 
-    /// Ends the session (`exited`), flushes (up to `timeout` s), keeps what was not sent for the next launch,
-    /// and removes this run's directory. Idempotent.
+    /// Ends the session (`exited`), moves what the journal holds to delivery, flushes (up to `timeout` s),
+    /// keeps what was not sent for the next launch, closes the journal and removes this run's directory (the
+    /// journal with it). Idempotent.
     func end(timeout: TimeInterval) {
         let items: [EnvelopeItem]? = state.withLock { state in
             if state.ended { return nil }
             state.ended = true
+            endedFlag.store(true, ordering: .relaxed)
             guard let update = sessionUpdate(.exited, &state) else { return [] }
             persistScope(state)
             return [.session(update.jsonData())]
         }
         guard let items else { return }
+        mover?.stop()
+        mover?.drain()
+        // Waits for appends in progress (a thread past the `ended` check), unregisters it from the crash handler.
+        journal?.close()
         if !items.isEmpty { submit(Envelope(items: items)) }
         delivery.close(timeout: timeout)
         log(delivery.summary)

@@ -32,6 +32,15 @@ import VakaSymbolication
 ///   takes the original's scope or session and is settled with it.
 /// - A finished run directory without a report whose session never ended (status still `ok`: the process was
 ///   killed) gives a session update `abnormal`; then the directory is deleted.
+/// - Every finished run's journal (`runs/<run-id>/journal`, ``Journal/read(_:)``) gives its events that the
+///   run's mover had not consumed: each becomes its envelope as the mover would have made it (the event as
+///   captured, with that run's scope; this machine's contexts; the last 100 breadcrumbs with a lower seq;
+///   its session update), queued before the run's fatal event or `abnormal` update, in seq order (a record
+///   torn by the process dying is skipped). Once they are on disk, `runs/<run-id>/journal.recovered` holds the
+///   last seq delivered, so a run directory that stays (a crash waiting for the server) does not give them
+///   twice. Logs left in the journal go the same way, as `log` items (``logMover(run:)``). A crashed run's fatal
+///   event gets the last 100 breadcrumbs of its journal with a seq up to the report's `journal_seq` (all,
+///   without one).
 extension Client {
     /// Most crash reports (`*.crash`) kept in `crashes/`: the newest 50 by modification time. Older ones are
     /// deleted by the join (with their run directories) with a debug line, so that a program crashing in a
@@ -129,7 +138,13 @@ extension Client {
                 logLine("crash report \(name) is a copy of event \(eventID), already in the outbox; deleted")
                 continue
             }
-            let envelope = fatalEnvelope(report: report, previous: previous, builder: builder, eventID: eventID)
+            var records: [Journal.Record]?
+            if let previous {
+                let recovered = recoverJournal(of: previous)
+                records = recovered
+                if !report.isForkChild { deliverJournal(recovered, of: previous) }
+            }
+            let envelope = fatalEnvelope(report: report, previous: previous, builder: builder, eventID: eventID, journal: records)
             do {
                 try delivery.submit(envelope, durable: true)
             } catch {
@@ -148,6 +163,7 @@ extension Client {
         }
         crashLedger.finishJoin()
         for run in runs.values.sorted(by: { $0.runID < $1.runID }) {
+            deliverJournal(recoverJournal(of: run), of: run)
             if var session = run.scope?.session, session.status == .ok, let scope = run.scope {
                 let update = session.update(.abnormal, now: Date(), release: scope.release, environment: scope.environment)
                 do {
@@ -198,15 +214,77 @@ extension Client {
         return dated.prefix(Client.maxKeptReports).map(\.name).sorted()
     }
 
+    /// The file in a run directory that holds the last journal seq the crash join delivered.
+    static let recoveredMarker = "journal.recovered"
+
+    /// Every record of `run`'s journal (seq order; empty when it has none or it cannot be read: debug line).
+    func recoverJournal(of run: RunDirectory.Previous) -> [Journal.Record] {
+        let url = run.url.appendingPathComponent("journal")
+        guard FileManager.default.fileExists(atPath: url.path) else { return [] }
+        do {
+            let (records, skipped) = try Journal.read(url)
+            if skipped > 0 { logLine("run \(run.runID): \(skipped) journal record(s) torn or damaged, skipped") }
+            return records
+        } catch {
+            logLine("run \(run.runID): the journal cannot be read (\(error)); its breadcrumbs and events are lost")
+            return []
+        }
+    }
+
+    /// Queues the events (and logs) `records` of `run`'s journal that its mover had not consumed and no
+    /// earlier join delivered (see the extension's documentation), then records the last seq delivered.
+    func deliverJournal(_ records: [Journal.Record], of run: RunDirectory.Previous) {
+        let markerURL = run.url.appendingPathComponent(Client.recoveredMarker)
+        var done: UInt64 = 0
+        if case .data(let data) = PrivateFiles.readCapped(markerURL.path, maxBytes: 64) {
+            done = UInt64(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        }
+        let pending = records.filter { !$0.consumed && $0.seq > done && ($0.kind == .event || $0.kind == .log) }
+        guard let last = pending.last else { return }
+        var envelopes: [Envelope] = []
+        var logs = logMover(run: run)
+        for record in pending {
+            if record.kind == .event {
+                if let envelope = JournalMover.envelope(for: record, breadcrumbs: Breadcrumb.last(records, before: record.seq),
+                                                        factory: factory, log: { [weak self] in self?.logLine($0) }) {
+                    envelopes.append(envelope)
+                }
+            } else if logs.add(record), let item = logs.takeItem() {
+                envelopes.append(Envelope(items: [item]))
+            }
+        }
+        if let item = logs.takeItem() { envelopes.append(Envelope(items: [item])) }
+        guard delivery.submit(batch: envelopes) else {
+            logLine("run \(run.runID): \(envelopes.count) envelope(s) from its journal are held in memory; they are recovered again at the next launch")
+            return
+        }
+        logLine("run \(run.runID): queued \(envelopes.count) envelope(s) its journal held")
+        do {
+            try PrivateFiles.writeAtomically(Data(String(last.seq).utf8), to: markerURL, sync: false)
+        } catch {
+            logLine("run \(run.runID): cannot write \(Client.recoveredMarker) (\(error))")
+        }
+    }
+
+    /// The log batching for the logs recovered from run `run`: its release, environment and trace id (from
+    /// its scope; without one, the current release and environment).
+    func logMover(run: RunDirectory.Previous) -> any LogMoving {
+        let scope = run.scope.map(LogScope.init(run:))
+            ?? LogScope(release: currentRelease, environment: options.environment, traceID: LogScope.traceID(runID: run.runID))
+        return ScopedLogBatcher(scope: scope)
+    }
+
     /// The envelope for one crash: the fatal event (`event_id` `eventID`) with the crashed run's scope, within
-    /// the size budget, and its `crashed` session update.
+    /// the size budget, and its `crashed` session update. Breadcrumbs: the last 100 of `journal` (the crashed
+    /// run's journal records; `nil`: read from `previous`) up to the report's journal seq.
     func fatalEnvelope(report: CrashReport, previous: RunDirectory.Previous?, builder: FatalEventBuilder,
-                       eventID: String) -> Envelope {
+                       eventID: String, journal: [Journal.Record]? = nil) -> Envelope {
         var event = builder.event(from: report)
         event.eventID = eventID
         let crashed = previous?.scope ?? RunScope(runID: report.runID ?? "", release: currentRelease,
                                                   environment: options.environment, tags: [:], userID: nil, session: nil)
-        let crumbs = previous.map { BreadcrumbStore.load(runDirectory: $0.url) } ?? []
+        let records = journal ?? previous.map { recoverJournal(of: $0) } ?? []
+        let crumbs = Breadcrumb.last(records, before: report.journalSeq.map { $0 &+ 1 })
         event.release = crashed.release
         event.environment = crashed.environment
         // This machine's contexts, with the device the report names and the crashed run's release and start.

@@ -75,6 +75,25 @@ struct EventFactory: Sendable {
         return event
     }
 
+    /// The event of a capture call as it is written to the journal: the common fields with `scope` at `date`,
+    /// **without** `contexts` and breadcrumbs (run constants and the journal's breadcrumbs: the mover adds
+    /// them with ``completed(_:breadcrumbs:)``, so the capture path encodes only what the call changed).
+    func captured(eventID: String, level: Event.Level, date: Date, scope: RunScope) -> Event {
+        var event = Event(eventID: eventID, timestamp: date.timeIntervalSince1970, platform: "native", level: level,
+                          sdk: .vaka, contexts: nil, release: scope.release, environment: scope.environment)
+        EventFactory.apply(scope: scope, breadcrumbs: [], to: &event)
+        return event
+    }
+
+    /// `event` (from ``captured(eventID:level:date:scope:)``) with this run's `contexts` and `breadcrumbs`
+    /// (oldest first; none leaves `breadcrumbs` out).
+    func completed(_ event: Event, breadcrumbs: [Breadcrumb]) -> Event {
+        var event = event
+        event.contexts = contexts
+        if !breadcrumbs.isEmpty { event.breadcrumbs = ValueList(breadcrumbs) }
+        return event
+    }
+
     /// Adds the scope's tags (kept where the event already has the same tag), user and breadcrumbs to `event`.
     static func apply(scope: RunScope, breadcrumbs: [Breadcrumb], to event: inout Event) {
         var tags = event.tags ?? [:]

@@ -1,0 +1,327 @@
+import Foundation
+import Synchronization
+
+/// What the mover needs of log batching: the journal's log records in, Sentry `log` envelope items out.
+/// ``ScopedLogBatcher`` (``LogBatcher`` with the run's ``LogScope``) is the implementation.
+protocol LogMoving: Sendable {
+    /// Takes one log record; `true` when a batch is due now (count or bytes).
+    mutating func add(_ record: Journal.Record) -> Bool
+    /// Whether the oldest record held is old enough to send (age).
+    func isDue(now: Date) -> Bool
+    /// Whether nothing is held.
+    var isEmpty: Bool { get }
+    /// The `log` item of everything held (emptied), or `nil` when nothing is held.
+    mutating func takeItem() -> EnvelopeItem?
+}
+
+/// ``LogBatcher`` with the ``LogScope`` of the run whose logs it batches: the mover's ``LogMoving``.
+struct ScopedLogBatcher: LogMoving {
+    /// The batching.
+    var batcher = LogBatcher()
+    /// The run's release, environment and trace id.
+    let scope: LogScope
+
+    /// A batcher for the logs of a run with `scope`.
+    init(scope: LogScope) { self.scope = scope }
+
+    mutating func add(_ record: Journal.Record) -> Bool { batcher.add(record, scope: scope) }
+
+    func isDue(now: Date) -> Bool { batcher.isDue(now: now) }
+
+    var isEmpty: Bool { batcher.isEmpty }
+
+    mutating func takeItem() -> EnvelopeItem? { batcher.takeItem() }
+}
+
+/// Moves a run's journalled events (and logs) into ``Delivery``: one background thread per client
+/// (`vaka.journal`), and ``drain()`` on the caller's thread for ``Client/flush(timeout:)`` and
+/// ``Client/end(timeout:)``.
+///
+/// A pass (one at a time, under ``passState``'s lock):
+/// 1. Events, in seq order (at most 2,000 a pass): each record's JSON is decoded (``Event``, as
+///    ``EventFactory/captured(eventID:level:date:scope:)`` made it), given this run's contexts and the last
+///    100 breadcrumbs with a lower seq (from a snapshot of the breadcrumb ring, ``Journal/breadcrumbs()``,
+///    taken after the event was appended: one when the pass starts and one every 10 ms while it runs; the
+///    ring keeps the newest breadcrumbs, so when more than it holds were added between an event and its
+///    snapshot, that event gets only those still there, possibly none), fitted to the size budget (``EventFactory/finalize(_:budget:log:)``) and put
+///    in an envelope with the session update of its meta attribute `session`, if any. The pass's envelopes go
+///    to ``Delivery/submit(batch:)`` (queue mode: one write of `pending/` for up to 200 of them; outbox mode:
+///    one file each, consumed one by one), and only once they are on disk are the records consumed
+///    (``Journal/consume(through:)``): a record leaves the journal only when it is durable elsewhere. The
+///    process dying between the write and the consume leaves that batch's records in the journal, so the next
+///    launch delivers them again (same `event_id`: servers keep one).
+///    When `pending/` cannot be written, the envelopes are held in memory by the queue (and still sent); the
+///    records stay unconsumed until a later pass writes them (``Delivery/persistQueued()``).
+/// 2. Logs: each record goes to the ``LogMoving`` (when the client has one); a due batch (count, bytes, age,
+///    log ring at least 750 ‰ full, or a drain) is submitted durably, then consumed through its last record.
+/// 3. In the journal's fallback (mmap refused), ``Journal/sync()`` when anything was appended since the last.
+///
+/// When the thread runs: woken by ``eventAppended()`` (an atomic flag; the condition is signalled only when
+/// the thread sleeps), else every second (every 200 ms in the fallback, so a SIGKILL loses at most that much).
+///
+/// `@unchecked Sendable`: `stopped` and `thread` are touched only with `cond` held; `passState` is a `Mutex`;
+/// the flags are `Atomic`s; the other properties are `let`s of `Sendable` types set in `init`.
+final class JournalMover: @unchecked Sendable {
+    /// The journal whose events and logs are moved.
+    let journal: Journal
+    private let delivery: Delivery
+    private let factory: EventFactory
+    private let logSink: (@Sendable (String) -> Void)?
+
+    /// What one pass carries over to the next.
+    private struct PassState {
+        /// The last event record handed to delivery (the next pass starts after it).
+        var eventCursor: Journal.Record?
+        /// The last event record handed to delivery but not consumed yet (its envelope not on disk yet).
+        var unconsumedEvent: Journal.Record?
+        /// The last log record handed to the batcher.
+        var logCursor: Journal.Record?
+        /// The log batching (nil: logs stay in the journal).
+        var logs: (any LogMoving)?
+        /// The journal's last seq at the last sync (fallback only).
+        var syncedSeq: UInt64 = 0
+    }
+    private let passState: Mutex<PassState>
+
+    private let wakeRequested = Atomic<Bool>(false)
+    private let sleeping = Atomic<Bool>(false)
+    private let cond = NSCondition()
+    private var stopped = false
+    private var thread: Thread?
+
+    /// Seconds between passes when nothing wakes the thread: 1, or 0.2 in the fallback.
+    let interval: TimeInterval
+
+    /// Log ring fill (per mille) from which held logs are sent at once: 750.
+    static let logRingHighWater = 750
+
+    /// A mover for `journal` (not started: ``start()``). `logs`: the log batching, or `nil`.
+    init(journal: Journal, delivery: Delivery, factory: EventFactory, logs: (any LogMoving)?,
+         log: (@Sendable (String) -> Void)?) {
+        self.journal = journal
+        self.delivery = delivery
+        self.factory = factory
+        self.logSink = log
+        interval = journal.isMapped ? 1 : Journal.fallbackSyncInterval
+        passState = Mutex(PassState(logs: logs))
+    }
+
+    /// Starts the `vaka.journal` thread.
+    func start() {
+        cond.lock(); defer { cond.unlock() }
+        guard thread == nil, !stopped else { return }
+        let t = Thread { [self] in run() }
+        t.name = "vaka.journal"
+        thread = t
+        t.start()
+    }
+
+    /// Called after an event record was appended: wakes the thread (a store, plus a signal only when it sleeps).
+    func eventAppended() {
+        wakeRequested.store(true, ordering: .sequentiallyConsistent)
+        if sleeping.load(ordering: .sequentiallyConsistent) {
+            cond.lock()
+            cond.signal()
+            cond.unlock()
+        }
+    }
+
+    /// Stops the thread (waiting for its current pass). Later ``drain()`` calls still work.
+    func stop() {
+        cond.lock()
+        stopped = true
+        cond.broadcast()
+        let running = thread != nil
+        cond.unlock()
+        guard running else { return }
+        // The thread's pass holds `passState`: taking it once waits for the pass to end.
+        passState.withLock { _ in }
+        cond.lock()
+        while thread != nil { _ = cond.wait(until: Date().addingTimeInterval(0.05)) }
+        cond.unlock()
+    }
+
+    /// One pass that moves everything committed so far, logs included (``Client/flush(timeout:)``, close).
+    func drain() { pass(force: true) }
+
+    private func run() {
+        cond.lock()
+        while !stopped {
+            sleeping.store(true, ordering: .sequentiallyConsistent)
+            if !wakeRequested.exchange(false, ordering: .sequentiallyConsistent) {
+                _ = cond.wait(until: Date().addingTimeInterval(interval))
+            }
+            sleeping.store(false, ordering: .sequentiallyConsistent)
+            wakeRequested.store(false, ordering: .sequentiallyConsistent)
+            if stopped { break }
+            cond.unlock()
+            pass(force: false)
+            cond.lock()
+        }
+        thread = nil
+        cond.broadcast()
+        cond.unlock()
+    }
+
+    /// One pass (see the type's documentation); `force` sends held logs whatever their age.
+    private func pass(force: Bool) {
+        passState.withLock { state in
+            moveEvents(&state)
+            moveLogs(&state, force: force)
+            if !journal.isMapped {
+                let last = journal.lastSeq
+                if last != state.syncedSeq {
+                    journal.sync()
+                    state.syncedSeq = last
+                }
+            }
+        }
+    }
+
+    /// Most envelopes handed to delivery in one go (bounds the memory of a pass over a full ring and spill).
+    static let maxEnvelopesPerSubmit = 200
+
+    private func moveEvents(_ state: inout PassState) {
+        if let held = state.unconsumedEvent {
+            // Envelopes of an earlier pass still only in memory: written now?
+            guard delivery.persistQueued() else { return }
+            journal.consume(through: held)
+            state.unconsumedEvent = nil
+        }
+        guard journal.next(.event, after: state.eventCursor) != nil else { return }
+        // Breadcrumb snapshots, each with the journal's last seq read just before it (its horizon): every event
+        // up to a horizon has its earlier breadcrumbs in that snapshot, unless the ring had already moved past
+        // them. An event takes the first snapshot whose horizon covers it; a new one is taken when none does,
+        // and every ``snapshotInterval`` while the pass runs, so that events appended meanwhile are looked at
+        // before the ring overwrites their breadcrumbs.
+        var trails: [(horizon: UInt64, trail: BreadcrumbTrail)] = []
+        var lastSnapshot = DispatchTime.now().uptimeNanoseconds
+        func snapshot() {
+            let horizon = journal.lastSeq
+            if let newest = trails.last, newest.horizon == horizon { return }
+            trails.append((horizon, BreadcrumbTrail(journal.breadcrumbs())))
+            lastSnapshot = DispatchTime.now().uptimeNanoseconds
+        }
+        func trail(for seq: UInt64) -> BreadcrumbTrail {
+            trails.removeAll { $0.horizon < seq }  // events come in seq order: older snapshots are done
+            if let covering = trails.first { return covering.trail }
+            snapshot()
+            return trails.last!.trail  // its horizon is at least `seq`: the record was committed before
+        }
+        var envelopes: [Envelope] = []
+        var last: Journal.Record?
+        func submit() {
+            guard let through = last else { return }
+            if delivery.submit(batch: envelopes) {
+                journal.consume(through: through)
+                state.unconsumedEvent = nil
+            } else {
+                state.unconsumedEvent = through
+            }
+            envelopes.removeAll(keepingCapacity: true)
+            last = nil
+        }
+        // Outbox mode: each envelope is its own file, durable once written: consumed one by one, so a death
+        // mid-pass leaves at most one envelope to be written again.
+        let perEnvelope = delivery.queue == nil
+        var moved = 0
+        while moved < JournalMover.maxEventsPerPass, let record = journal.next(.event, after: state.eventCursor) {
+            moved += 1
+            state.eventCursor = record
+            last = record
+            let breadcrumbs = trail(for: record.seq).last(before: record.seq)
+            if let envelope = JournalMover.envelope(for: record, breadcrumbs: breadcrumbs, factory: factory, log: logSink) {
+                envelopes.append(envelope)
+            }
+            if DispatchTime.now().uptimeNanoseconds - lastSnapshot > JournalMover.snapshotInterval { snapshot() }
+            if perEnvelope || envelopes.count >= JournalMover.maxEnvelopesPerSubmit {
+                submit()
+                if state.unconsumedEvent != nil { return }
+            }
+        }
+        submit()
+    }
+
+    /// Most events one pass moves (the next pass goes on): 2,000.
+    static let maxEventsPerPass = 2_000
+
+    /// Nanoseconds between breadcrumb snapshots while a pass runs: 10 ms.
+    static let snapshotInterval: UInt64 = 10_000_000
+
+    /// The envelope of event record `record` with `breadcrumbs` (see the type's documentation); the crash join
+    /// uses it for the events a run left in its journal. `nil` (a line to `log`) when the JSON does not decode.
+    static func envelope(for record: Journal.Record, breadcrumbs: [Breadcrumb], factory: EventFactory,
+                         log: ((String) -> Void)?) -> Envelope? {
+        let event: Event
+        do {
+            event = try JSONDecoder().decode(Event.self, from: Data(record.body))
+        } catch {
+            log?("journal event record \(record.seq) does not decode (\(error)); dropped")
+            return nil
+        }
+        var items: [EnvelopeItem] = [.event(EventFactory.finalize(factory.completed(event, breadcrumbs: breadcrumbs), log: log))]
+        if let session = record.meta("session") { items.append(.session(Data(session.utf8))) }
+        return Envelope(header: .init(eventID: event.eventID), items: items)
+    }
+
+    private func moveLogs(_ state: inout PassState, force: Bool) {
+        guard var logs = state.logs else { return }
+        defer { state.logs = logs }
+        func send() {
+            guard let through = state.logCursor, let item = logs.takeItem() else { return }
+            do {
+                try delivery.submit(Envelope(items: [item]), durable: true)
+            } catch {
+                logSink?("could not write a log envelope (\(error)); it is held in memory and still sent")
+            }
+            journal.consume(through: through)
+        }
+        while let record = journal.next(.log, after: state.logCursor) {
+            state.logCursor = record
+            if logs.add(record) { send() }
+        }
+        if !logs.isEmpty && (force || logs.isDue(now: Date()) || journal.fillPermille(.log) >= JournalMover.logRingHighWater) {
+            send()
+        }
+    }
+}
+
+/// The breadcrumbs of one journal snapshot for the events of a pass: each event gets the last 100 with a lower
+/// seq, each record decoded into a ``Breadcrumb`` once, when an event first needs it. Used by one pass only
+/// (not shared between threads).
+final class BreadcrumbTrail {
+    private let records: [Journal.Record]
+    private var decoded: [Breadcrumb?]
+
+    /// The breadcrumb records of `records` (seq order).
+    init(_ records: [Journal.Record]) {
+        self.records = records.filter { $0.kind == .breadcrumb }
+        decoded = Array(repeating: nil, count: self.records.count)
+    }
+
+    /// The last `limit` (100) breadcrumbs whose seq is below `seq`, oldest first.
+    func last(before seq: UInt64, limit: Int = EventBudget.maxBreadcrumbs) -> [Breadcrumb] {
+        var lo = 0, hi = records.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if records[mid].seq < seq { lo = mid + 1 } else { hi = mid }
+        }
+        var out: [Breadcrumb] = []
+        out.reserveCapacity(min(limit, lo))
+        for i in max(0, lo - limit)..<lo {
+            if decoded[i] == nil { decoded[i] = Breadcrumb(record: records[i]) }
+            out.append(decoded[i]!)
+        }
+        return out
+    }
+}
+
+extension Journal.Record {
+    /// The string value of meta attribute `key` (`event_id`, `session`), or `nil`.
+    func meta(_ key: String) -> String? {
+        for attribute in attributes where attribute.meta && attribute.key == key {
+            if case .string(let value) = attribute.value { return value }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,288 @@
+import XCTest
+import VakaTestSupport
+@testable import Vaka
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Breadcrumbs and events through the run's journal, end to end: SIGKILLs at random moments
+/// (`vaka-crashme journal-flood`), every crash scenario with numbered breadcrumbs (`--trail`), 8 capturing
+/// threads, and the write(2) fallback (`VAKA_JOURNAL_NO_MMAP=1`). Outbox mode: the outbox file names give
+/// the order in which envelopes were written.
+final class JournalSDKTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    /// The index `i` of `prefix + "i"`, or `nil`.
+    private func index(_ text: String?, after prefix: String) -> Int? {
+        guard let text, text.hasPrefix(prefix) else { return nil }
+        return Int(text.dropFirst(prefix.count))
+    }
+
+    /// `journal-flood` (10,000 breadcrumbs, a numbered event after every 25th) SIGKILLed at a random moment,
+    /// at least 20 times, each in a fresh storage directory. Before the next launch the killed run's journal
+    /// is read offline: its breadcrumbs are the last ones added before the kill, numbered without a gap, the
+    /// newest being the last one the child reported (or the one after it, added just before the kill), at
+    /// most one record torn. After the next launch the outbox holds every event captured before the kill, in
+    /// capture order without a gap; an event may appear twice only as part of the mover's batch in flight
+    /// (written to the outbox, the process killed before the records were consumed: the next launch writes
+    /// that batch again, so the sequence restarts once, inside what was already written). The killed run's
+    /// session ends `abnormal`.
+    func testJournalFloodKilledAtRandomMomentsLosesNothingBeforeTheKill() throws {
+        var generator = SystemRandomNumberGenerator()
+        var kills = 0, attempts = 0, recoveredFromJournal = 0, redelivered = 0, withBreadcrumbs = 0, withoutBreadcrumbs = 0
+        while kills < 20 && attempts < 40 {
+            attempts += 1
+            let storage = dirs.make("flood-\(attempts)")
+            let logs = dirs.make("flood-logs-\(attempts)")
+            let progressURL = storage.appendingPathComponent("journal-flood.progress")
+            let child = try RunningChild(Paths.harness, ["journal-flood", "--storage", storage.path], logDirectory: logs)
+            let deadline = Date().addingTimeInterval(60)
+            while ((try? Data(contentsOf: progressURL))?.isEmpty ?? true) && Date() < deadline { usleep(1000) }
+            usleep(UInt32.random(in: 0...150_000, using: &generator))
+            child.sigkill()
+            guard let result = child.wait(timeout: 60) else { XCTFail("journal-flood hung"); return }
+            guard result.signaled else {
+                XCTAssertEqual(result.outcome, "exit 0", result.stderr)
+                continue  // finished before the kill: not counted
+            }
+            kills += 1
+            let progress = try String(contentsOf: progressURL, encoding: .utf8).split(whereSeparator: { $0 == " " || $0 == "\n" }).prefix(2).compactMap { Int($0) }
+            XCTAssertEqual(progress.count, 2)
+            guard progress.count == 2 else { return }
+            let (crumbsAdded, eventsCaptured) = (progress[0], progress[1])
+
+            // The killed run's journal, read offline.
+            let runs = try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path)
+            XCTAssertEqual(runs.count, 1)
+            let runDir = storage.appendingPathComponent("runs/\(try XCTUnwrap(runs.first))")
+            let (records, skipped) = try Journal.read(runDir.appendingPathComponent("journal"))
+            XCTAssertLessThanOrEqual(skipped, 1, "at most one torn record")
+            let crumbs = records.filter { $0.kind == .breadcrumb }.compactMap { index($0.text, after: "crumb ") }
+            let last = try XCTUnwrap(crumbs.last)
+            XCTAssertTrue(last == crumbsAdded - 1 || last == crumbsAdded, "newest breadcrumb \(last), child had added \(crumbsAdded)")
+            XCTAssertEqual(crumbs, Array((last - crumbs.count + 1)...last), "contiguous, oldest first")
+            XCTAssertTrue(crumbs.first == 0 || crumbs.count > 100, "all of them, or more than an event carries: \(crumbs.count)")
+            recoveredFromJournal += records.filter { $0.kind == .event && !$0.consumed }.count
+
+            let sid = try XCTUnwrap(readOutbox(storage).flatMap(\.sessions).first?["sid"] as? String)
+            let relaunch = try runHarness(["--storage", storage.path], logDirectory: logs)
+            XCTAssertEqual(relaunch.outcome, "exit 0", relaunch.stderr)
+            let outbox = try readOutbox(storage)
+            let events = outbox.flatMap(\.events).compactMap { index(dig($0, "logentry", "formatted") as? String, after: "flood event ") }
+            let distinct = Set(events)
+            let top = events.max() ?? -1
+            XCTAssertTrue(top == eventsCaptured - 1 || top == eventsCaptured, "newest event \(top), child had captured \(eventsCaptured)")
+            XCTAssertEqual(distinct, Set(0..<(top + 1)), "every event before the kill, none missing")
+            // In order: one restart at most (the batch in flight written again), never past what was written.
+            var restarts = 0
+            for (a, b) in zip(events, events.dropFirst()) where b != a + 1 {
+                restarts += 1
+                XCTAssertLessThanOrEqual(b, a, "a gap between \(a) and \(b)")
+            }
+            XCTAssertLessThanOrEqual(restarts, 1, "\(events)")
+            redelivered += events.count - distinct.count
+            // An event carries the breadcrumbs before it still in the ring when the mover (or the next launch)
+            // takes it: contiguous, ending with the one added right before it. Under this flood (1,000
+            // breadcrumbs in a few ms) the ring has often moved past them: then it carries none.
+            for event in outbox.flatMap(\.events) {
+                guard let n = index(dig(event, "logentry", "formatted") as? String, after: "flood event ") else { continue }
+                let trail = ((dig(event, "breadcrumbs", "values") as? [[String: Any]]) ?? []).compactMap { index($0["message"] as? String, after: "crumb ") }
+                if trail.isEmpty { withoutBreadcrumbs += 1; continue }
+                XCTAssertEqual(trail.last, n * 25 + 24, "event \(n)")
+                XCTAssertEqual(trail, Array((trail[0])...(trail[0] + trail.count - 1)), "event \(n): contiguous")
+                XCTAssertLessThanOrEqual(trail.count, 100)
+                withBreadcrumbs += 1
+            }
+            let updates = outbox.flatMap(\.sessions).filter { $0["sid"] as? String == sid }
+            XCTAssertEqual(updates.last?["status"] as? String, "abnormal", "\(updates)")
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path), [],
+                           "the killed run's directory is removed by the join, the relaunch's at its exit")
+        }
+        XCTAssertGreaterThanOrEqual(kills, 20, "only \(kills) of \(attempts) runs were killed before they finished")
+        print("journal flood: \(kills) SIGKILLs in \(attempts) runs; \(recoveredFromJournal) events recovered from killed runs' journals, \(redelivered) written twice; \(withBreadcrumbs) events with their last breadcrumbs, \(withoutBreadcrumbs) whose breadcrumbs the ring had overwritten")
+    }
+
+    /// Every crash scenario with `--trail 150:5`: at the next launch the fatal event's breadcrumbs are the last
+    /// 100 added before the crash, `crumb 149` (the last one) included, and the 5 messages captured among
+    /// them are delivered too (from the crashed run's journal when its mover had not moved them yet).
+    func testEveryCrashScenarioCarriesTheLastBreadcrumbsBeforeTheCrash() throws {
+        let list = try runHarnessList()
+        XCTAssertGreaterThan(list.count, 20)
+        for scenario in list {
+            try checkTrail(scenario: scenario, environment: [:])
+        }
+    }
+
+    /// mmap refused (`VAKA_JOURNAL_NO_MMAP=1`: the journal's write(2) fallback): breadcrumbs and events are
+    /// still recorded, and delivered after a crash.
+    func testWithoutSharedMappingBreadcrumbsAndEventsSurviveACrash() throws {
+        for scenario in ["null-deref", "abort", "swift-fatal-error"] {
+            try checkTrail(scenario: scenario, environment: ["VAKA_JOURNAL_NO_MMAP": "1"]) { stderr in
+                XCTAssertTrue(stderr.contains("[vaka] journal: mmap refused"), stderr)
+            }
+        }
+    }
+
+    private func runHarnessList() throws -> [String] {
+        let logs = dirs.make("list-logs")
+        let list = try runHarness(["--list"], logDirectory: logs)
+        return list.stdout.split(separator: "\n").map(String.init)
+    }
+
+    private func checkTrail(scenario: String, environment: [String: String], stderrCheck: ((String) -> Void)? = nil) throws {
+        let storage = dirs.make("trail-\(scenario)")
+        let logs = dirs.make("trail-logs-\(scenario)")
+        let crash = try runHarness([scenario, "--trail", "150:5", "--storage", storage.path], environment: environment, logDirectory: logs)
+        XCTAssertTrue(crash.signaled, "\(scenario): \(crash.outcome)\n\(crash.stderr)")
+        stderrCheck?(crash.stderr)
+        let relaunch = try runHarness(["--storage", storage.path], environment: environment, logDirectory: logs)
+        XCTAssertEqual(relaunch.outcome, "exit 0", "\(scenario): \(relaunch.stderr)")
+        let events = try readOutbox(storage).flatMap(\.events)
+        guard let fatal = events.first(where: { $0["level"] as? String == "fatal" }) else {
+            return XCTFail("\(scenario): no fatal event\n\(crash.stderr)\n\(relaunch.stderr)")
+        }
+        let messages = (dig(fatal, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String }
+        XCTAssertEqual(messages, (50..<150).map { "crumb \($0)" }, scenario)
+        // Each message, in order. Written twice only by one restart of the sequence: the mover's envelope in
+        // flight when the process died (written to the outbox, its record not consumed yet), and in the
+        // fallback also what the mover (still running while the crash handler works) wrote after the handler
+        // had written the rings to the file: the next launch writes those again.
+        let trailEvents = events.filter { (dig($0, "logentry", "formatted") as? String ?? "").hasPrefix("trail event ") }
+        let trail = trailEvents.compactMap { index(dig($0, "logentry", "formatted") as? String, after: "trail event ") }
+        var firsts: [Int] = []
+        for k in trail where !firsts.contains(k) { firsts.append(k) }
+        XCTAssertEqual(firsts, Array(0..<5), "\(scenario): every message, in order: \(trail)")
+        let restarts = zip(trail, trail.dropFirst()).filter { $1 != $0 + 1 }.count
+        XCTAssertLessThanOrEqual(restarts, 1, "\(scenario): \(trail)")
+        if environment["VAKA_JOURNAL_NO_MMAP"] == nil {
+            XCTAssertLessThanOrEqual(trail.count, 6, "\(scenario): mapped: at most the one in flight twice: \(trail)")
+        }
+        // Each message carries the breadcrumbs added before it: event k comes right after crumb k·149/5.
+        for (k, event) in zip(trail, trailEvents) {
+            let crumbs = (dig(event, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String }
+            XCTAssertEqual(crumbs?.last, "crumb \(k * 149 / 5)", "\(scenario): event \(k)")
+        }
+    }
+
+    /// The crash join takes a crashed run's breadcrumbs up to the report's `journal_seq`: those appended
+    /// after it (by other threads while the handler ran) are not the state at death. Without the key, all.
+    func testFatalEventBreadcrumbsStopAtTheReportsJournalSeq() throws {
+        for (seqLine, expected) in [("journal_seq 120", 20..<120), ("", 50..<150)] {
+            let storage = dirs.make("seq")
+            let runID = UUID().uuidString
+            var text = try exampleCrashReport(runID: runID)
+            text = text.replacingOccurrences(of: "journal_seq 1042\n", with: seqLine.isEmpty ? "" : seqLine + "\n")
+            XCTAssertEqual(text.contains("journal_seq"), !seqLine.isEmpty)
+            let crashes = storage.appendingPathComponent("crashes")
+            try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+            try text.write(to: crashes.appendingPathComponent("\(runID).crash"), atomically: true, encoding: .utf8)
+            do {
+                let dir = try RunDirectory(storage: storage, runID: runID)  // its lock is released when it goes
+                let journal = try Journal(path: dir.url.appendingPathComponent("journal"))
+                for i in 0..<150 { XCTAssertEqual(journal.append(.breadcrumb, level: 9, category: "c", body: "crumb \(i)"), UInt64(i + 1)) }
+                journal.close()
+            }
+            let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
+                                    runID: "J-\(UUID().uuidString)", dsn: nil, log: nil)
+            client.joinPreviousRuns()
+            let fatal = try XCTUnwrap(readOutbox(storage).flatMap(\.events).first { $0["level"] as? String == "fatal" })
+            let messages = (dig(fatal, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String }
+            XCTAssertEqual(messages, expected.map { "crumb \($0)" }, seqLine)
+        }
+    }
+
+    /// Logs in the journal go out as `log` items: from a live run through the mover (flush), and from a run
+    /// that died before its mover took them, at the next launch (the crash join), with that run's release.
+    func testJournalledLogsAreSentByTheMoverAndRecoveredFromADeadRun() throws {
+        let storage = dirs.make("logs")
+        let deadRun = UUID().uuidString
+        do {
+            let dir = try RunDirectory(storage: storage, runID: deadRun)
+            try dir.write(RunScope(runID: deadRun, release: "dead@1.0", environment: "production", tags: [:], userID: nil, session: nil))
+            let journal = try Journal(path: dir.url.appendingPathComponent("journal"))
+            for i in 0..<3 {
+                XCTAssertNotNil(journal.append(.log, level: LogLevel.warn.rawValue, body: "dead log \(i)",
+                                               attributes: [Journal.Attribute(key: "i", value: .integer(Int64(i)))]))
+            }
+            journal.close()
+        }
+        let client = try Client(options: Vaka.Options(release: "live@2.0", sessionTracking: false, storageDirectory: storage),
+                                storage: storage, runID: "L-\(UUID().uuidString)", dsn: nil, log: nil)
+        client.begin()
+        let journal = try XCTUnwrap(client.journal)
+        for i in 0..<2 { journal.append(.log, level: LogLevel.info.rawValue, body: "live log \(i)") }
+        XCTAssertTrue(client.flush(timeout: 1))
+        client.end(timeout: 1)
+        let logs = try readOutbox(storage).flatMap { $0.items.filter { $0.type == "log" }.map(\.payload) }
+        let items = logs.flatMap { ($0["items"] as? [[String: Any]]) ?? [] }
+        XCTAssertEqual(items.compactMap { $0["body"] as? String }, ["dead log 0", "dead log 1", "dead log 2", "live log 0", "live log 1"])
+        XCTAssertEqual(items.first.flatMap { dig($0, "attributes", "sentry.release", "value") as? String }, "dead@1.0")
+        XCTAssertEqual(items.last.flatMap { dig($0, "attributes", "sentry.release", "value") as? String }, "live@2.0")
+        XCTAssertEqual(items.first.flatMap { dig($0, "attributes", "i", "value") as? Int }, 0)
+        XCTAssertEqual(items.first?["level"] as? String, "warn")
+    }
+
+    /// A crashed run whose journal still held an event, with a DSN that never answers: the first launch queues
+    /// the journal's event and the crash, and the run directory stays (the crash waits for the server); a
+    /// later launch that queues the crash again does not queue the journal's event again (`journal.recovered`).
+    func testEventsLeftInAJournalAreQueuedOnceWhileTheRunDirectoryStays() throws {
+        let storage = dirs.make("once")
+        let runID = UUID().uuidString
+        let crashes = storage.appendingPathComponent("crashes")
+        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+        try exampleCrashReport(runID: runID).write(to: crashes.appendingPathComponent("\(runID).crash"), atomically: true, encoding: .utf8)
+        let eventID = "0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e"
+        do {
+            let dir = try RunDirectory(storage: storage, runID: runID)
+            try dir.write(RunScope(runID: runID, release: "dead@1.0", environment: "production", tags: [:], userID: nil, session: nil))
+            let journal = try Journal(path: dir.url.appendingPathComponent("journal"))
+            let event = Event(eventID: eventID, timestamp: 1_700_000_000, level: .info, logentry: LogEntry(formatted: "left behind"))
+            XCTAssertNotNil(journal.append(.event, level: 9, bodyBytes: try event.jsonData(),
+                                           attributes: [Journal.Attribute(key: "event_id", value: .string(eventID), meta: true)]))
+            journal.close()
+        }
+        func launch() throws -> [String] {
+            let client = try Client(options: Vaka.Options(dsn: "http://key@127.0.0.1:9/1", sessionTracking: false, storageDirectory: storage),
+                                    storage: storage, runID: "Q-\(UUID().uuidString)", dsn: try DSN("http://key@127.0.0.1:9/1"), log: nil)
+            client.begin()
+            client.end(timeout: 0)
+            let queue = try XCTUnwrap(client.delivery.queue)
+            return queue.sealedBatches().flatMap { queue.records(of: $0) ?? [] }.compactMap { data in
+                let header = data.prefix { $0 != 0x0A }
+                return (try? JSONSerialization.jsonObject(with: header) as? [String: Any])?["event_id"] as? String
+            }
+        }
+        let first = try launch()
+        XCTAssertEqual(first.filter { $0 == eventID }.count, 1, "\(first)")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: RunDirectory.root(storage).appendingPathComponent(runID).path), "the crash is not accepted yet")
+        // Its batch file lost (dropped by the file cap, say): the next launch queues the crash again, not the
+        // journal's event, which the first launch had queued.
+        try FileManager.default.removeItem(at: storage.appendingPathComponent("pending"))
+        let second = try launch()
+        XCTAssertEqual(second.filter { $0 == eventID }.count, 0, "not queued again: \(second)")
+        XCTAssertEqual(second.count, 1, "the crash, queued again: \(second)")
+    }
+
+    /// 8 threads capture 100 messages each while adding breadcrumbs: every event is delivered exactly once,
+    /// and each thread's events in the order that thread captured them.
+    func testEventsFromEightThreadsNoneLostNoneDuplicated() throws {
+        let storage = dirs.make("threads")
+        let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
+                                runID: "T-\(UUID().uuidString)", dsn: nil, log: nil)
+        client.begin()
+        DispatchQueue.concurrentPerform(iterations: 8) { t in
+            for i in 0..<100 {
+                client.addBreadcrumb(category: "t\(t)", message: "crumb \(i)")
+                client.capture(message: "t\(t) event \(i)", level: .info)
+            }
+        }
+        client.end(timeout: 5)
+        let messages = try readOutbox(storage).flatMap(\.events).compactMap { dig($0, "logentry", "formatted") as? String }
+        XCTAssertEqual(messages.count, 800)
+        XCTAssertEqual(Set(messages).count, 800, "no duplicates")
+        for t in 0..<8 {
+            XCTAssertEqual(messages.filter { $0.hasPrefix("t\(t) ") }, (0..<100).map { "t\(t) event \($0)" }, "thread \(t)")
+        }
+    }
+}
