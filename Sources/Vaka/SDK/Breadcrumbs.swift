@@ -1,32 +1,5 @@
 import Foundation
 
-/// One breadcrumb (`breadcrumbs.values[]` of a Sentry event): something that happened before an event.
-public struct Breadcrumb: Codable, Equatable, Sendable {
-    /// When it happened, seconds since the Unix epoch with a fraction (`timestamp`).
-    public var timestamp: Double
-    /// Sentry breadcrumb type: `"default"`, or `"navigation"` for ``Vaka/screen(_:)`` (`type`).
-    public var type: String
-    /// Dotted category, e.g. `"cart"`, `"navigation"` (`category`).
-    public var category: String?
-    /// Human-readable text (`message`).
-    public var message: String?
-    /// Severity, `"info"` by default (`level`).
-    public var level: String?
-    /// Extra key/value strings, e.g. `{"from": "Cart", "to": "Checkout"}` for navigation (`data`).
-    public var data: [String: String]?
-
-    /// Creates a breadcrumb; every field is described on its property.
-    public init(timestamp: Double, type: String = "default", category: String? = nil, message: String? = nil,
-                level: String? = "info", data: [String: String]? = nil) {
-        self.timestamp = timestamp
-        self.type = type
-        self.category = category
-        self.message = message
-        self.level = level
-        self.data = data
-    }
-}
-
 /// Breadcrumbs as journal records (``Journal/Kind/breadcrumb``): one breadcrumb is one record, written by
 /// ``Client/addBreadcrumb(_:)`` and read back by the mover (the breadcrumbs of a captured event) and the crash
 /// join (the breadcrumbs of a crashed run's fatal event).
