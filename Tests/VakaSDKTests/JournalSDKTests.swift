@@ -14,6 +14,35 @@ final class JournalSDKTests: XCTestCase {
     let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
 
+    /// Runs `vaka-crashme SCENARIO --storage DIR` in a fresh storage directory and SIGKILLs it at a random
+    /// moment, 0...`maxDelay` µs after its progress file `DIR/SCENARIO.progress` is first written
+    /// (``runHarnessKilledAtRandomMoment(_:progress:maxDelay:logDirectory:using:)``), until it was killed 20
+    /// times (at most 40 runs, 10 minutes; a run that finishes first must exit 0 and does not count). `check`
+    /// gets each killed run's storage directory, log directory and progress file. Returns the kills and runs.
+    private func killAtRandomMoments(_ scenario: String, maxDelay: UInt32,
+                                     check: (_ storage: URL, _ logs: URL, _ progress: URL) throws -> Void) throws -> (kills: Int, attempts: Int) {
+        var generator = SystemRandomNumberGenerator()
+        var kills = 0, attempts = 0
+        let started = Date()
+        while kills < 20 && attempts < 40 && Date().timeIntervalSince(started) < 600 {
+            attempts += 1
+            let storage = dirs.make("\(scenario)-\(attempts)")
+            let logs = dirs.make("\(scenario)-logs-\(attempts)")
+            let progress = storage.appendingPathComponent("\(scenario).progress")
+            guard let result = try runHarnessKilledAtRandomMoment([scenario, "--storage", storage.path], progress: progress,
+                                                                  maxDelay: maxDelay, logDirectory: logs, using: &generator)
+            else { XCTFail("\(scenario) hung"); break }
+            guard result.signaled else {
+                XCTAssertEqual(result.outcome, "exit 0", result.stderr)
+                continue  // finished before the kill: not counted
+            }
+            kills += 1
+            try check(storage, logs, progress)
+        }
+        XCTAssertGreaterThanOrEqual(kills, 20, "only \(kills) of \(attempts) runs of \(scenario) were killed before they finished")
+        return (kills, attempts)
+    }
+
     /// `journal-flood` (10,000 breadcrumbs, a numbered event after every 25th) SIGKILLed at a random moment,
     /// at least 20 times, each in a fresh storage directory. Before the next launch the killed run's journal
     /// is read offline: its breadcrumbs are the last ones added before the kill, numbered without a gap, the
@@ -24,21 +53,8 @@ final class JournalSDKTests: XCTestCase {
     /// that batch again, so the sequence restarts once, inside what was already written). The killed run's
     /// session ends `abnormal`.
     func testJournalFloodKilledAtRandomMomentsLosesNothingBeforeTheKill() throws {
-        var generator = SystemRandomNumberGenerator()
-        var kills = 0, attempts = 0, recoveredFromJournal = 0, redelivered = 0, withBreadcrumbs = 0, withoutBreadcrumbs = 0
-        while kills < 20 && attempts < 40 {
-            attempts += 1
-            let storage = dirs.make("flood-\(attempts)")
-            let logs = dirs.make("flood-logs-\(attempts)")
-            let progressURL = storage.appendingPathComponent("journal-flood.progress")
-            guard let result = try runHarnessKilledAtRandomMoment(["journal-flood", "--storage", storage.path], progress: progressURL,
-                                                                  maxDelay: 150_000, logDirectory: logs, using: &generator)
-            else { XCTFail("journal-flood hung"); return }
-            guard result.signaled else {
-                XCTAssertEqual(result.outcome, "exit 0", result.stderr)
-                continue  // finished before the kill: not counted
-            }
-            kills += 1
+        var recoveredFromJournal = 0, redelivered = 0, withBreadcrumbs = 0, withoutBreadcrumbs = 0
+        let (kills, attempts) = try killAtRandomMoments("journal-flood", maxDelay: 150_000) { storage, logs, progressURL in
             let progress = try String(contentsOf: progressURL, encoding: .utf8).split(whereSeparator: { $0 == " " || $0 == "\n" }).prefix(2).compactMap { Int($0) }
             XCTAssertEqual(progress.count, 2)
             guard progress.count == 2 else { return }
@@ -86,7 +102,6 @@ final class JournalSDKTests: XCTestCase {
             XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path), [],
                            "the killed run's directory is removed by the join, the relaunch's at its exit")
         }
-        XCTAssertGreaterThanOrEqual(kills, 20, "only \(kills) of \(attempts) runs were killed before they finished")
         print("journal flood: \(kills) SIGKILLs in \(attempts) runs; \(recoveredFromJournal) events recovered from killed runs' journals, \(redelivered) written twice; \(withBreadcrumbs) events with their last breadcrumbs, \(withoutBreadcrumbs) whose breadcrumbs the ring had overwritten")
     }
 
@@ -281,22 +296,8 @@ final class JournalSDKTests: XCTestCase {
     /// records were consumed: the next launch writes that batch again, so the sequence restarts once, inside
     /// what was already written).
     func testLogFloodKilledAtRandomMomentsLosesNoLogAppendedBeforeTheKill() throws {
-        var generator = SystemRandomNumberGenerator()
-        var kills = 0, attempts = 0, recoveredFromJournal = 0, redelivered = 0
-        let started = Date()
-        while kills < 20 && attempts < 40 && Date().timeIntervalSince(started) < 600 {
-            attempts += 1
-            let storage = dirs.make("log-flood-\(attempts)")
-            let logs = dirs.make("log-flood-logs-\(attempts)")
-            let progressURL = storage.appendingPathComponent("log-flood.progress")
-            guard let result = try runHarnessKilledAtRandomMoment(["log-flood", "--storage", storage.path], progress: progressURL,
-                                                                  maxDelay: 100_000, logDirectory: logs, using: &generator)
-            else { XCTFail("log-flood hung"); return }
-            guard result.signaled else {
-                XCTAssertEqual(result.outcome, "exit 0", result.stderr)
-                continue  // finished before the kill: not counted
-            }
-            kills += 1
+        var recoveredFromJournal = 0, redelivered = 0
+        let (kills, attempts) = try killAtRandomMoments("log-flood", maxDelay: 100_000) { storage, logs, progressURL in
             let progress = try String(contentsOf: progressURL, encoding: .utf8)
             let logged = try XCTUnwrap(Int(progress.split(whereSeparator: { $0 == "\n" }).first ?? ""), progress)
 
@@ -319,7 +320,6 @@ final class JournalSDKTests: XCTestCase {
             assertInOrderWithOneRestartAtMost(numbers, "logs")
             redelivered += numbers.count - distinct.count
         }
-        XCTAssertGreaterThanOrEqual(kills, 20, "only \(kills) of \(attempts) runs were killed before they finished")
         print("log flood: \(kills) SIGKILLs in \(attempts) runs; \(recoveredFromJournal) logs recovered from killed runs' journals, \(redelivered) written twice")
     }
 
