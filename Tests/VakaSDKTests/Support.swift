@@ -90,16 +90,25 @@ func numbered(_ text: String?, after prefix: String) -> Int? {
     return Int(text.dropFirst(prefix.count))
 }
 
-/// Whether `numbers` (what a killed run and the next launch delivered) run 0, 1, 2... in order, allowing one
-/// restart of the sequence (the batch in flight at the kill, written again by the next launch) that never
-/// jumps ahead. Records a failure per gap and when there is more than one restart.
-func assertInOrderWithOneRestartAtMost(_ numbers: [Int], _ label: String, file: StaticString = #filePath, line: UInt = #line) {
+/// Checks `numbers` — the numbered records (`0, 1, 2...`) a SIGKILLed run and the next launch delivered, in
+/// delivery order — against `recorded`, how many calls the killed child saw return: every number before it is
+/// there (the newest is `recorded - 1`, or `recorded` when the call in progress at the kill had appended its
+/// record), in order, with no gap; the sequence may restart once and never jump ahead (the mover's batch in
+/// flight at the kill, written again by the next launch). Returns how many were delivered twice.
+@discardableResult
+func assertEveryNumberBeforeTheKill(_ numbers: [Int], recorded: Int, _ label: String,
+                                    file: StaticString = #filePath, line: UInt = #line) -> Int {
+    let distinct = Set(numbers)
+    let top = numbers.max() ?? -1
+    XCTAssertTrue(top == recorded - 1 || top == recorded, "\(label): newest \(top), the child had recorded \(recorded)", file: file, line: line)
+    XCTAssertEqual(distinct, Set(0..<(top + 1)), "\(label): every one before the kill, none missing", file: file, line: line)
     var restarts = 0
     for (a, b) in zip(numbers, numbers.dropFirst()) where b != a + 1 {
         restarts += 1
         XCTAssertLessThanOrEqual(b, a, "\(label): a gap between \(a) and \(b)", file: file, line: line)
     }
     XCTAssertLessThanOrEqual(restarts, 1, "\(label): \(numbers)", file: file, line: line)
+    return numbers.count - distinct.count
 }
 
 /// The envelopes in `<storage>/outbox`, oldest first, as (file, parsed JSON items).
