@@ -70,43 +70,27 @@ static double bench_append(const char *dir, uint8_t kind, size_t size, long n, u
     return best;
 }
 
-static double bench_write(const char *dir, long n)
+/* ns per line of writing n lines (the message and a newline) to a file in `dir`, best of REPS passes: one
+ * write(2) per line, or (stdio) fwrite + fflush per line. */
+static double bench_lines(const char *dir, long n, int stdio)
 {
     char path[4096], line[MESSAGE + 1];
     memcpy(line, message, MESSAGE);
     line[MESSAGE] = '\n';
-    snprintf(path, sizeof path, "%s/bench-write.log", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, stdio ? "bench-fwrite.log" : "bench-write.log");
     double best = 1e18;
     for (int rep = 0; rep <= REPS; rep++) {
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
-        if (fd < 0) { perror("journal-bench: open"); exit(1); }
+        int fd = stdio ? -1 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+        FILE *f = stdio ? fopen(path, "we") : NULL;
+        if (stdio ? f == NULL : fd < 0) { perror("journal-bench: open"); exit(1); }
         uint64_t t0 = now();
         for (long i = 0; i < n; i++) {
-            if (write(fd, line, sizeof line) != (ssize_t)sizeof line) { perror("journal-bench: write"); exit(1); }
+            int ok = stdio ? fwrite(line, 1, sizeof line, f) == sizeof line && fflush(f) == 0
+                           : write(fd, line, sizeof line) == (ssize_t)sizeof line;
+            if (!ok) { perror("journal-bench: write"); exit(1); }
         }
         uint64_t t1 = now();
-        close(fd);
-        if (rep > 0 && (double)(t1 - t0) / n < best) best = (double)(t1 - t0) / n;
-    }
-    return best;
-}
-
-static double bench_fwrite(const char *dir, long n)
-{
-    char path[4096], line[MESSAGE + 1];
-    memcpy(line, message, MESSAGE);
-    line[MESSAGE] = '\n';
-    snprintf(path, sizeof path, "%s/bench-fwrite.log", dir);
-    double best = 1e18;
-    for (int rep = 0; rep <= REPS; rep++) {
-        FILE *f = fopen(path, "we");
-        if (f == NULL) { perror("journal-bench: fopen"); exit(1); }
-        uint64_t t0 = now();
-        for (long i = 0; i < n; i++) {
-            if (fwrite(line, 1, sizeof line, f) != sizeof line || fflush(f) != 0) { perror("journal-bench: fwrite"); exit(1); }
-        }
-        uint64_t t1 = now();
-        fclose(f);
+        if (stdio) fclose(f); else close(fd);
         if (rep > 0 && (double)(t1 - t0) / n < best) best = (double)(t1 - t0) / n;
     }
     return best;
@@ -124,8 +108,8 @@ int main(int argc, char **argv)
         double crumb = bench_append(dir, VAKA_JOURNAL_BREADCRUMB, 0, n, 0);
         double given = bench_append(dir, VAKA_JOURNAL_BREADCRUMB, 0, n, 1700000000000000000ull);
         double log = bench_append(dir, VAKA_JOURNAL_LOG, VAKA_JOURNAL_MAX_SIZE, n, 0);
-        double wr = bench_write(dir, n);
-        double fw = bench_fwrite(dir, n);
+        double wr = bench_lines(dir, n, 0);
+        double fw = bench_lines(dir, n, 1);
         printf("%s\"%ld\":{\"append_ns\":%.1f,\"append_given_time_ns\":%.1f,\"append_log_ns\":%.1f,\"write_ns\":%.1f,\"fwrite_fflush_ns\":%.1f,"
                "\"write_over_append\":%.1f,\"fwrite_fflush_over_append\":%.1f}",
                c ? "," : "", n, crumb, given, log, wr, fw, wr / crumb, fw / crumb);

@@ -87,7 +87,7 @@ public enum Vaka {
                 started.begin()
                 state.client = started
                 // Logs: the run's journal (from which the mover sends them), breadcrumbs, the options' sinks.
-                LogRouter.activate(options: options, journal: started.journal.map(LogRouter.journalSink),
+                LogRouter.activate(options: options, journal: started.journal.map { LogRouter.journalSink($0, mover: started.mover) },
                                    addBreadcrumb: { started.addBreadcrumb($0) })
             } catch {
                 PrivateFiles.writeStandardError("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n")

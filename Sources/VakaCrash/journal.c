@@ -1,7 +1,8 @@
 /*
  * Vaka journal — open, append, the mover's walk of a gated ring (next, consume, fill), the breadcrumb
- * snapshot, close, and the crash handler's registration (vaka_crash_set_journal). Normal context; the
- * async-signal-safe parts (last_seq, sync) are in sig_journal.c, the offline reader in journal_read.c.
+ * snapshot, the fallback's sync, close, and the crash handler's registration (vaka_crash_set_journal). Normal
+ * context; the async-signal-safe parts (last_seq, the image write) are in sig_journal.c, the offline reader in
+ * journal_read.c. Every write to a journal file here runs with SIGXFSZ blocked (block_sigxfsz).
  * Layout and record format: journal_internal.h and docs/journal.md.
  *
  * Memory model: every word of a ring is accessed with atomic loads and stores only. A writer reserves its
@@ -12,10 +13,12 @@
  * an acquire fence and drops records a later reservation may have overwritten (a seqlock).
  */
 #include "journal_internal.h"
+#include "sig_state.h"
 #include "vaka_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +224,38 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* ---------------------------------------------------------------- file writes under a file size quota */
+
+/* Blocks SIGXFSZ on the calling thread around a write to a journal file (the spill's writev, the fallback's
+ * pwrite), so that a write past an RLIMIT_FSIZE quota fails with EFBIG instead of the kernel's SIGXFSZ ending
+ * the process. Returns 1 when blocked (*old: the mask before). */
+static int block_sigxfsz(sigset_t *old)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGXFSZ);
+    return pthread_sigmask(SIG_BLOCK, &set, old) == 0;
+}
+
+/* Puts back the mask block_sigxfsz changed. After a failed write (`rc` its errno) the SIGXFSZ it raised, pending
+ * on this thread, is taken off first, as the crash handler does for its report (sig_report_file.c) — unless the
+ * thread had SIGXFSZ blocked already (then a pending one is the application's business). */
+static void unblock_sigxfsz(int blocked, const sigset_t *old, int rc)
+{
+    if (!blocked) return;
+    if (rc != 0 && !sigismember(old, SIGXFSZ)) vaka_sig_discard_own_sigxfsz();
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+void vaka_journal_sync(vaka_journal *journal)
+{
+    if (journal == NULL || journal->mapped) return;
+    sigset_t old;
+    int blocked = block_sigxfsz(&old);
+    int rc = vaka_sig_journal_write_image(journal->fd, journal->mem, journal->size);
+    unblock_sigxfsz(blocked, &old, rc);
+}
+
 /* One record to the spill file with one writev(2) (under spill_lock). */
 static int spill(vaka_journal *j, const vaka_journal_entry *e, uint64_t rec, uint64_t seq, uint64_t t)
 {
@@ -255,9 +290,12 @@ static int spill(vaka_journal *j, const vaka_journal_entry *e, uint64_t rec, uin
         uint32_t pad = (uint32_t)(vaka_jr_a8(lens[i]) - lens[i]);
         if (pad) iov[n++] = (struct iovec){ (void *)zeros, pad };
     }
+    sigset_t old;
+    int blocked = block_sigxfsz(&old);
     ssize_t wr = writev(j->spill_fd, iov, n);
-    if (wr != (ssize_t)rec) {
-        rc = wr < 0 ? errno : EIO;
+    if (wr != (ssize_t)rec) rc = wr < 0 ? errno : EIO; /* a write cut short at the quota: EIO, no signal */
+    unblock_sigxfsz(blocked, &old, rc);
+    if (rc != 0) {
         if (ftruncate(j->spill_fd, (off_t)j->spill_len) != 0) { /* keeps whatever was written; readers resync */ }
         goto out;
     }

@@ -137,8 +137,9 @@ typedef struct vaka_sig_journal_slot {
 /* The two slots; vaka_sig_journal_current is the index of the registered one, -1 when none. */
 extern vaka_sig_journal_slot vaka_sig_journal_slots[2];
 extern atomic_int vaka_sig_journal_current;
-/* Writes `len` bytes at `mem` to `fd` from offset 0 with pwrite (async-signal-safe). */
-void vaka_sig_journal_write_image(int fd, const uint8_t *mem, size_t len);
+/* Writes `len` bytes at `mem` to `fd` from offset 0 with pwrite (async-signal-safe). Returns 0, or the errno of
+ * the write that failed (EFBIG past RLIMIT_FSIZE, which also raises SIGXFSZ; EIO for a write of 0 bytes). */
+int vaka_sig_journal_write_image(int fd, const uint8_t *mem, size_t len);
 /* The registered journal's last sequence number into *seq: 1, or 0 when no journal is registered
  * (async-signal-safe: two loads). */
 int vaka_sig_journal_seq(uint64_t *seq);

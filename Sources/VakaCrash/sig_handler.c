@@ -33,8 +33,8 @@
  *                                           right after them), registers, frames
  *                                           (sig_unwind.c), images (sig_images.c), `end`; written with
  *                                           sig_report_writer.c, memory read with sig_safe_memory.c.
- *   7. sig_watchdog.c: vaka_sig_disarm_watchdog; sig_report_file.c: vaka_sig_restore_fsize_limit,
- *                                           vaka_sig_discard_own_sigxfsz.
+ *   7. sig_watchdog.c: vaka_sig_disarm_watchdog; sig_report_file.c: vaka_sig_restore_fsize_limit;
+ *                                           sig_journal.c: vaka_sig_discard_own_sigxfsz.
  *   8. sig_rearm.c: vaka_sig_restore_previous
  *                                           the previous actions back (not when a previous handler function is
  *                                           called directly: ours stay in place around it).

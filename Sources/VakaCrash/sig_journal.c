@@ -1,6 +1,6 @@
 /*
- * Signal path: the journal's async-signal-safe parts — vaka_journal_last_seq (one atomic load),
- * vaka_journal_sync (the fallback's pwrite of the rings to the file) and what the crash handler does with the
+ * Signal path: the journal's async-signal-safe parts — vaka_journal_last_seq (one atomic load), the
+ * fallback's pwrite of the rings to the file (vaka_journal_sync in journal.c uses it too) and what the crash handler does with the
  * registered journal (vaka_crash_set_journal, journal.c): read its last sequence number into the report
  * (`journal_seq`, sig_report.c) and, in the fallback, write its rings to the file.
  *
@@ -8,8 +8,12 @@
  * (static storage), never the journal's heap allocation.
  */
 #include "journal_internal.h"
+#include "sig_state.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 vaka_sig_journal_slot vaka_sig_journal_slots[2];
@@ -21,21 +25,30 @@ uint64_t vaka_journal_last_seq(const vaka_journal *journal)
     return atomic_load_explicit(journal->seq, memory_order_relaxed);
 }
 
-void vaka_sig_journal_write_image(int fd, const uint8_t *mem, size_t len)
+int vaka_sig_journal_write_image(int fd, const uint8_t *mem, size_t len)
 {
     size_t done = 0;
     while (done < len) {
         ssize_t n = pwrite(fd, mem + done, len - done, (off_t)done);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;
+        if (n < 0) return errno;
+        if (n == 0) return EIO;
         done += (size_t)n;
     }
+    return 0;
 }
 
-void vaka_journal_sync(vaka_journal *journal)
+/* A write over RLIMIT_FSIZE made the kernel raise SIGXFSZ on this thread, where it is blocked (the handler's
+ * sa_mask; block_sigxfsz in journal.c). It is ours, not the application's: take it off the pending set (the
+ * crash handler after its report or the journal's image; the journal's file writes in normal context). Here
+ * rather than in sig_report_file.c so that the journal's own sources link without the rest of the runtime. */
+void vaka_sig_discard_own_sigxfsz(void)
 {
-    if (journal == NULL || journal->mapped) return;
-    vaka_sig_journal_write_image(journal->fd, journal->mem, journal->size);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGXFSZ);
+    struct timespec zero = { 0, 0 };
+    syscall(SYS_rt_sigtimedwait, &set, NULL, &zero, (size_t)(VAKA_KERNEL_NSIG / 8));
 }
 
 int vaka_sig_journal_seq(uint64_t *seq)
@@ -52,5 +65,7 @@ void vaka_sig_journal_sync_registered(void)
     if (c < 0 || c > 1) return;
     const vaka_sig_journal_slot *s = &vaka_sig_journal_slots[c];
     if (s->mapped || s->mem == NULL || s->fd < 0) return;
-    vaka_sig_journal_write_image(s->fd, s->mem, s->size);
+    /* Past the hard RLIMIT_FSIZE the write raised SIGXFSZ (blocked while the handler runs): it is ours, not the
+     * application's; left pending it would end a process that survives the signal being handled. */
+    if (vaka_sig_journal_write_image(s->fd, s->mem, s->size) == EFBIG) vaka_sig_discard_own_sigxfsz();
 }

@@ -282,17 +282,6 @@ void vaka_sig_trim_report(void)
     vaka_run.kept_fd = -1;
 }
 
-/* A report write over RLIMIT_FSIZE made the kernel raise SIGXFSZ (blocked by our sa_mask). It is ours, not
- * the application's: take it off the pending set so the process still ends with the crash signal. */
-void vaka_sig_discard_own_sigxfsz(void)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGXFSZ);
-    struct timespec zero = { 0, 0 };
-    syscall(SYS_rt_sigtimedwait, &set, NULL, &zero, (size_t)(VAKA_KERNEL_NSIG / 8));
-}
-
 /* A normal exit: the report of a signal the process survived is not a crash. */
 void vaka_sig_remove_kept_report(void)
 {

@@ -157,7 +157,7 @@ void vaka_sig_raise_fsize_limit(void);
 void vaka_sig_restore_fsize_limit(void);
 /** Death follows the kept report: release the reserve's blocks past its end and close it. */
 void vaka_sig_trim_report(void);
-/** Takes the SIGXFSZ our own report write raised off the pending set. */
+/** Takes the SIGXFSZ our own report (or journal) write raised off the pending set (defined in sig_journal.c). */
 void vaka_sig_discard_own_sigxfsz(void);
 /** The process survived the captured signal: keeps the report (`keep`: death may follow), else makes it the
  *  next reserve (spare) or removes it; then makes sure a reserve exists for the next capture. */

@@ -73,6 +73,10 @@ let sdkScenarios: [SDKScenario] = [
                 run: { storage in captureMany(storage: storage) }),
     SDKScenario(name: "journal-flood", summary: "adds $VAKA_FLOOD_COUNT (default 10000) breadcrumbs \"crumb i\", capturing \"flood event j\" (fixed event ids) after every 25th; progress in <storage>/journal-flood.progress (kill test)",
                 run: { storage in journalFlood(storage: storage) }),
+    SDKScenario(name: "log-flood", summary: "logs $VAKA_FLOOD_COUNT (default 20000) info logs \"log i\" (attribute i); progress in <storage>/log-flood.progress (kill test)",
+                run: { storage in logFlood(storage: storage) }),
+    SDKScenario(name: "fsize-flood", summary: "captures 2 KiB messages \"fsize event i\" faster than the mover moves them, under an RLIMIT_FSIZE quota set after start ($VAKA_FSIZE_LIMIT bytes, or the journal spill's size once it holds 8 KiB), then $VAKA_FLOOD_COUNT (default 200) more; prints the quota and the count",
+                run: { storage in fsizeFlood(storage: storage) }),
     SDKScenario(name: "bench", summary: "measures Vaka.start, capture(message:) and addBreadcrumb; prints one JSON object",
                 run: { _ in }),
 ]
@@ -132,6 +136,65 @@ func journalFlood(storage: URL) {
     }
     close(fd)
     print("done \(total)")
+}
+
+/// The log kill test's child: `Vaka.logger.info("log i", attributes: ["i": i])` for i = 0, 1, ... $VAKA_FLOOD_COUNT
+/// (default 20,000); after each call returns it writes the count logged so far at the start of
+/// `<storage>/log-flood.progress` (one pwrite, the digits only grow), so a test that SIGKILLs it knows which logs
+/// were recorded before the kill. Prints `done N` at the end.
+func logFlood(storage: URL) {
+    let total = Int(ProcessInfo.processInfo.environment["VAKA_FLOOD_COUNT"] ?? "") ?? 20_000
+    let fd = open(storage.appendingPathComponent("log-flood.progress").path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    for i in 0..<total {
+        Vaka.logger.info("log \(i)", attributes: ["i": .integer(Int64(i))])
+        _ = "\(i + 1)\n".withCString { pwrite(fd, $0, strlen($0), 0) }
+    }
+    close(fd)
+    print("done \(total)")
+}
+
+/// The event id of event `index` of `fsize-flood`: `f5125` + index as 27 hex digits.
+func fsizeFloodEventID(_ index: Int) -> String {
+    "f5125" + String(format: "%027x", index)
+}
+
+/// `fsize-flood`: the run's files under a file size quota. Captures messages `fsize event i` (padded to 2 KiB,
+/// event id ``fsizeFloodEventID(_:)``) in a tight loop, so that the journal's event ring fills and records go
+/// to its spill file. The soft `RLIMIT_FSIZE` is set after `Vaka.start` (the journal is already sized): to
+/// $VAKA_FSIZE_LIMIT bytes at once when given, else to the spill file's size as soon as it holds 8 KiB (at most
+/// 600 events), so that the next spill write starts at the quota. Then $VAKA_FLOOD_COUNT (default 200) more.
+/// Prints `quota Q events N` (N captured in all) and exits 0 after the flush — unless SIGXFSZ ended it.
+func fsizeFlood(storage: URL) {
+    let env = ProcessInfo.processInfo.environment
+    let more = Int(env["VAKA_FLOOD_COUNT"] ?? "") ?? 200
+    let padding = String(repeating: "x", count: 2048)
+    var captured = 0
+    func capture() {
+        Vaka.capture(message: "fsize event \(captured) \(padding)", level: .info, eventID: fsizeFloodEventID(captured))
+        captured += 1
+    }
+    var quota = Int(env["VAKA_FSIZE_LIMIT"] ?? "") ?? 0
+    if quota == 0 {
+        let spill = storage.appendingPathComponent("runs/\(Vaka.runID ?? "")/journal.spill").path
+        var info = stat()
+        while captured < 600 {
+            capture()
+            if stat(spill, &info) == 0, info.st_size >= 8192 { quota = Int(info.st_size); break }
+        }
+        if quota == 0 {
+            writeErr("vaka-crashme: the journal spill never reached 8 KiB\n")
+            exit(3)
+        }
+    }
+    var limit = rlimit()
+    _ = getrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit)
+    limit.rlim_cur = rlim_t(quota)
+    guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 else {
+        writeErr("vaka-crashme: setrlimit(RLIMIT_FSIZE) failed\n")
+        exit(3)
+    }
+    for _ in 0..<more { capture() }
+    print("quota \(quota) events \(captured)")
 }
 
 /// `--trail N:M` of the crash scenarios: N breadcrumbs `crumb 0` ... `crumb N-1` (category `trail`) added
@@ -268,19 +331,43 @@ struct BigBreadcrumbs {
     }
 }
 
-/// The logger keys of `vaka-crashme bench` (Vaka started with the default options): `log_ns`
-/// (`Vaka.logger.info` with one attribute, recorded: journal, breadcrumb; ns/op) and `log_below_threshold_ns`
-/// (`Vaka.logger.debug`, below the minimum level `info`: nothing evaluated; ns/op). Counts: $VAKA_BENCH_LOGS
-/// (default 20000) and $VAKA_BENCH_LOGS_BELOW (default 10,000,000).
+/// The logger keys of `vaka-crashme bench` (Vaka started with the default options):
+/// - `log_paced_ns`, `log_paced_spill_bytes`: $VAKA_BENCH_LOGS_PACED (default 5,000) `Vaka.logger.info` calls
+///   one every 20 µs (a steady 50,000 logs/s, far more than the log ring holds between two of the mover's
+///   1 s passes): ns per call (the calls only, not the pauses), and the bytes that went to the journal's spill
+///   file meanwhile (0 when the mover, woken as the ring fills, kept up);
+/// - after a flush, `log_ns`: $VAKA_BENCH_LOGS (default 20,000) `Vaka.logger.info` calls with one attribute in a
+///   tight loop (recorded: journal, breadcrumb; ns/op; a burst this long outruns the mover and spills);
+/// - `log_below_threshold_ns`: $VAKA_BENCH_LOGS_BELOW (default 10,000,000) `Vaka.logger.debug` calls, below the
+///   minimum level `info`: nothing evaluated; ns/op.
 func benchLogger() -> [String: Double] {
     let env = ProcessInfo.processInfo.environment
+    let paced = max(1, Int(env["VAKA_BENCH_LOGS_PACED"] ?? "") ?? 5000)
     let logs = max(1, Int(env["VAKA_BENCH_LOGS"] ?? "") ?? 20000)
     let below = max(1, Int(env["VAKA_BENCH_LOGS_BELOW"] ?? "") ?? 10_000_000)
     func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    let spill = Vaka.storageDirectory.map { $0.appendingPathComponent("runs/\(Vaka.runID ?? "")/journal.spill").path } ?? ""
+    func spillBytes() -> Int {
+        var info = stat()
+        return stat(spill, &info) == 0 ? Int(info.st_size) : 0
+    }
+    let spillBefore = spillBytes()
+    var inCalls: UInt64 = 0
+    var next = now()
+    for i in 0..<paced {
+        while now() < next {}
+        let t = now()
+        Vaka.logger.info("bench log \(i)", attributes: ["i": .integer(Int64(i))])
+        inCalls += now() - t
+        next = t + 20_000
+    }
+    let spilled = spillBytes() - spillBefore
+    Vaka.flush(timeout: 0)
     let t0 = now()
     for i in 0..<logs { Vaka.logger.info("bench log \(i)", attributes: ["i": .integer(Int64(i))]) }
     let t1 = now()
     for i in 0..<below { Vaka.logger.debug("bench log \(i)", attributes: ["i": .integer(Int64(i))]) }
     let t2 = now()
-    return ["log_ns": Double(t1 - t0) / Double(logs), "log_below_threshold_ns": Double(t2 - t1) / Double(below)]
+    return ["log_paced_ns": Double(inCalls) / Double(paced), "log_paced_spill_bytes": Double(spilled),
+            "log_ns": Double(t1 - t0) / Double(logs), "log_below_threshold_ns": Double(t2 - t1) / Double(below)]
 }

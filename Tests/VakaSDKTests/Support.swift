@@ -71,6 +71,46 @@ func runHarness(_ arguments: [String], environment: [String: String] = [:], logD
     return result
 }
 
+/// The kill tests' child: starts the harness with `arguments`, waits (at most 60 s) until its progress file
+/// `progress` is not empty, sleeps a random 0...`maxDelay` µs and SIGKILLs it. How it ended (`signaled`: killed;
+/// exit 0: it finished first), or `nil` when it hung.
+func runHarnessKilledAtRandomMoment(_ arguments: [String], progress: URL, maxDelay: UInt32, logDirectory: URL,
+                                    using generator: inout some RandomNumberGenerator) throws -> Child? {
+    let child = try RunningChild(Paths.harness, arguments, logDirectory: logDirectory)
+    let deadline = Date().addingTimeInterval(60)
+    while ((try? Data(contentsOf: progress))?.isEmpty ?? true) && Date() < deadline { usleep(1000) }
+    usleep(UInt32.random(in: 0...maxDelay, using: &generator))
+    child.sigkill()
+    return child.wait(timeout: 60)
+}
+
+/// The number `i` of a text `prefix + "i"` (e.g. `crumb 12` after `crumb `), or `nil`.
+func numbered(_ text: String?, after prefix: String) -> Int? {
+    guard let text, text.hasPrefix(prefix) else { return nil }
+    return Int(text.dropFirst(prefix.count))
+}
+
+/// Checks `numbers` — the numbered records (`0, 1, 2...`) a SIGKILLed run and the next launch delivered, in
+/// delivery order — against `recorded`, how many calls the killed child saw return: every number before it is
+/// there (the newest is `recorded - 1`, or `recorded` when the call in progress at the kill had appended its
+/// record), in order, with no gap; the sequence may restart once and never jump ahead (the mover's batch in
+/// flight at the kill, written again by the next launch). Returns how many were delivered twice.
+@discardableResult
+func assertEveryNumberBeforeTheKill(_ numbers: [Int], recorded: Int, _ label: String,
+                                    file: StaticString = #filePath, line: UInt = #line) -> Int {
+    let distinct = Set(numbers)
+    let top = numbers.max() ?? -1
+    XCTAssertTrue(top == recorded - 1 || top == recorded, "\(label): newest \(top), the child had recorded \(recorded)", file: file, line: line)
+    XCTAssertEqual(distinct, Set(0..<(top + 1)), "\(label): every one before the kill, none missing", file: file, line: line)
+    var restarts = 0
+    for (a, b) in zip(numbers, numbers.dropFirst()) where b != a + 1 {
+        restarts += 1
+        XCTAssertLessThanOrEqual(b, a, "\(label): a gap between \(a) and \(b)", file: file, line: line)
+    }
+    XCTAssertLessThanOrEqual(restarts, 1, "\(label): \(numbers)", file: file, line: line)
+    return numbers.count - distinct.count
+}
+
 /// The envelopes in `<storage>/outbox`, oldest first, as (file, parsed JSON items).
 struct OutboxEnvelope {
     var file: URL

@@ -14,6 +14,7 @@
  */
 #include "journal_internal.h"
 #include "vaka/vaka_crash.h"
+#include "unit_check.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,40 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ------------------------------------------------------------------ check bookkeeping */
-
-static int checks_run, checks_failed;
-static const char *current;
-static int current_failed;
-static char detail[512];
+/* Scratch directory of the run (argv). */
 static const char *scratch;
-
-static void begin(const char *name)
-{
-    current = name;
-    current_failed = 0;
-    detail[0] = '\0';
-}
-
-static void end_check(void)
-{
-    checks_run++;
-    if (current_failed) {
-        checks_failed++;
-        printf("FAIL %s: %s\n", current, detail);
-    } else {
-        printf("ok %s\n", current);
-    }
-    fflush(stdout);
-}
-
-#define EXPECT(cond, ...)                                                                                       \
-    do {                                                                                                        \
-        if (!(cond) && !current_failed) {                                                                       \
-            current_failed = 1;                                                                                 \
-            snprintf(detail, sizeof detail, __VA_ARGS__);                                                       \
-        }                                                                                                       \
-    } while (0)
 
 /* ------------------------------------------------------------------ helpers */
 

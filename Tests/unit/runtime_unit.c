@@ -18,6 +18,7 @@
  */
 #include "sig_state.h"
 #include "vaka/vaka_journal.h"
+#include "unit_check.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,40 +33,6 @@
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
-
-/* ------------------------------------------------------------------ check bookkeeping */
-
-static int checks_run, checks_failed;
-static const char *current;
-static int current_failed;
-static char detail[512];
-
-static void begin(const char *name)
-{
-    current = name;
-    current_failed = 0;
-    detail[0] = '\0';
-}
-
-static void end_check(void)
-{
-    checks_run++;
-    if (current_failed) {
-        checks_failed++;
-        printf("FAIL %s: %s\n", current, detail);
-    } else {
-        printf("ok %s\n", current);
-    }
-    fflush(stdout);
-}
-
-#define EXPECT(cond, ...)                                                                                       \
-    do {                                                                                                        \
-        if (!(cond) && !current_failed) {                                                                       \
-            current_failed = 1;                                                                                 \
-            snprintf(detail, sizeof detail, __VA_ARGS__);                                                       \
-        }                                                                                                       \
-    } while (0)
 
 /* ------------------------------------------------------------------ writer helpers */
 

@@ -154,7 +154,10 @@ void vaka_journal_consume(vaka_journal *journal, const vaka_journal_record *reco
 long vaka_journal_snapshot_breadcrumbs(vaka_journal *journal, void *buf, size_t cap, size_t *needed);
 
 /** Fallback only (no-op when mapped): writes the header page and the rings to the file (pwrite(2) from offset 0).
- *  Async-signal-safe. A record being appended meanwhile may reach the file torn (readers skip it). */
+ *  Normal context (the crash handler writes the registered journal itself). SIGXFSZ is blocked on the calling
+ *  thread during the write, so past an RLIMIT_FSIZE quota it fails quietly instead of ending the process (the
+ *  spill's write(2) does the same: the append fails with EFBIG or EIO). A record being appended meanwhile may
+ *  reach the file torn (readers skip it). */
 void vaka_journal_sync(vaka_journal *journal);
 
 /** Closes the journal (syncs in the fallback; unmaps; unregisters it from the crash handler when it is the

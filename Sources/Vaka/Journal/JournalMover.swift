@@ -56,8 +56,8 @@ struct ScopedLogBatcher: LogMoving {
 ///    log ring at least 750 ‰ full, or a drain) is submitted durably, then consumed through its last record.
 /// 3. In the journal's fallback (mmap refused), ``Journal/sync()`` when anything was appended since the last.
 ///
-/// When the thread runs: woken by ``eventAppended()`` (an atomic flag; the condition is signalled only when
-/// the thread sleeps), else every second (every 200 ms in the fallback, so a SIGKILL loses at most that much).
+/// When the thread runs: woken by ``eventAppended()`` and, when the log ring is 750 ‰ full, by ``logAppended()``
+/// (an atomic flag; the condition is signalled only when the thread sleeps), else every second (every 200 ms in the fallback, so a SIGKILL loses at most that much).
 ///
 /// `@unchecked Sendable`: `stopped` and `thread` are touched only with `cond` held; `passState` is a `Mutex`;
 /// the flags are `Atomic`s; the other properties are `let`s of `Sendable` types set in `init`.
@@ -117,7 +117,25 @@ final class JournalMover: @unchecked Sendable {
     }
 
     /// Called after an event record was appended: wakes the thread (a store, plus a signal only when it sleeps).
-    func eventAppended() {
+    func eventAppended() { wake() }
+
+    /// Called after a log record was appended: every ``logCheckInterval``-th call looks at the log ring and
+    /// wakes the thread when it is at least ``logRingHighWater`` full, so that a burst of logs is moved (and
+    /// its ring space freed) before the ring fills and appends go to the spill file at write(2) cost. The
+    /// other calls cost one relaxed atomic increment.
+    func logAppended() {
+        let n = logsAppended.wrappingAdd(1, ordering: .relaxed).newValue
+        if n % JournalMover.logCheckInterval == 0, journal.fillPermille(.log) >= JournalMover.logRingHighWater { wake() }
+    }
+
+    /// How many logs apart ``logAppended()`` looks at the log ring's fill: 32 (the default journal's log ring
+    /// holds about 700 short logs, so the check comes well before the ring is full).
+    static let logCheckInterval: UInt32 = 32
+
+    private let logsAppended = Atomic<UInt32>(0)
+
+    /// Wakes the thread: a store, plus a signal only when it sleeps.
+    private func wake() {
         wakeRequested.store(true, ordering: .sequentiallyConsistent)
         if sleeping.load(ordering: .sequentiallyConsistent) {
             cond.lock()

@@ -12,12 +12,15 @@ extension LogBatcher {
 
 extension LogRouter {
     /// The journal route: appends each log as a journal record of kind `log` (level the severity number,
-    /// no category, the attributes as they are). A failed append (the spill refused) loses the record for
-    /// Sentry; the breadcrumb and the sinks still get it.
-    static func journalSink(_ journal: Journal) -> JournalAppend {
+    /// no category, the attributes as they are), then tells `mover` (``JournalMover/logAppended()``: it wakes
+    /// when the log ring fills up). A failed append (the spill refused) loses the record for Sentry; the
+    /// breadcrumb and the sinks still get it.
+    static func journalSink(_ journal: Journal, mover: JournalMover? = nil) -> JournalAppend {
         { timeNs, level, body, attributes in
-            journal.append(.log, level: level.rawValue, timeNs: timeNs, body: body,
-                           attributes: attributes.map { Journal.Attribute(key: $0.key, value: $0.value) })
+            if journal.append(.log, level: level.rawValue, timeNs: timeNs, body: body,
+                              attributes: attributes.map { Journal.Attribute(key: $0.key, value: $0.value) }) != nil {
+                mover?.logAppended()
+            }
         }
     }
 }
