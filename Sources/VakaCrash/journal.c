@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,7 +256,25 @@ static int spill(vaka_journal *j, const vaka_journal_entry *e, uint64_t rec, uin
         uint32_t pad = (uint32_t)(vaka_jr_a8(lens[i]) - lens[i]);
         if (pad) iov[n++] = (struct iovec){ (void *)zeros, pad };
     }
+    /* SIGXFSZ blocked: a write past an RLIMIT_FSIZE quota fails with EFBIG instead of killing the process
+     * (SIGXFSZ's default action); the signal it raised is taken off the pending set. Only on the spill path,
+     * which is a system call already. */
+    sigset_t xfsz, old;
+    sigemptyset(&xfsz);
+    sigaddset(&xfsz, SIGXFSZ);
+    int masked = pthread_sigmask(SIG_BLOCK, &xfsz, &old) == 0;
     ssize_t wr = writev(j->spill_fd, iov, n);
+    int werr = errno;
+    if (masked) {
+        sigset_t pending;
+        if (wr < 0 && werr == EFBIG && !sigismember(&old, SIGXFSZ) && sigpending(&pending) == 0 &&
+            sigismember(&pending, SIGXFSZ)) {
+            struct timespec zero = { 0, 0 };
+            (void)sigtimedwait(&xfsz, NULL, &zero);
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    errno = werr;
     if (wr != (ssize_t)rec) {
         rc = wr < 0 ? errno : EIO;
         if (ftruncate(j->spill_fd, (off_t)j->spill_len) != 0) { /* keeps whatever was written; readers resync */ }

@@ -69,7 +69,9 @@ struct vaka_journal_reader {
 
 static int read_whole(const char *path, uint64_t limit, uint8_t **out, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO left where a journal belongs must not wait for a writer (it is refused
+     * below as not a regular file). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return errno;
     struct stat st;
     if (fstat(fd, &st) != 0) { int e = errno; close(fd); return e; }
@@ -196,10 +198,12 @@ int vaka_journal_reader_open(const char *path, vaka_journal_reader **out)
         free(sp);
         if (src == 0) {
             if ((rc = scan(rd, &cap, rd->spill, slen & ~(size_t)7, 0, 0, UINT64_MAX, 0, spill_consumed)) != 0) goto fail;
-        } else if (src != ENOENT) {
+        } else if (src == ENOMEM) {
             rc = src;
             goto fail;
         }
+        /* Any other spill that cannot be read (none, not a regular file, over the spill limit, unreadable)
+         * leaves the rings' records: they are still returned. */
     }
     if (rd->count > 1) qsort(rd->records, rd->count, sizeof *rd->records, by_seq);
     *out = rd;
