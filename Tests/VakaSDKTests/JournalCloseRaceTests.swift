@@ -74,3 +74,66 @@ final class JournalCloseRaceTests: XCTestCase {
         XCTAssertEqual(missing.count, 0, "events lost, e.g. \(missing.sorted().prefix(3))")
     }
 }
+
+/// Hostile sizes through the journal: one huge log among ordinary ones.
+final class JournalHugeInputTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    /// 20 ordinary logs around one 2 MiB log (over the 1 MiB a log envelope may have): the ordinary logs are
+    /// all delivered; the huge one does not take its batch down with it.
+    func testOneHugeLogDoesNotLoseItsBatch() throws {
+        let storage = dirs.make("huge-log")
+        let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
+                                runID: "H-\(UUID().uuidString)", dsn: nil, log: nil)
+        client.begin()
+        let journal = try XCTUnwrap(client.journal)
+        for i in 0..<10 { XCTAssertNotNil(journal.append(.log, level: LogLevel.info.rawValue, body: "before \(i)")) }
+        XCTAssertNotNil(journal.append(.log, level: LogLevel.info.rawValue, body: String(repeating: "h", count: 2 << 20)))
+        for i in 0..<10 { XCTAssertNotNil(journal.append(.log, level: LogLevel.info.rawValue, body: "after \(i)")) }
+        client.end(timeout: 5)
+        let bodies = try readOutbox(storage).flatMap(\.items).filter { $0.type == "log" }
+            .flatMap { ($0.payload["items"] as? [[String: Any]]) ?? [] }.compactMap { $0["body"] as? String }
+        let ordinary = bodies.filter { !$0.hasPrefix("hh") }
+        XCTAssertEqual(ordinary, (0..<10).map { "before \($0)" } + (0..<10).map { "after \($0)" })
+    }
+}
+
+/// A `fork()`ed child of a started run that ends Vaka (its `atexit` hook runs `Vaka.close`): the mover thread
+/// and the delivery thread did not survive the fork.
+final class JournalForkChildTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    /// The child adds a breadcrumb, captures a message and ends the client: it exits within 20 s (it used to
+    /// wait forever for its copy of the parent's mover thread), and the parent's run directory and journal
+    /// are still there for the parent.
+    func testForkChildEndingTheRunExitsAndLeavesTheParentsJournal() throws {
+        let storage = dirs.make("fork")
+        let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
+                                runID: "F-\(UUID().uuidString)", dsn: nil, log: nil)
+        client.begin()
+        let journal = try XCTUnwrap(client.journal)
+        client.addBreadcrumb(category: "parent", message: "before fork")
+        let pid = fork()
+        if pid == 0 {
+            alarm(30)
+            client.addBreadcrumb(category: "child", message: "in child")
+            client.capture(message: "from the child", level: .info)
+            client.end(timeout: 0)
+            _exit(0)
+        }
+        XCTAssertGreaterThan(pid, 0)
+        var status: Int32 = 0
+        var exited = false
+        for _ in 0..<200 {
+            if waitpid(pid, &status, WNOHANG) == pid { exited = true; break }
+            usleep(100_000)
+        }
+        if !exited { kill(pid, SIGKILL); waitpid(pid, &status, 0) }
+        XCTAssertTrue(exited, "the fork child did not exit within 20 s")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: journal.url.path), "the child removed the parent's journal")
+        XCTAssertNotNil(client.journal?.append(.breadcrumb, level: 9, body: "parent goes on"))
+        client.end(timeout: 0)
+    }
+}
