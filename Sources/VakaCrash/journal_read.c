@@ -119,17 +119,19 @@ static int looks_like_header(const uint8_t *p, uint64_t avail, uint64_t pos)
 }
 
 /* Scans `len` bytes at `base` whose offset o holds logical positions pos with pos % modulo == o (modulo 0:
- * pos == o, the spill); keeps valid records with pos in [lo, hi) of `kind` (0: any). `consumed_below`:
- * records before it are marked consumed. */
+ * the spill, pos == o + the position of its first valid record); keeps valid records with pos in [lo, hi) of
+ * `kind` (0: any). `consumed_below`: records before it are marked consumed. */
 static int scan(vaka_journal_reader *rd, size_t *cap, const uint8_t *base, uint64_t len, uint64_t modulo,
                 uint64_t lo, uint64_t hi, uint64_t consumed_below, const uint64_t *spill_consumed)
 {
+    uint64_t spill_base = UINT64_MAX; /* the spill's: learnt from its first valid record */
     for (uint64_t off = 0; off + VAKA_JR_HEADER <= len;) {
         const uint8_t *p = base + off;
         uint64_t w0, pos;
         memcpy(&w0, p, 8);
         memcpy(&pos, p + 8, 8);
-        int self = modulo ? pos % modulo == off : pos == off;
+        if (!modulo && spill_base == UINT64_MAX && pos >= off && vaka_jr_valid(p, len - off, pos, 1)) spill_base = pos - off;
+        int self = modulo ? pos % modulo == off : spill_base != UINT64_MAX && pos - off == spill_base;
         if (self && pos >= lo && pos < hi && vaka_jr_valid(p, len - off, pos, 1)) {
             vaka_journal_record r;
             vaka_jr_decode(p, &r);

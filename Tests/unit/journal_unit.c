@@ -545,6 +545,58 @@ static void test_random_damage(void)
     end_check();
 }
 
+/* Bursts that overflow the gated rings, each consumed before the next: ~80 MB spilled in all (over the 64 MiB
+ * spill limit) must all be accepted, the spill file starts over once consumed, and the offline reader still
+ * finds the unconsumed records of the last burst (ring and spill) after the file restarted many times. */
+static void test_spill_reclaimed(void)
+{
+    begin("spill_is_reclaimed_once_consumed");
+    vaka_journal *j = open_journal("reclaim.journal", VAKA_JOURNAL_MIN_SIZE, 0);
+    if (j) {
+        static char body[1024];
+        memset(body, 'r', sizeof body);
+        vaka_journal_entry e = { .kind = VAKA_JOURNAL_LOG, .body = body, .body_len = sizeof body };
+        static uint8_t buf[2][4096];
+        vaka_journal_record rec[2];
+        int failed = 0, round;
+        long moved = 0;
+        for (round = 0; round < 12000 && !failed; round++) {
+            e.kind = round % 5 == 0 ? VAKA_JOURNAL_EVENT : VAKA_JOURNAL_LOG;
+            for (int i = 0; i < 10 && !failed; i++) failed = vaka_journal_append(j, &e, NULL);
+            for (uint8_t k = VAKA_JOURNAL_LOG; k <= VAKA_JOURNAL_EVENT; k++) {
+                const vaka_journal_record *after = NULL;
+                size_t need;
+                int n = 0;
+                while (vaka_journal_next(j, k, after, buf[n & 1], sizeof buf[0], &rec[n & 1], &need) == 1) {
+                    after = &rec[n & 1];
+                    n++;
+                }
+                if (after) vaka_journal_consume(j, after);
+                moved += n;
+            }
+        }
+        EXPECT(!failed && moved == 120000, "round %d: append failed (%s); %ld moved of %d", round, strerror(failed), moved,
+               round * 10);
+        /* The last burst stays unconsumed: 10 logs, most of them in the spill. */
+        e.kind = VAKA_JOURNAL_LOG;
+        for (int i = 0; i < 10; i++) append_text(j, VAKA_JOURNAL_LOG, 9, "", "last burst", NULL, 0, NULL);
+        struct stat st;
+        EXPECT(stat(path_for("reclaim.journal.spill"), &st) == 0 && st.st_size < 64 * 1024,
+               "spill file %lld bytes after everything before the last burst was consumed", (long long)st.st_size);
+        vaka_journal_record rs[64];
+        vaka_journal_reader *rd = NULL;
+        uint64_t skipped = 0;
+        long m = read_all(path_for("reclaim.journal"), rs, 64, &skipped, &rd);
+        long last = 0;
+        for (long i = 0; i < m && i < 64; i++) last += !rs[i].consumed && body_is(&rs[i], "last burst");
+        EXPECT(last == 10 && skipped == 0, "offline: %ld records, %ld of the last burst unconsumed, %llu skipped", m, last,
+               (unsigned long long)skipped);
+        vaka_journal_reader_close(rd);
+        vaka_journal_close(j);
+    }
+    end_check();
+}
+
 /* ------------------------------------------------------------------ hostile files at the next launch */
 
 /* Runs `fn(arg)` in a child with a 20 s alarm: returns its exit status, or 1000 + the signal that ended it
@@ -885,6 +937,7 @@ int main(int argc, char **argv)
         test_registration();
         test_random_damage();
         test_hostile_files();
+        test_spill_reclaimed();
         test_concurrency();
     } else {
         fprintf(stderr, "usage: journal_unit DIR | --concurrency DIR | --kill DIR N SEED\n");
