@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,9 +147,23 @@ void vaka_journal_close(vaka_journal *journal)
 {
     if (journal == NULL) return;
     int c = atomic_load(&vaka_sig_journal_current);
-    if (c >= 0 && vaka_sig_journal_slots[c].seq == journal->seq) vaka_crash_set_journal(NULL);
+    int unmap = 1;
+    if (c >= 0 && vaka_sig_journal_slots[c].seq == journal->seq) {
+        vaka_crash_set_journal(NULL);
+        /* A crash handler that loaded the registration before it went may still read the mapping: wait for
+         * it (at most about a second: one that never returns, e.g. left by longjmp, keeps the mapping). */
+        for (int i = 0; i < 2000 && atomic_load(&vaka_sig_journal_readers) != 0; i++) {
+            if (i < 1000) {
+                sched_yield();
+            } else {
+                struct timespec ms = { 0, 1000000 };
+                nanosleep(&ms, NULL);
+            }
+        }
+        unmap = atomic_load(&vaka_sig_journal_readers) == 0;
+    }
     vaka_journal_sync(journal);
-    munmap(journal->mem, journal->size);
+    if (unmap) munmap(journal->mem, journal->size);
     close(journal->fd);
     if (journal->spill_fd >= 0) close(journal->spill_fd);
     pthread_mutex_destroy(&journal->spill_lock);
@@ -162,7 +177,7 @@ void vaka_crash_set_journal(vaka_journal *journal)
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&lock);
     if (journal == NULL) {
-        atomic_store_explicit(&vaka_sig_journal_current, -1, memory_order_release);
+        atomic_store(&vaka_sig_journal_current, -1); /* sequentially consistent: see vaka_sig_journal_readers */
     } else {
         int c = atomic_load_explicit(&vaka_sig_journal_current, memory_order_relaxed);
         int n = c == 0 ? 1 : 0; /* the slot not in use */

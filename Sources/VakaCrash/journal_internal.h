@@ -143,6 +143,9 @@ typedef struct vaka_sig_journal_slot {
 /* The two slots; vaka_sig_journal_current is the index of the registered one, -1 when none. */
 extern vaka_sig_journal_slot vaka_sig_journal_slots[2];
 extern atomic_int vaka_sig_journal_current;
+/* Crash handlers inside vaka_sig_journal_seq / vaka_sig_journal_sync_registered right now: vaka_journal_close
+ * waits for them (bounded) before it unmaps a journal that was registered. */
+extern atomic_int vaka_sig_journal_readers;
 /* Writes `len` bytes at `mem` to `fd` from offset 0 with pwrite (async-signal-safe). */
 void vaka_sig_journal_write_image(int fd, const uint8_t *mem, size_t len);
 /* The registered journal's last sequence number into *seq: 1, or 0 when no journal is registered

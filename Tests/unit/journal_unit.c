@@ -698,6 +698,45 @@ static void test_hostile_files(void)
     end_check();
 }
 
+/* The crash handler's read of the registered journal's seq (vaka_sig_journal_seq) in one thread while the
+ * main thread opens, registers and closes journals: close must not unmap under the reader (SIGSEGV). */
+static atomic_int handler_stop;
+static void *handler_reads(void *arg)
+{
+    (void)arg;
+    uint64_t seq;
+    while (!atomic_load(&handler_stop)) (void)vaka_sig_journal_seq(&seq);
+    return NULL;
+}
+
+static int close_under_handler(const char *path)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, handler_reads, NULL) != 0) return 90;
+    for (int i = 0; i < 20000; i++) {
+        vaka_journal_options o = { .path = path, .size = VAKA_JOURNAL_MIN_SIZE, .flags = 0 };
+        vaka_journal *j = NULL;
+        if (vaka_journal_open(&o, &j) != 0) return 91;
+        /* a mapping of varying size in between, so that the next journal is not mapped where this one was */
+        size_t pad_len = 4096 * (size_t)(1 + i % 7);
+        void *pad = mmap(NULL, pad_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        vaka_crash_set_journal(j);
+        vaka_journal_close(j);
+        if (pad != MAP_FAILED) munmap(pad, pad_len);
+    }
+    atomic_store(&handler_stop, 1);
+    pthread_join(t, NULL);
+    return 0;
+}
+
+static void test_close_under_handler(void)
+{
+    begin("close_waits_for_a_crash_handler_reading_the_journal");
+    int out = in_child(close_under_handler, path_for("handler.journal"));
+    EXPECT(out == 0, "child: %d (%d: SIGSEGV, the handler read an unmapped journal)", out, 1000 + SIGSEGV);
+    end_check();
+}
+
 /* ------------------------------------------------------------------ concurrency */
 
 #define THREADS 8
@@ -938,6 +977,7 @@ int main(int argc, char **argv)
         test_random_damage();
         test_hostile_files();
         test_spill_reclaimed();
+        test_close_under_handler();
         test_concurrency();
     } else {
         fprintf(stderr, "usage: journal_unit DIR | --concurrency DIR | --kill DIR N SEED\n");
