@@ -137,3 +137,21 @@ final class JournalForkChildTests: XCTestCase {
         client.end(timeout: 0)
     }
 }
+
+/// Odd journal sizes: every one opens a journal within the limits (16 KiB...64 MiB, whole pages).
+final class JournalOddSizeTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    func testOddSizesAreClamped() throws {
+        let dir = dirs.make("sizes")
+        for (i, size) in [Int.min, -1, 0, 1, 4095, Int(Int32.max), Int.max].enumerated() {
+            let journal = try Journal(path: dir.appendingPathComponent("j\(i)"), size: size)
+            let bytes = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: journal.url.path)[.size] as? Int)
+            XCTAssertTrue((16 << 10 ... 64 << 20).contains(bytes) && bytes % 4096 == 0, "size \(size): file of \(bytes) bytes")
+            XCTAssertNotNil(journal.append(.log, level: 9, body: "ok"), "size \(size)")
+            journal.close()
+            XCTAssertEqual(try Journal.read(journal.url).records.map(\.text), ["ok"])
+        }
+    }
+}
