@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,9 +149,23 @@ void vaka_journal_close(vaka_journal *journal)
 {
     if (journal == NULL) return;
     int c = atomic_load(&vaka_sig_journal_current);
-    if (c >= 0 && vaka_sig_journal_slots[c].seq == journal->seq) vaka_crash_set_journal(NULL);
+    int unmap = 1;
+    if (c >= 0 && vaka_sig_journal_slots[c].seq == journal->seq) {
+        vaka_crash_set_journal(NULL);
+        /* A crash handler that loaded the registration before it went may still read the mapping: wait for
+         * it (at most about a second: one that never returns, e.g. left by longjmp, keeps the mapping). */
+        for (int i = 0; i < 2000 && atomic_load(&vaka_sig_journal_readers) != 0; i++) {
+            if (i < 1000) {
+                sched_yield();
+            } else {
+                struct timespec ms = { 0, 1000000 };
+                nanosleep(&ms, NULL);
+            }
+        }
+        unmap = atomic_load(&vaka_sig_journal_readers) == 0;
+    }
     vaka_journal_sync(journal);
-    munmap(journal->mem, journal->size);
+    if (unmap) munmap(journal->mem, journal->size);
     close(journal->fd);
     if (journal->spill_fd >= 0) close(journal->spill_fd);
     pthread_mutex_destroy(&journal->spill_lock);
@@ -164,7 +179,7 @@ void vaka_crash_set_journal(vaka_journal *journal)
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&lock);
     if (journal == NULL) {
-        atomic_store_explicit(&vaka_sig_journal_current, -1, memory_order_release);
+        atomic_store(&vaka_sig_journal_current, -1); /* sequentially consistent: see vaka_sig_journal_readers */
     } else {
         int c = atomic_load_explicit(&vaka_sig_journal_current, memory_order_relaxed);
         int n = c == 0 ? 1 : 0; /* the slot not in use */
@@ -262,7 +277,8 @@ static int spill(vaka_journal *j, const vaka_journal_entry *e, uint64_t rec, uin
     static const uint8_t zeros[8];
     pthread_mutex_lock(&j->spill_lock);
     int rc = 0;
-    if (j->spill_len + rec > VAKA_JOURNAL_MAX_SPILL) { rc = ENOSPC; goto out; }
+    uint64_t base = atomic_load_explicit(&j->spill_base, memory_order_relaxed);
+    if (j->spill_len - base + rec > VAKA_JOURNAL_MAX_SPILL) { rc = ENOSPC; goto out; }
     if (j->spill_fd < 0) {
         j->spill_fd = open(j->spill_path, O_RDWR | O_CREAT | O_APPEND | O_TRUNC | O_CLOEXEC, 0600);
         if (j->spill_fd < 0) { rc = errno; goto out; }
@@ -296,10 +312,12 @@ static int spill(vaka_journal *j, const vaka_journal_entry *e, uint64_t rec, uin
     if (wr != (ssize_t)rec) rc = wr < 0 ? errno : EIO; /* a write cut short at the quota: EIO, no signal */
     unblock_sigxfsz(blocked, &old, rc);
     if (rc != 0) {
-        if (ftruncate(j->spill_fd, (off_t)j->spill_len) != 0) { /* keeps whatever was written; readers resync */ }
+        /* The file holds the logical positions from spill_base on. */
+        if (ftruncate(j->spill_fd, (off_t)(j->spill_len - base)) != 0) { /* keeps whatever was written; readers resync */ }
         goto out;
     }
     j->spill_len += rec;
+    j->spill_end[e->kind] = j->spill_len;
     atomic_store_explicit(&j->spill_published, j->spill_len, memory_order_release);
 out:
     pthread_mutex_unlock(&j->spill_lock);
@@ -435,10 +453,12 @@ int vaka_journal_next(vaka_journal *j, uint8_t kind, const vaka_journal_record *
     }
     /* Spill candidate: the next record of this kind at or after spos. */
     uint64_t published = atomic_load_explicit(&j->spill_published, memory_order_acquire);
+    uint64_t base = atomic_load_explicit(&j->spill_base, memory_order_acquire);
+    if (spos < base) spos = base; /* everything before the base was consumed and truncated away */
     uint8_t sh[VAKA_JR_HEADER];
     int have_spill = 0;
     while (spos + VAKA_JR_HEADER <= published && j->spill_fd >= 0) {
-        if (pread(j->spill_fd, sh, sizeof sh, (off_t)spos) != (ssize_t)sizeof sh) break;
+        if (pread(j->spill_fd, sh, sizeof sh, (off_t)(spos - base)) != (ssize_t)sizeof sh) break;
         uint64_t w0;
         memcpy(&w0, sh, 8);
         uint32_t size = (uint32_t)(w0 >> 32);
@@ -469,7 +489,9 @@ int vaka_journal_next(vaka_journal *j, uint8_t kind, const vaka_journal_record *
         record->cursor[0] = rpos + size;
         record->cursor[1] = spos;
     } else {
-        if (pread(j->spill_fd, buf, size, (off_t)spos) != (ssize_t)size) return 0;
+        if (pread(j->spill_fd, buf, size, (off_t)(spos - base)) != (ssize_t)size) return 0;
+        /* Truncated and restarted meanwhile (a consumer of the other kind): nothing read is trusted. */
+        if (atomic_load_explicit(&j->spill_base, memory_order_acquire) != base) return 0;
         if (!vaka_jr_valid(buf, size, spos, 1)) {
             /* A damaged spill record: step over it (its header's size was sane). */
             vaka_journal_record skip;
@@ -494,6 +516,17 @@ void vaka_journal_consume(vaka_journal *j, const vaka_journal_record *record)
         atomic_store_explicit(r->tail, record->cursor[0], memory_order_release);
     if (record->cursor[1] > atomic_load_explicit(r->spill_consumed, memory_order_relaxed))
         atomic_store_explicit(r->spill_consumed, record->cursor[1], memory_order_release);
+    /* Every spilled record of both gated kinds consumed: the spill file starts over (see spill_base). */
+    if (atomic_load_explicit(&j->spill_published, memory_order_acquire) ==
+        atomic_load_explicit(&j->spill_base, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&j->spill_lock);
+    if (j->spill_fd >= 0 && j->spill_len > atomic_load_explicit(&j->spill_base, memory_order_relaxed) &&
+        atomic_load_explicit(j->rings[VAKA_JOURNAL_LOG].spill_consumed, memory_order_acquire) >= j->spill_end[VAKA_JOURNAL_LOG] &&
+        atomic_load_explicit(j->rings[VAKA_JOURNAL_EVENT].spill_consumed, memory_order_acquire) >= j->spill_end[VAKA_JOURNAL_EVENT] &&
+        ftruncate(j->spill_fd, 0) == 0)
+        atomic_store_explicit(&j->spill_base, j->spill_len, memory_order_release);
+    pthread_mutex_unlock(&j->spill_lock);
 }
 
 /* ---------------------------------------------------------------- the breadcrumb snapshot */

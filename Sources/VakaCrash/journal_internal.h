@@ -44,8 +44,8 @@
 /* Header, 6 little-endian u64 words (VAKA_JR_HEADER bytes), then the category, the body and the attributes,
  * each zero-padded to 8 bytes:
  *   w0: u16 magic VAKA_JR_MAGIC, u8 kind (0: pad), u8 level, u32 size (whole record, a multiple of 8)
- *   w1: logical position (ring: monotonic byte position; spill: file offset) — a header is valid only where
- *       it names its own position
+ *   w1: logical position (ring: monotonic byte position; spill: monotonic too, the file offset plus the
+ *       position of the file's first record) — a header is valid only where it names its own position
  *   w2: commit: the sequence number, stored last with release; 0 while the record is being written
  *   w3: time_ns
  *   w4: u32 category length, u32 body length
@@ -121,6 +121,12 @@ struct vaka_journal {
     int spill_fd;
     uint64_t spill_len;
     _Atomic uint64_t spill_published;
+    /* Spill positions are logical (they only grow); the file holds those from spill_base on, at file offset
+     * position - spill_base. Once every spilled record is consumed the file is truncated to 0 and spill_base
+     * moves to spill_len (under spill_lock), so the 64 MiB limit bounds what is unconsumed, not what was ever
+     * spilled. spill_end[k]: the position after the last record of kind k written (under spill_lock). */
+    _Atomic uint64_t spill_base;
+    uint64_t spill_end[4];
     char *path;
     char *spill_path;
 };
@@ -137,6 +143,9 @@ typedef struct vaka_sig_journal_slot {
 /* The two slots; vaka_sig_journal_current is the index of the registered one, -1 when none. */
 extern vaka_sig_journal_slot vaka_sig_journal_slots[2];
 extern atomic_int vaka_sig_journal_current;
+/* Crash handlers inside vaka_sig_journal_seq / vaka_sig_journal_sync_registered right now: vaka_journal_close
+ * waits for them (bounded) before it unmaps a journal that was registered. */
+extern atomic_int vaka_sig_journal_readers;
 /* Writes `len` bytes at `mem` to `fd` from offset 0 with pwrite (async-signal-safe). Returns 0, or the errno of
  * the write that failed (EFBIG past RLIMIT_FSIZE, which also raises SIGXFSZ; EIO for a write of 0 bytes). */
 int vaka_sig_journal_write_image(int fd, const uint8_t *mem, size_t len);

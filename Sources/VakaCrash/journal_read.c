@@ -69,7 +69,9 @@ struct vaka_journal_reader {
 
 static int read_whole(const char *path, uint64_t limit, uint8_t **out, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO left where a journal belongs must not wait for a writer (it is refused
+     * below as not a regular file). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return errno;
     struct stat st;
     if (fstat(fd, &st) != 0) { int e = errno; close(fd); return e; }
@@ -117,17 +119,19 @@ static int looks_like_header(const uint8_t *p, uint64_t avail, uint64_t pos)
 }
 
 /* Scans `len` bytes at `base` whose offset o holds logical positions pos with pos % modulo == o (modulo 0:
- * pos == o, the spill); keeps valid records with pos in [lo, hi) of `kind` (0: any). `consumed_below`:
- * records before it are marked consumed. */
+ * the spill, pos == o + the position of its first valid record); keeps valid records with pos in [lo, hi) of
+ * `kind` (0: any). `consumed_below`: records before it are marked consumed. */
 static int scan(vaka_journal_reader *rd, size_t *cap, const uint8_t *base, uint64_t len, uint64_t modulo,
                 uint64_t lo, uint64_t hi, uint64_t consumed_below, const uint64_t *spill_consumed)
 {
+    uint64_t spill_base = UINT64_MAX; /* the spill's: learnt from its first valid record */
     for (uint64_t off = 0; off + VAKA_JR_HEADER <= len;) {
         const uint8_t *p = base + off;
         uint64_t w0, pos;
         memcpy(&w0, p, 8);
         memcpy(&pos, p + 8, 8);
-        int self = modulo ? pos % modulo == off : pos == off;
+        if (!modulo && spill_base == UINT64_MAX && pos >= off && vaka_jr_valid(p, len - off, pos, 1)) spill_base = pos - off;
+        int self = modulo ? pos % modulo == off : spill_base != UINT64_MAX && pos - off == spill_base;
         if (self && pos >= lo && pos < hi && vaka_jr_valid(p, len - off, pos, 1)) {
             vaka_journal_record r;
             vaka_jr_decode(p, &r);
@@ -196,10 +200,12 @@ int vaka_journal_reader_open(const char *path, vaka_journal_reader **out)
         free(sp);
         if (src == 0) {
             if ((rc = scan(rd, &cap, rd->spill, slen & ~(size_t)7, 0, 0, UINT64_MAX, 0, spill_consumed)) != 0) goto fail;
-        } else if (src != ENOENT) {
+        } else if (src == ENOMEM) {
             rc = src;
             goto fail;
         }
+        /* Any other spill that cannot be read (none, not a regular file, over the spill limit, unreadable)
+         * leaves the rings' records: they are still returned. */
     }
     if (rd->count > 1) qsort(rd->records, rd->count, sizeof *rd->records, by_seq);
     *out = rd;

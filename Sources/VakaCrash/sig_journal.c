@@ -18,6 +18,7 @@
 
 vaka_sig_journal_slot vaka_sig_journal_slots[2];
 atomic_int vaka_sig_journal_current = -1;
+atomic_int vaka_sig_journal_readers;
 
 uint64_t vaka_journal_last_seq(const vaka_journal *journal)
 {
@@ -51,21 +52,30 @@ void vaka_sig_discard_own_sigxfsz(void)
     syscall(SYS_rt_sigtimedwait, &set, NULL, &zero, (size_t)(VAKA_KERNEL_NSIG / 8));
 }
 
+/* Both count themselves in vaka_sig_journal_readers before loading the registration (sequentially
+ * consistent, as the unregistering store and vaka_journal_close's load of the count are): close either sees
+ * the reader and waits before unmapping, or the reader sees no journal registered. */
 int vaka_sig_journal_seq(uint64_t *seq)
 {
-    int c = atomic_load_explicit(&vaka_sig_journal_current, memory_order_acquire);
-    if (c < 0 || c > 1 || vaka_sig_journal_slots[c].seq == NULL) return 0;
-    *seq = atomic_load_explicit(vaka_sig_journal_slots[c].seq, memory_order_relaxed);
-    return 1;
+    atomic_fetch_add(&vaka_sig_journal_readers, 1);
+    int c = atomic_load(&vaka_sig_journal_current);
+    int found = c >= 0 && c <= 1 && vaka_sig_journal_slots[c].seq != NULL;
+    if (found) *seq = atomic_load_explicit(vaka_sig_journal_slots[c].seq, memory_order_relaxed);
+    atomic_fetch_sub(&vaka_sig_journal_readers, 1);
+    return found;
 }
 
 void vaka_sig_journal_sync_registered(void)
 {
-    int c = atomic_load_explicit(&vaka_sig_journal_current, memory_order_acquire);
-    if (c < 0 || c > 1) return;
-    const vaka_sig_journal_slot *s = &vaka_sig_journal_slots[c];
-    if (s->mapped || s->mem == NULL || s->fd < 0) return;
-    /* Past the hard RLIMIT_FSIZE the write raised SIGXFSZ (blocked while the handler runs): it is ours, not the
-     * application's; left pending it would end a process that survives the signal being handled. */
-    if (vaka_sig_journal_write_image(s->fd, s->mem, s->size) == EFBIG) vaka_sig_discard_own_sigxfsz();
+    atomic_fetch_add(&vaka_sig_journal_readers, 1);
+    int c = atomic_load(&vaka_sig_journal_current);
+    if (c >= 0 && c <= 1) {
+        const vaka_sig_journal_slot *s = &vaka_sig_journal_slots[c];
+        /* Past the hard RLIMIT_FSIZE the write raised SIGXFSZ (blocked while the handler runs): it is ours, not
+         * the application's; left pending it would end a process that survives the signal being handled. */
+        if (!s->mapped && s->mem != NULL && s->fd >= 0 &&
+            vaka_sig_journal_write_image(s->fd, s->mem, s->size) == EFBIG)
+            vaka_sig_discard_own_sigxfsz();
+    }
+    atomic_fetch_sub(&vaka_sig_journal_readers, 1);
 }

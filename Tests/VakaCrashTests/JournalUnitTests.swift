@@ -4,7 +4,8 @@ import VakaTestSupport
 
 /// The C tests of the journal (`Tests/unit/journal_unit.c`): round trip of every field, a torn or damaged
 /// record skipped, the breadcrumb ring's wrap, a full gated ring spilling, the write(2) fallback and its
-/// sync, the crash handler's registration, 8 appending threads against one consuming and snapshotting thread
+/// sync, the crash handler's registration, hostile files (a FIFO, a bad spill, a spill past RLIMIT_FSIZE), the spill
+/// file starting over once consumed, close while a crash handler reads the journal, 8 appending threads against one consuming and snapshotting thread
 /// (also built with `-fsanitize=thread`: ThreadSanitizer clean), and a child SIGKILLed at random moments while
 /// appending (every record appended before the kill reads back in order, at most one torn).
 final class JournalUnitTests: XCTestCase {
@@ -66,6 +67,9 @@ final class JournalUnitTests: XCTestCase {
                      "breadcrumb_ring_wraps_keeping_newest", "gated_ring_spills_when_full",
                      "spill_limit_enospc_and_record_limit_efbig", "no_mmap_fallback_sync",
                      "crash_registration_journal_seq", "reader_survives_random_damage",
+                     "reader_does_not_block_on_a_fifo", "ring_records_survive_a_bad_spill_file",
+                     "spill_past_the_file_size_limit_fails_with_efbig", "spill_is_reclaimed_once_consumed",
+                     "close_waits_for_a_crash_handler_reading_the_journal",
                      "concurrent_8_writers_one_mover"] {
             XCTAssertTrue(passed.contains(name), "check \(name) did not pass (passed: \(passed))")
         }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -513,6 +514,198 @@ static void test_random_damage(void)
     end_check();
 }
 
+/* Bursts that overflow the gated rings, each consumed before the next: ~80 MB spilled in all (over the 64 MiB
+ * spill limit) must all be accepted, the spill file starts over once consumed, and the offline reader still
+ * finds the unconsumed records of the last burst (ring and spill) after the file restarted many times. */
+static void test_spill_reclaimed(void)
+{
+    begin("spill_is_reclaimed_once_consumed");
+    vaka_journal *j = open_journal("reclaim.journal", VAKA_JOURNAL_MIN_SIZE, 0);
+    if (j) {
+        static char body[1024];
+        memset(body, 'r', sizeof body);
+        vaka_journal_entry e = { .kind = VAKA_JOURNAL_LOG, .body = body, .body_len = sizeof body };
+        static uint8_t buf[2][4096];
+        vaka_journal_record rec[2];
+        int failed = 0, round;
+        long moved = 0;
+        for (round = 0; round < 12000 && !failed; round++) {
+            e.kind = round % 5 == 0 ? VAKA_JOURNAL_EVENT : VAKA_JOURNAL_LOG;
+            for (int i = 0; i < 10 && !failed; i++) failed = vaka_journal_append(j, &e, NULL);
+            for (uint8_t k = VAKA_JOURNAL_LOG; k <= VAKA_JOURNAL_EVENT; k++) {
+                const vaka_journal_record *after = NULL;
+                size_t need;
+                int n = 0;
+                while (vaka_journal_next(j, k, after, buf[n & 1], sizeof buf[0], &rec[n & 1], &need) == 1) {
+                    after = &rec[n & 1];
+                    n++;
+                }
+                if (after) vaka_journal_consume(j, after);
+                moved += n;
+            }
+        }
+        EXPECT(!failed && moved == 120000, "round %d: append failed (%s); %ld moved of %d", round, strerror(failed), moved,
+               round * 10);
+        /* The last burst stays unconsumed: 10 logs, most of them in the spill. */
+        e.kind = VAKA_JOURNAL_LOG;
+        for (int i = 0; i < 10; i++) append_text(j, VAKA_JOURNAL_LOG, 9, "", "last burst", NULL, 0, NULL);
+        struct stat st;
+        EXPECT(stat(path_for("reclaim.journal.spill"), &st) == 0 && st.st_size < 64 * 1024,
+               "spill file %lld bytes after everything before the last burst was consumed", (long long)st.st_size);
+        vaka_journal_record rs[64];
+        vaka_journal_reader *rd = NULL;
+        uint64_t skipped = 0;
+        long m = read_all(path_for("reclaim.journal"), rs, 64, &skipped, &rd);
+        long last = 0;
+        for (long i = 0; i < m && i < 64; i++) last += !rs[i].consumed && body_is(&rs[i], "last burst");
+        EXPECT(last == 10 && skipped == 0, "offline: %ld records, %ld of the last burst unconsumed, %llu skipped", m, last,
+               (unsigned long long)skipped);
+        vaka_journal_reader_close(rd);
+        vaka_journal_close(j);
+    }
+    end_check();
+}
+
+/* ------------------------------------------------------------------ hostile files at the next launch */
+
+/* Runs `fn(arg)` in a child with a 20 s alarm: returns its exit status, or 1000 + the signal that ended it
+ * (SIGALRM: it blocked). */
+static int in_child(int (*fn)(const char *), const char *arg)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        _exit(fn(arg) & 0xff);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* The reader's result for `path`: 0 and the record count (< 100), or the errno + 100. */
+static int reader_outcome(const char *path)
+{
+    vaka_journal_reader *rd = NULL;
+    int rc = vaka_journal_reader_open(path, &rd);
+    if (rc) return 100 + rc;
+    int n = 0;
+    vaka_journal_record r;
+    while (vaka_journal_reader_next(rd, &r)) n++;
+    vaka_journal_reader_close(rd);
+    return n;
+}
+
+/* Appends 4 KiB logs to a 16 KiB journal (the log ring holds 3) until an append fails; exits with its errno.
+ * The quota ends exactly after the 5th spilled record: the 6th write starts at the limit (EFBIG and, unless
+ * the journal blocks it, SIGXFSZ, whose default action kills the process). */
+static int spill_under_quota(const char *path)
+{
+    rlim_t quota = 5 * (VAKA_JR_HEADER + 4096);
+    struct rlimit rl = { quota, quota };
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 90;
+    vaka_journal_options o = { .path = path, .size = VAKA_JOURNAL_MIN_SIZE, .flags = 0 };
+    vaka_journal *j = NULL;
+    if (vaka_journal_open(&o, &j) != 0) return 91;
+    static char body[4096];
+    memset(body, 'q', sizeof body);
+    vaka_journal_entry e = { .kind = VAKA_JOURNAL_LOG, .body = body, .body_len = sizeof body };
+    int rc = 0;
+    for (int i = 0; i < 100 && rc == 0; i++) rc = vaka_journal_append(j, &e, NULL);
+    /* the ring's records are still there after the refused spill */
+    e.kind = VAKA_JOURNAL_BREADCRUMB;
+    e.body_len = 10;
+    if (vaka_journal_append(j, &e, NULL) != 0) return 92;
+    vaka_journal_close(j);
+    return rc;
+}
+
+static void test_hostile_files(void)
+{
+    begin("reader_does_not_block_on_a_fifo");
+    {
+        char fifo[4096];
+        snprintf(fifo, sizeof fifo, "%s", path_for("fifo.journal"));
+        EXPECT(mkfifo(fifo, 0600) == 0, "mkfifo: %s", strerror(errno));
+        int out = in_child(reader_outcome, fifo);
+        EXPECT(out == 100 + EBADMSG, "reader on a FIFO: %d (1014: blocked until SIGALRM)", out);
+    }
+    end_check();
+
+    begin("ring_records_survive_a_bad_spill_file");
+    {
+        vaka_journal *j = open_journal("badspill.journal", VAKA_JOURNAL_MIN_SIZE, 0);
+        if (j) {
+            for (int i = 0; i < 3; i++) append_text(j, VAKA_JOURNAL_EVENT, 9, "", "{}", NULL, 0, NULL);
+            vaka_journal_close(j);
+        }
+        char path[4096], spill[4096];
+        snprintf(path, sizeof path, "%s", path_for("badspill.journal"));
+        snprintf(spill, sizeof spill, "%s.spill", path);
+        /* a sparse 1 GiB spill (over the spill limit), a directory, a FIFO */
+        int fd = open(spill, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        EXPECT(fd >= 0 && ftruncate(fd, (off_t)1 << 30) == 0, "sparse spill: %s", strerror(errno));
+        if (fd >= 0) close(fd);
+        int huge = in_child(reader_outcome, path);
+        unlink(spill);
+        EXPECT(mkdir(spill, 0700) == 0, "mkdir spill");
+        int dir = in_child(reader_outcome, path);
+        rmdir(spill);
+        EXPECT(mkfifo(spill, 0600) == 0, "mkfifo spill");
+        int fifo = in_child(reader_outcome, path);
+        unlink(spill);
+        EXPECT(huge == 3 && dir == 3 && fifo == 3,
+               "records read with a 1 GiB spill %d, a directory %d, a FIFO %d (3 each; 100+errno: refused)", huge, dir,
+               fifo);
+    }
+    end_check();
+
+    begin("spill_past_the_file_size_limit_fails_with_efbig");
+    {
+        int out = in_child(spill_under_quota, path_for("quota.journal"));
+        EXPECT(out == EFBIG, "spilling past RLIMIT_FSIZE: %d (%d: killed by SIGXFSZ)", out, 1000 + SIGXFSZ);
+    }
+    end_check();
+}
+
+/* The crash handler's read of the registered journal's seq (vaka_sig_journal_seq) in one thread while the
+ * main thread opens, registers and closes journals: close must not unmap under the reader (SIGSEGV). */
+static atomic_int handler_stop;
+static void *handler_reads(void *arg)
+{
+    (void)arg;
+    uint64_t seq;
+    while (!atomic_load(&handler_stop)) (void)vaka_sig_journal_seq(&seq);
+    return NULL;
+}
+
+static int close_under_handler(const char *path)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, handler_reads, NULL) != 0) return 90;
+    for (int i = 0; i < 20000; i++) {
+        vaka_journal_options o = { .path = path, .size = VAKA_JOURNAL_MIN_SIZE, .flags = 0 };
+        vaka_journal *j = NULL;
+        if (vaka_journal_open(&o, &j) != 0) return 91;
+        /* a mapping of varying size in between, so that the next journal is not mapped where this one was */
+        size_t pad_len = 4096 * (size_t)(1 + i % 7);
+        void *pad = mmap(NULL, pad_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        vaka_crash_set_journal(j);
+        vaka_journal_close(j);
+        if (pad != MAP_FAILED) munmap(pad, pad_len);
+    }
+    atomic_store(&handler_stop, 1);
+    pthread_join(t, NULL);
+    return 0;
+}
+
+static void test_close_under_handler(void)
+{
+    begin("close_waits_for_a_crash_handler_reading_the_journal");
+    int out = in_child(close_under_handler, path_for("handler.journal"));
+    EXPECT(out == 0, "child: %d (%d: SIGSEGV, the handler read an unmapped journal)", out, 1000 + SIGSEGV);
+    end_check();
+}
+
 /* ------------------------------------------------------------------ concurrency */
 
 #define THREADS 8
@@ -751,6 +944,9 @@ int main(int argc, char **argv)
         test_no_mmap();
         test_registration();
         test_random_damage();
+        test_hostile_files();
+        test_spill_reclaimed();
+        test_close_under_handler();
         test_concurrency();
     } else {
         fprintf(stderr, "usage: journal_unit DIR | --concurrency DIR | --kill DIR N SEED\n");

@@ -40,7 +40,8 @@ extern "C" {
 #define VAKA_JOURNAL_MIN_SIZE (16 * 1024)
 /** Largest journal file, in bytes: 64 MiB (larger sizes are lowered to it). */
 #define VAKA_JOURNAL_MAX_SIZE (64 * 1024 * 1024)
-/** Largest spill file, in bytes: 64 MiB; an append that would grow it further fails with ENOSPC. */
+/** Largest spill file, in bytes: 64 MiB; an append that would grow it further fails with ENOSPC. The file
+ *  starts over (truncated) once every record spilled to it is consumed. */
 #define VAKA_JOURNAL_MAX_SPILL (64 * 1024 * 1024)
 /** Largest record (header, category, body and attributes), in bytes: 4 MiB; larger appends fail with EFBIG. */
 #define VAKA_JOURNAL_MAX_RECORD (4 * 1024 * 1024)

@@ -159,8 +159,16 @@ final class JournalMover: @unchecked Sendable {
         cond.unlock()
     }
 
-    /// One pass that moves everything committed so far, logs included (``Client/flush(timeout:)``, close).
-    func drain() { pass(force: true) }
+    /// Moves everything committed so far, logs included (``Client/flush(timeout:)``, close): passes until the
+    /// events up to the journal's last seq at the call are moved (a pass moves at most ``maxEventsPerPass``),
+    /// or a pass stops short (delivery refused a batch: it is held and retried).
+    func drain() {
+        let horizon = journal.lastSeq
+        while true {
+            let (capped, reached) = pass(force: true)
+            if !capped || reached >= horizon { return }
+        }
+    }
 
     private func run() {
         cond.lock()
@@ -181,10 +189,12 @@ final class JournalMover: @unchecked Sendable {
         cond.unlock()
     }
 
-    /// One pass (see the type's documentation); `force` sends held logs whatever their age.
-    private func pass(force: Bool) {
+    /// One pass (see the type's documentation); `force` sends held logs whatever their age. Returns whether it
+    /// stopped at ``maxEventsPerPass`` (more events may be waiting) and the seq of the last event it moved.
+    @discardableResult
+    private func pass(force: Bool) -> (capped: Bool, reached: UInt64) {
         passState.withLock { state in
-            moveEvents(&state)
+            let capped = moveEvents(&state)
             moveLogs(&state, force: force)
             if !journal.isMapped {
                 let last = journal.lastSeq
@@ -193,20 +203,22 @@ final class JournalMover: @unchecked Sendable {
                     state.syncedSeq = last
                 }
             }
+            return (capped, state.eventCursor?.seq ?? 0)
         }
     }
 
     /// Most envelopes handed to delivery in one go (bounds the memory of a pass over a full ring and spill).
     static let maxEnvelopesPerSubmit = 200
 
-    private func moveEvents(_ state: inout PassState) {
+    /// Moves the events (up to ``maxEventsPerPass``); true when it stopped at that cap.
+    private func moveEvents(_ state: inout PassState) -> Bool {
         if let held = state.unconsumedEvent {
             // Envelopes of an earlier pass still only in memory: written now?
-            guard delivery.persistQueued() else { return }
+            guard delivery.persistQueued() else { return false }
             journal.consume(through: held)
             state.unconsumedEvent = nil
         }
-        guard journal.next(.event, after: state.eventCursor) != nil else { return }
+        guard journal.next(.event, after: state.eventCursor) != nil else { return false }
         // Breadcrumb snapshots, each with the journal's last seq read just before it (its horizon): every event
         // up to a horizon has its earlier breadcrumbs in that snapshot, unless the ring had already moved past
         // them. An event takes the first snapshot whose horizon covers it; a new one is taken when none does,
@@ -254,10 +266,11 @@ final class JournalMover: @unchecked Sendable {
             if DispatchTime.now().uptimeNanoseconds - lastSnapshot > JournalMover.snapshotInterval { snapshot() }
             if perEnvelope || envelopes.count >= JournalMover.maxEnvelopesPerSubmit {
                 submit()
-                if state.unconsumedEvent != nil { return }
+                if state.unconsumedEvent != nil { return false }
             }
         }
         submit()
+        return moved == JournalMover.maxEventsPerPass
     }
 
     /// Most events one pass moves (the next pass goes on): 2,000.

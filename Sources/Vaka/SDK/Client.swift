@@ -32,6 +32,13 @@ final class Client: Sendable {
     let mover: JournalMover?
     /// Set by ``end(timeout:)`` (also in `State`): read without the lock by the breadcrumb fast path.
     private let endedFlag = Atomic<Bool>(false)
+    /// Captures in progress (counted before their `ended` check, until their event is recorded): ``end(timeout:)``
+    /// waits for them before its last drain, so that an event accepted while the run ends is not appended to a
+    /// journal that was already drained (and then removed with the run directory).
+    private let capturesInFlight = Atomic<Int>(0)
+    /// The process that created the client. A `fork()`ed child (another pid) shares the run directory and the
+    /// journal's mapping with it, but not its threads: the mover, and captures in progress at the fork.
+    private let ownerPID = getpid()
 
     /// What the lock guards: everything the capture and scope calls change.
     private struct State {
@@ -235,6 +242,8 @@ final class Client: Sendable {
     /// Captures a handled error with the given stack trace; counts it in the session (the session update
     /// travels in the same envelope).
     func capture(error: Error, stack: (stacktrace: Stacktrace?, images: [DebugImage])) {
+        capturesInFlight.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        defer { capturesInFlight.wrappingSubtract(1, ordering: .releasing) }
         let type = String(reflecting: Swift.type(of: error))
         let description = String(describing: error)
         let exception = Exception(type: type, value: description, mechanism: Mechanism(type: "swift.error", handled: true),
@@ -266,6 +275,8 @@ final class Client: Sendable {
     /// Captures a message event at `level` (`eventID` given only by tests that need a known id).
     func capture(message: String, level: Event.Level, eventID: String? = nil, extra: [String: JSONValue] = [:],
                  tags: [String: String] = [:]) {
+        capturesInFlight.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        defer { capturesInFlight.wrappingSubtract(1, ordering: .releasing) }
         let id = eventID ?? EventFactory.newEventID()
         let base: Event? = state.withLock { state in
             guard !state.ended else { return nil }
@@ -345,15 +356,23 @@ final class Client: Sendable {
             return [.session(update.jsonData())]
         }
         guard let items else { return }
-        mover?.stop()
-        mover?.drain()
+        // A fork child leaves the journal (shared with its parent: the parent's mover moves what the child
+        // appended) and the run directory to the parent; it neither waits for threads it does not have nor
+        // removes them.
+        let forkChild = getpid() != ownerPID
+        if !forkChild {
+            // Captures that passed their `ended` check before it was set record their events now: wait for them.
+            while capturesInFlight.load(ordering: .acquiring) != 0 { sched_yield() }
+            mover?.stop()
+            mover?.drain()
+        }
         // Waits for appends in progress (a thread past the `ended` check), unregisters it from the crash handler.
         journal?.close()
         if !items.isEmpty { submit(Envelope(items: items)) }
         delivery.close(timeout: timeout)
         log(delivery.summary)
         // `ended` is set: no other call uses the run directory any more.
-        state.withLock { $0.runDirectory?.remove() }
+        if !forkChild { state.withLock { $0.runDirectory?.remove() } }
     }
 
     // MARK: - Storage
