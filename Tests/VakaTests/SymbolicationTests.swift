@@ -146,3 +146,45 @@ final class DemanglerTests: XCTestCase {
         XCTAssertEqual(Demangler.demangle("_Zgarbage"), "_Zgarbage")
     }
 }
+
+/// `Symbolicator(cacheDirectory:)`: answers kept per build ID between instances (as between processes).
+final class SymbolCacheTests: XCTestCase {
+    /// A second instance answers from the cache what the first resolved from the files, with the same
+    /// frames and without reading more than the image file's headers; another list of debug directories
+    /// makes the cached answers stale (resolved from the files again).
+    func testSecondInstanceAnswersFromTheCacheUntilTheDebugDirectoriesChange() throws {
+        let address = markerFunctionAddress() + 2
+        let image = try XCTUnwrap(try TestSupport.image(containing: address))
+        let buildID = try XCTUnwrap(try ElfFile(path: image.path).buildID)
+        let directory = NSTemporaryDirectory() + "vaka-symcache-\(UUID().uuidString)"
+        let emptyDebugDirectory = directory + "-debug"
+        try FileManager.default.createDirectory(atPath: emptyDebugDirectory, withIntermediateDirectories: true)
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(atPath: emptyDebugDirectory)
+        }
+        func frames(_ symbolicator: Symbolicator) -> [SymbolicatedFrame] {
+            symbolicator.symbolicate(address: address, imagePath: image.path, imageBase: image.base, buildID: buildID.uppercased())
+        }
+        let expected = frames(Symbolicator(systemDebugDirectory: nil))
+        XCTAssertEqual(expected.last?.symbol, "vaka_test_marker_function")
+
+        let first = Symbolicator(systemDebugDirectory: nil, cacheDirectory: directory)
+        XCTAssertEqual(frames(first), expected)
+        XCTAssertEqual(first.cacheHitCount, 0)
+        first.saveCache()
+        let file = directory + "/\(buildID).symcache"
+        XCTAssertTrue(FileManager.default.fileExists(atPath: file))
+        let header = String(decoding: try XCTUnwrap(FileManager.default.contents(atPath: file)).prefix(16), as: UTF8.self)
+        XCTAssertEqual(header, "VAKA-SYMCACHE 1 ")
+
+        let second = Symbolicator(systemDebugDirectory: nil, cacheDirectory: directory)
+        XCTAssertEqual(frames(second), expected)
+        XCTAssertEqual(second.cacheHitCount, 1)
+        XCTAssertEqual(second.openedFileCount, 1, "more than the image file's headers were read")
+
+        let other = Symbolicator(debugDirectories: [emptyDebugDirectory], systemDebugDirectory: nil, cacheDirectory: directory)
+        XCTAssertEqual(frames(other), expected)
+        XCTAssertEqual(other.cacheHitCount, 0, "an answer made with other debug directories was used")
+    }
+}
