@@ -133,8 +133,15 @@ final class SymbolCache: Sendable {
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        for contents in dirty {
-            guard let body = try? encoder.encode(contents) else { continue }
+        for var contents in dirty {
+            guard var body = try? encoder.encode(contents) else { continue }
+            // Long names can make even a bounded number of addresses too large to be read back: halve.
+            while body.count > SymbolCache.maxFileBytes - 128, !contents.frames.isEmpty {
+                for key in contents.frames.keys.sorted().prefix((contents.frames.count + 1) / 2) { contents.frames[key] = nil }
+                guard let smaller = try? encoder.encode(contents) else { break }
+                body = smaller
+            }
+            guard body.count <= SymbolCache.maxFileBytes - 128 else { continue }
             let header = "VAKA-SYMCACHE \(SymbolCache.formatVersion) \(SymbolCache.crcHex(body)) \(body.count)\n"
             let target = path(of: contents.buildID)
             let temporary = (directory as NSString).appendingPathComponent(".\(contents.buildID).\(getpid()).tmp")
@@ -171,15 +178,24 @@ final class SymbolCache: Sendable {
         return String(repeating: "0", count: 8 - text.count) + text
     }
 
-    /// Removes the least recently written `*.symcache` files above ``maxFiles``.
+    /// Removes the least recently written `*.symcache` files above ``maxFiles``, and temporary files older
+    /// than ten minutes (left by a process that died while writing).
     private func trim() {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        func modified(_ path: String) -> Int {
+            var info = stat()
+            return stat(path, &info) == 0 ? info.st_mtim.tv_sec : 0
+        }
+        let now = time(nil)
+        for name in names where name.hasPrefix(".") && name.hasSuffix(".tmp") {
+            let path = (directory as NSString).appendingPathComponent(name)
+            if now - modified(path) > 600 { unlink(path) }
+        }
         let files = names.filter { $0.hasSuffix(".symcache") }
         guard files.count > SymbolCache.maxFiles else { return }
         let dated = files.map { name -> (String, Int) in
             let path = (directory as NSString).appendingPathComponent(name)
-            var info = stat()
-            return (path, stat(path, &info) == 0 ? info.st_mtim.tv_sec : 0)
+            return (path, modified(path))
         }.sorted { $0.1 < $1.1 }
         for (path, _) in dated.prefix(files.count - SymbolCache.maxFiles) { unlink(path) }
     }
