@@ -65,7 +65,9 @@ public struct ResolvedImage: Sendable {
 ///
 /// One instance is a per-run cache: each path is opened at most once, successful or not, and each file
 /// (by device and inode, so `//opt/x`, `/opt/./x` and a hard link are one file) is read once; each image
-/// is resolved once per file and build ID. Opened files keep their mapping, not a descriptor.
+/// is resolved once per file and build ID. Opened files keep their mapping, not a descriptor. With a cache
+/// directory (``init(debugDirectories:systemDebugDirectory:cacheDirectory:)``) the answers are also kept
+/// between runs, per build ID, and an address answered before is not looked up in the files again.
 /// Thread-safe: the cache is behind one lock; lookups in the resolved files run outside it (``ElfFile``
 /// and ``DwarfFile`` lock themselves).
 public final class Symbolicator: Sendable {
@@ -192,7 +194,9 @@ public final class Symbolicator: Sendable {
     /// - Parameters: as ``lookup(address:imagePath:imageBase:buildID:)``; `buildID` may be `nil` for an image
     ///   without one, then `debugID` (the text-hash `debug_id`) must match the image file's.
     /// - Returns: an empty array when no file for the image is found or neither symbols nor DWARF cover the
-    ///   address.
+    ///   address. With a cache directory and a build ID, the frames kept for this address (relative to
+    ///   `imageBase`) when the cache file is intact and the files it came from are unchanged; otherwise
+    ///   the frames from the files, then kept for ``saveCache()``. Both give the same frames.
     public func symbolicate(address: UInt64, imagePath: String?, imageBase: UInt64, buildID: String?,
                             debugID: String? = nil) -> [SymbolicatedFrame] {
         guard let symbolCache, let buildID = buildID?.lowercased(), SymbolCache.isUsableBuildID(buildID) else {
