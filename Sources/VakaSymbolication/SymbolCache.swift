@@ -12,19 +12,21 @@ import Foundation
 /// its build ID is the file's, and its sources (``Symbolicator``'s fingerprint: the image file and every
 /// debug file candidate with device, inode, size and modification time, and the debug directories) equal
 /// those of this run; otherwise it is ignored and written again at ``save()``.
-/// Bounded: files above ``maxFileBytes`` are not read, at most ``maxAddressesPerFile`` addresses are kept
-/// per build ID, and at most ``maxFiles`` cache files stay in the directory (the least recently written
-/// are removed). Written atomically (a temporary file in the directory, then `rename(2)`).
+/// Bounded: files above ``maxFileBytes`` are neither read nor written, at most ``maxAddressesPerFile``
+/// addresses are kept per build ID, and at most ``maxFiles`` cache files of at most ``maxDirectoryBytes``
+/// together stay in the directory (the least recently written are removed). Written atomically (a temporary file in the directory, then `rename(2)`).
 /// Thread-safe (one lock).
 final class SymbolCache: Sendable {
     /// The format version in the header; a file of another version is ignored (and replaced).
     static let formatVersion = 1
-    /// Largest cache file read, in bytes (4 MiB).
-    static let maxFileBytes = 4 << 20
+    /// Largest cache file read (and written), in bytes (1 MiB).
+    static let maxFileBytes = 1 << 20
     /// Most addresses kept per build ID.
     static let maxAddressesPerFile = 4096
     /// Most `*.symcache` files kept in the directory.
     static let maxFiles = 256
+    /// Most bytes of `*.symcache` files kept in the directory (16 MiB).
+    static let maxDirectoryBytes = 16 << 20
 
     /// One resolved frame, addresses relative to the image base (the report's `image` base address).
     struct CachedFrame: Codable, Equatable {
@@ -178,7 +180,8 @@ final class SymbolCache: Sendable {
         return String(repeating: "0", count: 8 - text.count) + text
     }
 
-    /// Removes the least recently written `*.symcache` files above ``maxFiles``, and temporary files older
+    /// Removes the least recently written `*.symcache` files above ``maxFiles`` or ``maxDirectoryBytes``,
+    /// and temporary files older
     /// than ten minutes (left by a process that died while writing).
     private func trim() {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
@@ -191,12 +194,17 @@ final class SymbolCache: Sendable {
             let path = (directory as NSString).appendingPathComponent(name)
             if now - modified(path) > 600 { unlink(path) }
         }
-        let files = names.filter { $0.hasSuffix(".symcache") }
-        guard files.count > SymbolCache.maxFiles else { return }
-        let dated = files.map { name -> (String, Int) in
+        var files = names.filter { $0.hasSuffix(".symcache") }.map { name -> (path: String, modified: Int, size: Int) in
             let path = (directory as NSString).appendingPathComponent(name)
-            return (path, modified(path))
-        }.sorted { $0.1 < $1.1 }
-        for (path, _) in dated.prefix(files.count - SymbolCache.maxFiles) { unlink(path) }
+            var info = stat()
+            guard stat(path, &info) == 0 else { return (path, 0, 0) }
+            return (path, info.st_mtim.tv_sec &* 1_000_000_000 &+ info.st_mtim.tv_nsec, Int(info.st_size))
+        }.sorted { $0.modified < $1.modified }
+        var total = files.reduce(0) { $0 + $1.size }
+        while !files.isEmpty, files.count > SymbolCache.maxFiles || total > SymbolCache.maxDirectoryBytes {
+            let oldest = files.removeFirst()
+            unlink(oldest.path)
+            total -= oldest.size
+        }
     }
 }

@@ -155,9 +155,9 @@ public final class Symbolicator: Sendable {
     }
 
     /// Writes what this instance resolved since the last save to the cache directory (atomically, one
-    /// file per build ID; at most 256 files are kept, the least recently written removed). Does nothing
-    /// without a cache directory; failures to write are ignored (the cache only saves time). Also run
-    /// when the instance is released.
+    /// file per build ID; at most 256 files of at most 16 MiB together are kept, the least recently written
+    /// removed). Does nothing without a cache directory; failures to write are ignored (the cache only
+    /// saves time). Also run when the instance is released.
     public func saveCache() {
         symbolCache?.save()
     }

@@ -187,4 +187,30 @@ final class SymbolCacheTests: XCTestCase {
         XCTAssertEqual(frames(other), expected)
         XCTAssertEqual(other.cacheHitCount, 0, "an answer made with other debug directories was used")
     }
+    /// Saving trims the directory to 256 cache files, removing the least recently written ones (older
+    /// files of other build IDs here), never the file just written; other files are left alone.
+    func testSavingKeepsAtMost256CacheFilesRemovingTheOldest() throws {
+        let address = markerFunctionAddress() + 2
+        let image = try XCTUnwrap(try TestSupport.image(containing: address))
+        let buildID = try XCTUnwrap(try ElfFile(path: image.path).buildID)
+        let directory = NSTemporaryDirectory() + "vaka-symcache-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for index in 0..<300 {
+            let path = directory + "/" + String(format: "%040x", index) + ".symcache"
+            XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("old".utf8)))
+            var times = [timeval(tv_sec: 1_000_000 + index, tv_usec: 0), timeval(tv_sec: 1_000_000 + index, tv_usec: 0)]
+            XCTAssertEqual(utimes(path, &times), 0)
+        }
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/notes.txt", contents: Data("kept".utf8)))
+        let symbolicator = Symbolicator(systemDebugDirectory: nil, cacheDirectory: directory)
+        XCTAssertFalse(symbolicator.symbolicate(address: address, imagePath: image.path, imageBase: image.base, buildID: buildID).isEmpty)
+        symbolicator.saveCache()
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory)
+        XCTAssertEqual(names.filter { $0.hasSuffix(".symcache") }.count, 256)
+        XCTAssertTrue(names.contains("\(buildID).symcache"))
+        XCTAssertTrue(names.contains("notes.txt"))
+        XCTAssertFalse(names.contains(String(format: "%040x", 0) + ".symcache"), "the oldest file was kept")
+        XCTAssertTrue(names.contains(String(format: "%040x", 299) + ".symcache"), "the newest old file was removed")
+    }
 }
