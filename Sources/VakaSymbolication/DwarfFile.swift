@@ -232,8 +232,10 @@ private final class DwarfReader {
         var version: Dwarf_Half = 0
         var unitType: UInt8 = 0
         var cuDie = Dwarf_Die()
-        var subDie = Dwarf_Die()
-        while dwarf_get_units(dwarf, cu, &cu, &version, &unitType, &cuDie, &subDie) == 0 {
+        // No split-unit DIE asked for (the last argument): for a skeleton unit libdw would look for its split
+        // unit on disk (Swift's skeleton units name clang module caches, `.pcm` files, resolving each path
+        // component and opening the file, per unit), and split units add no address ranges here.
+        while dwarf_get_units(dwarf, cu, &cu, &version, &unitType, &cuDie, nil) == 0 {
             var die = cuDie
             var attribute = Dwarf_Attribute()
             let compDir = dwarf_formstring(dwarf_attr(&die, UInt32(DW_AT_comp_dir), &attribute)).map { String(cString: $0) }

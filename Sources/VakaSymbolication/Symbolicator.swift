@@ -65,7 +65,9 @@ public struct ResolvedImage: Sendable {
 ///
 /// One instance is a per-run cache: each path is opened at most once, successful or not, and each file
 /// (by device and inode, so `//opt/x`, `/opt/./x` and a hard link are one file) is read once; each image
-/// is resolved once per file and build ID. Opened files keep their mapping, not a descriptor.
+/// is resolved once per file and build ID. Opened files keep their mapping, not a descriptor. With a cache
+/// directory (``init(debugDirectories:systemDebugDirectory:cacheDirectory:)``) the answers are also kept
+/// between runs, per build ID, and an address answered before is not looked up in the files again.
 /// Thread-safe: the cache is behind one lock; lookups in the resolved files run outside it (``ElfFile``
 /// and ``DwarfFile`` lock themselves).
 public final class Symbolicator: Sendable {
@@ -117,17 +119,47 @@ public final class Symbolicator: Sendable {
     private let cache = Locked(Cache())
     /// Where debug files are looked up by build ID and by `.gnu_debuglink`.
     public let locator: DebugFileLocator
+    /// The symbol caches kept between runs, when a cache directory was given.
+    private let symbolCache: SymbolCache?
+    private let cacheHits = Locked(0)
 
     /// Creates an empty cache that looks for debug files in `debugDirectories` (GNU build-ID layout or plain
     /// trees of ELF files, see ``DebugFileLocator``) and then in `systemDebugDirectory` (default
     /// `/usr/lib/debug`, build-ID layout and `.gnu_debuglink` names; `nil` to skip it).
-    public init(debugDirectories: [String] = [], systemDebugDirectory: String? = "/usr/lib/debug") {
+    /// - Parameter cacheDirectory: where results are kept between runs, one file per build ID
+    ///   (`DIR/<build ID>.symcache`, created on first ``saveCache()``); `nil` (the default) keeps nothing.
+    ///   A cached answer is used only while the image file and every debug file candidate are unchanged
+    ///   (device, inode, size, modification time) and the debug directories are the same; a damaged
+    ///   file is ignored and written again. See `docs/symbolication.md`.
+    public init(debugDirectories: [String] = [], systemDebugDirectory: String? = "/usr/lib/debug",
+                cacheDirectory: String? = nil) {
         locator = DebugFileLocator(directories: debugDirectories, systemDirectory: systemDebugDirectory)
+        symbolCache = cacheDirectory.map(SymbolCache.init(directory:))
     }
 
-    /// Creates an empty cache with the given locator.
-    public init(locator: DebugFileLocator) {
+    /// Creates an empty cache with the given locator; `cacheDirectory` as in
+    /// ``init(debugDirectories:systemDebugDirectory:cacheDirectory:)``.
+    public init(locator: DebugFileLocator, cacheDirectory: String? = nil) {
         self.locator = locator
+        symbolCache = cacheDirectory.map(SymbolCache.init(directory:))
+    }
+
+    deinit {
+        saveCache()
+    }
+
+    /// How many addresses ``symbolicate(address:imagePath:imageBase:buildID:debugID:)`` answered from the
+    /// cache directory so far (0 without one).
+    public var cacheHitCount: Int {
+        cacheHits.withLock { $0 }
+    }
+
+    /// Writes what this instance resolved since the last save to the cache directory (atomically, one
+    /// file per build ID; at most 256 files of at most 16 MiB together are kept, the least recently written
+    /// removed). Does nothing without a cache directory; failures to write are ignored (the cache only
+    /// saves time). Also run when the instance is released.
+    public func saveCache() {
+        symbolCache?.save()
     }
 
     /// How many times a file was opened so far (each path and each file counts once: the cache keeps
@@ -162,9 +194,66 @@ public final class Symbolicator: Sendable {
     /// - Parameters: as ``lookup(address:imagePath:imageBase:buildID:)``; `buildID` may be `nil` for an image
     ///   without one, then `debugID` (the text-hash `debug_id`) must match the image file's.
     /// - Returns: an empty array when no file for the image is found or neither symbols nor DWARF cover the
-    ///   address.
+    ///   address. With a cache directory and a build ID, the frames kept for this address (relative to
+    ///   `imageBase`) when the cache file is intact and the files it came from are unchanged; otherwise
+    ///   the frames from the files, then kept for ``saveCache()``. Both give the same frames.
     public func symbolicate(address: UInt64, imagePath: String?, imageBase: UInt64, buildID: String?,
                             debugID: String? = nil) -> [SymbolicatedFrame] {
+        guard let symbolCache, let buildID = buildID?.lowercased(), SymbolCache.isUsableBuildID(buildID) else {
+            return symbolicateFromFiles(address: address, imagePath: imagePath, imageBase: imageBase, buildID: buildID,
+                                        debugID: debugID)
+        }
+        prepareCache(imagePath: imagePath, buildID: buildID)
+        let offset = address &- imageBase
+        if let cached = symbolCache.frames(buildID: buildID, imagePath: imagePath, offset: offset) {
+            cacheHits.withLock { $0 += 1 }
+            return cached.map {
+                SymbolicatedFrame(symbol: $0.symbol, function: $0.function, symbolAddress: $0.symbolOffset.map { $0 &+ imageBase },
+                                  file: $0.file, line: $0.line, column: $0.column, isInlined: $0.inlined)
+            }
+        }
+        let frames = symbolicateFromFiles(address: address, imagePath: imagePath, imageBase: imageBase, buildID: buildID,
+                                          debugID: debugID)
+        symbolCache.record(buildID: buildID, imagePath: imagePath, offset: offset, frames: frames.map {
+            SymbolCache.CachedFrame(symbol: $0.symbol, function: $0.function, symbolOffset: $0.symbolAddress.map { $0 &- imageBase },
+                                    file: $0.file, line: $0.line, column: $0.column, inlined: $0.isInlined)
+        })
+        return frames
+    }
+
+    /// Loads (once) the cache file of `buildID` and checks it against this run's files; `true` when its
+    /// answers can be used.
+    @discardableResult
+    private func prepareCache(imagePath: String?, buildID: String) -> Bool {
+        guard let symbolCache else { return false }
+        return symbolCache.prepare(buildID: buildID, imagePath: imagePath) { cacheSources(imagePath: imagePath, buildID: buildID) }
+    }
+
+    /// What cached answers for an image depend on: the debug directories, the image file, the files its
+    /// `.gnu_debuglink` may name and the build-ID candidates, each as path, device, inode, size and
+    /// modification time (or `-` when missing). Stat calls only, plus opening the image file's headers.
+    private func cacheSources(imagePath: String?, buildID: String) -> [String] {
+        func signature(_ path: String) -> String {
+            var info = stat()
+            guard stat(path, &info) == 0 else { return "\(path) -" }
+            return "\(path) \(info.st_dev):\(info.st_ino) \(info.st_size) \(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
+        }
+        var sources = ["format 1", "directories " + locator.directories.joined(separator: "\u{1}"),
+                       "system " + (locator.systemDirectory ?? "-"), "image " + (imagePath ?? "-")]
+        if let imagePath, imagePath.hasPrefix("/") {
+            sources.append(signature(imagePath))
+            if case .success(let file) = self.file(atPath: imagePath), file.buildID == buildID, let link = file.debugLink {
+                sources.append("debuglink \(link.name) \(link.crc)")
+                sources += locator.debugLinkCandidates(forImagePath: imagePath, link: link).map(signature)
+            }
+        }
+        sources += locator.candidates(forBuildID: buildID).map(signature)
+        return sources
+    }
+
+    /// ``symbolicate(address:imagePath:imageBase:buildID:debugID:)`` from the files, without the cache directory.
+    private func symbolicateFromFiles(address: UInt64, imagePath: String?, imageBase: UInt64, buildID: String?,
+                                      debugID: String?) -> [SymbolicatedFrame] {
         let resolved: ResolvedImage?
         if let buildID {
             resolved = resolve(imagePath: imagePath, buildID: buildID)
@@ -274,6 +363,12 @@ public final class Symbolicator: Sendable {
             var dwarf: [ObjectIdentifier: DwarfFile?] = [:]
         }
         let locator = locator
+        // Images whose cache file is valid are not opened ahead: their addresses are answered from it
+        // (an address it lacks opens the files then).
+        let list = list.filter { item in
+            let buildID = item.buildID.lowercased()
+            return !(SymbolCache.isUsableBuildID(buildID) && prepareCache(imagePath: item.imagePath, buildID: buildID))
+        }
         let (pending, knownPaths, knownFiles) = cache.withLock { cache in
             var work: [Work] = []
             var seen = Set<String>()

@@ -218,4 +218,65 @@ final class SymbolicationAgreementTests: XCTestCase {
                            expected.map { $0.ours.description }, "\(name): event JSON re-symbolicated")
         }
     }
+    /// `vaka symbolicate --cache DIR` prints the very bytes it prints without a cache, both on the run that
+    /// fills DIR and on the next one, which answers the frames from it; a cache file whose bytes were
+    /// changed (a function name altered, so the JSON stays valid; another file truncated) is not trusted:
+    /// the output stays the same, nothing is answered from it, and it is written again.
+    func testCachedSymbolicationIsByteIdenticalAndADamagedCacheIsIgnored() throws {
+        let work = Paths.freshDirectory("symcache")
+        let storage = work.appendingPathComponent("storage")
+        let run = try runChild(Paths.harness, ["null-deref", "--storage", storage.path], label: "crash", outputDirectory: work,
+                               environment: ScenarioRuns.childEnvironment)
+        XCTAssertTrue(run.diedBySignal, run.outcome)
+        let report = try XCTUnwrap(ScenarioRuns.crashFiles(in: storage).first)
+        let cache = work.appendingPathComponent("cache")
+        var runs = 0
+        func symbolicate(_ extra: [String]) throws -> (output: Data, stats: [String: Any]) {
+            runs += 1
+            let result = try runChild(Paths.cli, ["symbolicate", report.path, "--stats"] + extra, label: "symbolicate-\(runs)",
+                                      outputDirectory: work)
+            XCTAssertEqual(result.outcome, "exit 0", result.stderrTail())
+            let line = result.stderrText.split(separator: "\n").last.map(String.init) ?? ""
+            return (result.stdout, decodeJSONObject(Data(line.utf8)) ?? [:])
+        }
+        func cacheFiles() -> [URL] {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: cache.path)) ?? []
+            return names.filter { $0.hasSuffix(".symcache") }.sorted().map { cache.appendingPathComponent($0) }
+        }
+
+        let plain = try symbolicate([])
+        let resolved = try XCTUnwrap(plain.stats["resolved_frames"] as? Int)
+        XCTAssertGreaterThan(resolved, 0)
+        XCTAssertNotNil(decodeJSONObject(plain.output))
+        let cold = try symbolicate(["--cache", cache.path])
+        XCTAssertEqual(cold.output, plain.output, "the run filling the cache prints other bytes")
+        XCTAssertEqual(cold.stats["cache_hits"] as? Int, 0)
+        let files = cacheFiles()
+        XCTAssertGreaterThanOrEqual(files.count, 2, "one cache file per image with frames")
+        let warm = try symbolicate(["--cache", cache.path])
+        XCTAssertEqual(warm.output, plain.output, "the run answered from the cache prints other bytes")
+        XCTAssertGreaterThanOrEqual(warm.stats["cache_hits"] as? Int ?? 0, resolved)
+
+        // Damage every file: alter a function name inside the JSON of all but the last, truncate the last.
+        let originals = try files.map { try Data(contentsOf: $0) }
+        for file in files.dropLast() {
+            var bytes = try Data(contentsOf: file)
+            let marker = Data("\"function\":\"".utf8)
+            let range = try XCTUnwrap(bytes.range(of: marker), "\(file.lastPathComponent) has no function")
+            bytes[range.upperBound] = bytes[range.upperBound] == UInt8(ascii: "Z") ? UInt8(ascii: "Y") : UInt8(ascii: "Z")
+            try bytes.write(to: file)
+        }
+        let last = try XCTUnwrap(files.last)
+        let lastBytes = try Data(contentsOf: last)
+        try lastBytes.prefix(lastBytes.count / 2).write(to: last)
+        let damaged = try symbolicate(["--cache", cache.path])
+        XCTAssertEqual(damaged.output, plain.output, "a damaged cache file changed the output")
+        XCTAssertEqual(damaged.stats["cache_hits"] as? Int, 0, "frames were answered from damaged cache files")
+        for (file, original) in zip(files, originals) {
+            XCTAssertEqual(try Data(contentsOf: file), original, "\(file.lastPathComponent) was not written again")
+        }
+        let again = try symbolicate(["--cache", cache.path])
+        XCTAssertEqual(again.output, plain.output)
+        XCTAssertGreaterThanOrEqual(again.stats["cache_hits"] as? Int ?? 0, resolved, "the rewritten cache is not used")
+    }
 }

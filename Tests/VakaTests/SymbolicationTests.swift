@@ -146,3 +146,71 @@ final class DemanglerTests: XCTestCase {
         XCTAssertEqual(Demangler.demangle("_Zgarbage"), "_Zgarbage")
     }
 }
+
+/// `Symbolicator(cacheDirectory:)`: answers kept per build ID between instances (as between processes).
+final class SymbolCacheTests: XCTestCase {
+    /// A second instance answers from the cache what the first resolved from the files, with the same
+    /// frames and without reading more than the image file's headers; another list of debug directories
+    /// makes the cached answers stale (resolved from the files again).
+    func testSecondInstanceAnswersFromTheCacheUntilTheDebugDirectoriesChange() throws {
+        let address = markerFunctionAddress() + 2
+        let image = try XCTUnwrap(try TestSupport.image(containing: address))
+        let buildID = try XCTUnwrap(try ElfFile(path: image.path).buildID)
+        let directory = NSTemporaryDirectory() + "vaka-symcache-\(UUID().uuidString)"
+        let emptyDebugDirectory = directory + "-debug"
+        try FileManager.default.createDirectory(atPath: emptyDebugDirectory, withIntermediateDirectories: true)
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(atPath: emptyDebugDirectory)
+        }
+        func frames(_ symbolicator: Symbolicator) -> [SymbolicatedFrame] {
+            symbolicator.symbolicate(address: address, imagePath: image.path, imageBase: image.base, buildID: buildID.uppercased())
+        }
+        let expected = frames(Symbolicator(systemDebugDirectory: nil))
+        XCTAssertEqual(expected.last?.symbol, "vaka_test_marker_function")
+
+        let first = Symbolicator(systemDebugDirectory: nil, cacheDirectory: directory)
+        XCTAssertEqual(frames(first), expected)
+        XCTAssertEqual(first.cacheHitCount, 0)
+        first.saveCache()
+        let file = directory + "/\(buildID).symcache"
+        XCTAssertTrue(FileManager.default.fileExists(atPath: file))
+        let header = String(decoding: try XCTUnwrap(FileManager.default.contents(atPath: file)).prefix(16), as: UTF8.self)
+        XCTAssertEqual(header, "VAKA-SYMCACHE 1 ")
+
+        let second = Symbolicator(systemDebugDirectory: nil, cacheDirectory: directory)
+        XCTAssertEqual(frames(second), expected)
+        XCTAssertEqual(second.cacheHitCount, 1)
+        XCTAssertEqual(second.openedFileCount, 1, "more than the image file's headers were read")
+
+        let other = Symbolicator(debugDirectories: [emptyDebugDirectory], systemDebugDirectory: nil, cacheDirectory: directory)
+        XCTAssertEqual(frames(other), expected)
+        XCTAssertEqual(other.cacheHitCount, 0, "an answer made with other debug directories was used")
+    }
+    /// Saving trims the directory to 256 cache files, removing the least recently written ones (older
+    /// files of other build IDs here), never the file just written; other files are left alone.
+    func testSavingKeepsAtMost256CacheFilesRemovingTheOldest() throws {
+        let address = markerFunctionAddress() + 2
+        let image = try XCTUnwrap(try TestSupport.image(containing: address))
+        let buildID = try XCTUnwrap(try ElfFile(path: image.path).buildID)
+        let directory = NSTemporaryDirectory() + "vaka-symcache-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for index in 0..<300 {
+            let path = directory + "/" + String(format: "%040x", index) + ".symcache"
+            XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("old".utf8)))
+            var times = [timeval(tv_sec: 1_000_000 + index, tv_usec: 0), timeval(tv_sec: 1_000_000 + index, tv_usec: 0)]
+            XCTAssertEqual(utimes(path, &times), 0)
+        }
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/notes.txt", contents: Data("kept".utf8)))
+        let symbolicator = Symbolicator(systemDebugDirectory: nil, cacheDirectory: directory)
+        XCTAssertFalse(symbolicator.symbolicate(address: address, imagePath: image.path, imageBase: image.base, buildID: buildID).isEmpty)
+        symbolicator.saveCache()
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory)
+        XCTAssertEqual(names.filter { $0.hasSuffix(".symcache") }.count, 256)
+        XCTAssertTrue(names.contains("\(buildID).symcache"))
+        XCTAssertTrue(names.contains("notes.txt"))
+        XCTAssertFalse(names.contains(String(format: "%040x", 0) + ".symcache"), "the oldest file was kept")
+        XCTAssertTrue(names.contains(String(format: "%040x", 299) + ".symcache"), "the newest old file was removed")
+    }
+}

@@ -5,7 +5,7 @@ import VakaCrash
 import VakaSymbolication
 
 let symbolicateUsage = """
-    Usage: vaka symbolicate FILE [--debug-dir DIR]... [--no-system-debug-dir] [--pretty] [--stats]
+    Usage: vaka symbolicate FILE [--debug-dir DIR]... [--no-system-debug-dir] [--cache DIR] [--pretty] [--stats]
 
     Prints the Sentry event for FILE with every frame resolved that can be: function (demangled), symbol,
     file, line and inlined frames. FILE is a Vaka crash report (<run-id>.crash, converted as by
@@ -22,10 +22,15 @@ let symbolicateUsage = """
       --no-system-debug-dir
                         Do not look in /usr/lib/debug (distro debug packages such as libc6-dbg; their
                         compressed DWARF is the slowest part of a symbolication).
+      --cache DIR       Keep what was resolved in DIR, one file per build ID (DIR/<build ID>.symcache),
+                        and answer addresses found there without opening the image's files. An answer is
+                        used only while the image file, its debug files and the --debug-dir list are
+                        unchanged; a damaged file is ignored and rewritten. The output is the same.
       --pretty          Indent the JSON.
-      --stats           Print one JSON line to stderr: {"frames","resolved_frames","files_opened","symbolicate_ms",
-                        "cpu_ms"}: wall and CPU (user + system, all threads) milliseconds spent reading,
-                        converting and resolving, files opened included.
+      --stats           Print one JSON line to stderr: {"frames","resolved_frames","files_opened","cache_hits",
+                        "symbolicate_ms","cpu_ms"}: addresses answered from --cache, wall and CPU (user +
+                        system, all threads) milliseconds spent reading, converting and resolving, files
+                        opened and the cache written included.
       -h, --help        Show this help.
 
     Exit status: 0 success; 1 FILE or a --debug-dir is missing, unreadable or of the wrong kind, FILE is
@@ -37,7 +42,7 @@ let symbolicateUsage = """
 let symbolicateCommand = Command(syntax: ArgumentSyntax(command: "vaka symbolicate", helpCommand: "vaka symbolicate",
                                                         usage: symbolicateUsage,
                                                         flags: ["--pretty", "--stats", "--no-system-debug-dir"],
-                                                        options: ["--debug-dir"]),
+                                                        options: ["--debug-dir", "--cache"]),
                                  run: { symbolicate($0) })
 
 /// CPU time (user + system, all threads) this process has used so far, in milliseconds.
@@ -60,7 +65,8 @@ func symbolicate(_ options: ParsedArguments) -> Never {
     let started = DispatchTime.now().uptimeNanoseconds
     let startedCPU = cpuMilliseconds()
     let symbolicator = Symbolicator(debugDirectories: options.values("--debug-dir"),
-                                    systemDebugDirectory: options.has("--no-system-debug-dir") ? nil : "/usr/lib/debug")
+                                    systemDebugDirectory: options.has("--no-system-debug-dir") ? nil : "/usr/lib/debug",
+                                    cacheDirectory: options.values("--cache").last)
     for directory in options.values("--debug-dir") { requireDirectory(directory) }
     let data = readInputFile(path)
     let json: Data
@@ -104,12 +110,13 @@ func symbolicate(_ options: ParsedArguments) -> Never {
             fail("\(path): cannot encode the event: \(error)", status: 1)
         }
     }
+    symbolicator.saveCache()
     let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1_000_000
     let cpu = cpuMilliseconds() - startedCPU
     writeOut(json + Data("\n".utf8))
     if options.has("--stats") {
-        let stats = String(format: "{\"frames\":%d,\"resolved_frames\":%d,\"files_opened\":%d,\"symbolicate_ms\":%.3f,\"cpu_ms\":%.3f}\n",
-                           frames, resolved, symbolicator.openedFileCount, elapsed, cpu)
+        let stats = String(format: "{\"frames\":%d,\"resolved_frames\":%d,\"files_opened\":%d,\"cache_hits\":%d,\"symbolicate_ms\":%.3f,\"cpu_ms\":%.3f}\n",
+                           frames, resolved, symbolicator.openedFileCount, symbolicator.cacheHitCount, elapsed, cpu)
         writeErr(stats)
     }
     exit(0)
