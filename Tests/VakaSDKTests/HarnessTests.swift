@@ -113,6 +113,39 @@ final class HarnessTests: XCTestCase {
         XCTAssertNotEqual(envelopes.flatMap(\.sessions).last?["sid"] as? String, crashedSession["sid"] as? String)
     }
 
+    /// The crash join keeps what it symbolicated in `<storage>/symcache/<build-id>.symcache` (mode 0700
+    /// directory), and the next crash of the same build, symbolicated from there, gets the same frames.
+    func testCrashJoinKeepsASymbolCacheAndTheNextCrashOfTheBuildGetsTheSameFrames() throws {
+        let storage = dirs.make("symcache")
+        let logs = dirs.make("symcache-logs")
+        var fatalFrames: [[String]] = []
+        var seen = Set<String>()
+        for round in 0..<2 {
+            let crash = try runHarness(["null-deref", "--storage", storage.path], logDirectory: logs)
+            XCTAssertEqual(crash.outcome, "signal 11", crash.stderr)
+            let relaunch = try runHarness(["--storage", storage.path], logDirectory: logs)
+            XCTAssertEqual(relaunch.outcome, "exit 0", relaunch.stderr)
+            let fatal = try readOutbox(storage).flatMap(\.events).filter { $0["level"] as? String == "fatal" }
+            let event = try XCTUnwrap(fatal.first { !seen.contains($0["event_id"] as? String ?? "") }, "round \(round)")
+            seen.insert(event["event_id"] as? String ?? "")
+            let frames = try XCTUnwrap(dig(event, "exception", "values", 0, "stacktrace", "frames") as? [[String: Any]])
+            fatalFrames.append(frames.map { f in
+                ["function", "filename", "lineno"].map { "\(f[$0] ?? "-")" }.joined(separator: " ")
+            })
+            XCTAssertEqual(frames.last?["function"] as? String, "crashme_null_deref")
+            let cache = storage.appendingPathComponent("symcache")
+            XCTAssertEqual(mode(cache), 0o700)
+            let files = try FileManager.default.contentsOfDirectory(atPath: cache.path)
+            // The executable's image (the one the crashing frame is in) has a cache file named by its build ID.
+            // (Frames are compared by name, file and line: ASLR moves their addresses from run to run.)
+            let images = try XCTUnwrap(dig(event, "debug_meta", "images") as? [[String: Any]])
+            let crashing = try XCTUnwrap(images.first { ($0["code_file"] as? String)?.hasSuffix("/vaka-crashme") == true })
+            let buildID = try XCTUnwrap(crashing["code_id"] as? String)
+            XCTAssertTrue(files.contains("\(buildID).symcache"), "\(files)")
+        }
+        XCTAssertEqual(fatalFrames[0], fatalFrames[1], "the second crash, symbolicated from the cache, gets the same frames")
+    }
+
     func testKilledRunIsSentAsAbnormalAtTheNextLaunch() throws {
         let storage = dirs.make("killed")
         let logs = dirs.make("killed-logs")

@@ -66,7 +66,14 @@ extension Client {
             return true
         }
         names = capReports(names, in: crashes, runs: &runs)
-        let builder = FatalEventBuilder(symbolicator: Symbolicator())
+        // Symbolication answers are kept per build ID in `<storage>/symcache/` (mode 0700), so a program that
+        // crashes again in the same build is symbolicated from there (docs/symbolication.md).
+        var cache: String?
+        if !names.isEmpty {
+            let dir = storage.appendingPathComponent("symcache", isDirectory: true)
+            do { try PrivateFiles.makeDirectory(dir); cache = dir.path } catch { logLine("no symbol cache: \(error)") }
+        }
+        let builder = FatalEventBuilder(symbolicator: Symbolicator(cacheDirectory: cache))
         // Read once, not once per report (that was quadratic in reports × pending/). An event settled by the
         // uploader after this snapshot is caught by the ledger (watch returns its outcome).
         // Event ids already in pending/ (read once), and those this join queues: a copy of a report (same run_id)
