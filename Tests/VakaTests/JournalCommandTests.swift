@@ -117,4 +117,69 @@ final class JournalCommandTests: XCTestCase {
         XCTAssertEqual(help.status, 0)
         XCTAssertTrue(help.stdoutText.hasPrefix("Usage: vaka journal show RUN-DIR"), help.stdoutText)
     }
+    func testVakaStorageIsTheStorageDirectoryWithoutRunDirOrStorageOption() throws {
+        let storage = try ScratchDirs.directory(for: self)
+        let run = try makeRun(storage, "run-a")
+        let cli = try Paths.built(Paths.cli)
+        let result = try runProcess("/usr/bin/env", ["VAKA_STORAGE=\(storage.path)", cli, "journal", "show", "--last", "1"])
+        XCTAssertEqual(result.status, 0, result.stderrText)
+        XCTAssertEqual(result.stdoutText, "# run run-a\n3  2026-11-30T12:00:00.125Z  event  -  -  {\"event_id\":\"e1\"}\n")
+        // --storage wins over $VAKA_STORAGE; a RUN-DIR is read as one run (no `# run` line).
+        let empty = try ScratchDirs.directory(for: self, "empty")
+        let option = try runProcess("/usr/bin/env", ["VAKA_STORAGE=\(storage.path)", cli, "journal", "show", "--storage", empty.path])
+        XCTAssertEqual(option.status, 0, option.stderrText)
+        XCTAssertEqual(option.stdoutText, "")
+        let one = try runProcess("/usr/bin/env", ["VAKA_STORAGE=\(empty.path)", cli, "journal", "show", run.path, "--last", "1"])
+        XCTAssertEqual(one.status, 0, one.stderrText)
+        XCTAssertEqual(one.stdoutText, "3  2026-11-30T12:00:00.125Z  event  -  -  {\"event_id\":\"e1\"}\n")
+        let help = try vaka(["journal", "--help"])
+        XCTAssertTrue(help.stdoutText.contains("$VAKA_STORAGE"), help.stdoutText)
+    }
+
+    func testStorageDirectoryGivenAsRunDirGetsAHint() throws {
+        let storage = try ScratchDirs.directory(for: self)
+        _ = try makeRun(storage, "run-a")
+        let result = try vaka(["journal", "show", storage.path])
+        XCTAssertEqual(result.status, 1)
+        XCTAssertEqual(result.stderrText, "vaka: \(storage.path)/journal: No such file or directory (a storage directory? use --storage \(storage.path))\n")
+        // A directory without runs/ gets no hint.
+        let plain = try ScratchDirs.directory(for: self, "plain")
+        let other = try vaka(["journal", "show", plain.path])
+        XCTAssertEqual(other.status, 1)
+        XCTAssertEqual(other.stderrText, "vaka: \(plain.path)/journal: No such file or directory\n")
+    }
+
+    func testJSONOfTheJournalFileNamesItsRun() throws {
+        let storage = try ScratchDirs.directory(for: self)
+        let run = try makeRun(storage, "run-a")
+        let result = try vaka(["journal", "show", run.appendingPathComponent("journal").path, "--json"])
+        XCTAssertEqual(result.status, 0, result.stderrText)
+        let journals = try XCTUnwrap(try JSONSerialization.jsonObject(with: result.stdout) as? [[String: Any]])
+        XCTAssertEqual(journals.first?["run"] as? String, "run-a")
+    }
+
+    /// Category, body, keys and values are written as ``ConsoleLogSink`` writes them (values with a space, `=`,
+    /// `"`, `\`, a control character or empty are quoted).
+    func testTextQuotesValuesAsTheConsoleSinkDoes() throws {
+        let storage = try ScratchDirs.directory(for: self)
+        let dir = storage.appendingPathComponent("runs/run-q", isDirectory: true)
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let journal = try Journal(path: dir.appendingPathComponent("journal"))
+        let attributes: [String: LogAttribute] = ["a": "two words", "b": "k=v", "c": "say \"hi\"", "d": "", "e": "back\\slash",
+                                                  "f": "tab\there", "g": "plain", "h": 0.5, "i": false]
+        journal.append(.log, level: LogLevel.warn.rawValue, timeNs: 1_796_040_000_123_000_000, body: "esc \u{1b} \\ \"q\"",
+                       attributes: attributes.keys.sorted().map { .init(key: $0, value: attributes[$0]!) })
+        journal.close()
+        let result = try vaka(["journal", "show", dir.path])
+        XCTAssertEqual(result.status, 0, result.stderrText)
+        XCTAssertEqual(result.stdoutText, #"""
+            1  2026-11-30T12:00:00.123Z  log  warn  -  esc \u{1b} \ "q"  a="two words"  b="k=v"  c="say \"hi\""  d=""  e="back\\slash"  f="tab\there"  g=plain  h=0.5  i=false
+
+            """#)
+        // The same body and attributes as the console sink writes them.
+        let console = ConsoleLogSink.line(LogRecord(timestamp: 1_796_040_000.123, level: .warn, body: "esc \u{1b} \\ \"q\"",
+                                                    attributes: attributes))
+        let tail = result.stdoutText.components(separatedBy: "  -  ")[1].replacingOccurrences(of: "  ", with: " ")
+        XCTAssertTrue(console.hasSuffix(" warn  " + tail), "\(console)\(tail)")
+    }
 }

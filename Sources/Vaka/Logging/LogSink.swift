@@ -57,15 +57,27 @@ public struct ConsoleLogSink: LogSink {
         line += level + String(repeating: " ", count: max(0, 5 - level.count)) + " "
         line += escaped(record.body, quote: false)
         for key in record.attributes.keys.sorted() {
-            line += " " + escaped(key, quote: false) + "="
-            switch record.attributes[key]! {
-            case .string(let s): line += s.isEmpty || needsQuotes(s) ? "\"" + escaped(s, quote: true) + "\"" : s
-            case .integer(let i): line += String(i)
-            case .double(let d): line += d.description
-            case .boolean(let b): line += b ? "true" : "false"
-            }
+            line += " " + escaped(key, quote: false) + "=" + valueText(record.attributes[key]!)
         }
         return line + "\n"
+    }
+
+    /// `text` as this sink writes a body or an attribute key: on one line, control characters escaped (`\n`,
+    /// `\r`, `\t`, others as `\u{1b}`), everything else (`"` and `\` included) as it is. `vaka journal show`
+    /// writes journal records the same way.
+    public static func escapedText(_ text: String) -> String { escaped(text, quote: false) }
+
+    /// An attribute value as this sink writes it after `key=`: a string holding a space, `=`, `"`, `\` or a
+    /// control character, or that is empty, in `"` with `"`, `\` and control characters escaped (`"a \"b\""`);
+    /// another string as it is; an integer or double in Swift's `description` (`3`, `0.5`, `nan`); `true` or
+    /// `false`. `vaka journal show` writes journal attributes the same way.
+    public static func valueText(_ value: LogAttribute) -> String {
+        switch value {
+        case .string(let s): s.isEmpty || needsQuotes(s) ? "\"" + escaped(s, quote: true) + "\"" : s
+        case .integer(let i): String(i)
+        case .double(let d): d.description
+        case .boolean(let b): b ? "true" : "false"
+        }
     }
 
     private static func needsQuotes(_ s: String) -> Bool {

@@ -5,22 +5,26 @@ import Vaka
 
 let journalUsage = """
     Usage: vaka journal show RUN-DIR [--last N] [--json]
-           vaka journal show --storage DIR [--last N] [--json]
+           vaka journal show [--storage DIR] [--last N] [--json]
 
     Prints the records of a run's journal (RUN-DIR/journal, and RUN-DIR/journal.spill when present), oldest
     first: breadcrumbs, logs and events, as the run appended them. RUN-DIR may also be the journal file itself.
-    With --storage, every run journal under DIR/runs/ (DIR is Vaka.Options.storageDirectory), oldest first,
-    each after a `# run <run-id>` line. Journals of runs that ended normally are removed; those of runs that
-    crashed or were killed stay until the next launch has reported them.
+    With --storage DIR, or without RUN-DIR and --storage when $VAKA_STORAGE is set (DIR = $VAKA_STORAGE), every
+    run journal under DIR/runs/ (DIR is Vaka.Options.storageDirectory), oldest first, each after a
+    `# run <run-id>` line. Journals of runs that ended normally are removed; those of runs that crashed or
+    were killed stay until the next launch has reported them.
 
-    Text: one line per record: sequence number, UTC time, kind, level, category (or -), body (control
-    characters escaped), attributes as key=value (the SDK's own marked with @), and `(sent)` for a log or
-    event the SDK had already moved to its queue.
+    Text: one line per record: sequence number, UTC time, kind, level, category (or -), body, attributes as
+    key=value (the SDK's own marked with @), and `(sent)` for a log or event the SDK had already moved to its
+    queue. Category, body, keys and values are written as ConsoleLogSink writes them: control characters
+    escaped (\\n, \\t, \\u{1b}); a string value holding a space, =, ", \\ or a control character, or that is
+    empty, in quotes with ", \\ and control characters escaped.
 
       --last N   Only the last N records of each journal.
       --json     A JSON array with one object per journal: {"run", "path", "skipped", "records": [{"seq",
                  "time", "time_ns", "kind", "level", "category", "body", "attributes": {key: {"type",
-                 "value", "meta"}}, "consumed"}]}; "level" is the name (trace...fatal) or the number.
+                 "value", "meta"}}, "consumed"}]}; "run" is the run id (the name of RUN-DIR, or of the
+                 journal file's directory); "level" is the name (trace...fatal) or the number.
 
     Records torn by the process's death (at most the one being written) are skipped and counted on stderr.
 
@@ -44,8 +48,12 @@ func journalShow(_ arguments: ParsedArguments) -> Never {
         guard let n = Int(value), n >= 0 else { fail("--last needs a number of records, not '\(value)'", status: 2) }
         last = n
     }
-    var journals: [(run: String?, url: URL)] = []
-    if let storage = arguments.values("--storage").last {
+    var journals: [(run: String, url: URL)] = []
+    // --storage DIR, else $VAKA_STORAGE when no RUN-DIR is given (as `vaka outbox`).
+    let storageOption = arguments.values("--storage").last
+    let storageMode = storageOption ?? (arguments.operands.isEmpty ? ProcessInfo.processInfo.environment["VAKA_STORAGE"] : nil)
+    var runDirectory: String?
+    if let storage = storageMode {
         guard arguments.operands.isEmpty else { fail("journal show takes RUN-DIR or --storage DIR, not both", status: 2) }
         requireDirectory(storage)
         let runs = URL(fileURLWithPath: storage, isDirectory: true).appendingPathComponent("runs", isDirectory: true)
@@ -60,14 +68,18 @@ func journalShow(_ arguments: ParsedArguments) -> Never {
         if found.isEmpty { writeErr("vaka: no run journals in \(runs.path)\n") }
         journals = found.sorted { ($0.time, $0.run) < ($1.time, $1.run) }.map { ($0.run, $0.url) }
     } else {
-        guard arguments.operands.count == 1 else { fail("journal show takes one RUN-DIR (see vaka journal --help)", status: 2) }
+        guard arguments.operands.count == 1 else {
+            fail("journal show takes one RUN-DIR, or --storage DIR (or $VAKA_STORAGE); see vaka journal --help", status: 2)
+        }
         let path = arguments.operands[0]
         var info = stat()
         guard stat(path, &info) == 0 else { fail("\(path): \(String(cString: strerror(errno)))", status: 1) }
         let isDirectory = info.st_mode & S_IFMT == S_IFDIR
         let url = isDirectory ? URL(fileURLWithPath: path, isDirectory: true).appendingPathComponent("journal")
                               : URL(fileURLWithPath: path)
-        journals = [(isDirectory ? URL(fileURLWithPath: path).lastPathComponent : nil, url)]
+        if isDirectory { runDirectory = path }
+        // The run id is the run directory's name, also when the journal file itself is given.
+        journals = [(url.deletingLastPathComponent().standardizedFileURL.lastPathComponent, url)]
     }
 
     var json: [[String: Any]] = []
@@ -79,18 +91,25 @@ func journalShow(_ arguments: ParsedArguments) -> Never {
         } catch let error as JournalError where error.code == EBADMSG {
             fail("\(url.path): not a Vaka journal", status: 1)
         } catch let error as JournalError {
-            fail("\(url.path): \(String(cString: strerror(error.code)))", status: 1)
+            // A storage directory given as RUN-DIR: its runs are one level down.
+            var hint = ""
+            if error.code == ENOENT, let dir = runDirectory {
+                var isDir: ObjCBool = false
+                let runs = URL(fileURLWithPath: dir, isDirectory: true).appendingPathComponent("runs").path
+                if FileManager.default.fileExists(atPath: runs, isDirectory: &isDir), isDir.boolValue {
+                    hint = " (a storage directory? use --storage \(dir))"
+                }
+            }
+            fail("\(url.path): \(String(cString: strerror(error.code)))\(hint)", status: 1)
         } catch {
             fail("\(url.path): \(error)", status: 1)
         }
         let shown = last.map { Array(records.suffix($0)) } ?? records
         if skipped > 0 { writeErr("vaka: \(url.path): \(skipped) torn or damaged record\(skipped == 1 ? "" : "s") skipped\n") }
         if arguments.has("--json") {
-            var object: [String: Any] = ["path": url.path, "skipped": skipped, "records": shown.map(recordJSON)]
-            object["run"] = run ?? NSNull()
-            json.append(object)
+            json.append(["run": run, "path": url.path, "skipped": skipped, "records": shown.map(recordJSON)])
         } else {
-            if arguments.values("--storage").last != nil, let run { printOut("# run \(run)\n") }
+            if storageMode != nil { printOut("# run \(run)\n") }
             var text = ""
             for record in shown { text += recordLine(record) + "\n" }
             printOut(text)
@@ -126,35 +145,12 @@ private func utcTime(_ timeNs: UInt64) -> String {
                   Int(timeNs / 1_000_000 % 1000))
 }
 
-/// `text` on one line: backslash, control characters and DEL escaped (`\n`, `\t`, `\\`, `\x1b`).
-private func oneLine(_ text: String) -> String {
-    var out = ""
-    for scalar in text.unicodeScalars {
-        switch scalar {
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\t": out += "\\t"
-        case "\r": out += "\\r"
-        case _ where scalar.value < 0x20 || scalar.value == 0x7f: out += String(format: "\\x%02x", scalar.value)
-        default: out.unicodeScalars.append(scalar)
-        }
-    }
-    return out
-}
-
-private func valueText(_ value: LogAttribute) -> String {
-    switch value {
-    case .string(let s): s
-    case .integer(let i): String(i)
-    case .double(let d): String(d)
-    case .boolean(let b): b ? "true" : "false"
-    }
-}
-
 private func recordLine(_ r: Journal.Record) -> String {
     var line = "\(r.seq)  \(utcTime(r.timeNs))  \(kindName(r.kind))  \(r.level == 0 ? "-" : levelName(r.level))  "
-    line += (r.category.isEmpty ? "-" : oneLine(r.category)) + "  " + oneLine(r.text)
-    for a in r.attributes { line += "  \(a.meta ? "@" : "")\(oneLine(a.key))=\(oneLine(valueText(a.value)))" }
+    line += (r.category.isEmpty ? "-" : ConsoleLogSink.escapedText(r.category)) + "  " + ConsoleLogSink.escapedText(r.text)
+    for a in r.attributes {
+        line += "  \(a.meta ? "@" : "")\(ConsoleLogSink.escapedText(a.key))=\(ConsoleLogSink.valueText(a.value))"
+    }
     if r.consumed { line += "  (sent)" }
     return line
 }

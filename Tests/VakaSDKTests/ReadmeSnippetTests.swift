@@ -1,0 +1,26 @@
+import XCTest
+import Vaka
+
+/// README's logging snippet, compiled with a plain `import Vaka` (public API only, no `@testable`): when an
+/// option stops being a settable property or a logger call changes shape, this file stops compiling.
+final class ReadmeSnippetTests: XCTestCase {
+    func testLoggingSnippetCompiles() {
+        // Compiled, not run: starting Vaka here would send to the example DSN.
+        let snippet: () -> Void = {
+            var options = Vaka.Options(dsn: "https://KEY@sentry.example.com/42")
+            options.logLevel = .debug
+            options.logSinks = [ConsoleLogSink()]
+            Vaka.start(options)
+            let user = "ana", items = 3, level: LogLevel = .warn
+            Vaka.logger.debug("cart loaded", attributes: ["user": .string(user), "items": .integer(Int64(items))])
+            Vaka.logger.log(level, "slow checkout", attributes: ["ms": 812, "retry": true])
+            Vaka.logger.info("checkout done", attributes: ["user": "ana", "items": 3, "ratio": 0.5, "retry": true])
+        }
+        _ = snippet
+        var options = Vaka.Options()
+        options.logBreadcrumbLevel = nil
+        options.journalSize = 1 << 20
+        XCTAssertNil(options.logBreadcrumbLevel)
+        XCTAssertEqual(options.journalSize, 1 << 20)
+    }
+}
