@@ -262,7 +262,8 @@ func runBench(storage: URL, dsn: String?) -> Never {
 }
 
 /// Runs SDK scenario `name` (`nil`: none — just start, which sends last run's crash and pending files) with
-/// Vaka started on `storage` and `dsn`, flushes (at most $VAKA_FLUSH_TIMEOUT s, default 30) and exits 0. `withScope` applies
+/// Vaka started on `storage` and `dsn`, flushes (at most $VAKA_FLUSH_TIMEOUT s, default 30; not at all with
+/// $VAKA_NO_FLUSH=1) and exits 0. `withScope` applies
 /// ``applyHarnessScope()`` first. `VAKA_DEBUG=1` turns on the SDK's debug output.
 func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withScope: Bool,
                     bigBreadcrumbs: BigBreadcrumbs? = nil) -> Never {
@@ -272,6 +273,8 @@ func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withSc
     if withScope { applyHarnessScope() }
     bigBreadcrumbs?.add()
     scenario?.run(storage)
+    // $VAKA_NO_FLUSH=1: exit at once, so the exit hook (Vaka.end) moves what the journal holds (the exit test).
+    if ProcessInfo.processInfo.environment["VAKA_NO_FLUSH"] == "1" { exit(0) }
     let flushTimeout = Double(ProcessInfo.processInfo.environment["VAKA_FLUSH_TIMEOUT"] ?? "") ?? 30
     let sent = Vaka.flush(timeout: flushTimeout)
     if !sent {
@@ -302,7 +305,8 @@ func printSDKHelp() {
         --trail N:M (crash scenarios: right before the crash, add N breadcrumbs "crumb 0".."crumb N-1" of category
         "trail" and capture M messages "trail event k" evenly among them, all before the last breadcrumb),
         $VAKA_DEBUG=1 (SDK debug output on stderr), $VAKA_JOURNAL_NO_MMAP=1 (the journal's write(2) fallback),
-        $VAKA_JOURNAL_SIZE=BYTES (Options.journalSize).
+        $VAKA_JOURNAL_SIZE=BYTES (Options.journalSize), $VAKA_FLUSH_TIMEOUT=S (the flush before exit, default 30),
+        $VAKA_NO_FLUSH=1 (exit without that flush: the exit hook moves and ends everything).
         """)
 }
 

@@ -43,6 +43,46 @@ final class JournalSDKTests: XCTestCase {
         return (kills, attempts)
     }
 
+    /// `journal-flood` without the harness's flush, SIGKILLed while it exits (`Vaka.end`: stopping the mover,
+    /// draining the journal, the `exited` update): the killed run's session must not be left `ok` — it ends `abnormal`
+    /// (killed before its `exited` update was written) or `exited` — and every event still arrives.
+    /// (`scope.json` says `exited` only once that update is written; were it written first, a kill between
+    /// the two would leave the session open: no `exited`, and no `abnormal` either.)
+    func testKilledWhileExitDrainsTheJournalEndsTheSession() throws {
+        var generator = SystemRandomNumberGenerator()
+        var statuses: [String: Int] = [:]
+        for attempt in 0..<8 {
+            let storage = dirs.make("exit-drain-\(attempt)")
+            let logs = dirs.make("exit-drain-logs-\(attempt)")
+            let progress = storage.appendingPathComponent("journal-flood.progress")
+            let child = try RunningChild(Paths.harness, ["journal-flood", "--storage", storage.path],
+                                         environment: ["VAKA_FLOOD_COUNT": "5000", "VAKA_NO_FLUSH": "1"], logDirectory: logs)
+            // Wait for the last capture (5,000 breadcrumbs, 200 events); the harness then exits without a flush,
+            // so its exit hook moves the events the mover has not (one outbox file each): kill within 0-30 ms.
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline {
+                let text = (try? String(contentsOf: progress, encoding: .utf8)) ?? ""
+                if text.hasPrefix("5000 200") { break }
+                usleep(200)
+            }
+            usleep(UInt32.random(in: 0...30_000, using: &generator))
+            child.sigkill()
+            let result = try XCTUnwrap(child.wait(timeout: 60), "journal-flood hung")
+            guard let sid = try readOutbox(storage).flatMap(\.sessions).first?["sid"] as? String else {
+                XCTFail("no session update from the killed run: \(result.stderr)"); continue
+            }
+            let relaunch = try runHarness(["--storage", storage.path], logDirectory: logs)
+            XCTAssertEqual(relaunch.outcome, "exit 0", relaunch.stderr)
+            let outbox = try readOutbox(storage)
+            let status = outbox.flatMap(\.sessions).filter { $0["sid"] as? String == sid }.last?["status"] as? String ?? "none"
+            statuses[status, default: 0] += 1
+            XCTAssertTrue(status == "abnormal" || status == "exited", "attempt \(attempt) (\(result.outcome)): the session was left \(status)")
+            let events = Set(outbox.flatMap(\.events).compactMap { numbered(dig($0, "logentry", "formatted") as? String, after: "flood event ") })
+            XCTAssertEqual(events, Set(0..<200), "attempt \(attempt): every event")
+        }
+        print("killed while exiting: session statuses \(statuses)")
+    }
+
     /// `journal-flood` (10,000 breadcrumbs, a numbered event after every 25th) SIGKILLed at a random moment,
     /// at least 20 times, each in a fresh storage directory. Before the next launch the killed run's journal
     /// is read offline: its breadcrumbs are the last ones added before the kill, numbered without a gap, the

@@ -347,19 +347,20 @@ final class Client: Sendable {
     /// keeps what was not sent for the next launch, closes the journal and removes this run's directory (the
     /// journal with it). Idempotent.
     func end(timeout: TimeInterval) {
+        // A fork child leaves the journal (shared with its parent: the parent's mover moves what the child
+        // appended), the run directory and the session to the parent; it neither waits for threads it does not
+        // have nor removes them, and sends no session update (the session is the parent process's).
+        let forkChild = getpid() != ownerPID
         let items: [EnvelopeItem]? = state.withLock { state in
             if state.ended { return nil }
             state.ended = true
             endedFlag.store(true, ordering: .relaxed)
-            guard let update = sessionUpdate(.exited, &state) else { return [] }
-            persistScope(state)
+            guard !forkChild, let update = sessionUpdate(.exited, &state) else { return [] }
+            // `scope.json` keeps saying `ok` until the `exited` update is written (below): a process killed
+            // while draining the journal is then `abnormal` at the next launch, not a session left open.
             return [.session(update.jsonData())]
         }
         guard let items else { return }
-        // A fork child leaves the journal (shared with its parent: the parent's mover moves what the child
-        // appended) and the run directory to the parent; it neither waits for threads it does not have nor
-        // removes them.
-        let forkChild = getpid() != ownerPID
         if !forkChild {
             // Captures that passed their `ended` check before it was set record their events now: wait for them.
             while capturesInFlight.load(ordering: .acquiring) != 0 { sched_yield() }
@@ -368,7 +369,10 @@ final class Client: Sendable {
         }
         // Waits for appends in progress (a thread past the `ended` check), unregisters it from the crash handler.
         journal?.close()
-        if !items.isEmpty { submit(Envelope(items: items)) }
+        if !items.isEmpty {
+            submit(Envelope(items: items))
+            state.withLock { persistScope($0) }
+        }
         delivery.close(timeout: timeout)
         log(delivery.summary)
         // `ended` is set: no other call uses the run directory any more.
