@@ -7,6 +7,11 @@ let package = Package(
         .library(name: "Vaka", targets: ["Vaka"]),
         .executable(name: "vaka", targets: ["vaka"]),
         .executable(name: "vaka-crashme", targets: ["vaka-crashme"]),
+        // scripts/bench's start and crash-cost programs: without Foundation, with it, linking Vaka, calling start.
+        .executable(name: "bench-start-plain", targets: ["bench-start-plain"]),
+        .executable(name: "bench-start-foundation", targets: ["bench-start-foundation"]),
+        .executable(name: "bench-start-linked", targets: ["bench-start-linked"]),
+        .executable(name: "bench-start-vaka", targets: ["bench-start-vaka"]),
         // Test-only: the shared library the harness dlopen()s in the dlopen-plugin scenario.
         .library(name: "VakaCrashmePlugin", type: .dynamic, targets: ["VakaCrashmePlugin"]),
     ],
@@ -45,6 +50,12 @@ let package = Package(
         .target(name: "VakaCrashmeC",
                 cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer", "-O0"])]),
         .executableTarget(name: "vaka-crashme", dependencies: ["Vaka", "VakaCrashmeC"]),
+        // scripts/bench's programs (see the products above); each crashes through BenchNullDeref's NULL read.
+        .target(name: "BenchNullDeref", cSettings: [.unsafeFlags(["-O0"])]),
+        .executableTarget(name: "bench-start-plain", dependencies: ["BenchNullDeref"]),
+        .executableTarget(name: "bench-start-foundation", dependencies: ["BenchNullDeref"]),
+        .executableTarget(name: "bench-start-linked", dependencies: ["Vaka", "BenchNullDeref"]),
+        .executableTarget(name: "bench-start-vaka", dependencies: ["Vaka", "BenchNullDeref"]),
         .target(name: "VakaCrashmePlugin",
                 cSettings: [.unsafeFlags(["-fno-omit-frame-pointer", "-O0"])]),
 
