@@ -23,8 +23,8 @@ let package = Package(
                        providers: [.apt(["libelf-dev"])]),
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
                        providers: [.apt(["zlib1g-dev"])]),
-        .systemLibrary(name: "CLibdw", path: "Sources/CLibdw", pkgConfig: "libdw",
-                       providers: [.apt(["libdw-dev"])]),
+        // Headers only (no pkg-config, whose `--libs libdw` would link libdw): CVakaDw opens libdw with dlopen.
+        .systemLibrary(name: "CLibdw", path: "Sources/CLibdw", providers: [.apt(["libdw-dev"])]),
 
         // The C crash runtime. Public headers live in the top-level include/.
         .target(
@@ -38,7 +38,10 @@ let package = Package(
             linkerSettings: [.linkedLibrary("unwind"), .linkedLibrary("elf")]
         ),
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
-        .target(name: "VakaSymbolication", dependencies: ["CLibdw", "CZlib"]),
+        // libdw is opened with dlopen() on first use (CVakaDw), so that it is not loaded at process start.
+        .target(name: "VakaSymbolication", dependencies: ["CLibdw", "CVakaDw", "CZlib"]),
+        // vaka_libdw(): libdw's functions through dlopen/dlsym (declared in Sources/CLibdw/shim.h; no -ldw).
+        .target(name: "CVakaDw", cSettings: [.define("_GNU_SOURCE")]),
         // The HTTP client: libcurl opened with dlopen() on the delivery thread at the first send (not linked:
         // compiled against Debian's curl headers from libcurl4-openssl-dev, no -lcurl).
         .target(name: "CVakaCurl", cSettings: [.define("_GNU_SOURCE")]),
