@@ -7,6 +7,11 @@ let package = Package(
         .library(name: "Vaka", targets: ["Vaka"]),
         .executable(name: "vaka", targets: ["vaka"]),
         .executable(name: "vaka-crashme", targets: ["vaka-crashme"]),
+        // scripts/bench's start and crash-cost programs: without Foundation, with it, linking Vaka, calling start.
+        .executable(name: "bench-start-plain", targets: ["bench-start-plain"]),
+        .executable(name: "bench-start-foundation", targets: ["bench-start-foundation"]),
+        .executable(name: "bench-start-linked", targets: ["bench-start-linked"]),
+        .executable(name: "bench-start-vaka", targets: ["bench-start-vaka"]),
         // Test-only: the shared library the harness dlopen()s in the dlopen-plugin scenario.
         .library(name: "VakaCrashmePlugin", type: .dynamic, targets: ["VakaCrashmePlugin"]),
     ],
@@ -18,8 +23,8 @@ let package = Package(
                        providers: [.apt(["libelf-dev"])]),
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
                        providers: [.apt(["zlib1g-dev"])]),
-        .systemLibrary(name: "CLibdw", path: "Sources/CLibdw", pkgConfig: "libdw",
-                       providers: [.apt(["libdw-dev"])]),
+        // Headers only (no pkg-config, whose `--libs libdw` would link libdw): CVakaDw opens libdw with dlopen.
+        .systemLibrary(name: "CLibdw", path: "Sources/CLibdw", providers: [.apt(["libdw-dev"])]),
 
         // The C crash runtime. Public headers live in the top-level include/.
         .target(
@@ -33,7 +38,10 @@ let package = Package(
             linkerSettings: [.linkedLibrary("unwind"), .linkedLibrary("elf")]
         ),
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
-        .target(name: "VakaSymbolication", dependencies: ["CLibdw", "CZlib"]),
+        // libdw is opened with dlopen() on first use (CVakaDw), so that it is not loaded at process start.
+        .target(name: "VakaSymbolication", dependencies: ["CLibdw", "CVakaDw", "CZlib"]),
+        // vaka_libdw(): libdw's functions through dlopen/dlsym (declared in Sources/CLibdw/shim.h; no -ldw).
+        .target(name: "CVakaDw", cSettings: [.define("_GNU_SOURCE")]),
         // The HTTP client: libcurl opened with dlopen() on the delivery thread at the first send (not linked:
         // compiled against Debian's curl headers from libcurl4-openssl-dev, no -lcurl).
         .target(name: "CVakaCurl", cSettings: [.define("_GNU_SOURCE")]),
@@ -45,6 +53,12 @@ let package = Package(
         .target(name: "VakaCrashmeC",
                 cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer", "-O0"])]),
         .executableTarget(name: "vaka-crashme", dependencies: ["Vaka", "VakaCrashmeC"]),
+        // scripts/bench's programs (see the products above); each crashes through BenchNullDeref's NULL read.
+        .target(name: "BenchNullDeref", cSettings: [.unsafeFlags(["-O0"])]),
+        .executableTarget(name: "bench-start-plain", dependencies: ["BenchNullDeref"]),
+        .executableTarget(name: "bench-start-foundation", dependencies: ["BenchNullDeref"]),
+        .executableTarget(name: "bench-start-linked", dependencies: ["Vaka", "BenchNullDeref"]),
+        .executableTarget(name: "bench-start-vaka", dependencies: ["Vaka", "BenchNullDeref"]),
         .target(name: "VakaCrashmePlugin",
                 cSettings: [.unsafeFlags(["-fno-omit-frame-pointer", "-O0"])]),
 

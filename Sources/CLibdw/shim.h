@@ -1,7 +1,46 @@
-/* libelf and libdw (elfutils) for VakaSymbolication: ELF files, and DWARF line tables and scopes. */
+/* libelf and libdw (elfutils) for VakaSymbolication: ELF files, and DWARF line tables and scopes.
+ *
+ * libelf is linked (the crash runtime links it too). libdw is not: it is opened with dlopen() the first time
+ * something is symbolicated (vaka_libdw(), defined in Sources/CVakaDw), so that a program linking Vaka does not
+ * load libdw (and libbz2, which only libdw needs) at process start. Its functions are called through the table
+ * vaka_libdw() returns; the declarations of libdw.h below are there for the types and for __typeof__, calling
+ * them directly does not link. */
 #include <libelf.h>
 #include <gelf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
 #include <dwarf.h>
+
+/* Every libdw function VakaSymbolication calls. */
+#define VAKA_LIBDW_FUNCTIONS(X) \
+    X(dwarf_addrdie) X(dwarf_attr) X(dwarf_attr_integrate) X(dwarf_begin_elf) X(dwarf_child) \
+    X(dwarf_dieoffset) X(dwarf_end) X(dwarf_filesrc) X(dwarf_formstring) X(dwarf_formudata) \
+    X(dwarf_get_units) X(dwarf_getaranges) X(dwarf_getsrc_die) X(dwarf_getsrcfiles) X(dwarf_haspc) \
+    X(dwarf_linecol) X(dwarf_lineno) X(dwarf_linesrc) X(dwarf_lowpc) X(dwarf_ranges) X(dwarf_siblingof) \
+    X(dwarf_tag) \
+    X(dwfl_begin) X(dwfl_build_id_find_elf) X(dwfl_end) X(dwfl_module_build_id) X(dwfl_module_getsym_info) \
+    X(dwfl_module_getsymtab) X(dwfl_offline_section_address) X(dwfl_report_begin) X(dwfl_report_end) \
+    X(dwfl_report_offline)
+
+/* libdw's functions, each member named and typed as the function it points to. */
+struct vaka_libdw_functions {
+#define VAKA_LIBDW_MEMBER(name) __typeof__(name) *name;
+    VAKA_LIBDW_FUNCTIONS(VAKA_LIBDW_MEMBER)
+#undef VAKA_LIBDW_MEMBER
+};
+
+/* libdw's functions: the first call opens libdw.so.1 with dlopen (RTLD_NOW | RTLD_LOCAL) and looks every
+ * function up with dlsym; later calls return the same table. Thread-safe (pthread_once). Returns NULL when
+ * libdw cannot be opened or lacks a function; vaka_libdw_error() then says why. The table lives as long as
+ * the process (libdw is never closed). */
+const struct vaka_libdw_functions *vaka_libdw(void);
+
+/* The callbacks of an offline Dwfl (dwfl_begin) that looks for no separate debug files: find_elf
+ * dwfl_build_id_find_elf, find_debuginfo none (-1), section_address dwfl_offline_section_address, all libdw's
+ * through vaka_libdw(). NULL when vaka_libdw() is. Static storage: valid for the process's lifetime. */
+const Dwfl_Callbacks *vaka_libdw_offline_callbacks(void);
+
+/* Why vaka_libdw() returned NULL (dlerror's text, or "libdw.so.1: no <function>"), or NULL when it did not.
+ * A static string, valid for the process's lifetime. */
+const char *vaka_libdw_error(void);

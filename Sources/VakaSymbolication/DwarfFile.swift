@@ -52,15 +52,25 @@ public final class DwarfFile: Sendable {
     public let file: ElfFile
     private let reader: Locked<DwarfReader>
 
+    /// Why DWARF cannot be read in this process: libdw (`libdw.so.1`, opened with `dlopen` on first use, not
+    /// at process start) cannot be opened or lacks a function — the loader's message, e.g. "libdw.so.1: cannot
+    /// open shared object file: No such file or directory". `nil` when libdw is there. Without it, frames
+    /// still get their symbols from the ELF symbol tables (libelf), but no file, line or inlined frames, and
+    /// MiniDebugInfo (`.gnu_debugdata`) is not read. Opens libdw if it was not yet opened.
+    public static var unavailableReason: String? {
+        vaka_libdw_error().map { String(cString: $0) }
+    }
+
     /// Opens the DWARF sections of `file`.
-    /// - Returns: `nil` when the file has no DWARF (`.debug_info`) or libdw cannot read it.
+    /// - Returns: `nil` when the file has no DWARF (`.debug_info`), libdw cannot read it, or libdw cannot be
+    ///   loaded (``unavailableReason``).
     public init?(file: ElfFile) {
-        guard file.sections.hasDebugInfo,
-              let handle = file.withHandle({ DwarfHandle(dwarf: dwarf_begin_elf($0, DWARF_C_READ, nil)) }).dwarf else {
+        guard file.sections.hasDebugInfo, let dw = vaka_libdw()?.pointee,
+              let handle = file.withHandle({ DwarfHandle(dwarf: dw.dwarf_begin_elf($0, DWARF_C_READ, nil)) }).dwarf else {
             return nil
         }
         self.file = file
-        reader = Locked(DwarfReader(dwarf: handle))
+        reader = Locked(DwarfReader(dwarf: handle, functions: dw))
     }
 
     /// The source locations of the ELF virtual address `vaddr`, innermost first: when the address is in
@@ -90,6 +100,8 @@ private struct DwarfHandle: @unchecked Sendable {
 /// ``DwarfFile`` keeps it behind its lock.
 private final class DwarfReader {
     private let dwarf: OpaquePointer
+    /// libdw's functions (``vaka_libdw()``).
+    private let dw: vaka_libdw_functions
 
     private struct UnitRange {
         var start: UInt64
@@ -119,12 +131,13 @@ private final class DwarfReader {
     private var hasAranges: Bool?
     private var unitByOffset: [UInt64: Int] = [:]
 
-    init(dwarf: OpaquePointer) {
+    init(dwarf: OpaquePointer, functions: vaka_libdw_functions) {
         self.dwarf = dwarf
+        dw = functions
     }
 
     deinit {
-        dwarf_end(dwarf)
+        _ = dw.dwarf_end(dwarf)
     }
 
     /// ``DwarfFile/locations(at:)``.
@@ -135,12 +148,12 @@ private final class DwarfReader {
         var lineFile: String?
         var lineNumber: Int?
         var lineColumn: Int?
-        if let line = dwarf_getsrc_die(&cuDie, vaddr) {
+        if let line = dw.dwarf_getsrc_die(&cuDie, vaddr) {
             var number: Int32 = 0
             var column: Int32 = 0
-            if dwarf_lineno(line, &number) == 0, number > 0 { lineNumber = Int(number) }
-            if dwarf_linecol(line, &column) == 0, column > 0 { lineColumn = Int(column) }
-            if let source = dwarf_linesrc(line, nil, nil) {
+            if dw.dwarf_lineno(line, &number) == 0, number > 0 { lineNumber = Int(number) }
+            if dw.dwarf_linecol(line, &column) == 0, column > 0 { lineColumn = Int(column) }
+            if let source = dw.dwarf_linesrc(line, nil, nil) {
                 lineFile = DwarfReader.absolute(String(cString: source), compDir: unit.compDir)
             }
         }
@@ -155,32 +168,32 @@ private final class DwarfReader {
         var column = lineColumn
         for (index, die) in chain.enumerated() {
             var scope = die
-            let inlined = dwarf_tag(&scope) == Int32(DW_TAG_inlined_subroutine)
+            let inlined = dw.dwarf_tag(&scope) == Int32(DW_TAG_inlined_subroutine)
             var start: UInt64?
             if !inlined {
                 var low: Dwarf_Addr = 0
-                if dwarf_lowpc(&scope, &low) == 0 {
+                if dw.dwarf_lowpc(&scope, &low) == 0 {
                     start = low
                 } else {
                     var base: Dwarf_Addr = 0, rangeStart: Dwarf_Addr = 0, rangeEnd: Dwarf_Addr = 0
-                    if dwarf_ranges(&scope, 0, &base, &rangeStart, &rangeEnd) > 0 { start = rangeStart }
+                    if dw.dwarf_ranges(&scope, 0, &base, &rangeStart, &rangeEnd) > 0 { start = rangeStart }
                 }
             }
-            result.append(SourceLocation(symbol: DwarfReader.name(of: &scope), file: file, line: line, column: column,
+            result.append(SourceLocation(symbol: name(of: &scope), file: file, line: line, column: column,
                                          isInlined: inlined && index < chain.count - 1, functionStart: start))
             guard inlined else { break }
             // The caller's location is where this inlined call was made.
             file = nil; line = nil; column = nil
             var attribute = Dwarf_Attribute()
             var value: Dwarf_Word = 0
-            if dwarf_formudata(dwarf_attr(&scope, UInt32(DW_AT_call_file), &attribute), &value) == 0,
-               let files = sourceFiles(unit), let source = dwarf_filesrc(files, Int(value), nil, nil) {
+            if dw.dwarf_formudata(dw.dwarf_attr(&scope, UInt32(DW_AT_call_file), &attribute), &value) == 0,
+               let files = sourceFiles(unit), let source = dw.dwarf_filesrc(files, Int(value), nil, nil) {
                 file = DwarfReader.absolute(String(cString: source), compDir: unit.compDir)
             }
-            if dwarf_formudata(dwarf_attr(&scope, UInt32(DW_AT_call_line), &attribute), &value) == 0, value > 0 {
+            if dw.dwarf_formudata(dw.dwarf_attr(&scope, UInt32(DW_AT_call_line), &attribute), &value) == 0, value > 0 {
                 line = Int(value)
             }
-            if dwarf_formudata(dwarf_attr(&scope, UInt32(DW_AT_call_column), &attribute), &value) == 0, value > 0 {
+            if dw.dwarf_formudata(dw.dwarf_attr(&scope, UInt32(DW_AT_call_column), &attribute), &value) == 0, value > 0 {
                 column = Int(value)
             }
         }
@@ -198,16 +211,16 @@ private final class DwarfReader {
         if hasAranges == nil {
             var aranges: OpaquePointer?
             var count = 0
-            hasAranges = dwarf_getaranges(dwarf, &aranges, &count) == 0 && count > 0
+            hasAranges = dw.dwarf_getaranges(dwarf, &aranges, &count) == 0 && count > 0
         }
         if hasAranges == true {
             // .debug_aranges (GCC emits it): libdw maps the address to its compile unit directly.
             var die = Dwarf_Die()
-            if dwarf_addrdie(dwarf, vaddr, &die) != nil {
-                let offset = dwarf_dieoffset(&die)
+            if dw.dwarf_addrdie(dwarf, vaddr, &die) != nil {
+                let offset = dw.dwarf_dieoffset(&die)
                 if let index = unitByOffset[offset] { return units[index] }
                 var attribute = Dwarf_Attribute()
-                let compDir = dwarf_formstring(dwarf_attr(&die, UInt32(DW_AT_comp_dir), &attribute)).map { String(cString: $0) }
+                let compDir = dw.dwarf_formstring(dw.dwarf_attr(&die, UInt32(DW_AT_comp_dir), &attribute)).map { String(cString: $0) }
                 units.append(Unit(die: die, compDir: compDir))
                 unitByOffset[offset] = units.count - 1
                 return units[units.count - 1]
@@ -235,15 +248,15 @@ private final class DwarfReader {
         // No split-unit DIE asked for (the last argument): for a skeleton unit libdw would look for its split
         // unit on disk (Swift's skeleton units name clang module caches, `.pcm` files, resolving each path
         // component and opening the file, per unit), and split units add no address ranges here.
-        while dwarf_get_units(dwarf, cu, &cu, &version, &unitType, &cuDie, nil) == 0 {
+        while dw.dwarf_get_units(dwarf, cu, &cu, &version, &unitType, &cuDie, nil) == 0 {
             var die = cuDie
             var attribute = Dwarf_Attribute()
-            let compDir = dwarf_formstring(dwarf_attr(&die, UInt32(DW_AT_comp_dir), &attribute)).map { String(cString: $0) }
+            let compDir = dw.dwarf_formstring(dw.dwarf_attr(&die, UInt32(DW_AT_comp_dir), &attribute)).map { String(cString: $0) }
             var added = false
             var offset = 0
             var base: Dwarf_Addr = 0, start: Dwarf_Addr = 0, end: Dwarf_Addr = 0
             while true {
-                offset = dwarf_ranges(&die, offset, &base, &start, &end)
+                offset = dw.dwarf_ranges(&die, offset, &base, &start, &end)
                 if offset <= 0 { break }
                 if end > start {
                     if !added { units.append(Unit(die: die, compDir: compDir)); added = true }
@@ -260,7 +273,7 @@ private final class DwarfReader {
         if let cached = unit.files { return cached }
         var files: OpaquePointer?
         var count = 0
-        if dwarf_getsrcfiles(&unit.die, &files, &count) != 0 { files = nil }
+        if dw.dwarf_getsrcfiles(&unit.die, &files, &count) != 0 { files = nil }
         unit.files = .some(files)
         return files
     }
@@ -281,14 +294,14 @@ private final class DwarfReader {
         var result: [FunctionRange] = []
         func collect(_ parent: inout Dwarf_Die) {
             var child = Dwarf_Die()
-            guard dwarf_child(&parent, &child) == 0 else { return }
+            guard dw.dwarf_child(&parent, &child) == 0 else { return }
             while true {
-                let tag = dwarf_tag(&child)
+                let tag = dw.dwarf_tag(&child)
                 if tag == Int32(DW_TAG_subprogram) || tag == Int32(DW_TAG_entry_point) {
                     var offset = 0
                     var base: Dwarf_Addr = 0, start: Dwarf_Addr = 0, end: Dwarf_Addr = 0
                     while true {
-                        offset = dwarf_ranges(&child, offset, &base, &start, &end)
+                        offset = dw.dwarf_ranges(&child, offset, &base, &start, &end)
                         if offset <= 0 { break }
                         if end > start { result.append(FunctionRange(start: start, end: end, die: child)) }
                     }
@@ -298,7 +311,7 @@ private final class DwarfReader {
                     collect(&child)
                 }
                 var next = Dwarf_Die()
-                guard dwarf_siblingof(&child, &next) == 0 else { break }
+                guard dw.dwarf_siblingof(&child, &next) == 0 else { break }
                 child = next
             }
         }
@@ -325,18 +338,18 @@ private final class DwarfReader {
         // Descend through lexical blocks and inlined subroutines that contain vaddr.
         descend: while true {
             var child = Dwarf_Die()
-            guard dwarf_child(&current, &child) == 0 else { break }
+            guard dw.dwarf_child(&current, &child) == 0 else { break }
             while true {
-                let tag = dwarf_tag(&child)
+                let tag = dw.dwarf_tag(&child)
                 if tag == Int32(DW_TAG_inlined_subroutine) || DwarfReader.blockTags.contains(tag) {
-                    if dwarf_haspc(&child, vaddr) == 1 {
+                    if dw.dwarf_haspc(&child, vaddr) == 1 {
                         if tag == Int32(DW_TAG_inlined_subroutine) { chain.append(child) }
                         current = child
                         continue descend
                     }
                 }
                 var next = Dwarf_Die()
-                guard dwarf_siblingof(&child, &next) == 0 else { break descend }
+                guard dw.dwarf_siblingof(&child, &next) == 0 else { break descend }
                 child = next
             }
         }
@@ -347,14 +360,14 @@ private final class DwarfReader {
 
     /// `DW_AT_linkage_name` (or the older `DW_AT_MIPS_linkage_name`), else `DW_AT_name`, through
     /// abstract origins and specifications.
-    private static func name(of die: inout Dwarf_Die) -> String? {
+    private func name(of die: inout Dwarf_Die) -> String? {
         var attribute = Dwarf_Attribute()
         for code in [UInt32(DW_AT_linkage_name), UInt32(DW_AT_MIPS_linkage_name)] {
-            if let text = dwarf_formstring(dwarf_attr_integrate(&die, code, &attribute)) {
+            if let text = dw.dwarf_formstring(dw.dwarf_attr_integrate(&die, code, &attribute)) {
                 return String(cString: text)
             }
         }
-        if let text = dwarf_formstring(dwarf_attr_integrate(&die, UInt32(DW_AT_name), &attribute)) {
+        if let text = dw.dwarf_formstring(dw.dwarf_attr_integrate(&die, UInt32(DW_AT_name), &attribute)) {
             return String(cString: text)
         }
         return nil

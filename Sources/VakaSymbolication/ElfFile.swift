@@ -256,11 +256,8 @@ public final class ElfFile: Sendable {
             firstLoadVaddr = 0
             loadSpan = 0
         }
-        var note: UnsafeRawPointer?
-        let noteSize = dwelf_elf_gnu_build_id(elf, &note)
-        buildID = noteSize > 0 ? note.map { DebugID.hexString(UnsafeRawBufferPointer(start: $0, count: noteSize)) } : nil
-        var crc: GElf_Word = 0
-        debugLink = dwelf_elf_gnu_debuglink(elf, &crc).map { DebugLink(name: String(cString: $0), crc: crc) }
+        buildID = ElfFile.gnuBuildID(elf)
+        debugLink = ElfFile.gnuDebugLink(elf)
         machine = ehdr.e_machine
         fileType = ehdr.e_type
         sectionHeaders = ElfFile.readSections(elf)
@@ -381,6 +378,81 @@ public final class ElfFile: Sendable {
     }
 
     /// Every section header, in file order: the one walk over the sections.
+    /// The GNU build ID, as elfutils' `dwelf_elf_gnu_build_id` finds it, with libelf only (so that opening a
+    /// file does not load libdw): the first `NT_GNU_BUILD_ID` note named "GNU" in the `SHT_NOTE` sections, in
+    /// section order, or in the `PT_NOTE` segments when the file has no section headers. Lowercase hex, or
+    /// `nil` when there is none.
+    private static func gnuBuildID(_ elf: OpaquePointer) -> String? {
+        func find(in data: UnsafeMutablePointer<Elf_Data>?) -> String? {
+            guard let data, data.pointee.d_buf != nil else { return nil }
+            var offset = 0
+            var header = GElf_Nhdr()
+            var nameOffset = 0
+            var descOffset = 0
+            while offset < data.pointee.d_size {
+                let next = gelf_getnote(data, offset, &header, &nameOffset, &descOffset)
+                guard next > 0 else { return nil }
+                offset = next
+                let base = UnsafeRawPointer(data.pointee.d_buf!)
+                if header.n_type == UInt32(NT_GNU_BUILD_ID), header.n_namesz == 4,
+                   memcmp(base + nameOffset, "GNU", 4) == 0, header.n_descsz > 0 {
+                    return DebugID.hexString(UnsafeRawBufferPointer(start: base + descOffset, count: Int(header.n_descsz)))
+                }
+            }
+            return nil
+        }
+        var scn = elf_nextscn(elf, nil)
+        if scn == nil {
+            for phdr in programHeaders(elf) where phdr.p_type == UInt32(PT_NOTE) {
+                if let id = find(in: elf_getdata_rawchunk(elf, Int64(clamping: phdr.p_offset), Int(clamping: phdr.p_filesz), ELF_T_NHDR)) {
+                    return id
+                }
+            }
+            return nil
+        }
+        while let section = scn {
+            var shdr = GElf_Shdr()
+            if gelf_getshdr(section, &shdr) != nil, shdr.sh_type == UInt32(SHT_NOTE), let id = find(in: elf_getdata(section, nil)) {
+                return id
+            }
+            scn = elf_nextscn(elf, section)
+        }
+        return nil
+    }
+
+    /// The `.gnu_debuglink` section, as elfutils' `dwelf_elf_gnu_debuglink` reads it, with libelf only: the
+    /// zero-terminated file name at its start and the CRC-32 in the section's last 4 bytes (in the file's byte
+    /// order). `nil` when the file has no such section or it is malformed.
+    private static func gnuDebugLink(_ elf: OpaquePointer) -> DebugLink? {
+        var shstrndx = 0
+        guard elf_getshdrstrndx(elf, &shstrndx) == 0 else { return nil }
+        var scn = elf_nextscn(elf, nil)
+        while let section = scn {
+            var shdr = GElf_Shdr()
+            guard gelf_getshdr(section, &shdr) != nil, let name = elf_strptr(elf, shstrndx, Int(shdr.sh_name)) else {
+                return nil
+            }
+            if strcmp(name, ".gnu_debuglink") == 0 { break }
+            scn = elf_nextscn(elf, section)
+        }
+        guard let scn, let raw = elf_rawdata(scn, nil), let buffer = raw.pointee.d_buf else { return nil }
+        let size = raw.pointee.d_size
+        let crcSize = MemoryLayout<GElf_Word>.size
+        guard size > crcSize, memchr(buffer, 0, size - crcSize) != nil else { return nil }
+        var crc: GElf_Word = 0
+        let converted = withUnsafeMutableBytes(of: &crc) { crcBytes -> Bool in
+            var destination = Elf_Data(d_buf: crcBytes.baseAddress, d_type: ELF_T_WORD, d_version: UInt32(EV_CURRENT),
+                                       d_size: crcSize, d_off: 0, d_align: 0)
+            var source = Elf_Data(d_buf: buffer + (size - crcSize), d_type: ELF_T_WORD, d_version: UInt32(EV_CURRENT),
+                                  d_size: crcSize, d_off: 0, d_align: 0)
+            var ehdr = GElf_Ehdr()
+            guard gelf_getehdr(elf, &ehdr) != nil else { return false }
+            return gelf_xlatetom(elf, &destination, &source, UInt32(ehdr.e_ident.5)) != nil
+        }
+        guard converted else { return nil }
+        return DebugLink(name: String(cString: buffer.assumingMemoryBound(to: CChar.self)), crc: crc)
+    }
+
     private static func readSections(_ elf: OpaquePointer) -> [ElfSection] {
         var shstrndx = 0
         let hasNames = elf_getshdrstrndx(elf, &shstrndx) == 0

@@ -63,30 +63,26 @@ struct ElfSymbolTable: Sendable {
     /// read the file, or its build ID is not `buildID`. Values are ELF virtual addresses (`st_value`).
     init(miniDebugInfoOf path: String, buildID: String?, maxSymbols: Int) {
         stringSection = -1
-        let callbacks = UnsafeMutablePointer<Dwfl_Callbacks>.allocate(capacity: 1)
-        defer { callbacks.deallocate() }
         // Offline, no separate debug files (the Symbolicator finds those), section addresses as in the file.
-        callbacks.initialize(to: Dwfl_Callbacks(find_elf: dwfl_build_id_find_elf,
-                                                find_debuginfo: { _, _, _, _, _, _, _, _ in -1 },
-                                                section_address: dwfl_offline_section_address, debuginfo_path: nil))
-        guard let dwfl = dwfl_begin(callbacks) else { return }
-        defer { dwfl_end(dwfl) }
-        dwfl_report_begin(dwfl)
-        let module = dwfl_report_offline(dwfl, "", path, -1)
-        dwfl_report_end(dwfl, nil, nil)
+        guard let dw = vaka_libdw()?.pointee, let callbacks = vaka_libdw_offline_callbacks(),
+              let dwfl = dw.dwfl_begin(callbacks) else { return }
+        defer { dw.dwfl_end(dwfl) }
+        dw.dwfl_report_begin(dwfl)
+        let module = dw.dwfl_report_offline(dwfl, "", path, -1)
+        _ = dw.dwfl_report_end(dwfl, nil, nil)
         guard let module else { return }
         var bits: UnsafePointer<UInt8>?
         var vaddr: GElf_Addr = 0
-        let idSize = dwfl_module_build_id(module, &bits, &vaddr)
+        let idSize = dw.dwfl_module_build_id(module, &bits, &vaddr)
         let id = idSize > 0 ? bits.map { DebugID.hexString(UnsafeRawBufferPointer(start: $0, count: Int(idSize))) } : nil
         guard id == buildID else { return }
-        let count = Int(dwfl_module_getsymtab(module))
+        let count = Int(dw.dwfl_module_getsymtab(module))
         guard count > 0, count <= maxSymbols else { return }
         for index in 1..<count {
             var sym = GElf_Sym()
             var address: GElf_Addr = 0
             var section: GElf_Word = 0
-            guard let name = dwfl_module_getsym_info(module, Int32(index), &sym, &address, &section, nil, nil) else { continue }
+            guard let name = dw.dwfl_module_getsym_info(module, Int32(index), &sym, &address, &section, nil, nil) else { continue }
             guard name.pointee != 0, add(sym, nameOffset: UInt32(names.count), index: index) else { continue }
             names.append(String(cString: name))
         }

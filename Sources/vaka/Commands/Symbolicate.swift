@@ -69,6 +69,9 @@ func symbolicate(_ options: ParsedArguments) -> Never {
                                     cacheDirectory: options.values("--cache").last)
     for directory in options.values("--debug-dir") { requireDirectory(directory) }
     let data = readInputFile(path)
+    if let reason = DwarfFile.unavailableReason {
+        writeErr("vaka: warning: no file and line numbers: libdw cannot be loaded (\(reason))\n")
+    }
     let json: Data
     var frames = 0
     var resolved = 0

@@ -1,0 +1,9 @@
+/* scripts/bench's crash: the same NULL read as vaka-crashme's null-deref, for the bench-start-* programs
+ * (a plain C library, so that the program without Vaka links nothing more). */
+#ifndef BENCH_NULL_DEREF_H
+#define BENCH_NULL_DEREF_H
+
+/* Reads through a NULL pointer: SIGSEGV (SEGV_MAPERR, fault address 0). Does not return. */
+int bench_null_deref(void);
+
+#endif

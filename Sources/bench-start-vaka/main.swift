@@ -1,0 +1,31 @@
+// scripts/bench: bench-start-foundation calling `Vaka.start` first.
+//   bench-start-vaka STORAGE [DSN]         Vaka.start on STORAGE (outbox mode without DSN), then exit (the
+//                                          atexit hook ends the session and flushes)
+//   bench-start-vaka STORAGE crash [DSN]   the same, then dereferences NULL (bench_null_deref, SIGSEGV)
+//   bench-start-vaka STORAGE deliver DSN N captures N messages, then Vaka.flush(timeout: 120); prints one JSON
+//                                          object: {"events","seconds","events_per_s","flushed"} (seconds from
+//                                          the first capture to the end of the flush)
+import Foundation
+import Vaka
+import BenchNullDeref
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+guard let storage = arguments.first else {
+    FileHandle.standardError.write(Data("usage: bench-start-vaka STORAGE [crash|deliver DSN N] [DSN]\n".utf8))
+    exit(2)
+}
+let mode = arguments.count > 1 ? arguments[1] : ""
+if mode == "deliver", arguments.count == 4, let count = Int(arguments[3]) {
+    Vaka.start(Vaka.Options(dsn: arguments[2], sessionTracking: false,
+                            storageDirectory: URL(fileURLWithPath: storage)))
+    let t0 = DispatchTime.now().uptimeNanoseconds
+    for i in 0..<count { Vaka.capture(message: "bench delivery \(i)", level: .info) }
+    let flushed = Vaka.flush(timeout: 120)
+    let seconds = Double(DispatchTime.now().uptimeNanoseconds - t0) / 1e9
+    print("{\"events\":\(count),\"seconds\":\(seconds),\"events_per_s\":\(Double(count) / seconds),\"flushed\":\(flushed)}")
+    Vaka.close(timeout: 0)
+    exit(0)
+}
+let dsn = mode == "crash" ? (arguments.count > 2 ? arguments[2] : nil) : (arguments.count > 1 ? arguments[1] : nil)
+Vaka.start(Vaka.Options(dsn: dsn, storageDirectory: URL(fileURLWithPath: storage)))
+if mode == "crash" { _ = bench_null_deref() }
