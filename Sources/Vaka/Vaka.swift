@@ -9,12 +9,14 @@ import VakaSymbolication
 /// Call ``start(_:)`` once, as early as possible in `main`. Every other call is thread-safe and does nothing
 /// before `start` (or after ``close()``, or with `enabled: false`).
 ///
-/// What `start` does, in order: creates the storage directory (0700); installs the C crash runtime under a
-/// fresh run id (a random UUID), so a fatal signal writes `<storage>/crashes/<run-id>.crash`; opens delivery
-/// (pending files of earlier runs are sent at once); turns each earlier run's crash report into its fatal
-/// event with that run's scope and `crashed` session (the crash join, see docs/ingest.md) and sends
-/// `abnormal` for runs that were killed; starts this run's session; registers an `atexit` hook that ends the
-/// session as `exited` and flushes (like ``close()``).
+/// What `start` does, in order, on the caller's thread: creates the storage directory (0700); installs the C
+/// crash runtime under a fresh run id (a random UUID), so a fatal signal writes
+/// `<storage>/crashes/<run-id>.crash`; opens delivery (pending files of earlier runs are sent at once); maps
+/// this run's journal and writes its scope (`runs/<run-id>/scope.json`); registers an `atexit` hook that ends
+/// the session as `exited` and flushes (like ``close()``). Then, on a background thread (`vaka.start`): turns
+/// each earlier run's crash report into its fatal event with that run's scope and `crashed` session (the crash
+/// join, see docs/ingest.md), sends `abnormal` for runs that were killed, then this run's first session update.
+/// ``flush(timeout:)`` and ``close(timeout:)`` wait for that thread first.
 public enum Vaka {
     /// What ``start(_:)`` sets up and ``close(timeout:)`` takes down.
     private struct State {

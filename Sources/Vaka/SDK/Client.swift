@@ -36,7 +36,8 @@ final class Client: Sendable {
     /// waits for them before its last drain, so that an event accepted while the run ends is not appended to a
     /// journal that was already drained (and then removed with the run directory).
     private let capturesInFlight = Atomic<Int>(0)
-    /// Opened when the background part of start is done (``finishStart()``).
+    /// Closed by ``begin()``, opened again when the background part of start is done (``finishStart()``); open
+    /// for a client that was never begun.
     private let startGate = Gate()
     /// The process that created the client. A `fork()`ed child (another pid) shares the run directory and the
     /// journal's mapping with it, but not its threads: the mover, and captures in progress at the fork.
@@ -139,6 +140,7 @@ final class Client: Sendable {
         state.withLock { persistScope($0) }
         // The crash handler reads the journal's last seq into a report (and syncs the fallback's rings).
         journal?.registerWithCrashHandler()
+        startGate.close()
         let thread = Thread { [self] in finishStart() }
         thread.name = "vaka.start"
         thread.start()
@@ -152,10 +154,14 @@ final class Client: Sendable {
         mover?.start()
         let items: [EnvelopeItem] = state.withLock { state in
             guard let update = sessionUpdate(.ok, &state) else { return [] }
-            persistScope(state)
             return [.session(update.jsonData())]
         }
-        if !items.isEmpty { submit(Envelope(items: items)) }
+        if !items.isEmpty {
+            submit(Envelope(items: items))
+            // `scope.json` says the first update was made only once it is written: a crash before that gives a
+            // `crashed` update with `init: true` at the next launch.
+            state.withLock { persistScope($0) }
+        }
         delivery.wake()
         startGate.open()
     }
@@ -424,11 +430,18 @@ final class Client: Sendable {
     }
 }
 
-/// A one-way gate: closed until ``open()``, then open for good; ``wait()`` blocks while it is closed.
+/// A gate, open at first: ``wait()`` blocks while it is closed (``close()``), until ``open()``.
 /// `@unchecked Sendable`: `isOpen` is read and written only with `condition` held.
 final class Gate: @unchecked Sendable {
     private let condition = NSCondition()
-    private var isOpen = false
+    private var isOpen = true
+
+    /// Closes the gate: later ``wait()`` calls block until ``open()``.
+    func close() {
+        condition.lock()
+        isOpen = false
+        condition.unlock()
+    }
 
     /// Opens the gate and wakes every waiter.
     func open() {
