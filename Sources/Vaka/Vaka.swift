@@ -86,7 +86,6 @@ public enum Vaka {
             }
             do {
                 let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log)
-                started.begin()
                 state.client = started
                 // Logs: the run's journal (from which the mover sends them), breadcrumbs, the options' sinks.
                 LogRouter.activate(options: options, journal: started.journal.map { LogRouter.journalSink($0, mover: started.mover) },
@@ -100,6 +99,8 @@ public enum Vaka {
                 state.atexitRegistered = true
                 atexit { Vaka.end(timeout: 2, uninstall: false) }
             }
+            // Last: its background thread (the crash join) then does not compete with the work above.
+            state.client?.begin()
         }
     }
 
