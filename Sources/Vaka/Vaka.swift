@@ -12,8 +12,8 @@ import VakaSymbolication
 /// What `start` does, in order, on the caller's thread: creates the storage directory (0700); installs the C
 /// crash runtime under a fresh run id (a random UUID), so a fatal signal writes
 /// `<storage>/crashes/<run-id>.crash`; opens delivery (pending files of earlier runs are sent at once); maps
-/// this run's journal and writes its scope (`runs/<run-id>/scope.json`); registers an `atexit` hook that ends
-/// the session as `exited` and flushes (like ``close()``). Then, on a background thread (`vaka.start`): turns
+/// this run's journal; registers an `atexit` hook that ends the session as `exited` and flushes (like
+/// ``close()``); writes this run's scope (`runs/<run-id>/scope.json`). Then, on a background thread (`vaka.start`): turns
 /// each earlier run's crash report into its fatal event with that run's scope and `crashed` session (the crash
 /// join, see docs/ingest.md), sends `abnormal` for runs that were killed, then this run's first session update.
 /// ``flush(timeout:)`` and ``close(timeout:)`` wait for that thread first.
