@@ -235,7 +235,8 @@ public enum Vaka {
     /// own release; else `<executable name>@0.0.0`. Always passed through ``Options/boundedRelease(_:)``
     /// (at most 200 UTF-8 bytes, Relay's limit for a release; no control characters, `/` or `\`).
     public static func defaultRelease() -> String {
-        if let env = ProcessInfo.processInfo.environment["VAKA_RELEASE"], !env.isEmpty { return Options.boundedRelease(env) }
+        // getenv(3): one variable, not the whole environment copied into a dictionary (this runs in `start`).
+        if let env = getenv("VAKA_RELEASE").map({ String(cString: $0) }), !env.isEmpty { return Options.boundedRelease(env) }
         let path = EventFactory.executablePath()
         let name = (path as NSString).lastPathComponent
         if let file = try? ElfFile(path: path), let id = file.buildID, !id.isEmpty {
