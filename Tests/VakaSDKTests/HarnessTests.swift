@@ -164,7 +164,13 @@ final class HarnessTests: XCTestCase {
         while !FileManager.default.fileExists(atPath: progress.path), Date() < deadline { usleep(10_000) }
         child.sigkill()
         _ = child.wait(timeout: 30)
-        let sid = try XCTUnwrap(readOutbox(storage).flatMap(\.sessions).first?["sid"] as? String)
+        // The killed run's session from its scope.json: killed right after `start`, it may not have sent its
+        // first update yet (the background part of start sends it).
+        let runs = try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path)
+        XCTAssertEqual(runs.count, 1)
+        let scopeData = try Data(contentsOf: storage.appendingPathComponent("runs/\(try XCTUnwrap(runs.first))/scope.json"))
+        let scope = try XCTUnwrap(try JSONSerialization.jsonObject(with: scopeData) as? [String: Any])
+        let sid = try XCTUnwrap(dig(scope, "session", "sid") as? String)
         let relaunch = try runHarness(["--storage", storage.path], logDirectory: logs)
         XCTAssertEqual(relaunch.outcome, "exit 0", relaunch.stderr)
         let updates = try readOutbox(storage).flatMap(\.sessions).filter { $0["sid"] as? String == sid }
