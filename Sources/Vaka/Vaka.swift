@@ -9,12 +9,14 @@ import VakaSymbolication
 /// Call ``start(_:)`` once, as early as possible in `main`. Every other call is thread-safe and does nothing
 /// before `start` (or after ``close()``, or with `enabled: false`).
 ///
-/// What `start` does, in order: creates the storage directory (0700); installs the C crash runtime under a
-/// fresh run id (a random UUID), so a fatal signal writes `<storage>/crashes/<run-id>.crash`; opens delivery
-/// (pending files of earlier runs are sent at once); turns each earlier run's crash report into its fatal
-/// event with that run's scope and `crashed` session (the crash join, see docs/ingest.md) and sends
-/// `abnormal` for runs that were killed; starts this run's session; registers an `atexit` hook that ends the
-/// session as `exited` and flushes (like ``close()``).
+/// What `start` does, in order, on the caller's thread: creates the storage directory (0700); installs the C
+/// crash runtime under a fresh run id (a random UUID), so a fatal signal writes
+/// `<storage>/crashes/<run-id>.crash`; opens delivery (pending files of earlier runs are sent at once); maps
+/// this run's journal; registers an `atexit` hook that ends the session as `exited` and flushes (like
+/// ``close()``); writes this run's scope (`runs/<run-id>/scope.json`). Then, on a background thread (`vaka.start`): turns
+/// each earlier run's crash report into its fatal event with that run's scope and `crashed` session (the crash
+/// join, see docs/ingest.md), sends `abnormal` for runs that were killed, then this run's first session update.
+/// ``flush(timeout:)`` and ``close(timeout:)`` wait for that thread first.
 public enum Vaka {
     /// What ``start(_:)`` sets up and ``close(timeout:)`` takes down.
     private struct State {
@@ -84,7 +86,6 @@ public enum Vaka {
             }
             do {
                 let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log)
-                started.begin()
                 state.client = started
                 // Logs: the run's journal (from which the mover sends them), breadcrumbs, the options' sinks.
                 LogRouter.activate(options: options, journal: started.journal.map { LogRouter.journalSink($0, mover: started.mover) },
@@ -98,6 +99,8 @@ public enum Vaka {
                 state.atexitRegistered = true
                 atexit { Vaka.end(timeout: 2, uninstall: false) }
             }
+            // Last: its background thread (the crash join) then does not compete with the work above.
+            state.client?.begin()
         }
     }
 
@@ -232,7 +235,8 @@ public enum Vaka {
     /// own release; else `<executable name>@0.0.0`. Always passed through ``Options/boundedRelease(_:)``
     /// (at most 200 UTF-8 bytes, Relay's limit for a release; no control characters, `/` or `\`).
     public static func defaultRelease() -> String {
-        if let env = ProcessInfo.processInfo.environment["VAKA_RELEASE"], !env.isEmpty { return Options.boundedRelease(env) }
+        // getenv(3): one variable, not the whole environment copied into a dictionary (this runs in `start`).
+        if let env = getenv("VAKA_RELEASE").map({ String(cString: $0) }), !env.isEmpty { return Options.boundedRelease(env) }
         let path = EventFactory.executablePath()
         let name = (path as NSString).lastPathComponent
         if let file = try? ElfFile(path: path), let id = file.buildID, !id.isEmpty {

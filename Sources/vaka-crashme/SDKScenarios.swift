@@ -77,6 +77,8 @@ let sdkScenarios: [SDKScenario] = [
                 run: { storage in logFlood(storage: storage) }),
     SDKScenario(name: "fsize-flood", summary: "captures 2 KiB messages \"fsize event i\" faster than the mover moves them, under an RLIMIT_FSIZE quota set after start ($VAKA_FSIZE_LIMIT bytes, or the journal spill's size once it holds 8 KiB), then $VAKA_FLOOD_COUNT (default 200) more; prints the quota and the count",
                 run: { storage in fsizeFlood(storage: storage) }),
+    SDKScenario(name: "start-probe", summary: "right after Vaka.start, then after Vaka.flush(timeout: 0), counts the earlier runs' crash reports and the outbox files; prints one JSON object",
+                run: { storage in startProbe(storage: storage) }),
     SDKScenario(name: "bench", summary: "measures Vaka.start, capture(message:) and addBreadcrumb; prints one JSON object",
                 run: { _ in }),
 ]
@@ -379,4 +381,22 @@ func benchLogger() -> [String: Double] {
     let t2 = now()
     return ["log_paced_ns": Double(inCalls) / Double(paced), "log_paced_spill_bytes": Double(spilled),
             "log_ns": Double(t1 - t0) / Double(logs), "log_below_threshold_ns": Double(t2 - t1) / Double(below)]
+}
+
+/// `start-probe`: prints `{"reports_after_start", "outbox_after_start", "reports_after_flush",
+/// "outbox_after_flush"}` — the `*.crash` files in `<storage>/crashes/` other than this run's, and the files in
+/// `<storage>/outbox/`, counted first as soon as `Vaka.start` has returned (the crash join of earlier runs
+/// runs in the background then), then after `Vaka.flush(timeout: 0)` (which waits for it).
+func startProbe(storage: URL) {
+    func count(_ directory: String, _ keep: (String) -> Bool) -> Int {
+        ((try? FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent(directory).path)) ?? []).filter(keep).count
+    }
+    let own = (Vaka.runID ?? "") + ".crash"
+    func reports() -> Int { count("crashes") { $0.hasSuffix(".crash") && $0 != own } }
+    let reportsAfterStart = reports(), outboxAfterStart = count("outbox") { !$0.hasPrefix(".") }
+    Vaka.flush(timeout: 0)
+    let result = ["reports_after_start": reportsAfterStart, "outbox_after_start": outboxAfterStart,
+                  "reports_after_flush": reports(), "outbox_after_flush": count("outbox") { !$0.hasPrefix(".") }]
+    let data = try! JSONSerialization.data(withJSONObject: result, options: [.sortedKeys])
+    print(String(decoding: data, as: UTF8.self))
 }

@@ -286,6 +286,7 @@ final class SizeLimitTests: LoopbackServerTestCase {
         server.responder = nil
         let second = try makeClient(storage)
         second.begin()
+        second.waitForStart()  // the crash join runs on the vaka.start thread
         XCTAssertTrue(log.lines.contains { $0.contains("already queued as event \(crash.eventID)") }, "\(log.lines)")
         XCTAssertTrue(second.flush(timeout: 20))
         second.end(timeout: 2)

@@ -84,7 +84,14 @@ final class HarnessTests: XCTestCase {
         let reports = try FileManager.default.contentsOfDirectory(atPath: crashes.path).filter { $0.hasSuffix(".crash") }
         XCTAssertEqual(reports.count, 1)
         let runID = try XCTUnwrap(reports.first).replacingOccurrences(of: ".crash", with: "")
-        let crashedSession = try XCTUnwrap(readOutbox(storage).flatMap(\.sessions).first)
+        // The crashed run's session as its scope.json holds it (its first update may not have been sent: the
+        // crash came right after `start`, while its background part ran).
+        let scopeData = try Data(contentsOf: storage.appendingPathComponent("runs/\(runID)/scope.json"))
+        let crashedScope = try XCTUnwrap(try JSONSerialization.jsonObject(with: scopeData) as? [String: Any])
+        let crashedSession = try XCTUnwrap(crashedScope["session"] as? [String: Any])
+        if let sent = try readOutbox(storage).flatMap(\.sessions).first {
+            XCTAssertEqual(sent["sid"] as? String, crashedSession["sid"] as? String)
+        }
 
         let relaunch = try runHarness(["--storage", storage.path], logDirectory: logs)
         XCTAssertEqual(relaunch.outcome, "exit 0", relaunch.stderr)
@@ -104,10 +111,11 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(dig(event, "user", "id") as? String, "user-123")
         XCTAssertEqual((dig(event, "breadcrumbs", "values") as? [[String: Any]])?.compactMap { $0["message"] as? String },
                        ["Added item 42", "Opened checkout"])
-        XCTAssertEqual(event["release"] as? String, crashedSession["attrs"].flatMap { ($0 as? [String: Any])?["release"] } as? String)
+        XCTAssertEqual(event["release"] as? String, crashedScope["release"] as? String)
         let session = try XCTUnwrap(fatalEnvelope.sessions.first, "crashed update in the same envelope")
         XCTAssertEqual(session["status"] as? String, "crashed")
         XCTAssertEqual(session["sid"] as? String, crashedSession["sid"] as? String, "the session of the run that crashed")
+        XCTAssertEqual(session["init"] as? Bool, !(crashedSession["initSent"] as? Bool ?? true), "init: true when the run had sent no update")
         // The relaunch has its own session, which exited.
         XCTAssertEqual(envelopes.flatMap(\.sessions).last?["status"] as? String, "exited")
         XCTAssertNotEqual(envelopes.flatMap(\.sessions).last?["sid"] as? String, crashedSession["sid"] as? String)
@@ -156,7 +164,13 @@ final class HarnessTests: XCTestCase {
         while !FileManager.default.fileExists(atPath: progress.path), Date() < deadline { usleep(10_000) }
         child.sigkill()
         _ = child.wait(timeout: 30)
-        let sid = try XCTUnwrap(readOutbox(storage).flatMap(\.sessions).first?["sid"] as? String)
+        // The killed run's session from its scope.json: killed right after `start`, it may not have sent its
+        // first update yet (the background part of start sends it).
+        let runs = try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path)
+        XCTAssertEqual(runs.count, 1)
+        let scopeData = try Data(contentsOf: storage.appendingPathComponent("runs/\(try XCTUnwrap(runs.first))/scope.json"))
+        let scope = try XCTUnwrap(try JSONSerialization.jsonObject(with: scopeData) as? [String: Any])
+        let sid = try XCTUnwrap(dig(scope, "session", "sid") as? String)
         let relaunch = try runHarness(["--storage", storage.path], logDirectory: logs)
         XCTAssertEqual(relaunch.outcome, "exit 0", relaunch.stderr)
         let updates = try readOutbox(storage).flatMap(\.sessions).filter { $0["sid"] as? String == sid }

@@ -113,7 +113,9 @@ final class JournalSDKTests: XCTestCase {
             XCTAssertTrue(crumbs.first == 0 || crumbs.count > 100, "all of them, or more than an event carries: \(crumbs.count)")
             recoveredFromJournal += records.filter { $0.kind == .event && !$0.consumed }.count
 
-            let sid = try XCTUnwrap(readOutbox(storage).flatMap(\.sessions).first?["sid"] as? String)
+            // The killed run's session from its scope.json (its first update is sent by the background part of start).
+            let scope = try JSONSerialization.jsonObject(with: Data(contentsOf: runDir.appendingPathComponent("scope.json")))
+            let sid = try XCTUnwrap(dig(scope, "session", "sid") as? String)
             let relaunch = try runHarness(["--storage", storage.path], logDirectory: logs)
             XCTAssertEqual(relaunch.outcome, "exit 0", relaunch.stderr)
             let outbox = try readOutbox(storage)

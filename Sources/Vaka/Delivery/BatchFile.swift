@@ -233,6 +233,13 @@ enum PrivateFiles {
     /// Creates `url` and missing parents with mode 0700 and makes sure `url` itself is 0700.
     /// - Throws: `POSIXError`-carrying `NSError` from `FileManager`, or ``DeliveryIOError``.
     static func makeDirectory(_ url: URL) throws {
+        // The common cases in one or two system calls: the directory is there already (0700), or only it is missing.
+        var existing = stat()
+        if stat(url.path, &existing) == 0, existing.st_mode & S_IFMT == S_IFDIR, existing.st_mode & 0o7777 == 0o700 { return }
+        if mkdir(url.path, 0o700) == 0 {
+            var made = stat()
+            if stat(url.path, &made) == 0, made.st_mode & 0o7777 == 0o700 { return }
+        }
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         // chmod only when needed: an existing 0700 directory on a read-only file system is fine as it is.

@@ -135,7 +135,7 @@ public final class Journal: Sendable {
     init(path: URL, size: Int = Journal.defaultSize, allowMmap: Bool = true,
          failed: (@Sendable (Int32) -> Void)? = nil) throws {
         var flags: Int32 = 0
-        if !allowMmap || ProcessInfo.processInfo.environment["VAKA_JOURNAL_NO_MMAP"] == "1" {
+        if !allowMmap || getenv("VAKA_JOURNAL_NO_MMAP").map({ String(cString: $0) }) == "1" {
             flags |= VAKA_JOURNAL_NO_MMAP
         }
         var handle: OpaquePointer?

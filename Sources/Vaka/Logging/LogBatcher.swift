@@ -16,7 +16,7 @@ struct LogScope: Sendable, Equatable {
     /// 64-bit FNV-1a hashes of its UTF-8 bytes (still one value per run id).
     static func traceID(runID: String) -> String {
         if let uuid = UUID(uuidString: runID) {
-            return uuid.uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+            return String(uuid.uuidString.lowercased().unicodeScalars.filter { $0 != "-" })
         }
         var a: UInt64 = 0xcbf2_9ce4_8422_2325, b: UInt64 = 0x8422_2325_cbf2_9ce4
         for byte in runID.utf8 {

@@ -36,6 +36,9 @@ final class Client: Sendable {
     /// waits for them before its last drain, so that an event accepted while the run ends is not appended to a
     /// journal that was already drained (and then removed with the run directory).
     private let capturesInFlight = Atomic<Int>(0)
+    /// Closed by ``begin()``, opened again when the background part of start is done (``finishStart()``); open
+    /// for a client that was never begun.
+    private let startGate = Gate()
     /// The process that created the client. A `fork()`ed child (another pid) shares the run directory and the
     /// journal's mapping with it, but not its threads: the mover, and captures in progress at the fork.
     private let ownerPID = getpid()
@@ -128,20 +131,46 @@ final class Client: Sendable {
     /// The release of this run.
     var currentRelease: String { state.withLock { $0.scope.release } }
 
-    /// Crash join and leftover sessions of earlier runs, then this run's first session update; starts the mover.
+    /// The part of start that a crash of this run right after ``Vaka/start(_:)`` needs, on the caller's thread:
+    /// `scope.json` written (release, environment, tags and the session before its first update, so the next
+    /// launch's crash join sends this run's crash with its scope and a `crashed` session) and the journal
+    /// registered with the crash handler. The rest runs on a thread of its own (`vaka.start`, ``finishStart()``):
+    /// ``flush(timeout:)``, ``end(timeout:)`` and the captures that bypass the journal wait for it.
     func begin() {
-        joinPreviousRuns()
+        state.withLock { persistScope($0) }
         // The crash handler reads the journal's last seq into a report (and syncs the fallback's rings).
         journal?.registerWithCrashHandler()
+        startGate.close()
+        let thread = Thread { [self] in finishStart() }
+        thread.name = "vaka.start"
+        thread.start()
+    }
+
+    /// The background part of start: the crash join and leftover sessions of earlier runs (their envelopes
+    /// first), then the mover (this run's events after them), then this run's first session update. Marks
+    /// start done (``waitForStart()``).
+    private func finishStart() {
+        joinPreviousRuns()
         mover?.start()
         let items: [EnvelopeItem] = state.withLock { state in
-            persistScope(state)
             guard let update = sessionUpdate(.ok, &state) else { return [] }
-            persistScope(state)
             return [.session(update.jsonData())]
         }
-        if !items.isEmpty { submit(Envelope(items: items)) }
+        if !items.isEmpty {
+            submit(Envelope(items: items))
+            // `scope.json` says the first update was made only once it is written: a crash before that gives a
+            // `crashed` update with `init: true` at the next launch.
+            state.withLock { persistScope($0) }
+        }
         delivery.wake()
+        startGate.open()
+    }
+
+    /// Waits until the background part of start (``finishStart()``) is done. Returns at once in a `fork()`ed
+    /// child: that thread is its parent's.
+    func waitForStart() {
+        guard getpid() == ownerPID else { return }
+        startGate.wait()
     }
 
     // MARK: - Scope
@@ -321,9 +350,11 @@ final class Client: Sendable {
                 }
             }
             log("could not journal event \(event.eventID); written to storage at once")
+            waitForStart()  // earlier runs' envelopes and the mover's first: order is kept
             mover.drain()
             event = factory.completed(event, breadcrumbs: Breadcrumb.last(journal.breadcrumbs(), before: nil))
         }
+        if journal == nil { waitForStart() }  // after earlier runs' envelopes and this run's first session update
         var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: logSink))]
         if let session { items.append(.session(session)) }
         submit(Envelope(header: .init(eventID: event.eventID), items: items))
@@ -339,6 +370,7 @@ final class Client: Sendable {
     /// Moves everything in the journal to delivery (``JournalMover/drain()``), then sends everything queued,
     /// waiting up to `timeout` seconds. `true` when nothing is left.
     func flush(timeout: TimeInterval) -> Bool {
+        waitForStart()
         mover?.drain()
         return delivery.flush(timeout: timeout)
     }
@@ -351,6 +383,8 @@ final class Client: Sendable {
         // appended), the run directory and the session to the parent; it neither waits for threads it does not
         // have nor removes them, and sends no session update (the session is the parent process's).
         let forkChild = getpid() != ownerPID
+        // The background part of start first: its session update comes before the `exited` one.
+        waitForStart()
         let items: [EnvelopeItem]? = state.withLock { state in
             if state.ended { return nil }
             state.ended = true
@@ -393,5 +427,34 @@ final class Client: Sendable {
         let id = UUID().uuidString.lowercased()
         do { try PrivateFiles.writeAtomically(Data(id.utf8), to: url, sync: false) } catch { log?("cannot write anon_id: \(error)") }
         return id
+    }
+}
+
+/// A gate, open at first: ``wait()`` blocks while it is closed (``close()``), until ``open()``.
+/// `@unchecked Sendable`: `isOpen` is read and written only with `condition` held.
+final class Gate: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var isOpen = true
+
+    /// Closes the gate: later ``wait()`` calls block until ``open()``.
+    func close() {
+        condition.lock()
+        isOpen = false
+        condition.unlock()
+    }
+
+    /// Opens the gate and wakes every waiter.
+    func open() {
+        condition.lock()
+        isOpen = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Returns once the gate is open.
+    func wait() {
+        condition.lock()
+        while !isOpen { condition.wait() }
+        condition.unlock()
     }
 }

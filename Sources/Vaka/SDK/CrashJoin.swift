@@ -3,7 +3,8 @@ import Synchronization
 import VakaCrash
 import VakaSymbolication
 
-/// The crash join, run by ``Vaka/start(_:)``: what earlier runs left behind becomes envelopes.
+/// The crash join, run on the `vaka.start` thread that ``Vaka/start(_:)`` starts (``Client/begin()``): what
+/// earlier runs left behind becomes envelopes.
 ///
 /// - A fork child's `<run-id>-<pid>.crash` gets its own event id and its parent run's scope, without a session update.
 /// - Each `<storage>/crashes/<run-id>.crash` (other than this run's) becomes its fatal event

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,12 +17,15 @@ import Glibc
 /// - `app`: `app_name` (executable name), `app_version` (the release), `app_start_time` (RFC 3339, the
 ///   `Vaka.start` time), `app_identifier` (the executable's path).
 struct EventFactory: Sendable {
-    /// The `contexts` of every event (computed once per start).
-    let contexts: Contexts
+    /// The `contexts` of every event: computed at the first read (once per start, usually on a background
+    /// thread: the mover's first event or the crash join), so that `Vaka.start` does not read `/etc/os-release`
+    /// or format the start time on the caller's thread.
+    var contexts: Contexts { lazyContexts.value }
     /// `contexts.device.arch`.
     let arch: String
+    private let lazyContexts: LazyContexts
 
-    /// Collects the machine facts (uname, /etc/os-release) and the app facts.
+    /// Reads `uname` now; `/etc/os-release`, the executable's path and the app facts at the first ``contexts`` read.
     init(release: String, startTime: Date) {
         var name = utsname()
         uname(&name)
@@ -31,15 +35,33 @@ struct EventFactory: Sendable {
             }
         }
         let kernel = field(name.release), build = field(name.version)
-        arch = field(name.machine)
-        let distro = EventFactory.osRelease()
-        let os = OSContext(name: "Linux", version: kernel, kernelVersion: kernel, build: build,
-                           distributionName: distro["ID"], distributionVersion: distro["VERSION_ID"],
-                           distributionPrettyName: distro["PRETTY_NAME"])
-        let executable = EventFactory.executablePath()
-        let app = AppContext(appName: (executable as NSString).lastPathComponent, appVersion: release,
-                             appStartTime: Timestamps.rfc3339(startTime), appIdentifier: executable)
-        contexts = Contexts(device: DeviceContext(arch: arch), os: os, app: app)
+        let arch = field(name.machine)
+        self.arch = arch
+        lazyContexts = LazyContexts {
+            let distro = EventFactory.osRelease()
+            let os = OSContext(name: "Linux", version: kernel, kernelVersion: kernel, build: build,
+                               distributionName: distro["ID"], distributionVersion: distro["VERSION_ID"],
+                               distributionPrettyName: distro["PRETTY_NAME"])
+            let executable = EventFactory.executablePath()
+            let app = AppContext(appName: (executable as NSString).lastPathComponent, appVersion: release,
+                                 appStartTime: Timestamps.rfc3339(startTime), appIdentifier: executable)
+            return Contexts(device: DeviceContext(arch: arch), os: os, app: app)
+        }
+    }
+
+    /// A value computed once, at its first read, by whichever thread reads first (the others wait for it).
+    private final class LazyContexts: Sendable {
+        private let compute: @Sendable () -> Contexts
+        private let stored = Mutex<Contexts?>(nil)
+        init(_ compute: @escaping @Sendable () -> Contexts) { self.compute = compute }
+        var value: Contexts {
+            stored.withLock { stored in
+                if let stored { return stored }
+                let made = compute()
+                stored = made
+                return made
+            }
+        }
     }
 
     /// The path of the running executable (`/proc/self/exe`), else `argv[0]`.

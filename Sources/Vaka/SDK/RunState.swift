@@ -53,6 +53,8 @@ final class RunDirectory {
     /// The run id (directory name).
     let runID: String
     private var lockFD: Int32 = -1
+    /// Whether `scope.json` was written once (later writes replace it atomically).
+    private var wroteScope = false
     private let encoder: JSONEncoder = {
         let e = JSONEncoder()
         e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -70,7 +72,10 @@ final class RunDirectory {
     /// - Throws: ``DeliveryIOError`` or a `FileManager` error when it cannot be created.
     init(storage: URL, runID: String) throws {
         self.runID = runID
-        url = RunDirectory.root(storage).appendingPathComponent(runID, isDirectory: true)
+        let root = RunDirectory.root(storage)
+        url = root.appendingPathComponent(runID, isDirectory: true)
+        // `runs/` first: each level is then one mkdir(2) (see PrivateFiles.makeDirectory).
+        try PrivateFiles.makeDirectory(root)
         try PrivateFiles.makeDirectory(url)
         lockFD = open(url.appendingPathComponent("lock").path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if lockFD >= 0 { _ = flock(lockFD, LOCK_EX | LOCK_NB) }
@@ -81,6 +86,9 @@ final class RunDirectory {
     /// Writes `scope.json` atomically. Failures are returned as an error for debug logging. A scope that would
     /// encode over ``maxScopeBytes`` (never, within ``RunScope``'s limits; a guard) is written without its tags
     /// rather than as a file the next launch would refuse.
+    /// The first write creates the file in place (`O_EXCL`, no temporary file and rename: the directory is new
+    /// and no other process reads it while this run's lock is held; a file torn by a crash during that write
+    /// gives the next launch no scope, as no file would).
     func write(_ scope: RunScope) throws {
         var data = try encoder.encode(scope)
         if data.count > RunDirectory.maxScopeBytes {
@@ -88,7 +96,18 @@ final class RunDirectory {
             smaller.tags = [:]
             data = try encoder.encode(smaller)
         }
-        try PrivateFiles.writeAtomically(data, to: url.appendingPathComponent("scope.json"), sync: false)
+        let file = url.appendingPathComponent("scope.json")
+        if !wroteScope {
+            let fd = open(file.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            if fd >= 0 {
+                let code = PrivateFiles.withFileSizeSignalBlocked { PrivateFiles.writeAll(fd, data) }
+                Glibc.close(fd)
+                if code == 0 { wroteScope = true; return }
+                unlink(file.path)
+            }
+        }
+        try PrivateFiles.writeAtomically(data, to: file, sync: false)
+        wroteScope = true
     }
 
     /// Deletes the directory (the run ended and everything about it was sent or queued).
