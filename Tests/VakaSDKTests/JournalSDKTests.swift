@@ -91,7 +91,7 @@ final class JournalSDKTests: XCTestCase {
     /// capture order without a gap; an event may appear twice only as part of the mover's batch in flight
     /// (written to the outbox, the process killed before the records were consumed: the next launch writes
     /// that batch again, so the sequence restarts once, inside what was already written). The killed run's
-    /// session ends `abnormal`.
+    /// session ends `abnormal` (or `exited`, when the kill came after its exit had written that update).
     func testJournalFloodKilledAtRandomMomentsLosesNothingBeforeTheKill() throws {
         var recoveredFromJournal = 0, redelivered = 0, withBreadcrumbs = 0, withoutBreadcrumbs = 0
         let (kills, attempts) = try killAtRandomMoments("journal-flood", maxDelay: 150_000) { storage, logs, progressURL in
@@ -133,8 +133,11 @@ final class JournalSDKTests: XCTestCase {
                 XCTAssertLessThanOrEqual(trail.count, 100)
                 withBreadcrumbs += 1
             }
+            // The killed run's session ends: `abnormal`, or `exited` when the kill came after the run's exit had
+            // written its `exited` update (the run directory not yet removed); never left open.
             let updates = outbox.flatMap(\.sessions).filter { $0["sid"] as? String == sid }
-            XCTAssertEqual(updates.last?["status"] as? String, "abnormal", "\(updates)")
+            let status = updates.last?["status"] as? String
+            XCTAssertTrue(status == "abnormal" || status == "exited", "\(updates)")
             XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path), [],
                            "the killed run's directory is removed by the join, the relaunch's at its exit")
         }
