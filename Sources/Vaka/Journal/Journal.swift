@@ -94,8 +94,8 @@ public final class Journal: Sendable {
 
         /// The body as text.
         public var text: String { String(decoding: body, as: UTF8.self) }
-        /// ``timeNs`` in seconds since the epoch.
-        public var timestamp: Double { Double(timeNs) / 1e9 }
+        /// ``timeNs`` in seconds since the epoch (``Journal/seconds(_:)``).
+        public var timestamp: Double { Journal.seconds(timeNs) }
 
         /// Equal when everything but the journal position is.
         public static func == (a: Record, b: Record) -> Bool {
@@ -103,6 +103,20 @@ public final class Journal: Sendable {
                 && a.category == b.category && a.body == b.body && a.attributes == b.attributes
                 && a.consumed == b.consumed
         }
+    }
+
+    /// `seconds` since the epoch as journal time (ns); 0 (the journal's "now") when negative or not finite.
+    /// Whole seconds and the fraction are converted apart, so that ``seconds(_:)`` gives back the same `Double`
+    /// (a product `seconds * 1e9` is not exact at today's times: 1700000000.25 would come back as 1700000000.2499998).
+    static func nanoseconds(_ seconds: Double) -> UInt64 {
+        guard seconds.isFinite, seconds > 0, seconds < 1.8e10 else { return 0 }
+        let whole = seconds.rounded(.down)
+        return UInt64(whole) * 1_000_000_000 + UInt64(((seconds - whole) * 1e9).rounded())
+    }
+
+    /// Journal time `ns` as seconds since the epoch (the inverse of ``nanoseconds(_:)``).
+    public static func seconds(_ ns: UInt64) -> Double {
+        Double(ns / 1_000_000_000) + Double(ns % 1_000_000_000) / 1e9
     }
 
     /// Default file size: 256 KiB (`VAKA_JOURNAL_DEFAULT_SIZE`).

@@ -184,7 +184,7 @@ enum LogJSON {
     /// Seconds since the epoch with the nanoseconds as a fraction, e.g. `1714566896.789` (shortest `Double`
     /// form; a whole second is written `1714566896.0`).
     static func timestamp(_ timeNs: UInt64) -> String {
-        (Double(timeNs / 1_000_000_000) + Double(timeNs % 1_000_000_000) / 1e9).description
+        Journal.seconds(timeNs).description
     }
 
     /// Appends `s` as a JSON string literal.

@@ -64,7 +64,7 @@ enum LogRouter {
         let timeNs = realtimeNs()
         let sorted: [(key: String, value: LogAttribute)] = attributes.isEmpty ? [] : attributes.sorted { $0.key < $1.key }
         routes.journal?(timeNs, level, body, sorted)
-        let timestamp = Double(timeNs / 1_000_000_000) + Double(timeNs % 1_000_000_000) / 1e9
+        let timestamp = Journal.seconds(timeNs)
         if let min = routes.breadcrumbLevel, level >= min {
             var data: [String: String]? = nil
             if !sorted.isEmpty {

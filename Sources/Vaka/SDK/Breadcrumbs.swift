@@ -7,7 +7,7 @@ import Foundation
 /// Mapping: `category` ↔ the record's category (`""` = none), `message` ↔ the body (empty = none), `level`
 /// ↔ the record's level (Sentry's breadcrumb levels `debug`/`info`/`warning`/`error`/`fatal` ↔ the journal's
 /// 5/9/13/17/21; 0 = none; any other name is stored as `info`), `type` ↔ the meta attribute `type` (absent =
-/// `default`), `data` ↔ string attributes, `timestamp` ↔ the record's time (ns since the epoch: ``Client/nanoseconds(_:)``).
+/// `default`), `data` ↔ string attributes, `timestamp` ↔ the record's time (ns since the epoch: ``Journal/nanoseconds(_:)``).
 extension Breadcrumb {
     /// The journal level of a Sentry breadcrumb level name (`nil`: 0, none).
     static func journalLevel(_ level: String?) -> UInt8 {
@@ -60,7 +60,7 @@ extension Breadcrumb {
             case .boolean(let v): data[attribute.key] = String(v)
             }
         }
-        self.init(timestamp: Client.seconds(record.timeNs), type: type, category: record.category.isEmpty ? nil : record.category,
+        self.init(timestamp: Journal.seconds(record.timeNs), type: type, category: record.category.isEmpty ? nil : record.category,
                   message: record.body.isEmpty ? nil : record.text, level: Breadcrumb.levelName(record.level),
                   data: data.isEmpty ? nil : data)
     }
@@ -94,7 +94,7 @@ extension Journal {
     /// client cuts it to the per-field limits first). Returns the record's seq, or `nil` when the append failed.
     @discardableResult
     func append(_ crumb: Breadcrumb) -> UInt64? {
-        append(.breadcrumb, level: Breadcrumb.journalLevel(crumb.level), timeNs: Client.nanoseconds(crumb.timestamp),
+        append(.breadcrumb, level: Breadcrumb.journalLevel(crumb.level), timeNs: Journal.nanoseconds(crumb.timestamp),
                category: crumb.category ?? "", body: crumb.message ?? "", attributes: crumb.journalAttributes)
     }
 }

@@ -203,20 +203,6 @@ final class Client: Sendable {
         addBreadcrumb(Breadcrumb(timestamp: Date().timeIntervalSince1970, category: category, message: message))
     }
 
-    /// `seconds` since the epoch as journal time (ns); 0 (the journal's "now") when negative or not finite.
-    /// Whole seconds and the fraction are converted apart, so that ``seconds(_:)`` gives back the same `Double`
-    /// (a product `seconds * 1e9` is not exact at today's times: 1700000000.25 would come back as 1700000000.2499998).
-    static func nanoseconds(_ seconds: Double) -> UInt64 {
-        guard seconds.isFinite, seconds > 0, seconds < 1.8e10 else { return 0 }
-        let whole = seconds.rounded(.down)
-        return UInt64(whole) * 1_000_000_000 + UInt64(((seconds - whole) * 1e9).rounded())
-    }
-
-    /// Journal time `ns` as seconds since the epoch (the inverse of ``nanoseconds(_:)``).
-    static func seconds(_ ns: UInt64) -> Double {
-        Double(ns / 1_000_000_000) + Double(ns % 1_000_000_000) / 1e9
-    }
-
     /// Sets (or with `nil` removes) a tag on all later events and on this run's crash. Key and value are cut to
     /// 200 characters (``EventBudget/maxTagChars``) first, as the server would. The run keeps at most
     /// ``RunScope/maxTags`` tags: a new key beyond that removes the tag set longest ago (debug line), so the
@@ -343,7 +329,7 @@ final class Client: Sendable {
             if let body = try? event.jsonData() {
                 var attributes = [Journal.Attribute(key: "event_id", value: .string(event.eventID), meta: true)]
                 if let session { attributes.append(Journal.Attribute(key: "session", value: .string(String(decoding: session, as: UTF8.self)), meta: true)) }
-                if journal.append(.event, level: Client.journalLevel(event.level), timeNs: Client.nanoseconds(event.timestamp ?? 0),
+                if journal.append(.event, level: Client.journalLevel(event.level), timeNs: Journal.nanoseconds(event.timestamp ?? 0),
                                   bodyBytes: body, attributes: attributes) != nil {
                     mover.eventAppended()
                     return
