@@ -1,21 +1,9 @@
 import Foundation
 import Synchronization
 
-/// What the mover needs of log batching: the journal's log records in, Sentry `log` envelope items out.
-/// ``ScopedLogBatcher`` (``LogBatcher`` with the run's ``LogScope``) is the implementation.
-protocol LogMoving: Sendable {
-    /// Takes one log record; `true` when a batch is due now (count or bytes).
-    mutating func add(_ record: Journal.Record) -> Bool
-    /// Whether the oldest record held is old enough to send (age).
-    func isDue(now: Date) -> Bool
-    /// Whether nothing is held.
-    var isEmpty: Bool { get }
-    /// The `log` item of everything held (emptied), or `nil` when nothing is held.
-    mutating func takeItem() -> EnvelopeItem?
-}
-
-/// ``LogBatcher`` with the ``LogScope`` of the run whose logs it batches: the mover's ``LogMoving``.
-struct ScopedLogBatcher: LogMoving {
+/// ``LogBatcher`` with the ``LogScope`` of the run whose logs it batches: the mover's log batching (this run's
+/// logs, and a dead run's at the next launch).
+struct ScopedLogBatcher: Sendable {
     /// The batching.
     var batcher = LogBatcher()
     /// The run's release, environment and trace id.
@@ -24,12 +12,16 @@ struct ScopedLogBatcher: LogMoving {
     /// A batcher for the logs of a run with `scope`.
     init(scope: LogScope) { self.scope = scope }
 
+    /// Takes one log record; `true` when a batch is due now (count or bytes).
     mutating func add(_ record: Journal.Record) -> Bool { batcher.add(record, scope: scope) }
 
+    /// Whether the oldest record held is old enough to send (age).
     func isDue(now: Date) -> Bool { batcher.isDue(now: now) }
 
+    /// Whether nothing is held.
     var isEmpty: Bool { batcher.isEmpty }
 
+    /// The `log` item of everything held (emptied), or `nil` when nothing is held.
     mutating func takeItem() -> EnvelopeItem? { batcher.takeItem() }
 }
 
@@ -52,7 +44,7 @@ struct ScopedLogBatcher: LogMoving {
 ///    launch delivers them again (same `event_id`: servers keep one).
 ///    When `pending/` cannot be written, the envelopes are held in memory by the queue (and still sent); the
 ///    records stay unconsumed until a later pass writes them (``Delivery/persistQueued()``).
-/// 2. Logs: each record goes to the ``LogMoving`` (when the client has one); a due batch (count, bytes, age,
+/// 2. Logs: each record goes to the ``ScopedLogBatcher`` (when the client has one); a due batch (count, bytes, age,
 ///    log ring at least 750 ‰ full, or a drain) is submitted durably, then consumed through its last record.
 /// 3. In the journal's fallback (mmap refused), ``Journal/sync()`` when anything was appended since the last.
 ///
@@ -77,7 +69,7 @@ final class JournalMover: @unchecked Sendable {
         /// The last log record handed to the batcher.
         var logCursor: Journal.Record?
         /// The log batching (nil: logs stay in the journal).
-        var logs: (any LogMoving)?
+        var logs: ScopedLogBatcher?
         /// The journal's last seq at the last sync (fallback only).
         var syncedSeq: UInt64 = 0
     }
@@ -96,7 +88,7 @@ final class JournalMover: @unchecked Sendable {
     static let logRingHighWater = 750
 
     /// A mover for `journal` (not started: ``start()``). `logs`: the log batching, or `nil`.
-    init(journal: Journal, delivery: Delivery, factory: EventFactory, logs: (any LogMoving)?,
+    init(journal: Journal, delivery: Delivery, factory: EventFactory, logs: ScopedLogBatcher?,
          log: (@Sendable (String) -> Void)?) {
         self.journal = journal
         self.delivery = delivery

@@ -276,7 +276,7 @@ extension Client {
 
     /// The log batching for the logs recovered from run `run`: its release, environment and trace id (from
     /// its scope; without one, the current release and environment).
-    func logMover(run: RunDirectory.Previous) -> any LogMoving {
+    func logMover(run: RunDirectory.Previous) -> ScopedLogBatcher {
         let scope = run.scope.map(LogScope.init(run:))
             ?? LogScope(release: currentRelease, environment: options.environment, traceID: LogScope.traceID(runID: run.runID))
         return ScopedLogBatcher(scope: scope)
