@@ -199,7 +199,7 @@ func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [Strin
             if not env.items: print("PROBLEM %s: no items" % path); continue
             n += 1
             for j, item in enumerate(env.items):
-                if item.type not in ("event", "session"): print("PROBLEM %s: item type %s" % (path, item.type))
+                if item.type not in ("event", "session", "log", "client_report"): print("PROBLEM %s: item type %s" % (path, item.type))
                 try:
                     payload = json.loads(item.payload.get_bytes())
                 except ValueError:

@@ -93,7 +93,9 @@ extension Vaka {
         /// Called with every event just before it is queued: return it (changed or not) to send it, `nil` to
         /// drop it (counted in a client report: reason `before_send`, category `error`). Runs for handled
         /// errors, messages, ``Vaka/track(_:_:)`` and ``Vaka/screen(_:)`` events **on the mover thread**
-        /// (`vaka.journal`), not on the thread that captured them, and for a crash **at the next launch**, on
+        /// (`vaka.journal`), not on the thread that captured them (events still in the journal when
+        /// ``Vaka/flush(timeout:)`` or ``Vaka/close(timeout:)`` is called are moved, and the hook called, on
+        /// that caller's thread; without a journal, on the capturing thread), and for a crash **at the next launch**, on
         /// the `vaka.start` thread (the crashed run's event, with that run's scope). It sees the event complete:
         /// contexts, breadcrumbs, the in-app marking, and the ``sendDefaultPii`` rule applied; the size
         /// limits are applied after it. A crash it drops is not sent again (its report is deleted); the
