@@ -99,6 +99,8 @@ final class ClientReports: Sendable {
         var inFlight = false
         /// Whether the file may hold counts to send (true at first: an earlier run may have left some).
         var fileMayHoldCounts = true
+        /// Drops recorded so far (a take that found nothing clears ``fileMayHoldCounts`` only when none came meanwhile).
+        var recorded: UInt64 = 0
     }
     private let state = Mutex(State())
 
@@ -167,6 +169,7 @@ final class ClientReports: Sendable {
         let due = state.withLock { state -> Bool in
             state.unsaved.merge(counts, uniquingKeysWith: ClientReports.add)
             state.fileMayHoldCounts = true
+            state.recorded &+= 1
             guard state.lastWrite == 0 || now &- state.lastWrite >= 1_000_000_000 else { return false }
             state.lastWrite = now
             return true
@@ -200,13 +203,21 @@ final class ClientReports: Sendable {
     /// travelling, or the file cannot be used. Settle it with ``commit(_:)`` or ``abort(_:)``.
     func take(now: Date = Date()) -> Ticket? {
         guard enabled else { return nil }
-        let unsaved: [Key: Int]? = state.withLock { state in
+        let started: (unsaved: [Key: Int], recorded: UInt64)? = state.withLock { state in
             guard !state.inFlight, state.fileMayHoldCounts || !state.unsaved.isEmpty else { return nil }
             state.inFlight = true
             defer { state.unsaved = [:] }
-            return state.unsaved
+            return (state.unsaved, state.recorded)
         }
-        guard let unsaved else { return nil }
+        guard let (unsaved, recorded) = started else { return nil }
+        if unsaved.isEmpty, access(url.path, F_OK) != 0 {
+            // Nothing counted anywhere: no lock file is created, and no later envelope looks again until a drop.
+            state.withLock { state in
+                state.inFlight = false
+                if state.recorded == recorded { state.fileMayHoldCounts = false }
+            }
+            return nil
+        }
         var taken: [Key: Int] = [:]
         let owner = self.owner
         let ok = withFile { file in
@@ -226,7 +237,7 @@ final class ClientReports: Sendable {
         guard !taken.isEmpty else {
             state.withLock { state in
                 state.inFlight = false
-                if state.unsaved.isEmpty { state.fileMayHoldCounts = false }
+                if state.recorded == recorded { state.fileMayHoldCounts = false }
             }
             return nil
         }
