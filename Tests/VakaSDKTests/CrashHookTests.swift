@@ -89,4 +89,26 @@ final class CrashHookTests: XCTestCase {
         XCTAssertEqual(entries.first?["category"] as? String, "error")
         XCTAssertEqual(entries.first?["quantity"] as? Int, 1)
     }
+
+    /// Crashes lost at the join are counted too: reports beyond the newest 50 (deleted unread,
+    /// `cache_overflow`) and reports that do not parse (`.crash.invalid`, `internal_sdk_error`).
+    func testCrashReportsLostAtTheJoinAreCounted() throws {
+        let storage = dirs.make("lost-crashes")
+        let crashes = storage.appendingPathComponent("crashes")
+        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+        for i in 0..<52 {
+            let url = crashes.appendingPathComponent(String(format: "00000000-0000-4000-8000-%012d.crash", i))
+            try Data("not a report \(i)\n".utf8).write(to: url)
+            var times = [timespec(tv_sec: 1_700_000_000 + i, tv_nsec: 0), timespec(tv_sec: 1_700_000_000 + i, tv_nsec: 0)]
+            XCTAssertEqual(utimensat(AT_FDCWD, url.path, &times, 0), 0)
+        }
+        try launch(storage, environment: [:])
+        let envelopes = try readOutbox(storage)
+        try checkPeers(envelopes)
+        var counts: [String: Int] = [:]
+        for entry in discarded(envelopes) {
+            counts["\(entry["reason"] as? String ?? "?")/\(entry["category"] as? String ?? "?")", default: 0] += entry["quantity"] as? Int ?? -1
+        }
+        XCTAssertEqual(counts, ["cache_overflow/error": 2, "internal_sdk_error/error": 50])
+    }
 }

@@ -54,8 +54,11 @@ final class ClientReports: Sendable {
         case cacheOverflow = "cache_overflow"
         /// The server refused it for good (a 4xx other than 401/407/408/429, or 413 even at the smallest size).
         case sendError = "send_error"
-        /// Could not be written where it had to go (an outbox write that failed).
+        /// Lost inside the SDK: an outbox write that failed, a crash report that does not parse, a journalled
+        /// event whose JSON does not decode.
         case internalSDKError = "internal_sdk_error"
+        /// Not recorded: a log whose journal append failed (its spill file full, or a write error).
+        case bufferOverflow = "buffer_overflow"
     }
 
     /// A counter key.

@@ -115,6 +115,10 @@ final class JournalMover: @unchecked Sendable {
     /// Called after an event record was appended: wakes the thread (a store, plus a signal only when it sleeps).
     func eventAppended() { wake() }
 
+    /// Called when a log could not be appended (the journal's spill file full, a write error): counted in the
+    /// client reports (`buffer_overflow`, `log_item`).
+    func logNotRecorded() { processor.reports?.record(.bufferOverflow, category: "log_item") }
+
     /// Called after a log record was appended: every ``logCheckInterval``-th call looks at the log ring and
     /// wakes the thread when it is at least ``logRingHighWater`` full, so that a burst of logs is moved (and
     /// its ring space freed) before the ring fills and appends go to the spill file at write(2) cost. The
@@ -287,6 +291,7 @@ final class JournalMover: @unchecked Sendable {
             event = try JSONDecoder().decode(Event.self, from: Data(record.body))
         } catch {
             log?("journal event record \(record.seq) does not decode (\(error)); dropped")
+            processor.reports?.record(.internalSDKError, category: "error")
             return nil
         }
         let session = record.meta("session").map { EnvelopeItem.session(Data($0.utf8)) }

@@ -105,6 +105,7 @@ extension Client {
                 report = try CrashReport(contentsOf: path)
             } catch {
                 logLine("crash report \(name) does not parse (\(error)); renamed to \(name).invalid")
+                delivery.clientReports.record(.internalSDKError, category: "error")
                 _ = rename(path, path + ".invalid")
                 continue
             }
@@ -221,6 +222,7 @@ extension Client {
         }.sorted { ($0.mtime, $0.name) > ($1.mtime, $1.name) }
         for old in dated.dropFirst(Client.maxKeptReports) {
             unlink(crashes.appendingPathComponent(old.name).path)
+            delivery.clientReports.record(.cacheOverflow, category: "error")
             if let run = runs.removeValue(forKey: runName(ofReport: old.name)) {
                 try? FileManager.default.removeItem(at: run.url)
             }
