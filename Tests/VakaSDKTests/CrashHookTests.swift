@@ -111,4 +111,33 @@ final class CrashHookTests: XCTestCase {
         }
         XCTAssertEqual(counts, ["cache_overflow/error": 2, "internal_sdk_error/error": 50])
     }
+
+    /// `inAppInclude`/`inAppExclude` and the PII rule apply to the crash event at the next launch too: with
+    /// `HOME` set to the directory above this checkout, every path of the harness (its image, its frames'
+    /// source files, `app_identifier`) starts with `~/`.
+    func testInAppListsAndThePIIRuleApplyToACrashEvent() throws {
+        let storage = dirs.make("crash-in-app")
+        try crash(storage)
+        let home = Paths.repositoryRoot.deletingLastPathComponent().path
+        try launch(storage, environment: ["VAKA_IN_APP_EXCLUDE": "vaka-crashme", "VAKA_IN_APP_INCLUDE": "libc.so", "HOME": home])
+        let envelopes = try readOutbox(storage)
+        try checkPeers(envelopes)
+        let fatal = try XCTUnwrap(envelopes.flatMap(\.events).first { $0["level"] as? String == "fatal" })
+        let exception = ((fatal["exception"] as? [String: Any])?["values"] as? [[String: Any]])?.first
+        let frames = (exception?["stacktrace"] as? [String: Any])?["frames"] as? [[String: Any]] ?? []
+        let harness = frames.filter { ($0["package"] as? String)?.hasSuffix("/vaka-crashme") == true }
+        XCTAssertFalse(harness.isEmpty)
+        XCTAssertEqual(Set(harness.map { $0["in_app"] as? Bool }), [false], "excluded by image name")
+        let libc = frames.filter { ($0["package"] as? String).map { ($0 as NSString).lastPathComponent.hasPrefix("libc.so") } == true }
+        XCTAssertFalse(libc.isEmpty, "frames: \(frames.map { $0["package"] ?? "-" })")
+        XCTAssertEqual(Set(libc.map { $0["in_app"] as? Bool }), [true], "included by image name")
+        let text = String(decoding: try JSONSerialization.data(withJSONObject: fatal), as: UTF8.self)
+        XCTAssertFalse(text.contains(home + "/"), "the home directory is a tilde everywhere")
+        XCTAssertTrue(harness.allSatisfy { ($0["package"] as? String)?.hasPrefix("~/") == true })
+        let images = (fatal["debug_meta"] as? [String: Any])?["images"] as? [[String: Any]] ?? []
+        XCTAssertTrue(images.contains { ($0["code_file"] as? String)?.hasPrefix("~/") == true && ($0["code_file"] as? String)?.hasSuffix("/vaka-crashme") == true })
+        XCTAssertEqual(((fatal["contexts"] as? [String: Any])?["app"] as? [String: Any])?["app_identifier"] as? String,
+                       "~/" + Paths.harness.path.dropFirst(home.count + 1))
+        XCTAssertNil(fatal["server_name"])
+    }
 }
