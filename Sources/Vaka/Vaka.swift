@@ -134,10 +134,12 @@ public enum Vaka {
     /// `mechanism {type: "swift.error", handled: true}`, and the calling thread's frames (oldest first, the
     /// caller of `capture` last), symbolicated like crash frames, with `debug_meta.images`. Counts one error in
     /// the session.
-    /// Not kept by ``Options/sampleRate``: nothing is recorded (counted in a client report).
+    /// Not kept by ``Options/sampleRate``: no event is recorded (counted in a client report), but the error
+    /// still counts in the session (`errors`), as in Sentry's SDKs.
     @inline(never)
     public static func capture(_ error: Error) {
-        guard let client = current, client.sampled() else { return }
+        guard let client = current else { return }
+        guard client.sampled() else { return client.countSampledOutError() }
         let stack = client.stacks.capture(skip: 1)  // skip capture(_:) itself
         client.capture(error: error, stack: stack)
     }

@@ -84,6 +84,8 @@ final class CrashHookTests: XCTestCase {
         try checkPeers(envelopes)
         let events = envelopes.flatMap(\.events)
         XCTAssertEqual(events.map { $0["level"] as? String }, ["fatal"], "the handled error is not kept, the crash is")
+        let exited = envelopes.flatMap(\.sessions).filter { $0["status"] as? String == "exited" }
+        XCTAssertEqual(exited.map { $0["errors"] as? Int }, [1, 0], "the error not kept still counts in its run's session")
         let entries = discarded(envelopes)
         XCTAssertEqual(entries.map { $0["reason"] as? String }, ["sample_rate"])
         XCTAssertEqual(entries.first?["category"] as? String, "error")

@@ -309,6 +309,17 @@ final class Client: Sendable {
         return false
     }
 
+    /// A handled error not kept by ``Vaka/Options/sampleRate`` still counts in the session (as Sentry's SDKs
+    /// count it): `errors` goes up in `scope.json`, and the next session update (the next kept error, `exited`,
+    /// `crashed` or `abnormal`) carries it; no update is sent for it alone.
+    func countSampledOutError() {
+        state.withLock { state in
+            guard !state.ended, state.scope.session != nil else { return }
+            state.scope.session!.errors += 1
+            persistScope(state)
+        }
+    }
+
     /// Captures a message event at `level` (`eventID` given only by tests that need a known id). `stack`: the
     /// calling thread's stack for ``Vaka/Options/attachStacktrace`` (`threads.values[0]`, `current: true`).
     func capture(message: String, level: Event.Level, eventID: String? = nil, extra: [String: JSONValue] = [:],
@@ -383,7 +394,7 @@ final class Client: Sendable {
         }
         var items: [EnvelopeItem] = [.event(EventFactory.finalize(processed, log: logSink))]
         if let session { items.append(.session(session)) }
-        submit(Envelope(header: .init(eventID: event.eventID), items: items))
+        submit(Envelope(header: .init(eventID: processed.eventID), items: items))
     }
 
     /// Hands an envelope to delivery, durably (written to disk before returning).

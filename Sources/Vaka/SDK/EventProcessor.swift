@@ -14,7 +14,8 @@ import Glibc
 ///    `dist` (``Vaka/Options/dist``), each only when the event has none;
 /// 3. the PII rule (``Vaka/Options/sendDefaultPii``): without it the home directory becomes `~` in paths; with
 ///    it `user.ip_address` is `{{auto}}` when not set;
-/// 4. ``Vaka/Options/beforeSend``: `nil` drops the event, counted in ``ClientReports`` (`before_send`, `error`).
+/// 4. ``Vaka/Options/beforeSend``: `nil` drops the event, counted in ``ClientReports`` (`before_send`, `error`);
+///    the `event_id` of an event it returns is kept as it was.
 struct EventProcessor: Sendable {
     /// Where the event comes from (for the documentation of the hook's thread; both are processed alike).
     enum Kind: Sendable {
@@ -73,10 +74,11 @@ struct EventProcessor: Sendable {
             EventProcessor.replaceHome(home, in: &event)
         }
         guard let beforeSend else { return event }
-        guard let kept = beforeSend(event) else {
+        guard var kept = beforeSend(event) else {
             reports?.record(.beforeSend, category: "error")
             return nil
         }
+        kept.eventID = event.eventID  // the envelope header, deduplication and the crash ledger go by it
         return kept
     }
 

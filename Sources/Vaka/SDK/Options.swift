@@ -82,7 +82,8 @@ extension Vaka {
 
         /// The share of events from ``Vaka/capture(_:)`` and ``Vaka/capture(message:level:)`` that are kept,
         /// 0...1: each such event is kept with this probability, decided on the calling thread before anything
-        /// is recorded; one not kept is counted in a client report (reason `sample_rate`, category `error`).
+        /// is recorded; one not kept is counted in a client report (reason `sample_rate`, category `error`), and a
+        /// handled error not kept still counts in the session's `errors` (as in Sentry's SDKs).
         /// Crash events are **always** kept, and so are ``Vaka/track(_:_:)`` and ``Vaka/screen(_:)`` events,
         /// sessions and logs. Default 1 (all). NaN counts as 1; a value outside 0...1 is clamped, with one
         /// `[vaka]` line on stderr.
@@ -98,7 +99,7 @@ extension Vaka {
         /// that caller's thread; without a journal, on the capturing thread), and for a crash **at the next launch**, on
         /// the `vaka.start` thread (the crashed run's event, with that run's scope). It sees the event complete:
         /// contexts, breadcrumbs, the in-app marking, and the ``sendDefaultPii`` rule applied; the size
-        /// limits are applied after it. A crash it drops is not sent again (its report is deleted); the
+        /// limits are applied after it; its `event_id` cannot be changed (it is kept). A crash it drops is not sent again (its report is deleted); the
         /// crashed session's update is still sent. It cannot throw; a hook that traps crashes the app, as in
         /// any SDK. Default `nil`.
         public var beforeSend: (@Sendable (Event) -> Event?)? = nil
