@@ -100,6 +100,20 @@ final class ClientReportTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: url.path))
     }
 
+    func testWithStorageThatCannotBeWrittenCountsStillGoOutFromMemory() throws {
+        let reports = ClientReports(storageDirectory: URL(fileURLWithPath: "/proc/self/no-such-directory"))
+        reports.record(.queueOverflow, category: "error", quantity: 3)
+        let ticket = try XCTUnwrap(reports.take())
+        XCTAssertTrue(ticket.inMemory)
+        XCTAssertEqual(ticket.counts, [ClientReports.Key(reason: "queue_overflow", category: "error"): 3])
+        XCTAssertNil(reports.take(), "one report travels at a time")
+        reports.abort(ticket)
+        let again = try XCTUnwrap(reports.take(), "put back in memory")
+        XCTAssertEqual(again.counts, ticket.counts)
+        reports.commit(again)
+        XCTAssertNil(reports.take())
+    }
+
     func testDropsAtTheQueueAndOutboxCapsAreCounted() throws {
         let storage = dirs.make("caps")
         let reports = ClientReports(storageDirectory: storage)

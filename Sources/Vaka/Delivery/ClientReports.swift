@@ -32,6 +32,9 @@ import Synchronization
 /// (called at close): a burst (sampling thousands of events) costs one write per second, and a process
 /// killed by SIGKILL loses at most the last second's counts.
 ///
+/// Storage that cannot be written (read-only, full): the counts stay in memory and still go out with the next
+/// envelope (put back in memory when it fails); they do not outlive the process then.
+///
 /// Bounded: at most ``maxEntries`` reason/category pairs in `pending` and ``maxInFlight`` in-flight entries
 /// (the oldest pid's merged back beyond that); a file over 64 KiB or not JSON is replaced. Quantities
 /// saturate at `Int.max`.
@@ -74,6 +77,8 @@ final class ClientReports: Sendable {
         let item: EnvelopeItem
         /// The counts it carries.
         let counts: [Key: Int]
+        /// `true`: the file could not be used (storage not writable), the counts were only in memory.
+        var inMemory = false
     }
 
     /// Most reason/category pairs kept.
@@ -231,11 +236,12 @@ final class ClientReports: Sendable {
             if !taken.isEmpty { file.inFlight[owner] = taken }
         }
         if !ok {
-            state.withLock { state in
-                state.unsaved.merge(unsaved, uniquingKeysWith: ClientReports.add)
-                state.inFlight = false
+            // Storage that cannot be written: what this process counted still goes out, from memory.
+            guard !unsaved.isEmpty else {
+                state.withLock { $0.inFlight = false }
+                return nil
             }
-            return nil
+            return Ticket(item: ClientReports.item(unsaved, timestamp: now.timeIntervalSince1970), counts: unsaved, inMemory: true)
         }
         guard !taken.isEmpty else {
             state.withLock { state in
@@ -250,7 +256,7 @@ final class ClientReports: Sendable {
     /// The envelope that carried `ticket` was accepted (or written to the outbox): its counts are done.
     func commit(_ ticket: Ticket) {
         let owner = self.owner
-        if !withFile(body: { file in file.inFlight[owner] = nil }) {
+        if !ticket.inMemory, !withFile(body: { file in file.inFlight[owner] = nil }) {
             logSink?("client reports: could not update \(url.lastPathComponent) after a report was sent; its counts may be sent again")
         }
         state.withLock { $0.inFlight = false }
@@ -259,6 +265,13 @@ final class ClientReports: Sendable {
     /// The envelope that carried `ticket` did not go out: its counts go back to `pending` for a later one.
     func abort(_ ticket: Ticket) {
         let owner = self.owner
+        if ticket.inMemory {
+            state.withLock { state in
+                state.unsaved.merge(ticket.counts, uniquingKeysWith: ClientReports.add)
+                state.inFlight = false
+            }
+            return
+        }
         if !withFile(body: { file in
             if let counts = file.inFlight.removeValue(forKey: owner) { file.pending.merge(counts, uniquingKeysWith: ClientReports.add) }
         }) {
