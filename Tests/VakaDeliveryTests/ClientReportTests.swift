@@ -189,6 +189,7 @@ final class ClientReportTests: XCTestCase {
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         for key in ["VAKA_DSN", "SENTRY_DSN", "SENTRY_RELEASE", "SENTRY_ENVIRONMENT", "VAKA_RELEASE"] { env[key] = nil }
+        env["SWIFT_BACKTRACE"] = "enable=no"
         process.environment = env.merging(environment) { _, new in new }
         let errors = Pipe()
         process.standardError = errors
@@ -213,6 +214,27 @@ final class ClientReportTests: XCTestCase {
         XCTAssertEqual(events.first?["environment"] as? String, "from-env")
         XCTAssertEqual(server.requests.first?.path, "/api/42/envelope/")
         XCTAssertEqual(Outbox(storageDirectory: storage).list(), [], "nothing went to the outbox")
+    }
+
+    /// With a DSN (queue mode): a crash dropped by `beforeSend` at the next launch is not sent, its `crashed`
+    /// session update is, with the client report saying why; the report is deleted, and a further launch
+    /// sends neither again.
+    func testACrashDroppedByBeforeSendIsReportedToTheServer() throws {
+        let storage = dirs.make("queue-drop")
+        let crashed = try runHarness(["null-deref", "--storage", storage.path], environment: [:])
+        XCTAssertNotEqual(crashed.status, 0)
+        for _ in 0..<2 {
+            let (status, stderr) = try runHarness(["--storage", storage.path, "--dsn", server.dsn], environment: ["VAKA_BEFORE_SEND": "drop"])
+            XCTAssertEqual(status, 0, stderr)
+        }
+        let envelopes = server.requests.compactMap { receivedEnvelope($0) }
+        XCTAssertEqual(envelopes.flatMap { $0.items.filter { $0.type == .event } }.count, 0, "the crash is not sent")
+        let sessions = envelopes.flatMap { $0.items.filter { $0.type == .session } }
+            .compactMap { try? JSONSerialization.jsonObject(with: $0.payload) as? [String: Any] }
+        XCTAssertEqual(sessions.filter { $0["status"] as? String == "crashed" }.count, 1)
+        XCTAssertEqual(envelopes.map(reported).filter { !$0.isEmpty }, [["before_send/error": 1]], "one report, once")
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("crashes").path)) ?? []
+        XCTAssertEqual(left.filter { $0.hasSuffix(".crash") || $0.hasSuffix(".dropped") }, [])
     }
 
     func testABadSentryDSNIsOneLineAndOutboxMode() throws {
