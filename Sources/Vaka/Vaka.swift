@@ -97,7 +97,7 @@ public enum Vaka {
             }
             if !state.atexitRegistered {
                 state.atexitRegistered = true
-                atexit { Vaka.end(timeout: 2, uninstall: false) }
+                atexit { Vaka.endAtExit() }
             }
             // Last: its background thread (the crash join) then does not compete with the work above.
             state.client?.begin()
@@ -134,16 +134,24 @@ public enum Vaka {
     /// `mechanism {type: "swift.error", handled: true}`, and the calling thread's frames (oldest first, the
     /// caller of `capture` last), symbolicated like crash frames, with `debug_meta.images`. Counts one error in
     /// the session.
+    /// Not kept by ``Options/sampleRate``: no event is recorded (counted in a client report), but the error
+    /// still counts in the session (`errors`), as in Sentry's SDKs.
     @inline(never)
     public static func capture(_ error: Error) {
         guard let client = current else { return }
+        guard client.sampled() else { return client.countSampledOutError() }
         let stack = client.stacks.capture(skip: 1)  // skip capture(_:) itself
         client.capture(error: error, stack: stack)
     }
 
-    /// Captures a message (`logentry.formatted`) at `level` (default `info`).
+    /// Captures a message (`logentry.formatted`) at `level` (default `info`); with ``Options/attachStacktrace``
+    /// also the calling thread's stack (`threads`, `debug_meta.images`). Not kept by ``Options/sampleRate``:
+    /// nothing is recorded (counted in a client report).
+    @inline(never)
     public static func capture(message: String, level: Event.Level = .info) {
-        current?.capture(message: message, level: level)
+        guard let client = current, client.sampled() else { return }
+        let stack = client.options.attachStacktrace ? client.stacks.capture(skip: 1) : nil  // skip this function
+        client.capture(message: message, level: level, stack: stack)
     }
 
     /// ``capture(message:level:)`` with a caller-chosen `event_id` (32 lower-case hex digits): capturing
@@ -188,11 +196,17 @@ public enum Vaka {
         current?.flush(timeout: timeout) ?? true
     }
 
-    /// Ends this run: session `exited`, flush (at most `timeout` seconds, default 5; what is left stays in
-    /// `pending/` for the next launch), delivery stopped, crash handlers restored to those before ``start(_:)``.
-    /// Later calls are no-ops until the next ``start(_:)``. Also run automatically at process exit.
-    public static func close(timeout: TimeInterval = 5) {
-        end(timeout: timeout, uninstall: true)
+    /// Ends this run: session `exited`, flush (at most `timeout` seconds, default ``Options/shutdownTimeout``,
+    /// 2; what is left stays in `pending/` for the next launch), delivery stopped, crash handlers restored to
+    /// those before ``start(_:)``. Later calls are no-ops until the next ``start(_:)``. Also run automatically
+    /// at process exit, with ``Options/shutdownTimeout``.
+    public static func close(timeout: TimeInterval? = nil) {
+        end(timeout: timeout ?? current?.options.shutdownTimeout ?? 2, uninstall: true)
+    }
+
+    /// The exit hook: ``close(timeout:)`` with ``Options/shutdownTimeout``, leaving the handlers installed.
+    private static func endAtExit() {
+        end(timeout: current?.options.shutdownTimeout ?? 2, uninstall: false)
     }
 
     private static func end(timeout: TimeInterval, uninstall: Bool) {

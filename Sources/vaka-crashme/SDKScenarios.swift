@@ -105,10 +105,30 @@ func captureMany(storage: URL) {
 }
 
 /// `options` with `journalSize` from `$VAKA_JOURNAL_SIZE` (bytes) when set: the size-limit tests need a
-/// journal that holds 100 breadcrumbs of 8 KiB.
+/// journal that holds 100 breadcrumbs of 8 KiB. `$VAKA_SAMPLE_RATE` sets `sampleRate`, `$VAKA_IN_APP_INCLUDE` and
+/// `$VAKA_IN_APP_EXCLUDE` (comma-separated prefixes) `inAppInclude` and `inAppExclude`; `$VAKA_BEFORE_SEND`
+/// sets a `beforeSend` hook: `drop` drops every event, `edit` adds the tag `before_send: edited` and
+/// `extra.before_send_main_thread` (whether the hook ran on the main thread).
 func harnessOptions(_ options: Vaka.Options) -> Vaka.Options {
     var options = options
-    if let size = Int(ProcessInfo.processInfo.environment["VAKA_JOURNAL_SIZE"] ?? "") { options.journalSize = size }
+    let environment = ProcessInfo.processInfo.environment
+    if let size = Int(environment["VAKA_JOURNAL_SIZE"] ?? "") { options.journalSize = size }
+    if let rate = Double(environment["VAKA_SAMPLE_RATE"] ?? "") { options.sampleRate = rate }
+    if let list = environment["VAKA_IN_APP_INCLUDE"] { options.inAppInclude = list.split(separator: ",").map(String.init) }
+    if let list = environment["VAKA_IN_APP_EXCLUDE"] { options.inAppExclude = list.split(separator: ",").map(String.init) }
+    switch environment["VAKA_BEFORE_SEND"] {
+    case "drop":
+        options.beforeSend = { _ in nil }
+    case "edit":
+        options.beforeSend = { event in
+            var event = event
+            event.tags = (event.tags ?? [:]).merging(["before_send": "edited"]) { _, new in new }
+            event.extra = (event.extra ?? [:]).merging(["before_send_main_thread": .bool(Thread.isMainThread)]) { _, new in new }
+            return event
+        }
+    default:
+        break
+    }
     return options
 }
 
@@ -308,7 +328,11 @@ func printSDKHelp() {
         "trail" and capture M messages "trail event k" evenly among them, all before the last breadcrumb),
         $VAKA_DEBUG=1 (SDK debug output on stderr), $VAKA_JOURNAL_NO_MMAP=1 (the journal's write(2) fallback),
         $VAKA_JOURNAL_SIZE=BYTES (Options.journalSize), $VAKA_FLUSH_TIMEOUT=S (the flush before exit, default 30),
-        $VAKA_NO_FLUSH=1 (exit without that flush: the exit hook moves and ends everything).
+        $VAKA_NO_FLUSH=1 (exit without that flush: the exit hook moves and ends everything),
+        $VAKA_SAMPLE_RATE=R (Options.sampleRate), $VAKA_IN_APP_INCLUDE / $VAKA_IN_APP_EXCLUDE=P1,P2 (image name or
+        path prefixes: Options.inAppInclude / inAppExclude), $VAKA_BEFORE_SEND=drop|edit (a beforeSend hook that drops every
+        event, or tags it before_send=edited with extra.before_send_main_thread false/true). Without
+        --dsn and $VAKA_DSN, Vaka itself reads $SENTRY_DSN (and $SENTRY_RELEASE, $SENTRY_ENVIRONMENT).
         """)
 }
 

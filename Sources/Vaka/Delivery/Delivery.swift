@@ -52,6 +52,9 @@ final class Delivery: @unchecked Sendable {
         var onEventSettled: (@Sendable (String, Uploader.EventSettlement) -> Void)?
         /// Most bytes of envelopes held in memory while the storage cannot be written (4 MiB; see ``PersistentQueue``).
         var maxMemoryBytes = PersistentQueue.defaultMaxMemoryBytes
+        /// Count what is dropped and send it as client reports (``ClientReports``; `Options.sendClientReports`,
+        /// default `true`).
+        var sendClientReports = true
 
         /// Creates a configuration; see the properties for defaults.
         init(storageDirectory: URL, dsn: DSN?, flushInterval: TimeInterval = 10, maxBatchSize: Int = 50,
@@ -78,6 +81,8 @@ final class Delivery: @unchecked Sendable {
     let uploader: Uploader?
     /// The outbox (always present; used only in outbox mode).
     let outbox: Outbox
+    /// What was dropped, per reason and category, sent with the next envelope (``ClientReports``).
+    let clientReports: ClientReports
 
     private let clock: DeliveryClock
     private let log: @Sendable (String) -> Void
@@ -124,7 +129,12 @@ final class Delivery: @unchecked Sendable {
         log = { message in sink?(message) }
         self.configuration = Delivery.sanitized(configuration, log: { message in sink?(message) })
         self.clock = clock
-        outbox = Outbox(storageDirectory: configuration.storageDirectory)
+        let reports = ClientReports(storageDirectory: configuration.storageDirectory,
+                                    enabled: configuration.sendClientReports, log: sink)
+        clientReports = reports
+        var box = Outbox(storageDirectory: configuration.storageDirectory)
+        box.dropSink = { records in reports.record(.cacheOverflow, serialized: records) }
+        outbox = box
         let config = self.configuration
         nextTimer = Date().addingTimeInterval(config.flushInterval)
         guard let dsn = config.dsn else {
@@ -136,12 +146,13 @@ final class Delivery: @unchecked Sendable {
         let q = try PersistentQueue(storageDirectory: config.storageDirectory,
                                     maxBatchSize: config.maxBatchSize,
                                     maxBatchFiles: config.maxBatchFiles,
-                                    syncWrites: config.syncWrites, maxMemoryBytes: config.maxMemoryBytes, log: log)
+                                    syncWrites: config.syncWrites, maxMemoryBytes: config.maxMemoryBytes, log: log,
+                                    dropSink: { reason, records in reports.record(reason, serialized: records) })
         queue = q
         uploader = Uploader(queue: q, dsn: dsn,
                             transport: transport ?? CurlTransport(timeout: config.requestTimeout, log: log),
                             clock: clock, requestTimeout: config.requestTimeout, log: log,
-                            onEventSettled: config.onEventSettled)
+                            onEventSettled: config.onEventSettled, clientReports: reports)
         log("sending to \(dsn) (envelope URL \(dsn.envelopeURL.absoluteString))")
         let t = Thread { [weak self] in self?.run() }
         t.name = "vaka.delivery"
@@ -158,13 +169,20 @@ final class Delivery: @unchecked Sendable {
         guard let queue = queue else {
             let url: URL
             let droppedBefore = outbox.droppedFiles
+            // The client report of what was dropped so far travels in this file (settled by the write).
+            let ticket = clientReports.take(now: clock.now)
+            var written = envelope
+            if let ticket { written.items.append(ticket.item) }
             do {
-                url = try outbox.write(envelope, at: clock.now)
+                url = try outbox.write(written, at: clock.now)
             } catch {
+                if let ticket { clientReports.abort(ticket) }
+                clientReports.record(.internalSDKError, envelope: envelope)
                 cond.lock(); outboxFailures += 1; cond.unlock()
                 log("outbox write failed (\(error)); the envelope is dropped")
                 throw error
             }
+            if let ticket { clientReports.commit(ticket) }
             log("wrote \(url.lastPathComponent)")
             let dropped = outbox.droppedFiles - droppedBefore
             if dropped > 0 {
@@ -275,6 +293,7 @@ final class Delivery: @unchecked Sendable {
     /// - Returns: `true` when everything was sent (always `true` in outbox mode).
     @discardableResult
     func close(timeout: TimeInterval) -> Bool {
+        defer { clientReports.persist() }
         guard let queue = queue else { return flush(timeout: 0) }
         var sent = flush(timeout: timeout)
         uploader?.cancel()

@@ -34,6 +34,9 @@ public struct Outbox: Sendable {
         let state = Mutex(Usage())
     }
     private let usage = SharedUsage()
+    /// Told the bytes of the files removed to stay within the caps (at most 1 MiB each is read), after the
+    /// write that removed them (``ClientReports``: `cache_overflow`). `nil`: not read.
+    var dropSink: (@Sendable ([Data]) -> Void)? = nil
 
     /// An outbox in `<storageDirectory>/outbox` (created on first write).
     /// - Parameters:
@@ -64,13 +67,16 @@ public struct Outbox: Sendable {
         let url = directory.appendingPathComponent("\(stamp)-\(String(format: "%06d", number % 1_000_000))-\(safeID).envelope")
         let bytes = envelope.serialized()
         try PrivateFiles.writeAtomically(bytes, to: url, sync: false)
-        trim(adding: url.lastPathComponent, size: bytes.count)
+        let removed = trim(adding: url.lastPathComponent, size: bytes.count)
+        if let dropSink, !removed.isEmpty { dropSink(removed) }
         return url
     }
 
     /// Records the file just written and removes the oldest files while over ``maxFiles`` or ``maxBytes``
     /// (never the one just written). The directory is listed once per process, at the first write.
-    private func trim(adding name: String, size: Int) {
+    /// Returns the removed files' bytes when ``dropSink`` is set.
+    private func trim(adding name: String, size: Int) -> [Data] {
+        var removed: [Data] = []
         usage.state.withLock { usage in
             if usage.files == nil {
                 var files: [String: Int] = [:]
@@ -85,15 +91,20 @@ public struct Outbox: Sendable {
                 usage.files?[name] = size
             }
             guard var files = usage.files, files.count > maxFiles || usage.bytes > maxBytes else { return }
+            let keep = dropSink != nil
             for old in files.keys.sorted() where old != name {
                 guard files.count > maxFiles || usage.bytes > maxBytes else { break }
                 let path = directory.appendingPathComponent(old).path
+                var content: Data?
+                if keep, case .data(let data) = PrivateFiles.readCapped(path, maxBytes: PersistentQueue.maxEnvelopeBytes) { content = data }
                 if unlink(path) != 0 && errno != ENOENT { continue }
+                if let content { removed.append(content) }
                 usage.bytes -= files.removeValue(forKey: old) ?? 0
                 usage.dropped += 1
             }
             usage.files = files
         }
+        return removed
     }
 
     /// The outbox files, oldest first (by name); empty when the directory does not exist.

@@ -117,6 +117,8 @@ final class PersistentQueue: Sendable {
     private let core: Mutex<Core>
     /// The debug sink; given the lines the state logged once its mutex is released.
     private let log: @Sendable (String) -> Void
+    /// Told the envelopes (serialized) dropped unsent and why, once the mutex is released (``ClientReports``).
+    private let dropSink: (@Sendable (ClientReports.Reason, [Data]) -> Void)?
 
     /// Opens (creating if needed) `<storageDirectory>/pending`, and picks up batch files of previous runs.
     /// - Parameters:
@@ -126,17 +128,21 @@ final class PersistentQueue: Sendable {
     ///   - syncWrites: `fsync` each batch file before renaming it into place.
     ///   - log: debug sink (one line per call, no trailing newline); never given secrets.
     ///   - maxMemoryBytes: bytes of envelopes held in memory when writes fail (default 4 MiB).
+    ///   - dropSink: told each envelope dropped unsent (`cache_overflow`: a batch file over the cap;
+    ///     `queue_overflow`: held in memory and lost), outside the queue's lock.
     /// - Throws: nothing today: a directory that cannot be created or listed is logged and the queue starts
     ///   empty, holding batches in memory until writes succeed (kept `throws` for API stability).
     init(storageDirectory: URL, maxBatchSize: Int = 50, maxBatchFiles: Int = 200, syncWrites: Bool = false,
          maxMemoryBytes: Int = PersistentQueue.defaultMaxMemoryBytes,
-         log: @escaping @Sendable (String) -> Void = { _ in }) throws {
+         log: @escaping @Sendable (String) -> Void = { _ in },
+         dropSink: (@Sendable (ClientReports.Reason, [Data]) -> Void)? = nil) throws {
         let batchSize = max(1, maxBatchSize)
         settings = Settings(directory: storageDirectory.appendingPathComponent("pending", isDirectory: true),
                             maxBatchSize: batchSize, maxBatchFiles: max(1, maxBatchFiles), syncWrites: syncWrites,
                             maxMemoryBytes: max(0, maxMemoryBytes),
                             maxFileBytes: batchSize * (PersistentQueue.maxEnvelopeBytes + 16) + 16)
         self.log = log
+        self.dropSink = dropSink
         var core = Core(settings: settings)
         core.load()
         for line in core.notes { log(line) }
@@ -146,13 +152,19 @@ final class PersistentQueue: Sendable {
 
     /// Runs `body` on the state with the mutex held, then hands the lines it logged to ``log``.
     private func locked<R: Sendable, E: Error>(_ body: (inout Core) throws(E) -> R) throws(E) -> R {
-        let (result, notes) = core.withLock { core -> (Result<R, E>, [String]) in
+        let (result, notes, dropped) = core.withLock { core -> (Result<R, E>, [String], [(ClientReports.Reason, Data)]) in
             let result: Result<R, E>
             do throws(E) { result = .success(try body(&core)) } catch { result = .failure(error) }
-            defer { core.notes = [] }
-            return (result, core.notes)
+            defer { core.notes = []; core.dropped = [] }
+            return (result, core.notes, core.dropped)
         }
         for line in notes { log(line) }
+        if let dropSink, !dropped.isEmpty {
+            for reason in ClientReports.Reason.allCases {
+                let records = dropped.filter { $0.0 == reason }.map(\.1)
+                if !records.isEmpty { dropSink(reason, records) }
+            }
+        }
         return try result.get()
     }
 
@@ -261,6 +273,8 @@ extension PersistentQueue {
         var stats = Stats()
         /// Lines to log, handed to the debug sink once the mutex is released.
         var notes: [String] = []
+        /// Envelopes dropped unsent, handed to the drop sink once the mutex is released.
+        var dropped: [(ClientReports.Reason, Data)] = []
 
         /// Queues a debug line (see ``notes``).
         mutating func log(_ line: String) { notes.append(line) }
@@ -337,6 +351,7 @@ extension PersistentQueue {
             if final {
                 let lost = memoryBatches.values.reduce(0) { $0 + $1.count }
                 if lost > 0 {
+                    for ref in memoryBatches.keys.sorted() { dropped += (memoryBatches[ref] ?? []).map { (.queueOverflow, $0) } }
                     stats.droppedUnwritable += lost
                     log("storage not writable: \(lost) envelope(s) held in memory are lost (neither written nor sent)")
                     memoryBatches = [:]
@@ -484,7 +499,9 @@ extension PersistentQueue {
             while memoryBytes > settings.maxMemoryBytes, let oldest = memoryBatches.keys.min() {
                 var records = memoryBatches[oldest] ?? []
                 if records.isEmpty { memoryBatches[oldest] = nil; continue }
-                memoryBytes -= records.removeFirst().count
+                let record = records.removeFirst()
+                memoryBytes -= record.count
+                self.dropped.append((.queueOverflow, record))
                 dropped += 1
                 memoryBatches[oldest] = records.isEmpty ? nil : records
             }
@@ -536,6 +553,11 @@ extension PersistentQueue {
             var droppedFiles = 0, droppedEnvelopes = 0
             while files.count > settings.maxBatchFiles, let oldest = files.first(where: { $0 != open?.ref }) {
                 droppedEnvelopes += BatchFile.scanHeaders(path: path(oldest))?.count ?? 0
+                if let records = overlays[oldest] {
+                    dropped += records.map { (.cacheOverflow, $0) }
+                } else if case .data(let data) = PrivateFiles.readCapped(path(oldest), maxBytes: settings.maxFileBytes) {
+                    dropped += BatchFile.decode(data).records.map { (.cacheOverflow, $0) }
+                }
                 unlink(path(oldest))
                 files.removeAll { $0 == oldest }
                 overlays[oldest] = nil

@@ -90,6 +90,9 @@ final class Uploader: Sendable {
     /// Called on the sending thread with the `event_id` of each envelope with an event that was accepted or
     /// given up (see the type's documentation), after its batch file was rewritten without it.
     let onEventSettled: (@Sendable (String, EventSettlement) -> Void)?
+    /// What was dropped: each POST carries the client report not sent yet (settled by the answer: only a 2xx
+    /// makes it done), and envelopes given up here are counted (`send_error`).
+    let clientReports: ClientReports?
 
     /// What the pump decides by and counts: written only by ``pump()`` (and ``cancel()``), read by anyone.
     private struct State {
@@ -121,11 +124,14 @@ final class Uploader: Sendable {
     ///     kind at most once per uploader (one per process in the SDK); never given the key. Default: standard
     ///     error with a `[vaka] ` prefix.
     ///   - onEventSettled: told when an event is accepted or given up (``onEventSettled``).
+    ///   - clientReports: the drops counted and sent (``clientReports``); `nil`: none.
     init(queue: PersistentQueue, dsn: DSN, transport: HTTPTransport, clock: DeliveryClock,
          requestTimeout: TimeInterval = 15, log: @escaping @Sendable (String) -> Void = { _ in },
          warn: @escaping @Sendable (String) -> Void = Uploader.standardError,
-         onEventSettled: (@Sendable (String, EventSettlement) -> Void)? = nil) {
+         onEventSettled: (@Sendable (String, EventSettlement) -> Void)? = nil,
+         clientReports: ClientReports? = nil) {
         self.onEventSettled = onEventSettled
+        self.clientReports = clientReports
         self.queue = queue
         self.dsn = dsn
         self.transport = transport
@@ -220,6 +226,7 @@ final class Uploader: Sendable {
                     records.replaceSubrange(i...i, with: rest)
                     if !rest.isEmpty { i += 1 }
                     let committed = commit(ref, records)
+                    clientReports?.record(.sendError, envelope: part)
                     settle(part, .givenUp("permanently rejected with HTTP \(status)"))
                     guard committed else { break fileLoop }
                 case .tooLarge:
@@ -237,6 +244,7 @@ final class Uploader: Sendable {
                             records.replaceSubrange(i...i, with: rest)
                             if !rest.isEmpty { i += 1 }
                             let committed = commit(ref, records)
+                            clientReports?.record(.sendError, envelope: part)
                             settle(part, .givenUp(reason))
                             guard committed else { break fileLoop }
                             continue
@@ -365,7 +373,18 @@ final class Uploader: Sendable {
         case cannotSend(String)  // a permanent transport error
     }
 
+    /// POSTs `envelope` with the pending client report added (``ClientReports/take(now:)``): done with a 2xx,
+    /// put back for a later envelope with any other outcome.
     private func send(_ envelope: Envelope, now: Date) -> Verdict {
+        guard let ticket = clientReports?.take(now: now) else { return post(envelope, now: now) }
+        var carrying = envelope
+        carrying.items.append(ticket.item)
+        let verdict = post(carrying, now: now)
+        if case .delivered = verdict { clientReports?.commit(ticket) } else { clientReports?.abort(ticket) }
+        return verdict
+    }
+
+    private func post(_ envelope: Envelope, now: Date) -> Verdict {
         var e = envelope
         e.header.sentAt = now
         let raw = e.serialized()

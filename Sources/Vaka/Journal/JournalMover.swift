@@ -58,6 +58,8 @@ final class JournalMover: @unchecked Sendable {
     let journal: Journal
     private let delivery: Delivery
     private let factory: EventFactory
+    /// In-app marking, the PII rule and `beforeSend` (called on this thread), and the breadcrumb count.
+    private let processor: EventProcessor
     private let logSink: (@Sendable (String) -> Void)?
 
     /// What one pass carries over to the next.
@@ -87,12 +89,14 @@ final class JournalMover: @unchecked Sendable {
     /// Log ring fill (per mille) from which held logs are sent at once: 750.
     static let logRingHighWater = 750
 
-    /// A mover for `journal` (not started: ``start()``). `logs`: the log batching, or `nil`.
+    /// A mover for `journal` (not started: ``start()``). `logs`: the log batching, or `nil`. `processor`: the
+    /// step every event goes through (``EventProcessor``).
     init(journal: Journal, delivery: Delivery, factory: EventFactory, logs: ScopedLogBatcher?,
-         log: (@Sendable (String) -> Void)?) {
+         processor: EventProcessor = EventProcessor(), log: (@Sendable (String) -> Void)?) {
         self.journal = journal
         self.delivery = delivery
         self.factory = factory
+        self.processor = processor
         self.logSink = log
         interval = journal.isMapped ? 1 : Journal.fallbackSyncInterval
         passState = Mutex(PassState(logs: logs))
@@ -110,6 +114,10 @@ final class JournalMover: @unchecked Sendable {
 
     /// Called after an event record was appended: wakes the thread (a store, plus a signal only when it sleeps).
     func eventAppended() { wake() }
+
+    /// Called when a log could not be appended (the journal's spill file full, a write error): counted in the
+    /// client reports (`buffer_overflow`, `log_item`).
+    func logNotRecorded() { processor.reports?.record(.bufferOverflow, category: "log_item") }
 
     /// Called after a log record was appended: every ``logCheckInterval``-th call looks at the log ring and
     /// wakes the thread when it is at least ``logRingHighWater`` full, so that a burst of logs is moved (and
@@ -251,8 +259,9 @@ final class JournalMover: @unchecked Sendable {
             moved += 1
             state.eventCursor = record
             last = record
-            let breadcrumbs = trail(for: record.seq).last(before: record.seq)
-            if let envelope = JournalMover.envelope(for: record, breadcrumbs: breadcrumbs, factory: factory, log: logSink) {
+            let breadcrumbs = trail(for: record.seq).last(before: record.seq, limit: processor.maxBreadcrumbs)
+            if let envelope = JournalMover.envelope(for: record, breadcrumbs: breadcrumbs, factory: factory,
+                                                    processor: processor, log: logSink) {
                 envelopes.append(envelope)
             }
             if DispatchTime.now().uptimeNanoseconds - lastSnapshot > JournalMover.snapshotInterval { snapshot() }
@@ -271,20 +280,28 @@ final class JournalMover: @unchecked Sendable {
     /// Nanoseconds between breadcrumb snapshots while a pass runs: 10 ms.
     static let snapshotInterval: UInt64 = 10_000_000
 
-    /// The envelope of event record `record` with `breadcrumbs` (see the type's documentation); the crash join
-    /// uses it for the events a run left in its journal. `nil` (a line to `log`) when the JSON does not decode.
+    /// The envelope of event record `record` with `breadcrumbs` (see the type's documentation), the event
+    /// passed through `processor` (``EventProcessor``); the crash join uses it for the events a run left in its
+    /// journal. `nil` (a line to `log`) when the JSON does not decode; only the session update, when the
+    /// processor's `beforeSend` dropped the event (`nil` without one).
     static func envelope(for record: Journal.Record, breadcrumbs: [Breadcrumb], factory: EventFactory,
-                         log: ((String) -> Void)?) -> Envelope? {
+                         processor: EventProcessor = EventProcessor(), log: ((String) -> Void)?) -> Envelope? {
         let event: Event
         do {
             event = try JSONDecoder().decode(Event.self, from: Data(record.body))
         } catch {
             log?("journal event record \(record.seq) does not decode (\(error)); dropped")
+            processor.reports?.record(.internalSDKError, category: "error")
             return nil
         }
-        var items: [EnvelopeItem] = [.event(EventFactory.finalize(factory.completed(event, breadcrumbs: breadcrumbs), log: log))]
-        if let session = record.meta("session") { items.append(.session(Data(session.utf8))) }
-        return Envelope(header: .init(eventID: event.eventID), items: items)
+        let session = record.meta("session").map { EnvelopeItem.session(Data($0.utf8)) }
+        guard let processed = processor.process(factory.completed(event, breadcrumbs: breadcrumbs), kind: .captured) else {
+            log?("event \(event.eventID) dropped by beforeSend")
+            return session.map { Envelope(items: [$0]) }
+        }
+        var items: [EnvelopeItem] = [.event(EventFactory.finalize(processed, log: log))]
+        if let session { items.append(session) }
+        return Envelope(header: .init(eventID: processed.eventID), items: items)
     }
 
     private func moveLogs(_ state: inout PassState, force: Bool) {

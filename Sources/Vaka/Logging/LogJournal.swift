@@ -20,6 +20,8 @@ extension LogRouter {
             if journal.append(.log, level: level.rawValue, timeNs: timeNs, body: body,
                               attributes: attributes.map { Journal.Attribute(key: $0.key, value: $0.value) }) != nil {
                 mover?.logAppended()
+            } else {
+                mover?.logNotRecorded()
             }
         }
     }

@@ -30,6 +30,8 @@ final class Client: Sendable {
     let journal: Journal?
     /// Moves the journal's events (and logs) to delivery; `nil` without a journal.
     let mover: JournalMover?
+    /// The in-app, PII and `beforeSend` step of every event (``EventProcessor``).
+    let processor: EventProcessor
     /// Set by ``end(timeout:)`` (also in `State`): read without the lock by the breadcrumb fast path.
     private let endedFlag = Atomic<Bool>(false)
     /// Captures in progress (counted before their `ended` check, until their event is recorded): ``end(timeout:)``
@@ -71,10 +73,13 @@ final class Client: Sendable {
         stacks = StackCapture(arch: factory.arch)
         let ledger = CrashLedger(log: log)
         crashLedger = ledger
-        delivery = try Delivery(configuration: Delivery.Configuration(
+        var configuration = Delivery.Configuration(
             storageDirectory: storage, dsn: dsn, flushInterval: options.flushInterval,
             maxBatchSize: options.maxBatchSize, log: log,
-            onEventSettled: { id, outcome in ledger.settled(id, outcome) }))
+            onEventSettled: { id, outcome in ledger.settled(id, outcome) })
+        configuration.sendClientReports = options.sendClientReports
+        delivery = try Delivery(configuration: configuration)
+        processor = EventProcessor(options: options, reports: delivery.clientReports)
         var session: SessionState?
         if options.sessionTracking { session = SessionState(did: Client.anonID(storage: storage, log: log), started: now) }
         let tags = RunScope.bounded(tags: options.tags)
@@ -88,7 +93,7 @@ final class Client: Sendable {
         journal = opened
         if let opened {
             mover = JournalMover(journal: opened, delivery: delivery, factory: factory,
-                                 logs: ScopedLogBatcher(scope: LogScope(run: scope)), log: log)
+                                 logs: ScopedLogBatcher(scope: LogScope(run: scope)), processor: processor, log: log)
         } else {
             mover = nil
         }
@@ -180,7 +185,12 @@ final class Client: Sendable {
     /// kept in memory.
     func addBreadcrumb(_ crumb: Breadcrumb) {
         guard !endedFlag.load(ordering: .relaxed) else { return }
-        let crumb = EventBudget.limited(crumb)
+        var crumb = crumb
+        if let hook = options.beforeBreadcrumb {
+            guard let kept = hook(crumb) else { return }
+            crumb = kept
+        }
+        crumb = EventBudget.limited(crumb)
         if let journal {
             journal.append(crumb)
             return
@@ -196,7 +206,8 @@ final class Client: Sendable {
     /// ``EventBudget/maxMessageChars`` bytes; otherwise through ``addBreadcrumb(_:)``.
     func addBreadcrumb(category: String, message: String) {
         guard !endedFlag.load(ordering: .relaxed) else { return }
-        if let journal, message.utf8.count <= EventBudget.maxMessageChars, category.utf8.count <= EventBudget.maxMessageChars {
+        // With a `beforeBreadcrumb` hook the breadcrumb is built as a value for it (``addBreadcrumb(_:)``).
+        if let journal, options.beforeBreadcrumb == nil, message.utf8.count <= EventBudget.maxMessageChars, category.utf8.count <= EventBudget.maxMessageChars {
             journal.append(.breadcrumb, level: LogLevel.info.rawValue, category: category, body: message)
             return
         }
@@ -287,9 +298,32 @@ final class Client: Sendable {
         log("captured error \(type) as \(id)")
     }
 
-    /// Captures a message event at `level` (`eventID` given only by tests that need a known id).
+    /// Whether an event of ``Vaka/capture(_:)`` or ``Vaka/capture(message:level:)`` is kept by
+    /// ``Vaka/Options/sampleRate`` (always with 1); one not kept is counted (`sample_rate`, `error`).
+    func sampled() -> Bool {
+        let rate = options.sampleRate
+        if rate >= 1 || rate.isNaN { return true }
+        if rate > 0 && Double.random(in: 0..<1) < rate { return true }
+        delivery.clientReports.record(.sampleRate, category: "error")
+        log("event not kept by sampleRate \(rate)")
+        return false
+    }
+
+    /// A handled error not kept by ``Vaka/Options/sampleRate`` still counts in the session (as Sentry's SDKs
+    /// count it): `errors` goes up in `scope.json`, and the next session update (the next kept error, `exited`,
+    /// `crashed` or `abnormal`) carries it; no update is sent for it alone.
+    func countSampledOutError() {
+        state.withLock { state in
+            guard !state.ended, state.scope.session != nil else { return }
+            state.scope.session!.errors += 1
+            persistScope(state)
+        }
+    }
+
+    /// Captures a message event at `level` (`eventID` given only by tests that need a known id). `stack`: the
+    /// calling thread's stack for ``Vaka/Options/attachStacktrace`` (`threads.values[0]`, `current: true`).
     func capture(message: String, level: Event.Level, eventID: String? = nil, extra: [String: JSONValue] = [:],
-                 tags: [String: String] = [:]) {
+                 tags: [String: String] = [:], stack: (stacktrace: Stacktrace?, images: [DebugImage])? = nil) {
         capturesInFlight.wrappingAdd(1, ordering: .sequentiallyConsistent)
         defer { capturesInFlight.wrappingSubtract(1, ordering: .releasing) }
         let id = eventID ?? EventFactory.newEventID()
@@ -303,8 +337,21 @@ final class Client: Sendable {
         event.logentry = LogEntry(formatted: message)
         if !extra.isEmpty { event.extra = extra }
         if !tags.isEmpty { event.tags = (event.tags ?? [:]).merging(tags) { _, new in new } }
+        if let stack, let trace = stack.stacktrace {
+            event.threads = ValueList([SentryThread(name: Client.currentThreadName(), crashed: false, current: true, stacktrace: trace)])
+            if !stack.images.isEmpty { event.debugMeta = DebugMeta(images: stack.images) }
+        }
         record(event, session: nil)
         log("captured \(level.rawValue) message as \(id)")
+    }
+
+    /// The calling thread's name: Foundation's `Thread.current.name` when set, else the kernel's
+    /// (`/proc/thread-self/comm`, as `pthread_setname_np` set it); `nil` when neither is there.
+    static func currentThreadName() -> String? {
+        if let name = Thread.current.name, !name.isEmpty { return name }
+        guard case .data(let data) = PrivateFiles.readCapped("/proc/thread-self/comm", maxBytes: 64) else { return nil }
+        let name = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .newlines)
+        return name.isEmpty ? nil : name
     }
 
     /// The journal level of an event level (`fatal` 21, `error` 17, `warning` 13, `info` 9, `debug` 5).
@@ -341,9 +388,13 @@ final class Client: Sendable {
             event = factory.completed(event, breadcrumbs: Breadcrumb.last(journal.breadcrumbs(), before: nil))
         }
         if journal == nil { waitForStart() }  // after earlier runs' envelopes and this run's first session update
-        var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: logSink))]
+        guard let processed = processor.process(event, kind: .captured) else {
+            if let session { submit(Envelope(items: [.session(session)])) }
+            return
+        }
+        var items: [EnvelopeItem] = [.event(EventFactory.finalize(processed, log: logSink))]
         if let session { items.append(.session(session)) }
-        submit(Envelope(header: .init(eventID: event.eventID), items: items))
+        submit(Envelope(header: .init(eventID: processed.eventID), items: items))
     }
 
     /// Hands an envelope to delivery, durably (written to disk before returning).

@@ -105,6 +105,7 @@ extension Client {
                 report = try CrashReport(contentsOf: path)
             } catch {
                 logLine("crash report \(name) does not parse (\(error)); renamed to \(name).invalid")
+                delivery.clientReports.record(.internalSDKError, category: "error")
                 _ = rename(path, path + ".invalid")
                 continue
             }
@@ -154,10 +155,17 @@ extension Client {
             }
             let envelope = fatalEnvelope(report: report, previous: previous, builder: builder, eventID: eventID, journal: records)
             do {
-                try delivery.submit(envelope, durable: true)
+                if !envelope.items.isEmpty { try delivery.submit(envelope, durable: true) }
             } catch {
                 crashLedger.unwatch(eventID)
                 logLine("could not persist the crash event of run \(crashedRun): \(error); the report is kept")
+                continue
+            }
+            if envelope.header.eventID == nil {
+                // Dropped by beforeSend (counted): done, never joined again.
+                crashLedger.unwatch(eventID)
+                CrashLedger.remove(entry)
+                done.insert(eventID)
                 continue
             }
             if delivery.queue == nil {
@@ -214,6 +222,7 @@ extension Client {
         }.sorted { ($0.mtime, $0.name) > ($1.mtime, $1.name) }
         for old in dated.dropFirst(Client.maxKeptReports) {
             unlink(crashes.appendingPathComponent(old.name).path)
+            delivery.clientReports.record(.cacheOverflow, category: "error")
             if let run = runs.removeValue(forKey: runName(ofReport: old.name)) {
                 try? FileManager.default.removeItem(at: run.url)
             }
@@ -253,8 +262,8 @@ extension Client {
         var logs = logMover(run: run)
         for record in pending {
             if record.kind == .event {
-                if let envelope = JournalMover.envelope(for: record, breadcrumbs: Breadcrumb.last(records, before: record.seq),
-                                                        factory: factory, log: { [weak self] in self?.logLine($0) }) {
+                if let envelope = JournalMover.envelope(for: record, breadcrumbs: Breadcrumb.last(records, before: record.seq, limit: processor.maxBreadcrumbs),
+                                                        factory: factory, processor: processor, log: { [weak self] in self?.logLine($0) }) {
                     envelopes.append(envelope)
                 }
             } else if logs.add(record), let item = logs.takeItem() {
@@ -292,7 +301,7 @@ extension Client {
         let crashed = previous?.scope ?? RunScope(runID: report.runID ?? "", release: currentRelease,
                                                   environment: options.environment, tags: [:], userID: nil, session: nil)
         let records = journal ?? previous.map { recoverJournal(of: $0) } ?? []
-        let crumbs = Breadcrumb.last(records, before: report.journalSeq.map { $0 &+ 1 })
+        let crumbs = Breadcrumb.last(records, before: report.journalSeq.map { $0 &+ 1 }, limit: processor.maxBreadcrumbs)
         event.release = crashed.release
         event.environment = crashed.environment
         // This machine's contexts, with the device the report names and the crashed run's release and start.
@@ -302,13 +311,19 @@ extension Client {
         contexts.app?.appStartTime = crashed.session.map { Timestamps.rfc3339(Date(timeIntervalSince1970: $0.started)) }
         event.contexts = contexts
         EventFactory.apply(scope: crashed, breadcrumbs: crumbs, to: &event)
-        var items: [EnvelopeItem] = [.event(EventFactory.finalize(event, log: { [weak self] in self?.logLine($0) }))]
+        // In-app marking, the PII rule and beforeSend (on this thread): a dropped crash leaves its session update.
+        var items: [EnvelopeItem] = []
+        if let processed = processor.process(event, kind: .crash) {
+            items.append(.event(EventFactory.finalize(processed, log: { [weak self] in self?.logLine($0) })))
+        } else {
+            logLine("crash event \(eventID) dropped by beforeSend")
+        }
         if var session = crashed.session, session.status == .ok {
             let when = report.timestampNs.map { Date(timeIntervalSince1970: Double($0) / 1e9) } ?? Date()
             let update = session.update(.crashed, now: when, release: crashed.release, environment: crashed.environment)
             items.append(.session(update.jsonData()))
         }
-        return Envelope(header: .init(eventID: eventID), items: items)
+        return Envelope(header: .init(eventID: items.contains { $0.type == .event } ? eventID : nil), items: items)
     }
 }
 

@@ -8,24 +8,31 @@ extension Vaka {
     /// `<storageDirectory>/outbox/` instead of being sent (read them with `vaka outbox list|show`).
     public struct Options: Sendable {
         /// The Sentry DSN, `{scheme}://{public_key}[:{secret}]@{host}[:{port}][/{path_prefix}]/{project_id}`
-        /// (`host` a name, IPv4 or `[IPv6]` address; scheme http/https in any case); `nil` = outbox mode.
+        /// (`host` a name, IPv4 or `[IPv6]` address; scheme http/https in any case). `nil` (and no ``key`` or
+        /// ``endpoint``): `$SENTRY_DSN` when set and not empty, else outbox mode.
         /// A DSN that does not parse (also an empty one) is reported on stderr (always, not only with ``debug``)
-        /// and gives outbox mode: nothing is sent.
+        /// and gives outbox mode: nothing is sent. So is a `$SENTRY_DSN` that does not parse (one
+        /// `[vaka] invalid SENTRY_DSN (...)` line).
         public var dsn: String?
         /// The project's public key, when given with ``endpoint`` instead of a ``dsn``.
         public var key: String?
         /// `{scheme}://{host}[:{port}]/api/{project_id}`, used with ``key``.
         public var endpoint: String?
         /// The release every event and session carries (`release`, `attrs.release`). `nil` selects
-        /// ``Vaka/defaultRelease()``: `$VAKA_RELEASE` when set, else `<executable name>@0.0.0+<first 12 hex
-        /// digits of the executable's GNU build ID>` (e.g. `myapp@0.0.0+68220ae2c65d`), else `<executable name>@0.0.0`.
+        /// `$VAKA_RELEASE` when set, else `$SENTRY_RELEASE` when set, else ``Vaka/defaultRelease()``
+        /// (`<executable name>@0.0.0+<first 12 hex digits of the executable's GNU build ID>`, e.g.
+        /// `myapp@0.0.0+68220ae2c65d`, else `<executable name>@0.0.0`).
         /// Made acceptable to Relay at ``Vaka/start(_:)`` (``boundedRelease(_:)``: control characters, `/` and
         /// `\` become `_`, cut to 200 UTF-8 bytes), with one `[vaka]` line on stderr when changed.
         public var release: String?
-        /// The environment (`environment`, `attrs.environment`). Default `"production"`. Made acceptable to
-        /// Relay at ``Vaka/start(_:)`` (``boundedEnvironment(_:)``: control characters, `/` and `\` become `_`,
-        /// cut to 64 UTF-8 bytes), with one `[vaka]` line on stderr when changed.
-        public var environment: String
+        /// The environment (`environment`, `attrs.environment`). Default: `$SENTRY_ENVIRONMENT` when set and
+        /// not empty, else `"production"`; a value given in code (``init(dsn:release:environment:crashReporting:sessionTracking:sessionTimeout:flushInterval:maxBatchSize:debug:enabled:tags:storageDirectory:)``
+        /// or this property) wins. Made acceptable to Relay at ``Vaka/start(_:)`` (``boundedEnvironment(_:)``:
+        /// control characters, `/` and `\` become `_`, cut to 64 UTF-8 bytes), with one `[vaka]` line on stderr
+        /// when changed.
+        public var environment: String { didSet { environmentGiven = true } }
+        /// Whether ``environment`` was given in code (then `$SENTRY_ENVIRONMENT` is not read).
+        var environmentGiven = false
         /// Install the crash handlers and send last run's crash at the next start. Default `true`.
         public var crashReporting: Bool
         /// Track a release-health session per process run (`ok` → `exited` / `crashed` / `abnormal`). Default `true`.
@@ -48,7 +55,8 @@ extension Vaka {
         /// ``Vaka/setTag(_:_:)`` beyond 200 removes the tag set longest ago); an event with more tags than its
         /// byte budget holds loses the last ones (``EventBudget``).
         public var tags: [String: String]
-        /// Where Vaka keeps its files (`crashes/`, `runs/`, `pending/`, `outbox/`, `symcache/`, `anon_id`). `nil` selects
+        /// Where Vaka keeps its files (`crashes/`, `runs/`, `pending/`, `outbox/`, `symcache/`, `anon_id`,
+        /// `client_reports.json` and `client_reports.lock` once something was dropped). `nil` selects
         /// ``Vaka/defaultStorageDirectory()``: `$XDG_STATE_HOME/vaka/<program name>-<8 hex digits>` (when
         /// `XDG_STATE_HOME` is an absolute path), else `~/.local/state/vaka/<program name>-<8 hex digits>`, the
         /// hex digits a hash of the program's absolute path as started, symbolic links not resolved
@@ -73,14 +81,80 @@ extension Vaka {
         /// about 1,000 short ones with the default), 3/8 events, 2/8 logs. Not an init parameter: set the property.
         public var journalSize: Int = Journal.defaultSize
 
+        /// The share of events from ``Vaka/capture(_:)`` and ``Vaka/capture(message:level:)`` that are kept,
+        /// 0...1: each such event is kept with this probability, decided on the calling thread before anything
+        /// is recorded; one not kept is counted in a client report (reason `sample_rate`, category `error`), and a
+        /// handled error not kept still counts in the session's `errors` (as in Sentry's SDKs).
+        /// Crash events are **always** kept, and so are ``Vaka/track(_:_:)`` and ``Vaka/screen(_:)`` events,
+        /// sessions and logs. Default 1 (all). NaN counts as 1; a value outside 0...1 is clamped, with one
+        /// `[vaka]` line on stderr.
+        public var sampleRate: Double = 1
+        /// Most breadcrumbs an event carries (its last ones), 0...100; also the memory ring used without a
+        /// journal. Default 100. A value outside 0...100 is clamped, with one `[vaka]` line on stderr.
+        public var maxBreadcrumbs: Int = 100
+        /// Called with every event just before it is queued: return it (changed or not) to send it, `nil` to
+        /// drop it (counted in a client report: reason `before_send`, category `error`). Runs for handled
+        /// errors, messages, ``Vaka/track(_:_:)`` and ``Vaka/screen(_:)`` events **on the mover thread**
+        /// (`vaka.journal`), not on the thread that captured them (events still in the journal when
+        /// ``Vaka/flush(timeout:)`` or ``Vaka/close(timeout:)`` is called are moved, and the hook called, on
+        /// that caller's thread; without a journal, on the capturing thread), and for a crash **at the next launch**, on
+        /// the `vaka.start` thread (the crashed run's event, with that run's scope). It sees the event complete:
+        /// contexts, breadcrumbs, the in-app marking, and the ``sendDefaultPii`` rule applied; the size
+        /// limits are applied after it; its `event_id` cannot be changed (it is kept). A crash it drops is not sent again (its report is deleted); the
+        /// crashed session's update is still sent. It cannot throw; a hook that traps crashes the app, as in
+        /// any SDK. Default `nil`.
+        public var beforeSend: (@Sendable (Event) -> Event?)? = nil
+        /// Called with every breadcrumb on the thread that adds it, before it is recorded: return it (changed or
+        /// not) to keep it, `nil` to drop it. Breadcrumbs made by ``Vaka/screen(_:)`` and by logs
+        /// (``logBreadcrumbLevel``) pass through it too. Without it, ``Vaka/addBreadcrumb(category:message:)``
+        /// stays one lock-free journal append; with it, each breadcrumb is built as a ``Breadcrumb`` value
+        /// first. Default `nil`.
+        public var beforeBreadcrumb: (@Sendable (Breadcrumb) -> Breadcrumb?)? = nil
+        /// Frames whose image is one of these are marked `in_app: true`: each entry is a prefix of the image's
+        /// file name (`libMyKit`) or of its path (`/opt/myapp/`). Wins over ``inAppExclude``. Applied to every
+        /// frame of every event, crash events included (exceptions and threads). Default empty: Vaka's own
+        /// rule (the executable and libraries beside it, not the Swift runtime or system libraries).
+        public var inAppInclude: [String] = []
+        /// Frames whose image is one of these (file name or path prefixes, as ``inAppInclude``) are marked
+        /// `in_app: false`, unless ``inAppInclude`` names them too. Default empty.
+        public var inAppExclude: [String] = []
+        /// Send personally identifiable data that Vaka gathers itself. `false` (default): no host name
+        /// (`server_name`, unless ``serverName`` is given), no user IP address (none is added; one the app sets
+        /// itself is sent), and the user's home directory (`$HOME`, else the password database's) replaced by
+        /// `~` in paths: frames' `filename`, `abs_path` and `package`, images' `code_file` and `debug_file`,
+        /// `contexts.app.app_identifier`, and exception values (a crash message may quote a path). Messages,
+        /// breadcrumbs, tags and extra are the app's own text and are left alone. `true`: `server_name` is the
+        /// host name (`gethostname`), `user.ip_address` is `{{auto}}` when the app set none (the server takes
+        /// the address the envelope came from), paths are left as they are.
+        public var sendDefaultPii: Bool = false
+        /// `server_name` of every event (Sentry shows it as the tag `server_name`). Default `nil`: none, or the
+        /// host name with ``sendDefaultPii``. Cut to 200 characters (``EventBudget``).
+        public var serverName: String? = nil
+        /// `dist` of every event: the build of the ``release`` (e.g. a build number). Default `nil`. Cut to 64
+        /// characters (``EventBudget``; Relay drops a longer one).
+        public var dist: String? = nil
+        /// Add the calling thread's stack to ``Vaka/capture(message:level:)`` events, as `threads.values[0]`
+        /// (`{"name": <thread name, when it has one>, "current": true, "crashed": false, "stacktrace": {frames}}`, frames oldest
+        /// first, the caller of `capture` last, symbolicated like a handled error's) with `debug_meta.images`.
+        /// Costs a stack walk per message. Default `false`.
+        public var attachStacktrace: Bool = false
+        /// Seconds ``Vaka/close(timeout:)`` (without a timeout) and the exit hook wait for queued envelopes to be
+        /// sent before giving up (what is left stays in `pending/` for the next launch). Default 2. Clamped to
+        /// 0...86,400 (NaN: 0).
+        public var shutdownTimeout: TimeInterval = 2
+        /// Count what Vaka drops (sampling, ``beforeSend``, caps, envelopes the server refuses for good) and send
+        /// it as Sentry client reports (`client_report` items in the next envelope; docs/ingest.md). Default `true`.
+        public var sendClientReports: Bool = true
+
         /// Options with a DSN (or none: outbox mode). Parameters are described on the properties.
-        public init(dsn: String? = nil, release: String? = nil, environment: String = "production",
+        public init(dsn: String? = nil, release: String? = nil, environment: String? = nil,
                     crashReporting: Bool = true, sessionTracking: Bool = true, sessionTimeout: TimeInterval = 30,
                     flushInterval: TimeInterval = 10, maxBatchSize: Int = 50, debug: Bool = false,
                     enabled: Bool = true, tags: [String: String] = [:], storageDirectory: URL? = nil) {
             self.dsn = dsn
             self.release = release
-            self.environment = environment
+            self.environment = environment ?? Options.defaultEnvironment
+            environmentGiven = environment != nil
             self.crashReporting = crashReporting
             self.sessionTracking = sessionTracking
             self.sessionTimeout = sessionTimeout
@@ -94,7 +168,7 @@ extension Vaka {
 
         /// Options with a public key and an endpoint (`https://host/api/PROJECT`) instead of a DSN.
         /// Other parameters are described on the properties.
-        public init(key: String, endpoint: String, release: String? = nil, environment: String = "production",
+        public init(key: String, endpoint: String, release: String? = nil, environment: String? = nil,
                     crashReporting: Bool = true, sessionTracking: Bool = true, sessionTimeout: TimeInterval = 30,
                     flushInterval: TimeInterval = 10, maxBatchSize: Int = 50, debug: Bool = false,
                     enabled: Bool = true, tags: [String: String] = [:], storageDirectory: URL? = nil) {
@@ -118,6 +192,48 @@ extension Vaka {
 }
 
 extension Vaka.Options {
+    /// The environment when neither the code nor `$SENTRY_ENVIRONMENT` gives one: `production`.
+    public static let defaultEnvironment = "production"
+
+    /// These options completed from the environment variables Sentry's SDKs read, each only when the code did
+    /// not give the value: ``dsn`` from `SENTRY_DSN` (when no DSN, key or endpoint is given), ``release`` from
+    /// `SENTRY_RELEASE` (when `VAKA_RELEASE` is not set either), ``environment`` from `SENTRY_ENVIRONMENT`. An
+    /// empty variable counts as not set. A value that cannot be used gives one line to `note` and is left
+    /// out or changed: a `SENTRY_DSN` that does not parse is ignored (outbox mode: nothing is sent), a
+    /// release or environment Relay would refuse is bounded (``boundedRelease(_:)``, ``boundedEnvironment(_:)``).
+    /// `variable` reads one variable (`getenv` in the SDK).
+    func fromEnvironment(_ variable: (String) -> String?, note: (String) -> Void) -> Vaka.Options {
+        var o = self
+        func value(_ name: String) -> String? {
+            guard let v = variable(name), !v.isEmpty else { return nil }
+            return v
+        }
+        if dsn == nil, key == nil, endpoint == nil, let env = value("SENTRY_DSN") {
+            do {
+                _ = try DSN(env)
+                o.dsn = env
+            } catch {
+                note("invalid SENTRY_DSN (\(error)): ignored; nothing will be sent, envelopes are written to the outbox")
+            }
+        }
+        if release == nil, value("VAKA_RELEASE") == nil, let env = value("SENTRY_RELEASE") {
+            let b = Self.boundedRelease(env)
+            if b != env { note("SENTRY_RELEASE of \(env.utf8.count) bytes changed to \(b.utf8.count) bytes (Relay refuses a release over \(Self.maxReleaseBytes) bytes or with control characters, / or \\)") }
+            o.release = b
+        }
+        if !environmentGiven, let env = value("SENTRY_ENVIRONMENT") {
+            let b = Self.boundedEnvironment(env)
+            if b != env { note("SENTRY_ENVIRONMENT of \(env.utf8.count) bytes changed to \(b.utf8.count) bytes (Relay refuses an environment over \(Self.maxEnvironmentBytes) bytes or with control characters, / or \\)") }
+            o.environment = b
+        }
+        return o
+    }
+
+    /// Reads one environment variable with `getenv(3)` (not the whole environment copied into a dictionary).
+    static func environmentVariable(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
+    }
+
     /// Most UTF-8 bytes of a release (Relay drops a longer `release` from the event, and Sentry refuses the
     /// session of one).
     public static let maxReleaseBytes = 200
@@ -168,12 +284,31 @@ extension Vaka.Options {
         return String(String.UnicodeScalarView(scalars.prefix(maxChars)))
     }
 
-    /// These options with ``release``, ``environment`` and ``tags`` made acceptable to Sentry (see each
-    /// property), and at most ``RunScope/maxTags`` tags (the first by key order). `note` gets one line per field that was changed (``Vaka/start(_:)`` prints it on stderr):
-    /// a value set by mistake (a whole file read into `release`) would otherwise make every event too large or
-    /// be dropped by the server.
-    func bounded(note: (String) -> Void) -> Vaka.Options {
-        var o = self
+    /// These options as ``Vaka/start(_:)`` uses them: first completed from `SENTRY_DSN`, `SENTRY_RELEASE` and
+    /// `SENTRY_ENVIRONMENT` (``fromEnvironment(_:note:)``; `variable` reads one, `getenv` by default), then
+    /// with ``release``, ``environment`` and ``tags`` made acceptable to Sentry (see each property), at most
+    /// ``RunScope/maxTags`` tags (the first by key order), and ``sampleRate``, ``maxBreadcrumbs`` and
+    /// ``shutdownTimeout`` within their ranges. `note` gets one line per field that was changed or refused
+    /// (``Vaka/start(_:)`` prints it on stderr): a value set by mistake (a whole file read into `release`)
+    /// would otherwise make every event too large or be dropped by the server.
+    func bounded(variable: (String) -> String? = Vaka.Options.environmentVariable, note: (String) -> Void) -> Vaka.Options {
+        var o = self.fromEnvironment(variable, note: note)
+        let release = o.release, environment = o.environment, tags = o.tags
+        if sampleRate.isNaN {
+            o.sampleRate = 1
+            note("sampleRate NaN: using 1 (every event kept)")
+        } else if !(0...1).contains(sampleRate) {
+            o.sampleRate = min(max(sampleRate, 0), 1)
+            note("sampleRate \(sampleRate) is outside 0...1; using \(o.sampleRate)")
+        }
+        if !(0...EventBudget.maxBreadcrumbs).contains(maxBreadcrumbs) {
+            o.maxBreadcrumbs = min(max(maxBreadcrumbs, 0), EventBudget.maxBreadcrumbs)
+            note("maxBreadcrumbs \(maxBreadcrumbs) is outside 0...\(EventBudget.maxBreadcrumbs); using \(o.maxBreadcrumbs)")
+        }
+        if shutdownTimeout.isNaN || !(0...Bounded.maxDelay).contains(shutdownTimeout) {
+            o.shutdownTimeout = Bounded.timeout(shutdownTimeout)
+            note("shutdownTimeout \(shutdownTimeout) is outside 0...\(Bounded.maxDelay) s; using \(o.shutdownTimeout)")
+        }
         if let release, case let b = Self.boundedRelease(release), b != release {
             o.release = b
             note("release of \(release.utf8.count) bytes changed to \(b.utf8.count) bytes (Relay refuses a release over \(Self.maxReleaseBytes) bytes or with control characters, / or \\)")

@@ -1,0 +1,195 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The one step every event goes through before the size limits (``EventFactory/finalize(_:budget:log:)``):
+/// events of this run on the mover thread (``JournalMover``: handled errors, messages, `track`, `screen`, and a
+/// dead run's journalled events at the next launch), and crash events at the next launch on the `vaka.start`
+/// thread (``Client/fatalEnvelope(report:previous:builder:eventID:journal:)``). In this order:
+/// 0. the breadcrumbs cut to their last ``Vaka/Options/maxBreadcrumbs``;
+/// 1. in-app marking: ``Vaka/Options/inAppInclude`` / ``Vaka/Options/inAppExclude`` on every frame of the
+///    exceptions' and threads' stack traces (``isInApp(package:)``);
+/// 2. `server_name` (``Vaka/Options/serverName``, else the host name with ``Vaka/Options/sendDefaultPii``) and
+///    `dist` (``Vaka/Options/dist``), each only when the event has none;
+/// 3. the PII rule (``Vaka/Options/sendDefaultPii``): without it the home directory becomes `~` in paths; with
+///    it `user.ip_address` is `{{auto}}` when not set;
+/// 4. ``Vaka/Options/beforeSend``: `nil` drops the event, counted in ``ClientReports`` (`before_send`, `error`);
+///    the `event_id` of an event it returns is kept as it was.
+struct EventProcessor: Sendable {
+    /// Where the event comes from (for the documentation of the hook's thread; both are processed alike).
+    enum Kind: Sendable {
+        /// Captured by this run or a dead run's journal (mover thread, or the crash join for a dead run).
+        case captured
+        /// A crash of an earlier run, at the next launch (`vaka.start` thread).
+        case crash
+    }
+
+    /// ``Vaka/Options/inAppInclude``.
+    var inAppInclude: [String] = []
+    /// ``Vaka/Options/inAppExclude``.
+    var inAppExclude: [String] = []
+    /// ``Vaka/Options/sendDefaultPii``.
+    var sendDefaultPii = false
+    /// ``Vaka/Options/serverName``.
+    var serverName: String?
+    /// ``Vaka/Options/dist``.
+    var dist: String?
+    /// ``Vaka/Options/maxBreadcrumbs``: how many breadcrumbs the mover and the crash join give an event.
+    var maxBreadcrumbs = EventBudget.maxBreadcrumbs
+    /// ``Vaka/Options/beforeSend``.
+    var beforeSend: (@Sendable (Event) -> Event?)?
+    /// Where a dropped event is counted.
+    var reports: ClientReports?
+    /// The home directory to replace by `~` (``homeDirectory()``; `nil`: none).
+    var home: String? = EventProcessor.homeDirectory()
+
+    /// A processor that changes nothing (tests, and code without options).
+    init() {}
+
+    /// The processor of `options`, counting drops in `reports`.
+    init(options: Vaka.Options, reports: ClientReports?) {
+        inAppInclude = options.inAppInclude
+        inAppExclude = options.inAppExclude
+        sendDefaultPii = options.sendDefaultPii
+        serverName = options.serverName
+        dist = options.dist
+        maxBreadcrumbs = min(max(options.maxBreadcrumbs, 0), EventBudget.maxBreadcrumbs)
+        beforeSend = options.beforeSend
+        self.reports = reports
+    }
+
+    /// `event` after the steps in the type's documentation, or `nil` when ``beforeSend`` dropped it (counted).
+    func process(_ event: Event, kind: Kind) -> Event? {
+        var event = event
+        if let crumbs = event.breadcrumbs, crumbs.values.count > maxBreadcrumbs {
+            event.breadcrumbs = maxBreadcrumbs == 0 ? nil : ValueList(Array(crumbs.values.suffix(maxBreadcrumbs)))
+        }
+        if !inAppInclude.isEmpty || !inAppExclude.isEmpty { markInApp(&event) }
+        if event.serverName == nil { event.serverName = serverName ?? (sendDefaultPii ? EventProcessor.hostName() : nil) }
+        if event.dist == nil, let dist { event.dist = dist }
+        if sendDefaultPii {
+            EventProcessor.addAutomaticIPAddress(&event)
+        } else if let home {
+            EventProcessor.replaceHome(home, in: &event)
+        }
+        guard let beforeSend else { return event }
+        guard var kept = beforeSend(event) else {
+            reports?.record(.beforeSend, category: "error")
+            return nil
+        }
+        kept.eventID = event.eventID  // the envelope header, deduplication and the crash ledger go by it
+        return kept
+    }
+
+    // MARK: - In-app
+
+    /// `true`/`false` when ``inAppInclude`` / ``inAppExclude`` names the frame's image (`package`: its path),
+    /// `nil` when neither does (the frame keeps its marking). An entry matches when it is a prefix of the
+    /// image's path or of its file name; include wins.
+    func isInApp(package: String?) -> Bool? {
+        guard let package, !package.isEmpty else { return nil }
+        let name = package.split(separator: "/").last.map(String.init) ?? package
+        func matches(_ prefixes: [String]) -> Bool {
+            prefixes.contains { !$0.isEmpty && (package.hasPrefix($0) || name.hasPrefix($0)) }
+        }
+        if matches(inAppInclude) { return true }
+        if matches(inAppExclude) { return false }
+        return nil
+    }
+
+    private func markInApp(_ event: inout Event) {
+        func mark(_ trace: inout Stacktrace?) {
+            guard var t = trace else { return }
+            for i in t.frames.indices {
+                if let inApp = isInApp(package: t.frames[i].package) { t.frames[i].inApp = inApp }
+            }
+            trace = t
+        }
+        if var exceptions = event.exception {
+            for i in exceptions.values.indices { mark(&exceptions.values[i].stacktrace) }
+            event.exception = exceptions
+        }
+        if var threads = event.threads {
+            for i in threads.values.indices { mark(&threads.values[i].stacktrace) }
+            event.threads = threads
+        }
+    }
+
+    // MARK: - PII
+
+    /// The user's home directory: `$HOME` when it is an absolute path, else the password database's; `nil`
+    /// when neither is usable or it is `/` (nothing to hide, and every path would match).
+    static func homeDirectory() -> String? {
+        var home = Vaka.Options.environmentVariable("HOME").flatMap { $0.hasPrefix("/") ? $0 : nil }
+        if home == nil, let pw = getpwuid(getuid()), let dir = pw.pointee.pw_dir { home = String(cString: dir) }
+        guard var path = home else { return nil }
+        while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
+        return path == "/" || path.isEmpty ? nil : path
+    }
+
+    /// The host name (`gethostname`), `nil` when it cannot be read or is empty.
+    static func hostName() -> String? {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return nil }
+        let name = String(decoding: buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return name.isEmpty ? nil : name
+    }
+
+    /// `path` with a leading `home` (the whole path, or followed by `/`) replaced by `~`.
+    static func tilde(_ path: String?, home: String) -> String? {
+        guard let path, path.hasPrefix(home) else { return path }
+        if path.utf8.count == home.utf8.count { return "~" }
+        let rest = path.dropFirst(home.count)
+        return rest.hasPrefix("/") ? "~" + rest : path
+    }
+
+    /// Replaces the home directory by `~` in the paths listed at ``Vaka/Options/sendDefaultPii``.
+    static func replaceHome(_ home: String, in event: inout Event) {
+        func frames(_ trace: inout Stacktrace?) {
+            guard var t = trace else { return }
+            for i in t.frames.indices {
+                t.frames[i].filename = tilde(t.frames[i].filename, home: home)
+                t.frames[i].absPath = tilde(t.frames[i].absPath, home: home)
+                t.frames[i].package = tilde(t.frames[i].package, home: home)
+            }
+            trace = t
+        }
+        if var exceptions = event.exception {
+            for i in exceptions.values.indices {
+                frames(&exceptions.values[i].stacktrace)
+                if let value = exceptions.values[i].value, value.contains(home + "/") {
+                    exceptions.values[i].value = value.replacingOccurrences(of: home + "/", with: "~/")
+                }
+            }
+            event.exception = exceptions
+        }
+        if var threads = event.threads {
+            for i in threads.values.indices { frames(&threads.values[i].stacktrace) }
+            event.threads = threads
+        }
+        if var meta = event.debugMeta {
+            for i in meta.images.indices {
+                meta.images[i].codeFile = tilde(meta.images[i].codeFile, home: home)
+                if case .string(let file)? = meta.images[i].other?["debug_file"], let cut = tilde(file, home: home) {
+                    meta.images[i].other?["debug_file"] = .string(cut)
+                }
+            }
+            event.debugMeta = meta
+        }
+        if let app = event.contexts?.app?.appIdentifier { event.contexts?.app?.appIdentifier = tilde(app, home: home) }
+    }
+
+    /// Sets `user.ip_address` to `{{auto}}` (the server fills in the address the envelope came from) when the
+    /// event has no IP address; a user is created for it when the event has none.
+    static func addAutomaticIPAddress(_ event: inout Event) {
+        // Through the user's JSON, so that the field is found however the user type models it.
+        let user = event.user ?? User()
+        guard let data = try? JSONEncoder().encode(user),
+              var object = try? JSONDecoder().decode([String: JSONValue].self, from: data) else { return }
+        if object["ip_address"] != nil && object["ip_address"] != .null { return }
+        object["ip_address"] = .string("{{auto}}")
+        guard let changed = try? JSONEncoder().encode(object), let withIP = try? JSONDecoder().decode(User.self, from: changed) else { return }
+        event.user = withIP
+    }
+}
