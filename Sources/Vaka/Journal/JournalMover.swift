@@ -36,7 +36,9 @@ struct ScopedLogBatcher: Sendable {
 ///    taken after the event was appended: one when the pass starts and one every 10 ms while it runs; the
 ///    ring keeps the newest breadcrumbs, so when more than it holds were added between an event and its
 ///    snapshot, that event gets only those still there, possibly none), fitted to the size budget (``EventFactory/finalize(_:budget:log:)``) and put
-///    in an envelope with the session update of its meta attribute `session`, if any. The pass's envelopes go
+///    in an envelope with the session update of its meta attribute `session`, if any, and the `attachment` items
+///    of its meta attribute `attachments` (the files read now; side files deleted once the envelope is on
+///    disk: ``AttachmentItems``). The pass's envelopes go
 ///    to ``Delivery/submit(batch:)`` (queue mode: one write of `pending/` for up to 200 of them; outbox mode:
 ///    one file each, consumed one by one), and only once they are on disk are the records consumed
 ///    (``Journal/consume(through:)``): a record leaves the journal only when it is durable elsewhere. The
@@ -231,12 +233,15 @@ final class JournalMover: @unchecked Sendable {
             return trails.last!.trail  // its horizon is at least `seq`: the record was committed before
         }
         var envelopes: [Envelope] = []
+        var sideFiles: [AttachmentRef] = []  // of the events in `envelopes`: deleted once those are on disk
         var last: Journal.Record?
         func submit() {
             guard let through = last else { return }
             if delivery.submit(batch: envelopes) {
                 journal.consume(through: through)
                 state.unconsumedEvent = nil
+                AttachmentItems.removeSideFiles(sideFiles)
+                sideFiles.removeAll()
             } else {
                 state.unconsumedEvent = through
             }
@@ -254,6 +259,7 @@ final class JournalMover: @unchecked Sendable {
             let breadcrumbs = trail(for: record.seq).last(before: record.seq)
             if let envelope = JournalMover.envelope(for: record, breadcrumbs: breadcrumbs, factory: factory, log: logSink) {
                 envelopes.append(envelope)
+                sideFiles += AttachmentItems.refs(of: record).filter(\.sideFile)
             }
             if DispatchTime.now().uptimeNanoseconds - lastSnapshot > JournalMover.snapshotInterval { snapshot() }
             if perEnvelope || envelopes.count >= JournalMover.maxEnvelopesPerSubmit {
@@ -284,6 +290,8 @@ final class JournalMover: @unchecked Sendable {
         }
         var items: [EnvelopeItem] = [.event(EventFactory.finalize(factory.completed(event, breadcrumbs: breadcrumbs), log: log))]
         if let session = record.meta("session") { items.append(.session(Data(session.utf8))) }
+        let attachments = AttachmentItems.refs(of: record)
+        if !attachments.isEmpty { items += AttachmentItems.items(attachments, eventID: event.eventID, log: log) }
         return Envelope(header: .init(eventID: event.eventID), items: items)
     }
 
