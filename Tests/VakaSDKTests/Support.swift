@@ -116,7 +116,10 @@ struct OutboxEnvelope {
     var file: URL
     var header: [String: Any]
     var items: [(type: String, payload: [String: Any])]
+    /// Every item's header and payload bytes, in order (attachments' payloads are not JSON).
+    var raw: [(header: [String: Any], payload: Data)] = []
     var events: [[String: Any]] { items.filter { $0.type == "event" }.map(\.payload) }
+    var attachments: [(header: [String: Any], payload: Data)] { raw.filter { $0.header["type"] as? String == "attachment" } }
     var sessions: [[String: Any]] { items.filter { $0.type == "session" }.map(\.payload) }
 }
 
@@ -146,6 +149,7 @@ func parseEnvelope(_ data: Data, file: URL) throws -> OutboxEnvelope {
         throw EnvelopeParseError(description: "\(file.lastPathComponent): header is not an object")
     }
     var items: [(String, [String: Any])] = []
+    var raw: [(header: [String: Any], payload: Data)] = []
     while pos < bytes.count {
         guard let ih = try JSONSerialization.jsonObject(with: line()) as? [String: Any],
               let type = ih["type"] as? String, let length = ih["length"] as? Int, pos + length <= bytes.count else {
@@ -154,9 +158,11 @@ func parseEnvelope(_ data: Data, file: URL) throws -> OutboxEnvelope {
         let payload = Data(bytes[pos..<(pos + length)])
         pos += length
         if pos < bytes.count, bytes[pos] == 0x0A { pos += 1 }
-        items.append((type, (try JSONSerialization.jsonObject(with: payload) as? [String: Any]) ?? [:]))
+        raw.append((ih, payload))
+        let json = type == "attachment" ? nil : try JSONSerialization.jsonObject(with: payload) as? [String: Any]
+        items.append((type, json ?? [:]))
     }
-    return OutboxEnvelope(file: file, header: header, items: items.map { (type: $0.0, payload: $0.1) })
+    return OutboxEnvelope(file: file, header: header, items: items.map { (type: $0.0, payload: $0.1) }, raw: raw)
 }
 
 /// Runs a tool, returning status and stdout+stderr.
@@ -199,7 +205,11 @@ func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [Strin
             if not env.items: print("PROBLEM %s: no items" % path); continue
             n += 1
             for j, item in enumerate(env.items):
-                if item.type not in ("event", "session"): print("PROBLEM %s: item type %s" % (path, item.type))
+                if item.type not in ("event", "session", "attachment"): print("PROBLEM %s: item type %s" % (path, item.type))
+                if item.type == "attachment":
+                    if item.headers.get("length") != len(item.payload.get_bytes()): print("PROBLEM %s: item %d length" % (path, j))
+                    if not item.headers.get("filename"): print("PROBLEM %s: attachment %d without filename" % (path, j))
+                    continue
                 try:
                     payload = json.loads(item.payload.get_bytes())
                 except ValueError:
