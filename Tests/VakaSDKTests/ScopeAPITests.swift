@@ -290,6 +290,17 @@ final class ScopeAPITests: XCTestCase {
         }
     }
 
+    /// An attachment item keeps its `filename` and `attachment_type` when its envelope is read back (a batch
+    /// file of `pending/`, an outbox file): what the uploader sends is what was written.
+    func testAttachmentItemHeadersSurviveReadingTheEnvelopeBack() throws {
+        let envelope = Envelope(header: .init(eventID: String(repeating: "a", count: 32)),
+                                items: [.event(Data("{}".utf8)), .attachment(Data("x\ny".utf8), filename: "a.log", contentType: "text/plain")])
+        let text = String(decoding: envelope.serialized(), as: UTF8.self)
+        XCTAssertTrue(text.contains(#"{"attachment_type":"event.attachment","content_type":"text/plain","filename":"a.log","length":3,"type":"attachment"}"#), text)
+        XCTAssertEqual(try Envelope(data: envelope.serialized()), envelope)
+        XCTAssertEqual(RateLimits.category(for: .attachment), "attachment")
+    }
+
     /// A crash at the next launch carries the crashed run's user, contexts, extra, breadcrumb data and the file it
     /// attached, as the file is at the next launch (the harness's `--rich-scope FILE`).
     func testCrashAtTheNextLaunchCarriesUserContextsExtraAndTheAttachedFile() throws {
