@@ -195,8 +195,15 @@ final class ScopeAPITests: XCTestCase {
     func testCapturedErrorEventKeepsTheStackOnTheCapturedErrorOnly() throws {
         let storage = start("error-event")
         Vaka.capture(PaymentFailed(underlyingError: CheckoutError.cardDeclined(code: 51)))
+        let inner = NSError(domain: "inner.domain", code: 2, userInfo: [NSLocalizedDescriptionKey: "disk full"])
+        Vaka.capture(NSError(domain: NSCocoaErrorDomain, code: 640, userInfo: [NSUnderlyingErrorKey: inner]))
         Vaka.close(timeout: 5)
-        let event = try XCTUnwrap(try checkedOutbox(storage).flatMap(\.events).first)
+        let events = try checkedOutbox(storage).flatMap(\.events)  // Relay keeps ns_error and source (checked by hand)
+        XCTAssertEqual(events.count, 2)
+        assertJSON(dig(events[1], "exception", "values", 0, "mechanism"),
+                   #"{"type": "swift.error", "handled": true, "source": "NSUnderlyingErrorKey", "meta": {"ns_error": {"code": 2, "domain": "inner.domain"}}}"#)
+        assertJSON(dig(events[1], "exception", "values", 1, "mechanism", "meta"), #"{"ns_error": {"code": 640, "domain": "NSCocoaErrorDomain"}}"#)
+        let event = events[0]
         let values = try XCTUnwrap(dig(event, "exception", "values") as? [[String: Any]])
         XCTAssertEqual(values.compactMap { $0["type"] as? String },
                        [String(reflecting: CheckoutError.self) + ".cardDeclined", String(reflecting: PaymentFailed.self)])

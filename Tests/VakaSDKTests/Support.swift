@@ -197,6 +197,19 @@ func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [Strin
         if os.path.exists(schema_path):
             import jsonschema
             validator = jsonschema.Draft7Validator(json.load(open(schema_path)))
+        def lengths(data):
+            # The item lengths as written, walked in the raw bytes (sentry_sdk's get_bytes() re-serializes a
+            # parsed JSON payload with ASCII escapes, so its length differs for non-ASCII text).
+            pos = data.index(b"\\n") + 1; out = []
+            while pos < len(data):
+                end = data.find(b"\\n", pos)
+                if end == pos: pos += 1; continue
+                header = json.loads(data[pos:end if end >= 0 else len(data)])
+                n = header.get("length"); pos = (end if end >= 0 else len(data)) + 1
+                out.append((n, data[pos:pos + n] if n is not None else None)); pos += (n or 0)
+                if pos < len(data) and data[pos:pos + 1] != b"\\n": out.append(("bad", None)); break
+                pos += 1
+            return out
         files = [l for l in open(sys.argv[1]).read().split("\\n") if l]
         out = sys.argv[2]; n = 0; events = 0
         for i, path in enumerate(files):
@@ -204,17 +217,19 @@ func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [Strin
             env = Envelope.deserialize(data)
             if not env.items: print("PROBLEM %s: no items" % path); continue
             n += 1
+            raw = lengths(data)
+            if len(raw) != len(env.items) or any(r[0] == "bad" for r in raw): print("PROBLEM %s: item lengths do not frame the items" % path); continue
             for j, item in enumerate(env.items):
                 if item.type not in ("event", "session", "attachment"): print("PROBLEM %s: item type %s" % (path, item.type))
                 if item.type == "attachment":
-                    if item.headers.get("length") != len(item.payload.get_bytes()): print("PROBLEM %s: item %d length" % (path, j))
+                    if raw[j][1] != item.payload.get_bytes(): print("PROBLEM %s: item %d payload" % (path, j))
                     if not item.headers.get("filename"): print("PROBLEM %s: attachment %d without filename" % (path, j))
                     continue
                 try:
                     payload = json.loads(item.payload.get_bytes())
                 except ValueError:
                     print("PROBLEM %s: item %d is not JSON" % (path, j)); continue
-                if item.headers.get("length") != len(item.payload.get_bytes()): print("PROBLEM %s: item %d length" % (path, j))
+                if json.loads(raw[j][1]) != payload: print("PROBLEM %s: item %d length" % (path, j))
                 if item.type == "event":
                     if item.get_event() is None: print("PROBLEM %s: get_event() is None" % path)
                     if env.headers.get("event_id") != payload.get("event_id"): print("PROBLEM %s: header event_id differs" % path)
