@@ -217,7 +217,8 @@ public enum Vaka {
 
     /// Sets context `name` (`contexts.NAME`, e.g. `setContext("order", ["id": 1042, "plan": "pro"])`) of later
     /// events and of this run's crash; `nil` removes it. A context named `os`, `device` or `app` is laid over
-    /// the one Vaka fills (its members replace Vaka's of the same name). Contexts and extra together take at
+    /// the one Vaka fills (its members replace Vaka's of the same name; a member of the wrong type for a field
+    /// Vaka models, such as a number as `os.name`, leaves that context as Vaka fills it). Contexts and extra together take at
     /// most 64 KiB (encoded JSON); a call that would pass that is left out (a debug line).
     public static func setContext(_ name: String, _ value: [String: JSONValue]?) {
         current?.setContext(name, value)

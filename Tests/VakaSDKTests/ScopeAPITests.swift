@@ -129,6 +129,46 @@ final class ScopeAPITests: XCTestCase {
         XCTAssertNil(plain["fingerprint"])
     }
 
+    /// Worst case for `scope.json` with the new scope fields: 200 tags and a user of control characters (each
+    /// escaped as `\u00XX`), contexts and extra up to their 64 KiB (a call past it is left out with a debug
+    /// line, an earlier value kept), 8 attachments with 4096-byte paths of control characters (a ninth left
+    /// out). The file stays under ``RunScope/maxEncodedBytes`` and the 1 MiB the next launch reads (measured:
+    /// 930,903 bytes, the bound 973,232).
+    func testScopeFileStaysWithinItsBoundWithEveryFieldAtItsLimit() throws {
+        XCTAssertLessThan(RunScope.maxEncodedBytes, RunDirectory.maxScopeBytes)
+        let storage = dirs.make("scope-bound")
+        let run = "B-\(UUID().uuidString)"
+        let control = String(repeating: "\u{01}", count: 190)
+        let lines = Locked<[String]>([])
+        do {
+            let client = try Client(options: Vaka.Options(release: "app@1.0", storageDirectory: storage),
+                                    storage: storage, runID: run, dsn: nil, log: { line in lines.withLock { $0.append(line) } })
+            client.begin()
+            let long = String(repeating: "\u{02}", count: 1000)
+            client.setUser(User(id: long, email: long, username: long, ipAddress: long))
+            for i in 0..<200 { client.setTag(control + String(format: "%010d", i), control + "v") }
+            for i in 0..<40 { client.setContext("c\(i)", ["blob": .string(String(repeating: "\u{03}", count: 500))]) }
+            client.setExtra("late", .string(String(repeating: "x", count: 70_000)))
+            for i in 0..<9 {
+                let path = "/" + String(repeating: "\u{04}", count: Attachment.maxPathBytes - 8) + String(format: "%04d", i)
+                client.addAttachment(Attachment(path: path, filename: String(repeating: "\u{05}", count: Attachment.maxPathBytes),
+                                                contentType: String(repeating: "\u{06}", count: 300)))
+            }
+        }
+        let data = try Data(contentsOf: RunDirectory.root(storage).appendingPathComponent(run).appendingPathComponent("scope.json"))
+        XCTAssertLessThanOrEqual(data.count, RunScope.maxEncodedBytes)
+        let scope = try JSONDecoder().decode(RunScope.self, from: data)
+        XCTAssertLessThanOrEqual(scope.dataBytes, RunScope.maxDataBytes)
+        XCTAssertNil(scope.extra?["late"], "over the data bound: left out")
+        XCTAssertGreaterThan(scope.contexts?.count ?? 0, 10)
+        XCTAssertLessThan(scope.contexts?.count ?? 0, 40, "the contexts past the bound left out")
+        XCTAssertEqual(scope.attachments?.count, Attachment.maxRegistered)
+        XCTAssertEqual(scope.user?.email?.unicodeScalars.count, 200)
+        let said = lines.withLock { $0 }
+        XCTAssertTrue(said.contains { $0.hasPrefix("extra \"late\" left out") }, "\(said.suffix(5))")
+        XCTAssertTrue(said.contains { $0.contains("left out: at most 8 are registered") })
+    }
+
     // MARK: - Errors
 
     enum CheckoutError: Error { case cardDeclined(code: Int), expired }

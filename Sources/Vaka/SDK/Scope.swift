@@ -20,7 +20,8 @@ import Foundation
 public struct Scope: Sendable, Equatable {
     /// Tags of this event (`tags`), over the global ones.
     public var tags: [String: String] = [:]
-    /// The user of this event (`user`), instead of the global one; `nil` keeps the global one.
+    /// The user of this event (`user`), instead of the global one; `nil` keeps the global one, a user with no
+    /// field set sends none.
     public var user: User?
     /// Contexts of this event by name (`contexts.NAME`), over the global ones.
     public var contexts: [String: [String: JSONValue]] = [:]
@@ -76,7 +77,7 @@ public struct Scope: Sendable, Equatable {
             }
             event.tags = merged
         }
-        if let user { event.user = user.bounded }
+        if let user { event.user = user.isEmpty ? nil : user.bounded }
         if !contexts.isEmpty {
             var merged = event.contexts ?? Contexts()
             for (name, value) in contexts.sorted(by: { $0.key < $1.key }) { merged.set(name, value.mapValues(\.finite)) }
@@ -107,7 +108,9 @@ extension User {
 
 extension Contexts {
     /// Sets context `name` to `value`: for a context Vaka fills (`os`, `device`, `app`) the members of `value` are
-    /// laid over Vaka's (a member of the same name replaced, the others kept); any other name is replaced whole.
+    /// laid over Vaka's (a member of the same name replaced, the others kept; a value of the wrong type for a
+    /// member Vaka models, such as a number as `os.name`, leaves that context as it was); any other name is
+    /// replaced whole.
     mutating func set(_ name: String, _ value: [String: JSONValue]) {
         switch name {
         case "os", "device", "app":
