@@ -210,7 +210,8 @@ public enum Vaka {
 
     /// Sets the user (`user`: `id`, `email`, `username`, `ip_address`) of later events and of this run's crash;
     /// `nil` (or a user with no field set) removes it. Opt-in: Vaka sends no user unless given one. Each field is
-    /// cut to its first 200 Unicode scalars.
+    /// cut to its first 200 Unicode scalars; members of ``User/other`` are not kept (a per-call ``Scope``'s user
+    /// sends them).
     public static func setUser(_ user: User?) {
         current?.setUser(user)
     }

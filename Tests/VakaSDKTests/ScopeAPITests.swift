@@ -348,6 +348,41 @@ final class ScopeAPITests: XCTestCase {
         XCTAssertEqual(RateLimits.category(for: .attachment), "attachment")
     }
 
+    /// A run that died before its mover moved a captured event: the next launch sends the event from the dead
+    /// run's journal with its attachments, the bytes from the side file in the run directory and the file as it
+    /// is then.
+    func testAnEventLeftInADeadRunsJournalIsSentWithItsAttachments() throws {
+        let storage = dirs.make("dead-attachments")
+        let deadRun = UUID().uuidString
+        let file = dirs.make("dead-file").appendingPathComponent("trace.txt")
+        try Data("at capture".utf8).write(to: file)
+        let eventID = "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a"
+        do {
+            let dir = try RunDirectory(storage: storage, runID: deadRun)
+            try dir.write(RunScope(runID: deadRun, release: "dead@1.0", environment: "production", tags: [:], userID: nil, session: nil))
+            let journal = try Journal(path: dir.url.appendingPathComponent("journal"))
+            let refs = AttachmentItems.record([Attachment(data: Data("bytes".utf8), filename: "b.bin"), Attachment(path: file.path)],
+                                              eventID: eventID, directory: AttachmentItems.sideDirectory(dir.url), log: nil)
+            XCTAssertEqual(refs.map(\.sideFile), [true, false])
+            let event = Event(eventID: eventID, timestamp: 1_700_000_000, level: .info, logentry: LogEntry(formatted: "left behind"))
+            XCTAssertNotNil(journal.append(.event, level: 9, bodyBytes: try event.jsonData(), attributes: [
+                Journal.Attribute(key: "event_id", value: .string(eventID), meta: true),
+                Journal.Attribute(key: AttachmentItems.journalKey, value: .string(String(decoding: try JSONEncoder().encode(refs), as: UTF8.self)), meta: true),
+            ]))
+            journal.close()
+        }
+        try Data("at the next launch".utf8).write(to: file)
+        let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage),
+                                storage: storage, runID: "N-\(UUID().uuidString)", dsn: nil, log: nil)
+        client.begin()
+        client.end(timeout: 1)
+        let envelope = try XCTUnwrap(try checkedOutbox(storage).first { $0.header["event_id"] as? String == eventID })
+        XCTAssertEqual(envelope.attachments.map { $0.header["filename"] as? String }, ["b.bin", "trace.txt"])
+        XCTAssertEqual(envelope.attachments.map(\.payload), [Data("bytes".utf8), Data("at the next launch".utf8)])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: RunDirectory.root(storage).appendingPathComponent(deadRun).path),
+                       "the dead run's directory, side files included, is deleted once its events are queued")
+    }
+
     /// A crash at the next launch carries the crashed run's user, contexts, extra, breadcrumb data and the file it
     /// attached, as the file is at the next launch (the harness's `--rich-scope FILE`).
     func testCrashAtTheNextLaunchCarriesUserContextsExtraAndTheAttachedFile() throws {

@@ -153,7 +153,8 @@ enum AttachmentItems {
     }
 
     /// Writes the bytes of the data attachments of event `eventID` to side files in `directory` (mode 0600,
-    /// named `<event-id>-<n>`), returning every attachment as a ref: files as they are, bytes as their side file.
+    /// named `<event-id>-<n>`), returning every attachment as a ref: files by their absolute path, bytes as
+    /// their side file.
     /// Bytes over ``Attachment/maxBytes`` or that cannot be written are left out (``leftOut(_:eventID:reason:log:)``).
     static func record(_ attachments: [Attachment], eventID: String, directory: URL?, log: ((String) -> Void)?) -> [AttachmentRef] {
         var refs: [AttachmentRef] = []
@@ -161,7 +162,9 @@ enum AttachmentItems {
         for (n, attachment) in attachments.enumerated() {
             switch attachment.content {
             case .file(let path):
-                refs.append(AttachmentRef(path: path, filename: attachment.filename, contentType: attachment.contentType))
+                // Absolute now: the journal record may be read by the next launch, from another directory.
+                refs.append(AttachmentRef(path: URL(fileURLWithPath: path).path, filename: attachment.filename,
+                                          contentType: attachment.contentType))
             case .data(let data):
                 guard data.count <= Attachment.maxBytes else {
                     leftOut(attachment.filename, eventID: eventID, reason: "\(data.count) B, over \(Attachment.maxBytes) B", log: log)
