@@ -259,8 +259,8 @@ final class JournalMover: @unchecked Sendable {
             let breadcrumbs = trail(for: record.seq).last(before: record.seq)
             if let envelope = JournalMover.envelope(for: record, breadcrumbs: breadcrumbs, factory: factory, log: logSink) {
                 envelopes.append(envelope)
-                sideFiles += AttachmentItems.refs(of: record).filter(\.sideFile)
             }
+            sideFiles += AttachmentItems.refs(of: record).filter(\.sideFile)  // also of an event not sent
             if DispatchTime.now().uptimeNanoseconds - lastSnapshot > JournalMover.snapshotInterval { snapshot() }
             if perEnvelope || envelopes.count >= JournalMover.maxEnvelopesPerSubmit {
                 submit()
