@@ -113,8 +113,8 @@ public enum Vaka {
             state.lastScreen = name
             return p
         }
-        var data = ["to": name]
-        data["from"] = previous
+        var data: [String: JSONValue] = ["to": .string(name)]
+        data["from"] = previous.map(JSONValue.string)
         client.addBreadcrumb(Breadcrumb(timestamp: Date().timeIntervalSince1970, type: "navigation",
                                         category: "navigation", message: name, data: data))
         client.capture(message: "screen_view", level: .info, extra: ["screen": .string(name)],
@@ -129,29 +129,52 @@ public enum Vaka {
                        tags: ["vaka.event": name])
     }
 
-    /// Captures a handled error: level `error`, `exception.values[0]` with `type` the error's Swift type
-    /// (`String(reflecting:)`, e.g. `MyApp.CheckoutError`), `value` its description (`String(describing:)`),
-    /// `mechanism {type: "swift.error", handled: true}`, and the calling thread's frames (oldest first, the
-    /// caller of `capture` last), symbolicated like crash frames, with `debug_meta.images`. Counts one error in
-    /// the session.
-    /// Not kept by ``Options/sampleRate``: no event is recorded (counted in a client report), but the error
-    /// still counts in the session (`errors`), as in Sentry's SDKs.
+    /// Captures a handled error: level `error`; `exception.values` with the error last and, before it, the
+    /// errors it wraps (``WrappingError/underlyingError``, an `NSError`'s `NSUnderlyingErrorKey`; at most 10 in
+    /// all, innermost first, as Sentry orders chained exceptions). Each has `type` the error's Swift type with
+    /// its enum case (`MyApp.CheckoutError.cardDeclined`; an `NSError`'s domain), `value` its description
+    /// (`String(describing:)`; an `NSError`'s `localizedDescription`), `mechanism {type: "swift.error",
+    /// handled: true}` with `meta.ns_error {code, domain}` for an `NSError` or `CustomNSError`, and `source` on
+    /// a wrapped one. The captured error carries the calling thread's frames (oldest first, the caller of
+    /// `capture` last), symbolicated like crash frames, with `debug_meta.images`. Counts one error in the session.
+    /// - Parameters:
+    ///   - fingerprint: the event's `fingerprint` (how the server groups it), e.g. `["checkout", "declined"]`.
+    ///   - scope: called at once on the calling thread with an empty ``Scope`` to set tags, user, contexts,
+    ///     extra, fingerprint, level and attachments of this event only (``Scope`` says how it is laid over the
+    ///     global scope); nothing set there reaches later events.
+    /// Not kept by ``Options/sampleRate``: no event is recorded (counted in a client report) and `scope` is not
+    /// called, but the error still counts in the session (`errors`), as in Sentry's SDKs.
     @inline(never)
-    public static func capture(_ error: Error) {
+    public static func capture(_ error: Error, fingerprint: [String]? = nil, scope: ((inout Scope) -> Void)? = nil) {
         guard let client = current else { return }
         guard client.sampled() else { return client.countSampledOutError() }
         let stack = client.stacks.capture(skip: 1)  // skip capture(_:) itself
-        client.capture(error: error, stack: stack)
+        var callScope: Scope?
+        if let scope {
+            var s = Scope()
+            scope(&s)
+            callScope = s
+        }
+        client.capture(error: error, stack: stack, fingerprint: fingerprint, scope: callScope)
     }
 
-    /// Captures a message (`logentry.formatted`) at `level` (default `info`); with ``Options/attachStacktrace``
-    /// also the calling thread's stack (`threads`, `debug_meta.images`). Not kept by ``Options/sampleRate``:
-    /// nothing is recorded (counted in a client report).
+    /// Captures a message (`logentry.formatted`) at `level` (default `info`), with the global scope's attachments;
+    /// `fingerprint` and `scope` as for ``capture(_:fingerprint:scope:)``. With ``Options/attachStacktrace`` also
+    /// the calling thread's stack (`threads`, `debug_meta.images`). Not kept by ``Options/sampleRate``: nothing is
+    /// recorded (counted in a client report) and `scope` is not called.
     @inline(never)
-    public static func capture(message: String, level: Event.Level = .info) {
+    public static func capture(message: String, level: Event.Level = .info, fingerprint: [String]? = nil,
+                               scope: ((inout Scope) -> Void)? = nil) {
         guard let client = current, client.sampled() else { return }
         let stack = client.options.attachStacktrace ? client.stacks.capture(skip: 1) : nil  // skip this function
-        client.capture(message: message, level: level, stack: stack)
+        var callScope: Scope?
+        if let scope {
+            var s = Scope()
+            scope(&s)
+            callScope = s
+        }
+        client.capture(message: message, level: level, fingerprint: fingerprint, scope: callScope, attachments: true,
+                       stack: stack)
     }
 
     /// ``capture(message:level:)`` with a caller-chosen `event_id` (32 lower-case hex digits): capturing
@@ -170,10 +193,70 @@ public enum Vaka {
         current?.addBreadcrumb(category: category, message: message)
     }
 
+    /// Adds `crumb` (its `level`, `type`, `data` of any JSON shape, `timestamp`) to later events and to this
+    /// run's crash: one record in the run's journal, as ``addBreadcrumb(category:message:)`` (the mapping of
+    /// the fields: docs/journal.md). `message` and `category` are cut to 8192 Unicode scalars and each string in
+    /// `data` to 1024 first; a NaN or infinity in `data` is recorded as its text.
+    ///
+    /// ```swift
+    /// Vaka.addBreadcrumb(Breadcrumb(type: "query", category: "db", message: "SELECT orders", level: "warning",
+    ///                               data: ["rows": 3, "ms": 41.5, "tables": ["orders"]]))
+    /// ```
+    public static func addBreadcrumb(_ crumb: Breadcrumb) {
+        guard let client = current else { return }
+        var crumb = crumb
+        crumb.data = crumb.data?.mapValues(\.finite)
+        client.addBreadcrumb(crumb)
+    }
+
     /// Sets the user id (`user.id`) of later events and of this run's crash; `nil` removes it. Opt-in: Vaka
-    /// sends no user id unless given one. Cut to its first 200 Unicode scalars (``Options/maxTagChars``).
+    /// sends no user id unless given one. Cut to its first 200 Unicode scalars (``Options/maxTagChars``). The
+    /// short form of ``setUser(_:)``: `identify(id)` is `setUser(User(id: id))` (other user fields are removed).
     public static func identify(_ userID: String?) {
         current?.identify(userID.map { Options.cut($0, maxChars: Options.maxTagChars) })
+    }
+
+    /// Sets the user (`user`: `id`, `email`, `username`, `ip_address`) of later events and of this run's crash;
+    /// `nil` (or a user with no field set) removes it. Opt-in: Vaka sends no user unless given one. Each field is
+    /// cut to its first 200 Unicode scalars; members of ``User/other`` are not kept (a per-call ``Scope``'s user
+    /// sends them).
+    public static func setUser(_ user: User?) {
+        current?.setUser(user)
+    }
+
+    /// Sets context `name` (`contexts.NAME`, e.g. `setContext("order", ["id": 1042, "plan": "pro"])`) of later
+    /// events and of this run's crash; `nil` removes it. A context named `os`, `device` or `app` is laid over
+    /// the one Vaka fills (its members replace Vaka's of the same name; a member of the wrong type for a field
+    /// Vaka models, such as a number as `os.name`, leaves that context as Vaka fills it). Contexts and extra together take at
+    /// most 64 KiB (encoded JSON); a call that would pass that is left out (a debug line).
+    public static func setContext(_ name: String, _ value: [String: JSONValue]?) {
+        current?.setContext(name, value)
+    }
+
+    /// Sets extra `key` (`extra.KEY`, any JSON value: `setExtra("cart_size", 3)`) of later events and of this
+    /// run's crash; `nil` removes it. Bounded with the contexts (``setContext(_:_:)``).
+    public static func setExtra(_ key: String, _ value: JSONValue?) {
+        current?.setExtra(key, value)
+    }
+
+    /// Attaches the file at `path` to later handled errors and messages and to this run's crash (sent at the
+    /// next launch): it is read when each event is sent, not now (see ``Attachment`` for the limits).
+    /// `filename` defaults to the path's last component, `contentType` to the type of its extension. A relative
+    /// path is made absolute now. At most 8 attachments are registered at a time (a further one is left out,
+    /// with a debug line).
+    public static func addAttachment(path: String, filename: String? = nil, contentType: String? = nil) {
+        current?.addAttachment(Attachment(path: path, filename: filename, contentType: contentType))
+    }
+
+    /// Attaches `data` (at most 1 MiB) named `filename` to later handled errors and messages. Kept in memory:
+    /// not sent with this run's crash (a file attachment is).
+    public static func addAttachment(data: Data, filename: String, contentType: String? = nil) {
+        current?.addAttachment(Attachment(data: data, filename: filename, contentType: contentType))
+    }
+
+    /// Removes every attachment added with `addAttachment` (from later events and from this run's crash).
+    public static func clearAttachments() {
+        current?.clearAttachments()
     }
 
     /// Sets a tag on later events and on this run's crash; `nil` removes it. Key and value are cut to their

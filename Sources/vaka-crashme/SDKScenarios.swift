@@ -41,6 +41,40 @@ func handledErrorScenario() {
     }
 }
 
+/// A Swift error wrapping another (its `underlyingError`): the `scoped-error` scenario's chained exception.
+struct PaymentFailed: WrappingError, CustomStringConvertible {
+    /// The error it wraps.
+    var underlyingError: (any Error)?
+    var description: String { "payment failed" }
+}
+
+/// Captures `PaymentFailed` wrapping `CheckoutError.cardDeclined(code: 51)` with fingerprint
+/// `["checkout", "card-declined"]` and a per-call scope (tag `payment=card`, context `payment {provider:
+/// "acme", attempt: 2}`, extra `retry` true), then the message "after the scoped error" with none of it.
+@inline(never)
+func scopedErrorScenario() {
+    Vaka.capture(PaymentFailed(underlyingError: CheckoutError.cardDeclined(code: 51)), fingerprint: ["checkout", "card-declined"]) { scope in
+        scope.setTag("payment", "card")
+        scope.setContext("payment", ["provider": "acme", "attempt": 2])
+        scope.setExtra("retry", true)
+    }
+    Vaka.capture(message: "after the scoped error", level: .info)
+}
+
+/// What `--rich-scope FILE` sets right after start (also before a crash): user `user-123` with e-mail
+/// `ana@example.com`, username `ana` and IP address `203.0.113.7`; context `order {id: 1042, total: 99.5,
+/// items: ["book", "pen"]}`; extra `cart_size` 3; a breadcrumb of type `query`, category `db`, level
+/// `warning`, message `SELECT orders`, data `{rows: 3, cached: false, tables: ["orders"]}`; and FILE attached
+/// (`text/plain`, read when an event is sent).
+func applyRichScope(attachment: String) {
+    Vaka.setUser(User(id: "user-123", email: "ana@example.com", username: "ana", ipAddress: "203.0.113.7"))
+    Vaka.setContext("order", ["id": 1042, "total": 99.5, "items": ["book", "pen"]])
+    Vaka.setExtra("cart_size", 3)
+    Vaka.addBreadcrumb(Breadcrumb(type: "query", category: "db", message: "SELECT orders", level: "warning",
+                                  data: ["rows": 3, "cached": false, "tables": ["orders"]]))
+    Vaka.addAttachment(path: attachment, contentType: "text/plain")
+}
+
 /// The tag, user and breadcrumbs `--scope` (and the `events` scenario) set: tag `flavor=free`, user
 /// `user-123`, breadcrumbs `cart: Added item 42` and `cart: Opened checkout`.
 func applyHarnessScope() {
@@ -59,6 +93,8 @@ func captureManyEventID(_ index: Int) -> String {
 let sdkScenarios: [SDKScenario] = [
     SDKScenario(name: "handled-error", summary: "throws CheckoutError.cardDeclined and captures it (exit 0 after flush)",
                 run: { _ in handledErrorScenario() }),
+    SDKScenario(name: "scoped-error", summary: "captures PaymentFailed wrapping CheckoutError.cardDeclined with a fingerprint and a per-call scope, then a message without it (exit 0 after flush)",
+                run: { _ in scopedErrorScenario() }),
     SDKScenario(name: "message", summary: "captures the warning message \"Cache rebuilt\" (exit 0 after flush)",
                 run: { _ in Vaka.capture(message: "Cache rebuilt", level: .warning) }),
     SDKScenario(name: "events", summary: "screen, track, breadcrumbs, tag, identify, then a handled error (exit 0 after flush)",
@@ -288,11 +324,12 @@ func runBench(storage: URL, dsn: String?) -> Never {
 /// $VAKA_NO_FLUSH=1) and exits 0. `withScope` applies
 /// ``applyHarnessScope()`` first. `VAKA_DEBUG=1` turns on the SDK's debug output.
 func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withScope: Bool,
-                    bigBreadcrumbs: BigBreadcrumbs? = nil) -> Never {
+                    bigBreadcrumbs: BigBreadcrumbs? = nil, richScope: String? = nil) -> Never {
     if scenario?.name == "bench" { runBench(storage: storage, dsn: dsn) }
     let debug = ProcessInfo.processInfo.environment["VAKA_DEBUG"] == "1"
     Vaka.start(harnessOptions(Vaka.Options(dsn: dsn, debug: debug, storageDirectory: storage)))
     if withScope { applyHarnessScope() }
+    if let richScope { applyRichScope(attachment: richScope) }
     bigBreadcrumbs?.add()
     scenario?.run(storage)
     // $VAKA_NO_FLUSH=1: exit at once, so the exit hook (Vaka.end) moves what the journal holds (the exit test).
@@ -321,7 +358,9 @@ func printSDKHelp() {
     print("""
 
         SDK options: --dsn DSN (or $VAKA_DSN; none = envelopes go to DIR/outbox), --scope (set tag flavor=free,
-        user user-123 and two cart breadcrumbs right after start, also before a crash), --big-breadcrumbs N:BYTES
+        user user-123 and two cart breadcrumbs right after start, also before a crash), --rich-scope FILE (right
+        after start, also before a crash: user user-123 with e-mail, username and IP address, context "order",
+        extra cart_size, a "db" breadcrumb with data, and FILE attached), --big-breadcrumbs N:BYTES
         (after --scope, add N breadcrumbs of category "big" whose message is BYTES random letters and digits,
         text that compresses badly: e.g. 100:20000 makes a crash event of about 2 MB before the SDK trims it),
         --trail N:M (crash scenarios: right before the crash, add N breadcrumbs "crumb 0".."crumb N-1" of category

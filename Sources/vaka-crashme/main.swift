@@ -7,7 +7,7 @@ import VakaCrashmeC
 
 let usage = """
     usage: vaka-crashme SCENARIO --storage DIR [--no-vaka] [--deny-process-vm-readv] [--fault-in-handler STAGE]
-                        [--dsn DSN] [--scope] [--big-breadcrumbs N:BYTES] [--trail N:M] [--block-signals HOW]
+                        [--dsn DSN] [--scope] [--rich-scope FILE] [--big-breadcrumbs N:BYTES] [--trail N:M] [--block-signals HOW]
            vaka-crashme --list
            vaka-crashme --help
 
@@ -59,6 +59,7 @@ let blockSignalsWays = ["pthread_sigmask-block", "pthread_sigmask-setmask", "sig
                         "raw-syscall"]
 var dsn = ProcessInfo.processInfo.environment["VAKA_DSN"]  // SDK: --dsn DSN or VAKA_DSN (see SDKScenarios.swift)
 var withScope = false
+var richScope: String?
 var bigBreadcrumbs: BigBreadcrumbs?
 var trail: Trail?
 var arguments = CommandLine.arguments.dropFirst()
@@ -99,6 +100,9 @@ while let argument = arguments.popFirst() {
         dsn = value
     case "--scope":
         withScope = true
+    case "--rich-scope":
+        guard let value = arguments.popFirst() else { fail("--rich-scope needs a file to attach", status: 2) }
+        richScope = value
     case "--big-breadcrumbs":
         guard let value = arguments.popFirst(), let big = BigBreadcrumbs(value) else {
             fail("--big-breadcrumbs needs N:BYTES (e.g. 100:20000; N 1...10000, BYTES 1...10000000)", status: 2)
@@ -121,7 +125,7 @@ let sdkScenario = sdkScenarios.first { $0.name == scenarioName }
 if scenarioName == nil || sdkScenario != nil {
     guard let storagePath else { fail("--storage DIR is required (see --help)", status: 2) }
     runSDKScenario(sdkScenario, storage: URL(fileURLWithPath: storagePath, isDirectory: true), dsn: dsn, withScope: withScope,
-                   bigBreadcrumbs: bigBreadcrumbs)
+                   bigBreadcrumbs: bigBreadcrumbs, richScope: richScope)
 }
 guard let scenarioName else { fail("no scenario given (see --help, --list)", status: 2) }
 guard let scenario = scenarios.first(where: { $0.name == scenarioName }) else {
@@ -149,6 +153,7 @@ if denyProcessVMReadv {
 if startVaka {
     Vaka.start(harnessOptions(Vaka.Options(dsn: dsn, storageDirectory: storage)))
     if withScope { applyHarnessScope() }
+    if let richScope { applyRichScope(attachment: richScope) }
     bigBreadcrumbs?.add()
     trail?.add()
     if faultStage != 0 { crashme_arm_fault_in_handler(faultStage) }

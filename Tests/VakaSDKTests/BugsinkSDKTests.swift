@@ -131,7 +131,7 @@ final class BugsinkSDKTests: XCTestCase {
 
         let errorID = try XCTUnwrap(handled.stderr.split(separator: "\n").first { $0.contains("captured error") }?.split(separator: " ").last.map(String.init))
         let error = try XCTUnwrap(peer.waitForEvent(errorID))
-        XCTAssertEqual(dig(error, "exception", "values", 0, "type") as? String, "vaka_crashme.CheckoutError")
+        XCTAssertEqual(dig(error, "exception", "values", 0, "type") as? String, "vaka_crashme.CheckoutError.cardDeclined", "the Swift type and its case")
         XCTAssertEqual(dig(error, "exception", "values", 0, "mechanism", "handled") as? Bool, true)
         let frames = try XCTUnwrap(dig(error, "exception", "values", 0, "stacktrace", "frames") as? [[String: Any]])
         XCTAssertTrue((frames.last?["function"] as? String ?? "").contains("handledErrorScenario"), "\(frames.last ?? [:])")
@@ -143,6 +143,48 @@ final class BugsinkSDKTests: XCTestCase {
         let stored = try XCTUnwrap(peer.waitForEvent(messageID), "message \(messageID) not stored")
         XCTAssertEqual(dig(stored, "logentry", "formatted") as? String, "Cache rebuilt")
         XCTAssertEqual(stored["level"] as? String, "warning")
+    }
+
+    /// An error with the whole scope: the harness's `scoped-error --rich-scope FILE` (a user with every field,
+    /// contexts `order` and `payment`, extra, a fingerprint, a breadcrumb with data, a chained exception, and an
+    /// attachment, which Bugsink skips) is stored with those fields, read back through Bugsink's API.
+    func testScopedErrorIsStoredWithUserContextsExtraFingerprintAndBreadcrumbData() throws {
+        let peer = try BugsinkPeer.fromEnvironment()
+        let storage = dirs.make("bugsink-scoped")
+        let logs = dirs.make("bugsink-scoped-logs")
+        let file = logs.appendingPathComponent("session.log")
+        try Data("a log line\n".utf8).write(to: file)
+        let run = try runHarness(["scoped-error", "--rich-scope", file.path, "--dsn", peer.dsn, "--storage", storage.path],
+                                 environment: ["VAKA_DEBUG": "1"], logDirectory: logs)
+        XCTAssertEqual(run.outcome, "exit 0", run.stderr)
+        let errorID = try XCTUnwrap(run.stderr.split(separator: "\n").first { $0.contains("captured error") }?.split(separator: " ").last.map(String.init), run.stderr)
+        let event = try XCTUnwrap(peer.waitForEvent(errorID), "event \(errorID) not stored")
+        XCTAssertEqual(dig(event, "user", "id") as? String, "user-123")
+        XCTAssertEqual(dig(event, "user", "email") as? String, "ana@example.com")
+        XCTAssertEqual(dig(event, "user", "username") as? String, "ana")
+        XCTAssertEqual(dig(event, "user", "ip_address") as? String, "203.0.113.7")
+        XCTAssertEqual(dig(event, "contexts", "order", "id") as? Int, 1042)
+        XCTAssertEqual(dig(event, "contexts", "order", "items") as? [String], ["book", "pen"])
+        XCTAssertEqual(dig(event, "contexts", "payment", "provider") as? String, "acme")
+        XCTAssertEqual(dig(event, "extra", "cart_size") as? Int, 3)
+        XCTAssertEqual(dig(event, "extra", "retry") as? Bool, true)
+        XCTAssertEqual(dig(event, "tags", "payment") as? String, "card")
+        XCTAssertEqual(event["fingerprint"] as? [String], ["checkout", "card-declined"])
+        let crumb = try XCTUnwrap((dig(event, "breadcrumbs", "values") as? [[String: Any]])?.first { $0["category"] as? String == "db" })
+        XCTAssertEqual(crumb["type"] as? String, "query")
+        XCTAssertEqual(dig(crumb, "data", "rows") as? Int, 3)
+        XCTAssertEqual(dig(crumb, "data", "cached") as? Bool, false)
+        XCTAssertEqual(dig(crumb, "data", "tables") as? [String], ["orders"])
+        XCTAssertEqual((dig(event, "exception", "values") as? [[String: Any]])?.compactMap { $0["type"] as? String },
+                       ["vaka_crashme.CheckoutError.cardDeclined", "vaka_crashme.PaymentFailed"])
+        // The message captured after it carries none of the per-call scope.
+        let messageID = try XCTUnwrap(capturedIDs(run.stderr).last)
+        let message = try XCTUnwrap(peer.waitForEvent(messageID), "message \(messageID) not stored")
+        XCTAssertEqual(dig(message, "logentry", "formatted") as? String, "after the scoped error")
+        XCTAssertNil(message["fingerprint"])
+        XCTAssertNil(dig(message, "contexts", "payment"))
+        XCTAssertNil(dig(message, "tags", "payment"))
+        XCTAssertEqual(dig(message, "user", "email") as? String, "ana@example.com")
     }
 
     /// The kill test: a child captures 1 000 messages (fixed event ids) and is SIGKILLed at a random moment,

@@ -63,7 +63,7 @@ final class EventGoldenTests: XCTestCase {
         // Over the per-field limits: a long message, a long tag, 130 breadcrumbs with long data.
         for i in 0..<130 {
             client.addBreadcrumb(EventBudget.limited(Breadcrumb(timestamp: 1_700_000_100 + Double(i), message: "step \(i)",
-                                                                data: ["blob": String(repeating: "d", count: 1500)])))
+                                                                data: ["blob": .string(String(repeating: "d", count: 1500))])))
         }
         client.setTag("long", String(repeating: "t", count: 300))
         client.capture(message: String(repeating: "m", count: 9000), level: .error, eventID: "22222222222222222222222222222222",

@@ -14,6 +14,7 @@ final class EventModelCompletenessTests: XCTestCase {
         let frame: Frame
         let stacktrace: Stacktrace
         let signalMeta: SignalMeta
+        let nsErrorMeta: NSErrorMeta
         let mechanismMeta: MechanismMeta
         let mechanism: Mechanism
         let exception: Exception
@@ -52,12 +53,16 @@ final class EventModelCompletenessTests: XCTestCase {
             signalMeta.other = Self.other("signal")
             self.signalMeta = signalMeta
 
-            var mechanismMeta = MechanismMeta(signal: signalMeta)
+            var nsErrorMeta = NSErrorMeta(code: 260, domain: "NSCocoaErrorDomain")
+            nsErrorMeta.other = Self.other("ns_error")
+            self.nsErrorMeta = nsErrorMeta
+
+            var mechanismMeta = MechanismMeta(signal: signalMeta, nsError: nsErrorMeta)
             mechanismMeta.other = Self.other("meta")
             self.mechanismMeta = mechanismMeta
 
             var mechanism = Mechanism(type: "signalhandler", handled: false, meta: mechanismMeta,
-                                      data: ["relevant_address": .string("0x10")])
+                                      data: ["relevant_address": .string("0x10")], source: "NSUnderlyingErrorKey")
             mechanism.other = Self.other("mechanism")
             self.mechanism = mechanism
 
@@ -84,7 +89,7 @@ final class EventModelCompletenessTests: XCTestCase {
             logEntry.other = Self.other("logentry")
             self.logEntry = logEntry
 
-            var user = User(id: "user-7")
+            var user = User(id: "user-7", email: "ana@example.com", username: "ana", ipAddress: "203.0.113.7")
             user.other = Self.other("user")
             self.user = user
 
@@ -113,7 +118,8 @@ final class EventModelCompletenessTests: XCTestCase {
             self.contexts = contexts
 
             breadcrumb = Breadcrumb(timestamp: 1_700_000_000.25, type: "navigation", category: "navigation",
-                                    message: "Checkout", level: "info", data: ["from": "Cart", "to": "Checkout"])
+                                    message: "Checkout", level: "info",
+                                    data: ["from": "Cart", "to": "Checkout", "n": 2, "ok": true, "list": [1.5, "x"], "none": .null])
 
             var event = Event(eventID: "0123456789abcdef0123456789abcdef", timestamp: 1_700_000_001.5, platform: "native",
                               level: .fatal, sdk: sdk, contexts: contexts, exception: ValueList([exception]),
@@ -123,6 +129,7 @@ final class EventModelCompletenessTests: XCTestCase {
             event.dist = "42"
             event.serverName = "host-1"
             event.type = "error"
+            event.fingerprint = ["checkout", "{{ default }}"]
             event.other = Self.other("event")
             self.event = event
         }
@@ -195,6 +202,7 @@ final class EventModelCompletenessTests: XCTestCase {
         try check(full.frame, wireExpected: wire.frame, reportOnly: ["trust"])
         try check(full.stacktrace, wireExpected: wire.stacktrace)
         try check(full.signalMeta, wireExpected: wire.signalMeta)
+        try check(full.nsErrorMeta, wireExpected: wire.nsErrorMeta)
         try check(full.mechanismMeta, wireExpected: wire.mechanismMeta)
         try check(full.mechanism, wireExpected: wire.mechanism)
         try check(full.exception, wireExpected: wire.exception)

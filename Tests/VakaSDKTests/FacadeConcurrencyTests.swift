@@ -68,7 +68,10 @@ final class FacadeConcurrencyTests: XCTestCase {
                        "Vaka runs (runID \(Vaka.runID ?? "-")) but the concurrent close uninstalled its crash handlers")
     }
 
-    /// Eight threads calling capture, setTag, addBreadcrumb, identify, screen, track and flush while another
+    enum FacadeError: Error { case failed }
+
+    /// Eight threads calling capture (with a per-call scope too), setTag, addBreadcrumb (with data too),
+    /// identify, setContext, setExtra, addAttachment, clearAttachments, screen, track and flush while another
     /// thread starts and closes Vaka ten times: every call returns (no deadlock, no crash) within a generous
     /// bound, and after the last close nothing is running and no crash handler is left installed.
     func testFacadeCallsFromManyThreadsWhileStartAndCloseRun() throws {
@@ -81,13 +84,19 @@ final class FacadeConcurrencyTests: XCTestCase {
             Thread.detachNewThread {
                 var i = 0
                 while !stop.load(ordering: .relaxed) {
-                    switch i % 7 {
+                    switch i % 13 {
                     case 0: Vaka.capture(message: "m\(t)-\(i)", level: .warning)
                     case 1: Vaka.setTag("t\(t)", "\(i)")
                     case 2: Vaka.addBreadcrumb(category: "c", message: "\(i)")
                     case 3: Vaka.identify("user-\(t)")
                     case 4: Vaka.screen("s\(i % 3)")
                     case 5: Vaka.track("e\(t)", ["i": "\(i)"])
+                    case 6: Vaka.setContext("c\(t)", ["i": .int(Int64(i))])
+                    case 7: Vaka.setExtra("x\(t)", .int(Int64(i)))
+                    case 8: Vaka.addBreadcrumb(Breadcrumb(category: "d", data: ["i": .int(Int64(i))]))
+                    case 9: Vaka.addAttachment(data: Data("\(i)".utf8), filename: "a\(t).txt")
+                    case 10: Vaka.capture(FacadeError.failed, fingerprint: ["f"]) { $0.setExtra("i", .int(Int64(i))) }
+                    case 11: Vaka.clearAttachments()
                     default: _ = Vaka.flush(timeout: 0.05)
                     }
                     i += 1

@@ -45,7 +45,7 @@ final class HarnessTests: XCTestCase {
 
         let error = events[3]
         XCTAssertEqual(error["level"] as? String, "error")
-        XCTAssertEqual(dig(error, "exception", "values", 0, "type") as? String, "vaka_crashme.CheckoutError")
+        XCTAssertEqual(dig(error, "exception", "values", 0, "type") as? String, "vaka_crashme.CheckoutError.cardDeclined", "the Swift type and its case")
         XCTAssertEqual(dig(error, "exception", "values", 0, "value") as? String, "card declined (code 51)")
         XCTAssertEqual(dig(error, "exception", "values", 0, "mechanism", "handled") as? Bool, true)
         let frames = try XCTUnwrap(dig(error, "exception", "values", 0, "stacktrace", "frames") as? [[String: Any]])

@@ -86,7 +86,7 @@ final class LoggingTests: XCTestCase {
         XCTAssertEqual(got.map(\.level), ["warning", "error", "fatal"])
         XCTAssertEqual(got.map(\.category), ["log", "log", "log"])
         XCTAssertEqual(got.map(\.type), ["default", "default", "default"])
-        XCTAssertEqual(got[0].data, ["free_mb": "12", "mount": "/var", "ratio": "0.25", "alarm": "true"])
+        XCTAssertEqual(got[0].data, ["free_mb": 12, "mount": "/var", "ratio": 0.25, "alarm": true], "typed, as the log's attributes")
         XCTAssertNil(got[1].data)
         XCTAssertEqual(journal.withLock { $0 }.count, 5, "every recorded log is journalled, breadcrumb or not")
         XCTAssertEqual(journal.withLock { $0 }[2].attributes, ["alarm=true", "free_mb=12", "mount=/var", "ratio=0.25"],
@@ -177,7 +177,7 @@ final class LoggingTests: XCTestCase {
         let values = try XCTUnwrap((event["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]])
         let logCrumbs = values.filter { $0["category"] as? String == "log" }
         XCTAssertEqual(logCrumbs.map { $0["message"] as? String }, ["cart loaded"])
-        XCTAssertEqual((logCrumbs.first?["data"] as? [String: String]), ["items": "3"])
+        XCTAssertEqual((logCrumbs.first?["data"] as? [String: Int]), ["items": 3], "the attribute's integer, through the journal")
     }
 
     /// The journal route with a real journal, mapped and in the write(2) fallback (mmap refused): the

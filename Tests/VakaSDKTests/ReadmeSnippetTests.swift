@@ -23,4 +23,28 @@ final class ReadmeSnippetTests: XCTestCase {
         XCTAssertNil(options.logBreadcrumbLevel)
         XCTAssertEqual(options.journalSize, 1 << 20)
     }
+
+    /// README's scope lines, compiled against the public API (literals as `JSONValue`, the per-call closure).
+    func testScopeSnippetCompiles() {
+        struct CheckoutFailed: Error {}
+        func checkout() throws { throw CheckoutFailed() }
+        let report = Data("{}".utf8)
+        let snippet: () -> Void = {
+            Vaka.addBreadcrumb(Breadcrumb(type: "query", category: "db", message: "SELECT orders", level: "warning",
+                                          data: ["rows": 3, "tables": ["orders"]]))
+            Vaka.setUser(User(id: "user-123", email: "ana@example.com", username: "ana", ipAddress: "203.0.113.7"))
+            Vaka.setContext("order", ["id": 1042, "plan": "pro"])
+            Vaka.setExtra("cart_size", 3)
+            Vaka.addAttachment(path: "/var/log/myapp.log")
+            Vaka.addAttachment(data: report, filename: "cart.json", contentType: "application/json")
+            do { try checkout() } catch {
+                Vaka.capture(error, fingerprint: ["checkout", "declined"]) { scope in
+                    scope.setTag("payment", "card")
+                    scope.setContext("payment", ["provider": "acme"])
+                }
+            }
+            Vaka.capture(message: "Cache rebuilt", level: .warning)
+        }
+        _ = snippet
+    }
 }

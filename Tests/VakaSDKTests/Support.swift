@@ -118,7 +118,10 @@ struct OutboxEnvelope {
     var file: URL
     var header: [String: Any]
     var items: [(type: String, payload: [String: Any])]
+    /// Every item's header and payload bytes, in order (attachments' payloads are not JSON).
+    var raw: [(header: [String: Any], payload: Data)] = []
     var events: [[String: Any]] { items.filter { $0.type == "event" }.map(\.payload) }
+    var attachments: [(header: [String: Any], payload: Data)] { raw.filter { $0.header["type"] as? String == "attachment" } }
     var sessions: [[String: Any]] { items.filter { $0.type == "session" }.map(\.payload) }
 }
 
@@ -148,6 +151,7 @@ func parseEnvelope(_ data: Data, file: URL) throws -> OutboxEnvelope {
         throw EnvelopeParseError(description: "\(file.lastPathComponent): header is not an object")
     }
     var items: [(String, [String: Any])] = []
+    var raw: [(header: [String: Any], payload: Data)] = []
     while pos < bytes.count {
         guard let ih = try JSONSerialization.jsonObject(with: line()) as? [String: Any],
               let type = ih["type"] as? String, let length = ih["length"] as? Int, pos + length <= bytes.count else {
@@ -156,9 +160,11 @@ func parseEnvelope(_ data: Data, file: URL) throws -> OutboxEnvelope {
         let payload = Data(bytes[pos..<(pos + length)])
         pos += length
         if pos < bytes.count, bytes[pos] == 0x0A { pos += 1 }
-        items.append((type, (try JSONSerialization.jsonObject(with: payload) as? [String: Any]) ?? [:]))
+        raw.append((ih, payload))
+        let json = type == "attachment" ? nil : try JSONSerialization.jsonObject(with: payload) as? [String: Any]
+        items.append((type, json ?? [:]))
     }
-    return OutboxEnvelope(file: file, header: header, items: items.map { (type: $0.0, payload: $0.1) })
+    return OutboxEnvelope(file: file, header: header, items: items.map { (type: $0.0, payload: $0.1) }, raw: raw)
 }
 
 /// Runs a tool, returning status and stdout+stderr.
@@ -193,6 +199,19 @@ func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [Strin
         if os.path.exists(schema_path):
             import jsonschema
             validator = jsonschema.Draft7Validator(json.load(open(schema_path)))
+        def lengths(data):
+            # The item lengths as written, walked in the raw bytes (sentry_sdk's get_bytes() re-serializes a
+            # parsed JSON payload with ASCII escapes, so its length differs for non-ASCII text).
+            pos = data.index(b"\\n") + 1; out = []
+            while pos < len(data):
+                end = data.find(b"\\n", pos)
+                if end == pos: pos += 1; continue
+                header = json.loads(data[pos:end if end >= 0 else len(data)])
+                n = header.get("length"); pos = (end if end >= 0 else len(data)) + 1
+                out.append((n, data[pos:pos + n] if n is not None else None)); pos += (n or 0)
+                if pos < len(data) and data[pos:pos + 1] != b"\\n": out.append(("bad", None)); break
+                pos += 1
+            return out
         files = [l for l in open(sys.argv[1]).read().split("\\n") if l]
         out = sys.argv[2]; n = 0; events = 0
         for i, path in enumerate(files):
@@ -200,13 +219,19 @@ func validateWithPeers(_ files: [URL], scratch: URL) throws -> (problems: [Strin
             env = Envelope.deserialize(data)
             if not env.items: print("PROBLEM %s: no items" % path); continue
             n += 1
+            raw = lengths(data)
+            if len(raw) != len(env.items) or any(r[0] == "bad" for r in raw): print("PROBLEM %s: item lengths do not frame the items" % path); continue
             for j, item in enumerate(env.items):
-                if item.type not in ("event", "session", "log", "client_report"): print("PROBLEM %s: item type %s" % (path, item.type))
+                if item.type not in ("event", "session", "log", "client_report", "attachment"): print("PROBLEM %s: item type %s" % (path, item.type))
+                if item.type == "attachment":
+                    if raw[j][1] != item.payload.get_bytes(): print("PROBLEM %s: item %d payload" % (path, j))
+                    if not item.headers.get("filename"): print("PROBLEM %s: attachment %d without filename" % (path, j))
+                    continue
                 try:
                     payload = json.loads(item.payload.get_bytes())
                 except ValueError:
                     print("PROBLEM %s: item %d is not JSON" % (path, j)); continue
-                if item.headers.get("length") != len(item.payload.get_bytes()): print("PROBLEM %s: item %d length" % (path, j))
+                if json.loads(raw[j][1]) != payload: print("PROBLEM %s: item %d length" % (path, j))
                 if item.type == "event":
                     if item.get_event() is None: print("PROBLEM %s: get_event() is None" % path)
                     if env.headers.get("event_id") != payload.get("event_id"): print("PROBLEM %s: header event_id differs" % path)

@@ -116,8 +116,11 @@ public struct Envelope: Equatable, Sendable {
             } else {
                 payload = Data(line())
             }
-            items.append(EnvelopeItem(type: EnvelopeItem.ItemType(rawValue: ih.type), payload: payload,
-                                      contentType: ih.content_type, itemCount: ih.item_count))
+            var item = EnvelopeItem(type: EnvelopeItem.ItemType(rawValue: ih.type), payload: payload,
+                                    contentType: ih.content_type, itemCount: ih.item_count)
+            item.filename = ih.filename
+            item.attachmentType = ih.attachment_type
+            items.append(item)
         }
     }
 
@@ -149,11 +152,15 @@ public struct Envelope: Equatable, Sendable {
         var length: Int?
         var content_type: String?
         var item_count: Int?
+        var filename: String?
+        var attachment_type: String?
         init(_ i: EnvelopeItem) {
             type = i.type.rawValue
             length = i.payload.count
             content_type = i.contentType
             item_count = i.itemCount
+            filename = i.filename
+            attachment_type = i.attachmentType
         }
     }
 
@@ -165,7 +172,8 @@ public struct Envelope: Equatable, Sendable {
     }
 }
 
-/// One envelope item: a header (`type`, `length`, `content_type`, `item_count`) and a payload.
+/// One envelope item: a header (`type`, `length`, `content_type`, `item_count`, and for an attachment
+/// `filename` and `attachment_type`) and a payload.
 public struct EnvelopeItem: Equatable, Sendable {
     /// An item type (`type` header). Open set: unknown types read from disk or the wire are kept as-is.
     public struct ItemType: RawRepresentable, Hashable, Sendable {
@@ -179,6 +187,9 @@ public struct EnvelopeItem: Equatable, Sendable {
         public static let session = ItemType(rawValue: "session")
         /// `log`: a batch of Sentry logs (`{"version":2,"items":[...]}`), with `item_count`. Rate-limit category `log_item`.
         public static let log = ItemType(rawValue: "log")
+        /// `attachment`: a file sent with the event of its envelope, with `filename` and `attachment_type`.
+        /// Rate-limit category `attachment`.
+        public static let attachment = ItemType(rawValue: "attachment")
     }
 
     /// `type` header.
@@ -189,6 +200,10 @@ public struct EnvelopeItem: Equatable, Sendable {
     public var contentType: String?
     /// `item_count` header: number of records in a `log` item; `nil` omits it.
     public var itemCount: Int?
+    /// `filename` header of an `attachment` item; `nil` omits it.
+    public var filename: String?
+    /// `attachment_type` header of an `attachment` item (`event.attachment`); `nil` omits it.
+    public var attachmentType: String?
 
     /// Creates an item.
     public init(type: ItemType, payload: Data, contentType: String? = "application/json", itemCount: Int? = nil) {
@@ -206,6 +221,15 @@ public struct EnvelopeItem: Equatable, Sendable {
     /// A `session` item with a JSON session-update payload.
     public static func session(_ json: Data) -> EnvelopeItem {
         EnvelopeItem(type: .session, payload: json, contentType: "application/json")
+    }
+
+    /// An `attachment` item: `data` as the payload, `filename`, `content_type` `contentType`, `attachment_type`
+    /// `event.attachment` (a plain file sent with the event; what Sentry assumes when the header is absent).
+    public static func attachment(_ data: Data, filename: String, contentType: String) -> EnvelopeItem {
+        var item = EnvelopeItem(type: .attachment, payload: data, contentType: contentType)
+        item.filename = filename
+        item.attachmentType = "event.attachment"
+        return item
     }
 
     /// A `log` item: `json` is `{"version":2,"items":[...]}` holding `count` Sentry logs (``LogBatcher``

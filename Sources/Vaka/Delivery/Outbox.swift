@@ -114,7 +114,7 @@ public struct Outbox: Sendable {
             .map { directory.appendingPathComponent($0) }
     }
 
-    /// Reads and parses one outbox file, at most ``PersistentQueue/maxEnvelopeBytes`` (1 MiB, the largest
+    /// Reads and parses one outbox file, at most ``PersistentQueue/maxEnvelopeBytes`` (2 MiB, the largest
     /// envelope the SDK writes): a bigger file or a non-regular one is not read.
     /// - Throws: ``DeliveryIOError`` when it cannot be read, is over the cap (`EFBIG`) or is not a regular
     ///   file (`EISDIR`), or ``EnvelopeError`` when the bytes are not an envelope.

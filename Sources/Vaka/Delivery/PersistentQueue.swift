@@ -82,9 +82,10 @@ final class PersistentQueue: Sendable {
     /// 4 MiB. The oldest held envelopes are dropped first beyond it.
     static let defaultMaxMemoryBytes = 4 << 20
 
-    /// Largest envelope the SDK writes, bytes: 1 MiB, the event budget (``EventBudget/standard``, 900 KiB of
-    /// event JSON) plus 124 KiB for the envelope and item headers and a session update.
-    static let maxEnvelopeBytes = 1 << 20
+    /// Largest envelope the SDK writes, bytes: 2 MiB, the event budget (``EventBudget/standard``, 900 KiB of
+    /// event JSON) plus 124 KiB for the envelope and item headers and a session update, plus the attachments
+    /// (``Attachment/maxEnvelopeBytes``, 1 MiB).
+    static let maxEnvelopeBytes = (1 << 20) + Attachment.maxEnvelopeBytes
 
     /// Most `.bad` files (set-aside batch files) kept in `pending/`; older ones are deleted.
     static let maxBadFiles = 8
@@ -103,8 +104,8 @@ final class PersistentQueue: Sendable {
         /// Most bytes held only in memory (``PersistentQueue/defaultMaxMemoryBytes`` unless given).
         let maxMemoryBytes: Int
         /// Largest batch file read, bytes: the largest the SDK can write, `maxBatchSize` ×
-        /// (``PersistentQueue/maxEnvelopeBytes`` + 16 bytes of length line) + the magic line (50 MiB + 816 B with
-        /// the default 50). A bigger file is set aside without being read.
+        /// (``PersistentQueue/maxEnvelopeBytes`` + 16 bytes of length line) + the magic line (100 MiB + 816 B
+        /// with the default 50). A bigger file is set aside without being read.
         let maxFileBytes: Int
     }
 

@@ -36,7 +36,9 @@ struct ScopedLogBatcher: Sendable {
 ///    taken after the event was appended: one when the pass starts and one every 10 ms while it runs; the
 ///    ring keeps the newest breadcrumbs, so when more than it holds were added between an event and its
 ///    snapshot, that event gets only those still there, possibly none), fitted to the size budget (``EventFactory/finalize(_:budget:log:)``) and put
-///    in an envelope with the session update of its meta attribute `session`, if any. The pass's envelopes go
+///    in an envelope with the session update of its meta attribute `session`, if any, and the `attachment` items
+///    of its meta attribute `attachments` (the files read now; side files deleted once the envelope is on
+///    disk: ``AttachmentItems``). The pass's envelopes go
 ///    to ``Delivery/submit(batch:)`` (queue mode: one write of `pending/` for up to 200 of them; outbox mode:
 ///    one file each, consumed one by one), and only once they are on disk are the records consumed
 ///    (``Journal/consume(through:)``): a record leaves the journal only when it is durable elsewhere. The
@@ -239,12 +241,15 @@ final class JournalMover: @unchecked Sendable {
             return trails.last!.trail  // its horizon is at least `seq`: the record was committed before
         }
         var envelopes: [Envelope] = []
+        var sideFiles: [AttachmentRef] = []  // of the events in `envelopes`: deleted once those are on disk
         var last: Journal.Record?
         func submit() {
             guard let through = last else { return }
             if delivery.submit(batch: envelopes) {
                 journal.consume(through: through)
                 state.unconsumedEvent = nil
+                AttachmentItems.removeSideFiles(sideFiles)
+                sideFiles.removeAll()
             } else {
                 state.unconsumedEvent = through
             }
@@ -264,6 +269,7 @@ final class JournalMover: @unchecked Sendable {
                                                     processor: processor, log: logSink) {
                 envelopes.append(envelope)
             }
+            sideFiles += AttachmentItems.refs(of: record).filter(\.sideFile)  // also of an event not sent
             if DispatchTime.now().uptimeNanoseconds - lastSnapshot > JournalMover.snapshotInterval { snapshot() }
             if perEnvelope || envelopes.count >= JournalMover.maxEnvelopesPerSubmit {
                 submit()
@@ -295,12 +301,18 @@ final class JournalMover: @unchecked Sendable {
             return nil
         }
         let session = record.meta("session").map { EnvelopeItem.session(Data($0.utf8)) }
+        let attachments = AttachmentItems.refs(of: record)
         guard let processed = processor.process(factory.completed(event, breadcrumbs: breadcrumbs), kind: .captured) else {
             log?("event \(event.eventID) dropped by beforeSend")
+            // Its attachments go with it, counted as attachments dropped by the same hook.
+            for item in AttachmentItems.items(attachments, eventID: event.eventID, log: log) {
+                processor.reports?.record(.beforeSend, item: item)
+            }
             return session.map { Envelope(items: [$0]) }
         }
         var items: [EnvelopeItem] = [.event(EventFactory.finalize(processed, log: log))]
         if let session { items.append(session) }
+        if !attachments.isEmpty { items += AttachmentItems.items(attachments, eventID: processed.eventID, log: log) }
         return Envelope(header: .init(eventID: processed.eventID), items: items)
     }
 

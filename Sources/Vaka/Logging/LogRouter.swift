@@ -66,10 +66,10 @@ enum LogRouter {
         routes.journal?(timeNs, level, body, sorted)
         let timestamp = Journal.seconds(timeNs)
         if let min = routes.breadcrumbLevel, level >= min {
-            var data: [String: String]? = nil
+            var data: [String: JSONValue]? = nil
             if !sorted.isEmpty {
                 data = [:]
-                for (key, value) in sorted { data![key] = value.breadcrumbString }
+                for (key, value) in sorted { data![key] = JSONValue(value) }
             }
             routes.addBreadcrumb(Breadcrumb(timestamp: timestamp, category: "log", message: body,
                                             level: level.breadcrumbLevel, data: data))

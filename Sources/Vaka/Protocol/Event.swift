@@ -79,6 +79,9 @@ public struct Event: Codable, Equatable, Sendable, FieldCoded {
     public var serverName: String?
     /// The kind of event, e.g. `"error"` or `"default"` (`type`).
     public var type: String?
+    /// How the server groups this event into issues (`fingerprint`): strings such as `["checkout",
+    /// "card-declined"]`; `"{{ default }}"` stands for the server's own grouping. `nil`: the server's grouping.
+    public var fingerprint: [String]?
     /// The members of the event's JSON object that no property models (an event from elsewhere given to
     /// `vaka symbolicate`), kept so that they are encoded back unchanged; also a modeled field whose value
     /// does not have the field's type (a hand-edited or damaged stored event), kept as it was instead of
@@ -131,6 +134,7 @@ public struct Event: Codable, Equatable, Sendable, FieldCoded {
         .verbatimFirst("dist", \.dist),
         .verbatimFirst("server_name", \.serverName),
         .verbatimFirst("type", \.type),
+        .verbatimFirst("fingerprint", \.fingerprint),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -204,23 +208,37 @@ public struct LogEntry: Codable, Equatable, Sendable, FieldCoded {
     }
 }
 
-/// `user`: who the event happened to; Vaka sends only the id given to ``Vaka/identify(_:)``.
+/// `user`: who the event happened to. Vaka sends only what the program gives it (``Vaka/setUser(_:)``,
+/// ``Vaka/identify(_:)``, a per-call ``Scope``); every field is optional and cut to 200 Unicode scalars.
 public struct User: Codable, Equatable, Sendable, FieldCoded {
     /// The user's id in the program (`id`).
     public var id: String?
+    /// The user's e-mail address (`email`).
+    public var email: String?
+    /// The user's name for display (`username`).
+    public var username: String?
+    /// The user's IP address, e.g. `"203.0.113.7"` or `"{{auto}}"` for the address the server saw the
+    /// request come from (`ip_address`).
+    public var ipAddress: String?
 
     /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
     /// back (see ``Event/other``); `nil` for the values Vaka builds.
     public var other: [String: JSONValue]?
 
-    /// A user with the id `id`.
-    public init(id: String? = nil) {
+    /// A user; every field is described on its property.
+    public init(id: String? = nil, email: String? = nil, username: String? = nil, ipAddress: String? = nil) {
         self.id = id
+        self.email = email
+        self.username = username
+        self.ipAddress = ipAddress
     }
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<User>] = [
         .strict("id", \.id),
+        .strict("email", \.email),
+        .strict("username", \.username),
+        .strict("ip_address", \.ipAddress),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).

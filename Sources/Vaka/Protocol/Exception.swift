@@ -59,17 +59,22 @@ public struct Mechanism: Codable, Equatable, Sendable, FieldCoded {
     public var meta: MechanismMeta?
     /// Free-form data; for crashes `relevant_address` (the fault address as `"0x…"`).
     public var data: [String: JSONValue]?
+    /// Where a chained exception came from in the one after it (`source`): `"NSUnderlyingErrorKey"` or
+    /// `"underlyingError"` (``WrappingError``) for the causes of a captured error.
+    public var source: String?
 
     /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
     /// back (see ``Event/other``); `nil` for the values Vaka builds.
     public var other: [String: JSONValue]?
 
     /// Creates a mechanism; every field is described on its property.
-    public init(type: String, handled: Bool? = nil, meta: MechanismMeta? = nil, data: [String: JSONValue]? = nil) {
+    public init(type: String, handled: Bool? = nil, meta: MechanismMeta? = nil, data: [String: JSONValue]? = nil,
+                source: String? = nil) {
         self.type = type
         self.handled = handled
         self.meta = meta
         self.data = data
+        self.source = source
     }
 
     /// The fields, by wire name, in the order they are written.
@@ -78,6 +83,7 @@ public struct Mechanism: Codable, Equatable, Sendable, FieldCoded {
         .strict("handled", \.handled),
         .strict("meta", \.meta),
         .strict("data", \.data),
+        .strict("source", \.source),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -99,19 +105,23 @@ public struct Mechanism: Codable, Equatable, Sendable, FieldCoded {
 public struct MechanismMeta: Codable, Equatable, Sendable, FieldCoded {
     /// The POSIX signal that was delivered.
     public var signal: SignalMeta?
+    /// The `NSError` domain and code of a captured error (`ns_error`).
+    public var nsError: NSErrorMeta?
 
     /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
     /// back (see ``Event/other``); `nil` for the values Vaka builds.
     public var other: [String: JSONValue]?
 
     /// Creates mechanism meta.
-    public init(signal: SignalMeta? = nil) {
+    public init(signal: SignalMeta? = nil, nsError: NSErrorMeta? = nil) {
         self.signal = signal
+        self.nsError = nsError
     }
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<MechanismMeta>] = [
         .strict("signal", \.signal),
+        .strict("ns_error", \.nsError),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -165,6 +175,45 @@ public struct SignalMeta: Codable, Equatable, Sendable, FieldCoded {
 
     /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
     /// the wrong type or a missing `number`.
+    public init(from decoder: Decoder) throws {
+        try self.init(decodingFields: decoder)
+    }
+
+    /// Encodes the fields and then ``other``.
+    public func encode(to encoder: Encoder) throws {
+        try encodeFields(to: encoder)
+    }
+}
+
+/// `mechanism.meta.ns_error`: the `NSError` identity of an error (an `NSError`, or a Swift error conforming to
+/// `CustomNSError`).
+public struct NSErrorMeta: Codable, Equatable, Sendable, FieldCoded {
+    /// The error code within its domain (`code`).
+    public var code: Int64
+    /// The error domain, e.g. `"NSCocoaErrorDomain"` (`domain`).
+    public var domain: String?
+
+    /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
+    /// back (see ``Event/other``); `nil` for the values Vaka builds.
+    public var other: [String: JSONValue]?
+
+    /// Creates `NSError` meta; every field is described on its property.
+    public init(code: Int64, domain: String? = nil) {
+        self.code = code
+        self.domain = domain
+    }
+
+    /// The fields, by wire name, in the order they are written.
+    static let fields: [Field<NSErrorMeta>] = [
+        .required("code", \.code),
+        .strict("domain", \.domain),
+    ]
+
+    /// The value decoding starts from (see ``FieldCoded/decodingBase``).
+    static var decodingBase: NSErrorMeta { NSErrorMeta(code: 0) }
+
+    /// Decodes the value; members no property models go to ``other``. Throws `DecodingError` for a field of
+    /// the wrong type or a missing `code`.
     public init(from decoder: Decoder) throws {
         try self.init(decodingFields: decoder)
     }

@@ -74,3 +74,72 @@ public enum JSONValue: Codable, Equatable, Sendable {
         return nil
     }
 }
+
+/// Literals work where a ``JSONValue`` is expected: `["plan": "pro", "items": 3, "ratio": 0.5, "retry": true,
+/// "tags": ["a", "b"], "card": ["brand": "visa"]]` (a variable needs its case: `.string(s)`, `.int(Int64(n))`).
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+    ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral {
+    /// A ``string(_:)`` from a string literal.
+    public init(stringLiteral value: String) { self = .string(value) }
+    /// An ``int(_:)`` from an integer literal.
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    /// A ``double(_:)`` from a floating-point literal.
+    public init(floatLiteral value: Double) { self = .double(value) }
+    /// A ``bool(_:)`` from `true` or `false`.
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    /// An ``array(_:)`` from an array literal.
+    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+    /// An ``object(_:)`` from a dictionary literal (a repeated key: the last value wins).
+    public init(dictionaryLiteral elements: (String, JSONValue)...) {
+        var object: [String: JSONValue] = [:]
+        for (key, value) in elements { object[key] = value }
+        self = .object(object)
+    }
+}
+
+extension JSONValue {
+    /// The value of a typed log attribute: `string` → ``string(_:)``, `integer` → ``int(_:)``, `double` →
+    /// ``double(_:)`` (a NaN or infinity, which JSON cannot hold, as its text: ``string(_:)`` `"nan"`, `"inf"`),
+    /// `boolean` → ``bool(_:)``.
+    public init(_ attribute: LogAttribute) {
+        switch attribute {
+        case .string(let v): self = .string(v)
+        case .integer(let v): self = .int(v)
+        case .double(let v): self = v.isFinite ? .double(v) : .string(v.description)
+        case .boolean(let v): self = .bool(v)
+        }
+    }
+
+    /// This value as a typed log attribute when it is a string, whole number, number or flag; `nil` for
+    /// `null`, arrays and objects.
+    var logAttribute: LogAttribute? {
+        switch self {
+        case .string(let v): return .string(v)
+        case .int(let v): return .integer(v)
+        case .double(let v): return .double(v)
+        case .bool(let v): return .boolean(v)
+        case .null, .array, .object: return nil
+        }
+    }
+
+    /// The value's compact JSON text (sorted keys, slashes unescaped).
+    var jsonText: String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        // A non-finite double is the only value JSONEncoder refuses: written as null.
+        return (try? encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
+    }
+}
+
+extension JSONValue {
+    /// This value with every NaN or infinity (which JSON cannot hold) replaced by its text (`"nan"`, `"inf"`),
+    /// so that an event carrying it always encodes.
+    var finite: JSONValue {
+        switch self {
+        case .double(let v) where !v.isFinite: return .string(v.description)
+        case .array(let items): return .array(items.map(\.finite))
+        case .object(let object): return .object(object.mapValues(\.finite))
+        default: return self
+        }
+    }
+}

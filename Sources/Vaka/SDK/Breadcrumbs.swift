@@ -7,7 +7,10 @@ import Foundation
 /// Mapping: `category` ↔ the record's category (`""` = none), `message` ↔ the body (empty = none), `level`
 /// ↔ the record's level (Sentry's breadcrumb levels `debug`/`info`/`warning`/`error`/`fatal` ↔ the journal's
 /// 5/9/13/17/21; 0 = none; any other name is stored as `info`), `type` ↔ the meta attribute `type` (absent =
-/// `default`), `data` ↔ string attributes, `timestamp` ↔ the record's time (ns since the epoch: ``Journal/nanoseconds(_:)``).
+/// `default`), `data` ↔ typed attributes (a string, whole number, number or flag ↔ a `string`, `integer`,
+/// `double` or `boolean` attribute of the same key; `null`, an array or an object ↔ the meta attribute
+/// `json:KEY` holding the value's JSON text), `timestamp` ↔ the record's time (ns since the epoch:
+/// ``Journal/nanoseconds(_:)``). ``Vaka/addBreadcrumb(category:message:)`` writes no attributes at all.
 extension Breadcrumb {
     /// The journal level of a Sentry breadcrumb level name (`nil`: 0, none).
     static func journalLevel(_ level: String?) -> UInt8 {
@@ -33,32 +36,41 @@ extension Breadcrumb {
         }
     }
 
-    /// The journal attributes of this breadcrumb: `type` (meta) unless `default`, and `data` as strings.
+    /// The prefix of the meta attribute holding a `data` value that is `null`, an array or an object as JSON text.
+    static let jsonAttributePrefix = "json:"
+
+    /// The journal attributes of this breadcrumb: `type` (meta) unless `default`, and `data` (see the
+    /// extension's documentation), in key order.
     var journalAttributes: [Journal.Attribute] {
         var out: [Journal.Attribute] = []
         if type != "default" { out.append(Journal.Attribute(key: "type", value: .string(type), meta: true)) }
         for (key, value) in (data ?? [:]).sorted(by: { $0.key < $1.key }) {
-            out.append(Journal.Attribute(key: key, value: .string(value)))
+            if let typed = value.logAttribute {
+                out.append(Journal.Attribute(key: key, value: typed))
+            } else {
+                out.append(Journal.Attribute(key: Breadcrumb.jsonAttributePrefix + key, value: .string(value.jsonText), meta: true))
+            }
         }
         return out
     }
 
-    /// The breadcrumb a journal record holds (see the extension's documentation for the mapping). A non-string
-    /// `data` attribute (a log's typed attribute) is written as its text.
+    /// The breadcrumb a journal record holds (see the extension's documentation for the mapping). A `json:KEY`
+    /// attribute whose text does not parse (a damaged record) is kept as that text.
     init(record: Journal.Record) {
         var type = "default"
-        var data: [String: String] = [:]
+        var data: [String: JSONValue] = [:]
         for attribute in record.attributes {
             if attribute.meta {
-                if attribute.key == "type", case .string(let t) = attribute.value { type = t }
+                guard case .string(let text) = attribute.value else { continue }
+                if attribute.key == "type" {
+                    type = text
+                } else if attribute.key.hasPrefix(Breadcrumb.jsonAttributePrefix) {
+                    let key = String(attribute.key.dropFirst(Breadcrumb.jsonAttributePrefix.count))
+                    data[key] = (try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))) ?? .string(text)
+                }
                 continue
             }
-            switch attribute.value {
-            case .string(let v): data[attribute.key] = v
-            case .integer(let v): data[attribute.key] = String(v)
-            case .double(let v): data[attribute.key] = String(v)
-            case .boolean(let v): data[attribute.key] = String(v)
-            }
+            data[attribute.key] = JSONValue(attribute.value)
         }
         self.init(timestamp: Journal.seconds(record.timeNs), type: type, category: record.category.isEmpty ? nil : record.category,
                   message: record.body.isEmpty ? nil : record.text, level: Breadcrumb.levelName(record.level),

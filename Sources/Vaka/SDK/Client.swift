@@ -56,6 +56,8 @@ final class Client: Sendable {
         var ended = false
         /// The tag keys of `scope.tags`, oldest set first (the first to go when a new one is over the cap).
         var tagOrder: [String]
+        /// The global scope's attachments, in the order added (files are also in `scope.attachments`).
+        var attachments: [Attachment] = []
     }
     private let state: Mutex<State>
     private let logSink: (@Sendable (String) -> Void)?
@@ -238,12 +240,104 @@ final class Client: Sendable {
         }
     }
 
-    /// Sets or clears `user.id` (cut to ``Vaka/Options/maxTagChars`` scalars).
+    /// Sets or clears `user.id` (cut to ``Vaka/Options/maxTagChars`` scalars): ``setUser(_:)`` with a user of
+    /// that id only.
     func identify(_ userID: String?) {
-        let userID = userID.map { Vaka.Options.cut($0, maxChars: Vaka.Options.maxTagChars) }
+        setUser(userID.map { User(id: $0) })
+    }
+
+    /// Sets (or with `nil` or an empty user clears) the user of later events and of this run's crash, each field
+    /// cut to ``Vaka/Options/maxTagChars`` scalars; `scope.json` is rewritten when it changed.
+    func setUser(_ user: User?) {
+        let user = user.map(\.bounded).flatMap { $0.isEmpty ? nil : $0 }
         state.withLock { state in
-            guard !state.ended, state.scope.userID != userID else { return }
-            state.scope.userID = userID
+            guard !state.ended, state.scope.user != user else { return }
+            state.scope.user = user
+            persistScope(state)
+        }
+    }
+
+    /// Sets (or with `nil` removes) context `name` of later events and of this run's crash (NaN and infinities
+    /// as text). A value that would take contexts and extra over ``RunScope/maxDataBytes`` encoded is left out
+    /// (debug line).
+    func setContext(_ name: String, _ value: [String: JSONValue]?) {
+        changeScopeData("context \(name.prefix(64).debugDescription)", removing: value == nil) { scope in
+            var contexts = scope.contexts ?? [:]
+            contexts[name] = value?.mapValues(\.finite)
+            scope.contexts = contexts.isEmpty ? nil : contexts
+        }
+    }
+
+    /// Sets (or with `nil` removes) extra `key` of later events and of this run's crash; bounded as
+    /// ``setContext(_:_:)``.
+    func setExtra(_ key: String, _ value: JSONValue?) {
+        changeScopeData("extra \(key.prefix(64).debugDescription)", removing: value == nil) { scope in
+            var extra = scope.extra ?? [:]
+            extra[key] = value?.finite
+            scope.extra = extra.isEmpty ? nil : extra
+        }
+    }
+
+    /// Applies `change` to the scope's contexts or extra and rewrites `scope.json`, unless nothing changed or
+    /// (when not `removing`) the result passes ``RunScope/maxDataBytes`` (then a debug line naming `what`).
+    private func changeScopeData(_ what: String, removing: Bool, _ change: (inout RunScope) -> Void) {
+        state.withLock { state in
+            guard !state.ended else { return }
+            var scope = state.scope
+            change(&scope)
+            guard scope != state.scope else { return }
+            if !removing, scope.dataBytes > RunScope.maxDataBytes {
+                log("\(what) left out: contexts and extra would take more than \(RunScope.maxDataBytes) B")
+                return
+            }
+            state.scope = scope
+            persistScope(state)
+        }
+    }
+
+    /// Adds an attachment to later events (``capture(error:stack:fingerprint:scope:)``, and
+    /// ``capture(message:level:eventID:extra:tags:fingerprint:scope:attachments:)`` with `attachments`); a file
+    /// attachment also to this run's crash (its path made absolute and kept in `scope.json`). Left out with a
+    /// debug line: beyond ``Attachment/maxRegistered``, bytes over ``Attachment/maxBytes``, a path or file name
+    /// over ``Attachment/maxPathBytes``. The content type is cut to ``Vaka/Options/maxTagChars`` scalars.
+    func addAttachment(_ attachment: Attachment) {
+        var attachment = attachment
+        attachment.contentType = Vaka.Options.cut(attachment.contentType, maxChars: Vaka.Options.maxTagChars)
+        let name = attachment.filename.prefix(200).debugDescription
+        if case .data(let data) = attachment.content, data.count > Attachment.maxBytes {
+            log("attachment \(name) left out: \(data.count) B, over \(Attachment.maxBytes) B")
+            return
+        }
+        var ref: AttachmentRef?
+        if case .file(let path) = attachment.content {
+            let absolute = URL(fileURLWithPath: path).path
+            guard absolute.utf8.count <= Attachment.maxPathBytes, attachment.filename.utf8.count <= Attachment.maxPathBytes else {
+                log("attachment \(name) left out: its path or name is longer than \(Attachment.maxPathBytes) B")
+                return
+            }
+            attachment.content = .file(path: absolute)
+            ref = AttachmentRef(path: absolute, filename: attachment.filename, contentType: attachment.contentType)
+        }
+        state.withLock { state in
+            guard !state.ended else { return }
+            guard state.attachments.count < Attachment.maxRegistered else {
+                log("attachment \(name) left out: at most \(Attachment.maxRegistered) are registered")
+                return
+            }
+            state.attachments.append(attachment)
+            if let ref {
+                state.scope.attachments = (state.scope.attachments ?? []) + [ref]
+                persistScope(state)
+            }
+        }
+    }
+
+    /// Removes every attachment of the global scope (also from this run's crash).
+    func clearAttachments() {
+        state.withLock { state in
+            guard !state.ended, !state.attachments.isEmpty else { return }
+            state.attachments = []
+            state.scope.attachments = nil
             persistScope(state)
         }
     }
@@ -265,25 +359,27 @@ final class Client: Sendable {
 
     // MARK: - Events
 
-    /// Captures a handled error with the given stack trace; counts it in the session (the session update
-    /// travels in the same envelope).
-    func capture(error: Error, stack: (stacktrace: Stacktrace?, images: [DebugImage])) {
+    /// Captures a handled error with the given stack trace (its exceptions: ``ErrorExceptions``); counts it in
+    /// the session (the session update travels in the same envelope). `fingerprint`, then the per-call `scope`,
+    /// are laid over the global scope for this event only; the global attachments (unless `scope` clears them)
+    /// and the scope's go with it.
+    func capture(error: Error, stack: (stacktrace: Stacktrace?, images: [DebugImage]), fingerprint: [String]? = nil,
+                 scope: Scope? = nil) {
         capturesInFlight.wrappingAdd(1, ordering: .sequentiallyConsistent)
         defer { capturesInFlight.wrappingSubtract(1, ordering: .releasing) }
-        let type = String(reflecting: Swift.type(of: error))
-        let description = String(describing: error)
-        let exception = Exception(type: type, value: description, mechanism: Mechanism(type: "swift.error", handled: true),
-                                  stacktrace: stack.stacktrace)
+        let exceptions = ErrorExceptions.exceptions(for: error, stacktrace: stack.stacktrace)
+        let type = exceptions.last?.type ?? String(reflecting: Swift.type(of: error))
         let id = EventFactory.newEventID()
+        let dropsGlobal = scope?.clearsGlobalAttachments == true
         // The event and the session update are taken under the lock; encoding and fitting the event to the
         // budget (up to 900 KiB of JSON) happen after it, so other threads' scope calls do not wait for them.
-        let taken: (event: Event, session: Data?)? = state.withLock { state in
+        let taken: (event: Event, session: Data?, attachments: [Attachment])? = state.withLock { state in
             guard !state.ended else { return nil }
             var event = journal != nil
                 ? factory.captured(eventID: id, level: .error, date: Date(), scope: state.scope)
                 : factory.base(eventID: id, level: .error, date: Date(), scope: state.scope,
                                breadcrumbs: state.memoryBreadcrumbs.snapshot)
-            event.exception = ValueList([exception])
+            event.exception = ValueList(exceptions)
             if !stack.images.isEmpty { event.debugMeta = DebugMeta(images: stack.images) }
             var session: Data?
             if state.scope.session != nil {
@@ -291,10 +387,13 @@ final class Client: Sendable {
                 session = sessionUpdate(.ok, &state)?.jsonData()
                 persistScope(state)
             }
-            return (event, session)
+            return (event, session, dropsGlobal ? [] : state.attachments)
         }
         guard let taken else { return }
-        record(taken.event, session: taken.session)
+        var event = taken.event
+        if let fingerprint { event.fingerprint = fingerprint }
+        scope?.apply(to: &event)
+        record(event, session: taken.session, attachments: taken.attachments + (scope?.attachments ?? []))
         log("captured error \(type) as \(id)")
     }
 
@@ -320,29 +419,39 @@ final class Client: Sendable {
         }
     }
 
-    /// Captures a message event at `level` (`eventID` given only by tests that need a known id). `stack`: the
-    /// calling thread's stack for ``Vaka/Options/attachStacktrace`` (`threads.values[0]`, `current: true`).
+    /// Captures a message event at `level` (`eventID` given only by tests that need a known id). `extra` and
+    /// `tags` are the call's own (``Vaka/track(_:_:)``, ``Vaka/screen(_:)``), over the global scope's;
+    /// `fingerprint` and `scope` as for ``capture(error:stack:fingerprint:scope:)``; `attachments`: whether the
+    /// global scope's attachments go with it (``Vaka/capture(message:level:fingerprint:scope:)``; screens and
+    /// custom events carry none). `stack`: the calling thread's stack for ``Vaka/Options/attachStacktrace``
+    /// (`threads.values[0]`, `current: true`).
     func capture(message: String, level: Event.Level, eventID: String? = nil, extra: [String: JSONValue] = [:],
-                 tags: [String: String] = [:], stack: (stacktrace: Stacktrace?, images: [DebugImage])? = nil) {
+                 tags: [String: String] = [:], fingerprint: [String]? = nil, scope: Scope? = nil,
+                 attachments: Bool = false, stack: (stacktrace: Stacktrace?, images: [DebugImage])? = nil) {
         capturesInFlight.wrappingAdd(1, ordering: .sequentiallyConsistent)
         defer { capturesInFlight.wrappingSubtract(1, ordering: .releasing) }
         let id = eventID ?? EventFactory.newEventID()
-        let base: Event? = state.withLock { state in
+        let wantsGlobal = attachments && scope?.clearsGlobalAttachments != true
+        let base: (event: Event, attachments: [Attachment])? = state.withLock { state in
             guard !state.ended else { return nil }
-            if journal != nil { return factory.captured(eventID: id, level: level, date: Date(), scope: state.scope) }
-            return factory.base(eventID: id, level: level, date: Date(), scope: state.scope,
-                                breadcrumbs: state.memoryBreadcrumbs.snapshot)
+            let global = wantsGlobal ? state.attachments : []
+            if journal != nil { return (factory.captured(eventID: id, level: level, date: Date(), scope: state.scope), global) }
+            return (factory.base(eventID: id, level: level, date: Date(), scope: state.scope,
+                                 breadcrumbs: state.memoryBreadcrumbs.snapshot), global)
         }
-        guard var event = base else { return }
+        guard let base else { return }
+        var event = base.event
         event.logentry = LogEntry(formatted: message)
-        if !extra.isEmpty { event.extra = extra }
+        if !extra.isEmpty { event.extra = (event.extra ?? [:]).merging(extra) { _, new in new } }
         if !tags.isEmpty { event.tags = (event.tags ?? [:]).merging(tags) { _, new in new } }
         if let stack, let trace = stack.stacktrace {
             event.threads = ValueList([SentryThread(name: Client.currentThreadName(), crashed: false, current: true, stacktrace: trace)])
             if !stack.images.isEmpty { event.debugMeta = DebugMeta(images: stack.images) }
         }
-        record(event, session: nil)
-        log("captured \(level.rawValue) message as \(id)")
+        if let fingerprint { event.fingerprint = fingerprint }
+        scope?.apply(to: &event)
+        record(event, session: nil, attachments: base.attachments + (scope?.attachments ?? []))
+        log("captured \(event.level.rawValue) message as \(id)")
     }
 
     /// The calling thread's name: Foundation's `Thread.current.name` when set, else the kernel's
@@ -370,12 +479,25 @@ final class Client: Sendable {
     /// which is woken; the event then survives the process dying. Without a journal, or when the append fails
     /// (a full spill file, a record over the journal's limit), the mover is drained first (order is kept) and
     /// the event, completed with the breadcrumbs now, is written to delivery durably before returning.
-    private func record(_ event: Event, session: Data?) {
+    ///
+    /// Attachments: with a journal, the bytes of data attachments are written to side files in
+    /// `runs/<run-id>/attachments/` (``AttachmentItems/record(_:eventID:directory:log:)``) and every attachment
+    /// is listed in the record's meta attribute `attachments`; the mover reads the files when it makes the
+    /// envelope and deletes the side files once the envelope is on disk. Without a journal they are read now.
+    private func record(_ event: Event, session: Data?, attachments: [Attachment] = []) {
         var event = event
+        var refs: [AttachmentRef] = []
         if let journal, let mover {
+            if !attachments.isEmpty {
+                let directory = state.withLock { $0.runDirectory?.url }.map(AttachmentItems.sideDirectory)
+                refs = AttachmentItems.record(attachments, eventID: event.eventID, directory: directory, log: logSink)
+            }
             if let body = try? event.jsonData() {
                 var attributes = [Journal.Attribute(key: "event_id", value: .string(event.eventID), meta: true)]
                 if let session { attributes.append(Journal.Attribute(key: "session", value: .string(String(decoding: session, as: UTF8.self)), meta: true)) }
+                if !refs.isEmpty, let list = try? JSONEncoder().encode(refs) {
+                    attributes.append(Journal.Attribute(key: AttachmentItems.journalKey, value: .string(String(decoding: list, as: UTF8.self)), meta: true))
+                }
                 if journal.append(.event, level: Client.journalLevel(event.level), timeNs: Journal.nanoseconds(event.timestamp ?? 0),
                                   bodyBytes: body, attributes: attributes) != nil {
                     mover.eventAppended()
@@ -390,11 +512,21 @@ final class Client: Sendable {
         if journal == nil { waitForStart() }  // after earlier runs' envelopes and this run's first session update
         guard let processed = processor.process(event, kind: .captured) else {
             if let session { submit(Envelope(items: [.session(session)])) }
+            // Its attachments go with it, counted as attachments dropped by the same hook.
+            let dropped = journal == nil ? AttachmentItems.items([], inMemory: attachments, eventID: event.eventID, log: logSink)
+                                         : AttachmentItems.items(refs, eventID: event.eventID, log: logSink)
+            for item in dropped { processor.reports?.record(.beforeSend, item: item) }
+            AttachmentItems.removeSideFiles(refs)
             return
         }
         var items: [EnvelopeItem] = [.event(EventFactory.finalize(processed, log: logSink))]
         if let session { items.append(.session(session)) }
+        if !attachments.isEmpty {
+            items += journal == nil ? AttachmentItems.items([], inMemory: attachments, eventID: processed.eventID, log: logSink)
+                                    : AttachmentItems.items(refs, eventID: processed.eventID, log: logSink)
+        }
         submit(Envelope(header: .init(eventID: processed.eventID), items: items))
+        AttachmentItems.removeSideFiles(refs)
     }
 
     /// Hands an envelope to delivery, durably (written to disk before returning).

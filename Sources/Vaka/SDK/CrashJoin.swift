@@ -9,7 +9,8 @@ import VakaSymbolication
 /// - A fork child's `<run-id>-<pid>.crash` gets its own event id and its parent run's scope, without a session update.
 /// - Each `<storage>/crashes/<run-id>.crash` (other than this run's) becomes its fatal event
 ///   (``FatalEventBuilder``), completed with the scope **of the run that crashed** from
-///   `<storage>/runs/<run-id>/` (release, environment, tags, user, breadcrumbs; without it the current
+///   `<storage>/runs/<run-id>/` (release, environment, tags, user, contexts, extra, breadcrumbs, and the files
+///   it attached with ``Vaka/addAttachment(path:filename:contentType:)``, read now; without it the current
 ///   release and environment), and queued with that run's session update `crashed` in the same envelope.
 ///   Its `event_id` comes from the crashed run's id (and, for a fork child, its pid:
 ///   ``FatalEventBuilder/eventID(forRunID:forkChildPID:)``), so it is the same at every launch. The event goes through ``EventFactory/finalize(_:budget:log:)`` (size limits).
@@ -323,7 +324,20 @@ extension Client {
             let update = session.update(.crashed, now: when, release: crashed.release, environment: crashed.environment)
             items.append(.session(update.jsonData()))
         }
+        let attachments = crashAttachments(crashed, eventID: eventID)
+        if items.contains(where: { $0.type == .event }) {
+            items += attachments
+        } else {
+            for item in attachments { processor.reports?.record(.beforeSend, item: item) }
+        }
         return Envelope(header: .init(eventID: items.contains { $0.type == .event } ? eventID : nil), items: items)
+    }
+
+    /// The `attachment` items of a crash: the files the crashed run registered (``RunScope/attachments``), read
+    /// now, within ``Attachment``'s limits (one left out gets a debug line).
+    func crashAttachments(_ crashed: RunScope, eventID: String) -> [EnvelopeItem] {
+        guard let refs = crashed.attachments, !refs.isEmpty else { return [] }
+        return AttachmentItems.items(refs, eventID: eventID, log: { [weak self] in self?.logLine($0) })
     }
 }
 

@@ -336,6 +336,9 @@ public struct EventBudget: Sendable, Equatable {
     static let identityNames: Set<String> = ["event_id", "timestamp", "platform", "level", "release", "environment",
                                              "dist", "sdk", "type"]
 
+    /// Most entries of `fingerprint` (each at most ``maxTagChars`` scalars): 50.
+    static let maxFingerprintEntries = 50
+
     /// Most Unicode scalars of `dist` (Relay drops a longer one).
     static let maxDistChars = 64
     /// Most entries of each list of `sdk` (`packages`, `integrations`).
@@ -422,6 +425,14 @@ public struct EventBudget: Sendable, Equatable {
             guard frames.count > maxFrames else { return }
             if counted { trace.frames += frames.count - maxFrames }
             stacktrace.frames = Array(frames.prefix(maxFrames / 2) + frames.suffix(maxFrames - maxFrames / 2))
+        }
+        if let f = e.fingerprint, f.count > maxFingerprintEntries || f.contains(where: { $0.utf8.count > maxTagChars }) {
+            if f.count > maxFingerprintEntries { trace.entries += f.count - maxFingerprintEntries }
+            e.fingerprint = f.prefix(maxFingerprintEntries).map { entry in
+                var s = entry
+                cap(&s, maxTagChars, &trace)
+                return s
+            }
         }
         if let v = e.logentry, exceeds(v, maxMessageChars) { e.logentry?.capStrings(maxMessageChars, &trace) }
         if let v = e.user, exceeds(v, maxMessageChars) { e.user?.capStrings(maxMessageChars, &trace) }
@@ -542,8 +553,13 @@ public struct EventBudget: Sendable, Equatable {
         var c = crumb
         if let m = c.message, let cut = truncated(m, maxMessageChars) { c.message = cut }
         if let m = c.category, let cut = truncated(m, maxMessageChars) { c.category = cut }
-        if let data = c.data, data.values.contains(where: { $0.utf8.count > maxBreadcrumbDataChars }) {
-            c.data = data.mapValues { truncated($0, maxBreadcrumbDataChars) ?? $0 }
+        if let data = c.data, data.values.contains(where: { exceeds($0, maxBreadcrumbDataChars) }) {
+            var trace = Trace()
+            c.data = data.mapValues { value in
+                var v = value
+                capStrings(&v, cap: maxBreadcrumbDataChars, &trace)
+                return v
+            }
         }
         return c
     }
@@ -590,11 +606,11 @@ extension Breadcrumb: BudgetStrings {
         EventBudget.cap(&category, cap, &trace)
         EventBudget.cap(&message, cap, &trace)
         EventBudget.cap(&level, cap, &trace)
-        if let values = data, values.values.contains(where: { $0.utf8.count > dataCap }) {
+        if let values = data, values.values.contains(where: { EventBudget.exceeds($0, dataCap) }) {
             data = values.mapValues { v in
-                var s = v
-                EventBudget.cap(&s, dataCap, &trace)
-                return s
+                var value = v
+                EventBudget.capStrings(&value, cap: dataCap, &trace)
+                return value
             }
         }
     }
@@ -615,6 +631,7 @@ extension Mechanism: BudgetStrings {
         EventBudget.cap(&type, cap, &trace)
         EventBudget.cap(&meta, cap, &trace)
         EventBudget.cap(&data, cap, &trace)
+        EventBudget.cap(&source, cap, &trace)
         EventBudget.cap(&other, cap, &trace)
     }
 }
@@ -630,6 +647,11 @@ extension EventBudget {
             cap(&signal.codeName, limit, &trace)
             cap(&signal.other, limit, &trace)
             m.signal = signal
+        }
+        if var ns = m.nsError {
+            cap(&ns.domain, limit, &trace)
+            cap(&ns.other, limit, &trace)
+            m.nsError = ns
         }
         if trace != before { meta = m }
     }
@@ -690,6 +712,9 @@ extension LogEntry: BudgetStrings {
 extension User: BudgetStrings {
     mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
         EventBudget.cap(&id, cap, &trace)
+        EventBudget.cap(&email, cap, &trace)
+        EventBudget.cap(&username, cap, &trace)
+        EventBudget.cap(&ipAddress, cap, &trace)
         EventBudget.cap(&other, cap, &trace)
     }
 }

@@ -8,7 +8,8 @@ import Glibc
 /// fatal events by the crash join), and their JSON (``finalize(_:budget:log:)``).
 ///
 /// Every event has: `event_id` (32 hex), `timestamp` (seconds since the epoch), `platform: "native"`, `level`,
-/// `sdk` (`vaka.swift` / version), `release`, `environment`, `tags` (when any), `user: {id}` (when identified),
+/// `sdk` (`vaka.swift` / version), `release`, `environment`, `tags` (when any), `user` (when set), `contexts`
+/// and `extra` of ``Vaka/setContext(_:_:)`` and ``Vaka/setExtra(_:_:)`` (when any),
 /// `breadcrumbs.values` (last 100, oldest first, when any), and `contexts`:
 /// - `os`: `name` `"Linux"`, `version` and `kernel_version` = `uname -r`, `build` = `uname -v`,
 ///   `distribution_name` / `distribution_version` / `distribution_pretty_name` = `ID` / `VERSION_ID` /
@@ -107,21 +108,36 @@ struct EventFactory: Sendable {
         return event
     }
 
-    /// `event` (from ``captured(eventID:level:date:scope:)``) with this run's `contexts` and `breadcrumbs`
-    /// (oldest first; none leaves `breadcrumbs` out).
+    /// `event` (from ``captured(eventID:level:date:scope:)``) with this run's `contexts` (the contexts the event
+    /// carries, from ``Vaka/setContext(_:_:)`` or a per-call ``Scope``, laid over them: ``Contexts/set(_:_:)``) and
+    /// `breadcrumbs` (oldest first; none leaves `breadcrumbs` out).
     func completed(_ event: Event, breadcrumbs: [Breadcrumb]) -> Event {
         var event = event
-        event.contexts = contexts
+        var merged = contexts
+        if let own = event.contexts { merged.overlay(own) }
+        event.contexts = merged
         if !breadcrumbs.isEmpty { event.breadcrumbs = ValueList(breadcrumbs) }
         return event
     }
 
-    /// Adds the scope's tags (kept where the event already has the same tag), user and breadcrumbs to `event`.
+    /// Adds the scope's tags (kept where the event already has the same tag), user, contexts (laid over those the
+    /// event has: ``Contexts/set(_:_:)``), extra (kept where the event already has the same key, e.g. the
+    /// properties of ``Vaka/track(_:_:)``) and breadcrumbs to `event`.
     static func apply(scope: RunScope, breadcrumbs: [Breadcrumb], to event: inout Event) {
         var tags = event.tags ?? [:]
         for (key, value) in scope.tags where tags[key] == nil { tags[key] = value }
         if !tags.isEmpty { event.tags = tags }
-        if let user = scope.userID { event.user = User(id: user) }
+        if let user = scope.user { event.user = user }
+        if let contexts = scope.contexts, !contexts.isEmpty {
+            var merged = event.contexts ?? Contexts()
+            for (name, value) in contexts.sorted(by: { $0.key < $1.key }) { merged.set(name, value) }
+            event.contexts = merged
+        }
+        if let extra = scope.extra, !extra.isEmpty {
+            var merged = event.extra ?? [:]
+            for (key, value) in extra where merged[key] == nil { merged[key] = value }
+            event.extra = merged
+        }
         if !breadcrumbs.isEmpty { event.breadcrumbs = ValueList(breadcrumbs) }
     }
 

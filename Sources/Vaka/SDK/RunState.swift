@@ -15,10 +15,46 @@ struct RunScope: Codable, Equatable {
     var environment: String
     /// `tags` (options' tags plus ``Vaka/setTag(_:_:)``).
     var tags: [String: String]
-    /// `user.id` from ``Vaka/identify(_:)``, or `nil`.
+    /// `user.id` from ``Vaka/identify(_:)`` or ``Vaka/setUser(_:)``, or `nil`.
     var userID: String?
     /// The run's session, when session tracking is on.
     var session: SessionState?
+    /// `user.email`, `user.username`, `user.ip_address` from ``Vaka/setUser(_:)``.
+    var userEmail: String? = nil
+    var username: String? = nil
+    var userIPAddress: String? = nil
+    /// Contexts by name from ``Vaka/setContext(_:_:)``; with ``extra`` at most ``maxDataBytes`` encoded.
+    var contexts: [String: [String: JSONValue]]? = nil
+    /// `extra` from ``Vaka/setExtra(_:_:)``.
+    var extra: [String: JSONValue]? = nil
+    /// The file attachments of ``Vaka/addAttachment(path:filename:contentType:)`` (at most
+    /// ``Attachment/maxRegistered``), read by the crash join when this run crashed.
+    var attachments: [AttachmentRef]? = nil
+
+    /// The user of this scope (`nil` when no field is set).
+    var user: User? {
+        get {
+            let user = User(id: userID, email: userEmail, username: username, ipAddress: userIPAddress)
+            return user.isEmpty ? nil : user
+        }
+        set {
+            userID = newValue?.id
+            userEmail = newValue?.email
+            username = newValue?.username
+            userIPAddress = newValue?.ipAddress
+        }
+    }
+
+    /// Most bytes `contexts` and `extra` take together in `scope.json`, encoded: 64 KiB. A
+    /// ``Vaka/setContext(_:_:)`` or ``Vaka/setExtra(_:_:)`` that would pass it is left out (a debug line).
+    static let maxDataBytes = 64 * 1024
+
+    /// The encoded size of `contexts` and `extra` (as `scope.json` holds them), bytes.
+    var dataBytes: Int {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return ((try? encoder.encode(contexts))?.count ?? 0) + ((try? encoder.encode(extra))?.count ?? 0)
+    }
 
     /// Most tags a run keeps (options' tags plus ``Vaka/setTag(_:_:)``): 200. A further new key removes the
     /// tag set longest ago (with a debug line): the newest tags win. Bounds `scope.json` (see
@@ -26,11 +62,15 @@ struct RunScope: Codable, Equatable {
     static let maxTags = 200
 
     /// Most bytes `scope.json` can take, derived from the limits: ``maxTags`` tags of key and value at most
-    /// ``Vaka/Options/maxTagChars`` scalars each, a user id of as many, release and environment at their byte
-    /// limits, every scalar escaped at worst as `\u00XX` (6 bytes), plus 16 KiB for the run id, session and
-    /// JSON syntax: 500,768 B, under ``RunDirectory/maxScopeBytes`` (1 MiB), so the next launch always reads it.
-    static let maxEncodedBytes = maxTags * (2 * Vaka.Options.maxTagChars * 6 + 8) + Vaka.Options.maxTagChars * 6
-        + (Vaka.Options.maxReleaseBytes + Vaka.Options.maxEnvironmentBytes) * 6 + 16 * 1024
+    /// ``Vaka/Options/maxTagChars`` scalars each, four user fields of as many, release and environment at their
+    /// byte limits, every scalar escaped at worst as `\u00XX` (6 bytes), ``maxDataBytes`` of contexts and extra,
+    /// ``Attachment/maxRegistered`` attachments of a path and a file name of ``Attachment/maxPathBytes`` and a
+    /// content type of ``Vaka/Options/maxTagChars`` (escaped at worst), plus 16 KiB for the run id, session
+    /// and JSON syntax: 973,232 B, under ``RunDirectory/maxScopeBytes`` (1 MiB), so the next launch always
+    /// reads it.
+    static let maxEncodedBytes = maxTags * (2 * Vaka.Options.maxTagChars * 6 + 8) + 4 * Vaka.Options.maxTagChars * 6
+        + (Vaka.Options.maxReleaseBytes + Vaka.Options.maxEnvironmentBytes) * 6 + maxDataBytes
+        + Attachment.maxRegistered * ((2 * Attachment.maxPathBytes + Vaka.Options.maxTagChars) * 6 + 64) + 16 * 1024
 
     /// `tags` with at most ``maxTags`` entries (the first by key order) and each key and value cut to
     /// ``Vaka/Options/maxTagChars`` scalars; `dropped` is how many tags were left out.
