@@ -51,6 +51,7 @@
  * Only async-signal-safe syscalls, libunwind and other sig_*.c code are used here; all storage is static.
  */
 #include "sig_state.h"
+#include "sig_threads.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -351,6 +352,7 @@ compete:;
          * it, one look at the slot per step. */
         int steps = 0;
         atomic_fetch_add(&vaka_run.waiters, 1);
+        vaka_sig_threads_allow_while_waiting(); /* the winner's round of every thread reaches this one too */
         for (;;) {
             int verdict = vaka_sig_wait_verdict(gen, &steps, vaka_sig_now_ns(CLOCK_MONOTONIC));
             if (verdict == VAKA_WAIT_COMPETE) {

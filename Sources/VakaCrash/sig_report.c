@@ -1,11 +1,13 @@
 /*
  * Signal path: the report's content — the header lines (run, process, thread, time, executable, signal,
- * si_code, fault address or sender, messages, the journal's last sequence number), the registers, the frames, the images, how memory was read,
+ * si_code, fault address or sender, messages, the journal's last sequence number), the registers, the frames, the images,
+ * the other threads (sig_threads.c), how memory was read,
  * the capture time and `end`, in the order docs/report-format.md gives, every key from
  * vaka/vaka_report_format.h. The file it goes into comes from sig_report_file.c; a registered journal's
  * fallback is written to its file after the header (sig_journal.c).
  */
 #include "sig_state.h"
+#include "sig_threads.h"
 #include "journal_internal.h"
 
 #include <errno.h>
@@ -285,6 +287,9 @@ void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_n
     vaka_sig_write_frames(frame_ips, frame_methods, n, truncated);
 
     vaka_sig_write_images(&vaka_run.writer, &vaka_state.reader);
+    /* The crashed thread's lines on disk before the other threads are asked (their round has its own deadline). */
+    vaka_w_flush(&vaka_run.writer);
+    vaka_sig_write_threads(tid);
 
     vaka_sig_write_tail(fd, start_ns);
     vaka_w_flush(&vaka_run.writer);

@@ -146,6 +146,9 @@ if denyProcessVMReadv {
     if rc != 0 { fail("cannot install the process_vm_readv filter: \(String(cString: strerror(rc)))", status: 4) }
 }
 
+let prepared = prepareBeforeStart(scenario.name)
+if prepared != 0 { fail("\(scenario.name): could not set up the fault: \(String(cString: strerror(prepared)))", status: 4) }
+
 if startVaka {
     Vaka.start(harnessOptions(Vaka.Options(dsn: dsn, storageDirectory: storage)))
     if withScope { applyHarnessScope() }
