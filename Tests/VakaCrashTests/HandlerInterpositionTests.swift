@@ -17,7 +17,7 @@ final class HandlerInterpositionTests: XCTestCase {
     /// the scan fallback, a thread's alternate stack, concurrent crashes, and the Swift fatal message read.
     static let scenarios = ["null-deref", "abort", "background-thread", "locks-held", "heap-corruption", "dlopen-plugin",
                             "corrupt-frame-pointer", "stack-overflow-thread", "concurrent", "swift-fatal-error",
-                            "bad-syscall"]
+                            "bad-syscall", "all-threads", "stack-overflow-early-thread"]
 
     /// Builds the shim once. Throws (test failure) when no C compiler is available.
     static let shim: Result<URL, Error> = Result(catching: {
