@@ -271,15 +271,17 @@ static void wait_answers(unsigned want, uint64_t deadline)
     }
 }
 
-/* One frame token of `thread_frames`: ` <image index>:<offset>` or ` <hex>` (no 0x). */
-static void write_frame_token(uintptr_t ip, int lookup_below)
+/* One frame token of `thread_frames`: ` <image index>:<offset>`, ` :<offset>` when the image is the previous
+ * token's (`*last_image`), or ` <hex>` (no 0x) outside every image. */
+static void write_frame_token(uintptr_t ip, int lookup_below, long *last_image)
 {
     uintptr_t at = lookup_below && ip != 0 ? ip - 1 : ip;
     vaka_w_char(tw, ' ');
     for (size_t k = 0; k < vaka_written_image_count; k++) {
         const vaka_written_image *img = &vaka_written_images[k];
         if (at >= img->base && at - img->base < img->size) {
-            vaka_w_udec(tw, k);
+            if ((long)k != *last_image) vaka_w_udec(tw, k);
+            *last_image = (long)k;
             vaka_w_char(tw, ':');
             uintptr_t off = ip - img->base;
             static const char hex[] = "0123456789abcdef";
@@ -293,6 +295,7 @@ static void write_frame_token(uintptr_t ip, int lookup_below)
             return;
         }
     }
+    *last_image = -1;
     static const char hex[] = "0123456789abcdef";
     char digits[16];
     int n = 0;
@@ -320,7 +323,8 @@ static void write_frames_line(pid_t tid, uint8_t method, const uintptr_t *ips, s
     vaka_w_udec(tw, (uint64_t)tid);
     vaka_w_char(tw, ' ');
     vaka_w_str(tw, method_name(method));
-    for (size_t i = 0; i < n; i++) write_frame_token(ips[i], i > 0);
+    long last_image = -1;
+    for (size_t i = 0; i < n; i++) write_frame_token(ips[i], i > 0, &last_image);
     if (truncated) vaka_w_str(tw, " " VAKA_REPORT_THREAD_FRAMES_MORE);
     vaka_w_nl(tw);
 }
@@ -525,10 +529,13 @@ void vaka_sig_write_threads(pid_t crashed_tid)
     vaka_w_udec(tw, waited);
     vaka_w_nl(tw);
 
+    /* The crashed thread: its name is the `thread_name` line already. */
     char name[VAKA_REPORT_THREAD_NAME_MAX + 2];
     vaka_sig_zero(name, sizeof name);
-    if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0) name[0] = '\0';
-    write_thread_line(crashed_tid, VAKA_REPORT_THREAD_CRASHED, name, vaka_sig_strnlen(name, VAKA_REPORT_THREAD_NAME_MAX));
+    vaka_w_key(tw, VAKA_REPORT_KEY_THREAD);
+    vaka_w_udec(tw, (uint64_t)crashed_tid);
+    vaka_w_str(tw, " " VAKA_REPORT_THREAD_CRASHED);
+    vaka_w_nl(tw);
 
     for (int k = 0; k < slots; k++) {
         vaka_thread_slot *slot = &vaka_thread_slots[k];

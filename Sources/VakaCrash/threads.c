@@ -12,8 +12,9 @@
  * Then every other thread that exists now is asked (the same signal, si_value VAKA_THREADS_ASK_ATTACH) to take
  * an alternate stack from a pool mapped here (one mapping: a PROT_NONE guard page below each stack,
  * MAP_NORESERVE; kept for the life of the process, as a thread that ends does not say so) unless it has one, and
- * to unblock the synchronous crash signals; threads that block the signal, are stopped or are zombies are not
- * asked. Install waits at most VAKA_THREADS_ATTACH_DEADLINE_NS for the answers.
+ * to unblock the synchronous crash signals. Install waits at most VAKA_THREADS_ATTACH_DEADLINE_NS for the answers
+ * of the threads that do not block the signal (a thread that blocks it, e.g. one just created, which blocks every
+ * signal until its start routine runs, takes the request when it unblocks it).
  */
 #include "vaka_internal.h"
 #include "sig_threads.h"
@@ -86,6 +87,7 @@ static void attach_existing_threads(size_t requested)
 {
     pid_t self = (pid_t)syscall(SYS_gettid);
     pid_t asked[VAKA_THREADS_ATTACH_MAX];
+    int blocking[VAKA_THREADS_ATTACH_MAX];
     size_t n = 0;
     DIR *dir = opendir("/proc/self/task");
     if (dir == NULL) return;
@@ -96,7 +98,11 @@ static void attach_existing_threads(size_t requested)
         char state;
         int blocks;
         if (task_status(tid, installed_signal, &state, &blocks) != 0) continue;
-        if (blocks || state == 'T' || state == 't' || state == 'Z' || state == 'X') continue;
+        if (state == 'Z' || state == 'X') continue;
+        /* A thread that blocks the signal now is asked too, but not waited for: a thread just created blocks
+         * every signal until its start routine runs (glibc), and takes the request then; one that blocks it for
+         * good keeps it pending (harmless: the handler stays installed). A stopped thread likewise. */
+        blocking[n] = blocks || state == 'T' || state == 't';
         asked[n++] = tid;
     }
     closedir(dir);
@@ -117,7 +123,7 @@ static void attach_existing_threads(size_t requested)
     atomic_store(&vaka_threads.attached, 0u);
     unsigned sent = 0;
     for (size_t k = 0; k < n; k++)
-        if (vaka_sig_thread_ask(asked[k], VAKA_THREADS_ASK_ATTACH) == 0) sent++;
+        if (vaka_sig_thread_ask(asked[k], VAKA_THREADS_ASK_ATTACH) == 0 && !blocking[k]) sent++;
 
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);

@@ -22,9 +22,9 @@ final class ThreadLinesTests: XCTestCase {
         image 0x555500000000 0x10000 00112233 /app/bin/app
         image 0x7f0000000000 0x200000 44556677 /usr/lib/x86_64-linux-gnu/libc.so.6
         threads 300 4 1234
-        thread 100 crashed main
+        thread 100 crashed
         thread 101 ok worker one
-        thread_frames 101 cfi 1:85f16 0:1234 7fff00001234 +
+        thread_frames 101 cfi 1:85f16 0:1234 :1334 7fff00001234 +
         thread 102 blocked crashme-blk
         thread_proc 102 S 230 0x7ffd00001000 0x7f0000012345
         thread_frames 102 scan 1:12345 0:2345
@@ -45,11 +45,14 @@ final class ThreadLinesTests: XCTestCase {
         XCTAssertEqual(report.threads.map(\.status), ["crashed", "ok", "blocked", "missed"])
         XCTAssertEqual(report.threads[1].name, "worker one")
         // `<image>:<offset>` is that image's base plus the offset; a bare hex address stays as it is.
+        // `:<offset>` is in the previous frame's image.
         XCTAssertEqual(report.threads[1].frames, [
             .init(address: 0x7f0000085f16, method: "context"),
             .init(address: 0x555500001234, method: "cfi"),
+            .init(address: 0x555500001334, method: "cfi"),
             .init(address: 0x7fff00001234, method: "cfi"),
         ])
+        XCTAssertEqual(report.threads[0].name, "main")
         XCTAssertTrue(report.threads[1].framesTruncated)
         XCTAssertEqual(report.threads[2].proc, CrashReport.ProcState(state: "S", syscall: 230, stackPointer: 0x7ffd00001000,
                                                                      pc: 0x7f0000012345))
@@ -96,7 +99,8 @@ final class ThreadLinesTests: XCTestCase {
         XCTAssertEqual(threads[1].name, "worker one")
         XCTAssertNil(threads[1].state)
         // Oldest first, the thread's PC last.
-        XCTAssertEqual(threads[1].stacktrace?.frames.map(\.instructionAddr.value), [0x7fff00001234, 0x555500001234, 0x7f0000085f16])
+        XCTAssertEqual(threads[1].stacktrace?.frames.map(\.instructionAddr.value),
+                       [0x7fff00001234, 0x555500001334, 0x555500001234, 0x7f0000085f16])
         XCTAssertEqual(threads[1].stacktrace?.frames.last?.package, "/usr/lib/x86_64-linux-gnu/libc.so.6")
         XCTAssertEqual(threads[1].stacktrace?.frames[1].inApp, true)
         let blocked = try XCTUnwrap(threads[2].state)

@@ -73,7 +73,8 @@ extern "C" {
  *  others to unwind themselves, in ns. Version 2. */
 #define VAKA_REPORT_KEY_THREADS "threads"
 /** `<tid> <status> <name>`: one thread (repeats), the crashed one first; `<status>` is one of
- *  VAKA_REPORT_THREAD_*; `<name>` (text, the rest of the line) its comm. Version 2. */
+ *  VAKA_REPORT_THREAD_*; `<name>` (text, the rest of the line) its comm. The crashed thread's line is only
+ *  `<tid> crashed` (its name is the `thread_name` line). Version 2. */
 #define VAKA_REPORT_KEY_THREAD "thread"
 /** `<tid> <state> <syscall> <sp> <pc>`: what /proc/self/task/<tid>/{stat,syscall} said of a thread that did not
  *  unwind itself: its state letter, the system call it sits in (decimal; `-1` blocked outside one; `running`),
@@ -81,7 +82,8 @@ extern "C" {
 #define VAKA_REPORT_KEY_THREAD_PROC "thread_proc"
 /** `<tid> <method> <frame>...`: a thread's frames, newest first, the first its PC; `<method>` says how the others
  *  were found (VAKA_REPORT_FRAME_METHOD_*). A frame is `<image>:<offset>` (decimal index of an `image` line of
- *  this report, hex offset from its base) or a bare hex address (in no listed image); a last `+` means the walk
+ *  this report, hex offset from its base; `:<offset>` when the image is the previous frame's) or a bare hex
+ *  address (in no listed image); a last `+` means the walk
  *  stopped at VAKA_REPORT_MAX_THREAD_FRAMES. Version 2. */
 #define VAKA_REPORT_KEY_THREAD_FRAMES "thread_frames"
 /** How the handler read memory that may be unmapped: one of VAKA_REPORT_MEMORY_READ_*. */

@@ -374,13 +374,18 @@ struct ReportParser {
             parts.append(rest[..<space])
             rest = rest[(space + 1)...]
         }
+        if parts.count == 1, rest.elementsEqual(VAKA_REPORT_THREAD_CRASHED.utf8) {
+            parts.append(rest)  // `<tid> crashed`: the crashed thread's name is the `thread_name` line
+            rest = rest[rest.endIndex...]
+        }
         guard parts.count == 2, let tid = Int64(String(decoding: parts[0], as: UTF8.self)), tid >= 0, !parts[1].isEmpty,
               parts[1].count <= 32, parts[1].allSatisfy({ ReportText.isAlnum($0) || $0 == 0x5F }) else {
             return malformed("bad thread")
         }
         guard !report.threads.contains(where: { $0.tid == tid }) else { return malformed("repeated thread \(tid)") }
-        report.threads.append(CrashReport.ThreadEntry(tid: tid, status: String(decoding: parts[1], as: UTF8.self),
-                                                      name: ReportText.unescape(rest)))
+        let status = String(decoding: parts[1], as: UTF8.self)
+        let name = status == VAKA_REPORT_THREAD_CRASHED && rest.isEmpty ? report.threadName ?? "" : ReportText.unescape(rest)
+        report.threads.append(CrashReport.ThreadEntry(tid: tid, status: status, name: name))
     }
 
     /// A `thread_proc` line: `<tid> <state> <syscall|running> <sp|-> <pc|->`, for a thread listed before it.
@@ -408,6 +413,7 @@ struct ReportParser {
         }
         var tokens: [ThreadFrameToken] = []
         var truncated = false
+        var lastImage: Int?
         for (position, part) in parts.dropFirst(2).enumerated() {
             if part == VAKA_REPORT_THREAD_FRAMES_MORE, position == parts.count - 3 {
                 truncated = true
@@ -418,14 +424,17 @@ struct ReportParser {
                 break
             }
             if let colon = part.firstIndex(of: ":") {
-                guard let image = Int(part[..<colon]), image >= 0,
-                      let offset = ReportParser.bareHex(part[part.index(after: colon)...]) else {
+                // `:<offset>`: the same image as the previous frame.
+                let image = colon == part.startIndex ? lastImage : Int(part[..<colon])
+                guard let image, image >= 0, let offset = ReportParser.bareHex(part[part.index(after: colon)...]) else {
                     return malformed("bad thread_frames frame")
                 }
                 tokens.append(.imageOffset(image: image, offset: offset))
+                lastImage = image
             } else {
                 guard let address = ReportParser.bareHex(part) else { return malformed("bad thread_frames frame") }
                 tokens.append(.address(address))
+                lastImage = nil
             }
         }
         pendingThreadFrames[index] = tokens
