@@ -176,3 +176,29 @@ CRASHME int crashme_stack_overflow_early_thread(void)
     pthread_join(early_thread, NULL);
     return 0;
 }
+
+/* ------------------------------------------------------------------ --threads N (scripts/bench) */
+
+CRASHME static void *crashme_parked_sleeper(void *unused)
+{
+    (void)unused;
+    atomic_fetch_add(&parked, 1);
+    for (;;) {
+        struct timespec ts = { 3600, 0 };
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+int crashme_park_sleepers(int count)
+{
+    int before = atomic_load(&parked);
+    for (int i = 0; i < count; i++) {
+        pthread_t thread;
+        int rc = pthread_create(&thread, NULL, crashme_parked_sleeper, NULL);
+        if (rc != 0) return rc;
+        pthread_detach(thread);
+    }
+    for (int k = 0; k < 5000 && atomic_load(&parked) - before < count; k++) usleep(1000);
+    return atomic_load(&parked) - before < count ? ETIMEDOUT : 0;
+}

@@ -8,6 +8,7 @@ import VakaCrashmeC
 let usage = """
     usage: vaka-crashme SCENARIO --storage DIR [--no-vaka] [--deny-process-vm-readv] [--fault-in-handler STAGE]
                         [--dsn DSN] [--scope] [--big-breadcrumbs N:BYTES] [--trail N:M] [--block-signals HOW]
+                        [--threads N]
            vaka-crashme --list
            vaka-crashme --help
 
@@ -24,6 +25,8 @@ let usage = """
     point), before the scenario runs. HOW: pthread_sigmask-block, pthread_sigmask-setmask, sigprocmask-block,
     sigprocmask-setmask (the C library calls, which Vaka interposes so the synchronous crash signals stay
     unblocked), or raw-syscall (rt_sigprocmask directly: Vaka cannot see it; see docs/crash-handling.md).
+    --threads N starts N more threads (1...1000) that sleep in nanosleep, after start and before the scenario
+    (scripts/bench: the crash capture's cost with many threads).
 
     Exit status: killed by the scenario's signal; 2 for a usage error or an unknown scenario; 3 when the
     scenario returned without crashing; 4 when it could not set its fault up.
@@ -61,6 +64,7 @@ var dsn = ProcessInfo.processInfo.environment["VAKA_DSN"]  // SDK: --dsn DSN or 
 var withScope = false
 var bigBreadcrumbs: BigBreadcrumbs?
 var trail: Trail?
+var extraThreads: Int32 = 0
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -109,6 +113,11 @@ while let argument = arguments.popFirst() {
             fail("--trail needs N:M (N breadcrumbs 1...100000, M messages 0...N-1)", status: 2)
         }
         trail = parsed
+    case "--threads":
+        guard let value = arguments.popFirst(), let count = Int32(value), (1...1000).contains(count) else {
+            fail("--threads needs a count (1...1000)", status: 2)
+        }
+        extraThreads = count
     case _ where argument.hasPrefix("-"):
         fail("unknown option \(argument) (see --help)", status: 2)
     default:
@@ -160,6 +169,11 @@ if startVaka {
 if let blockSignals {
     let rc = crashme_block_signals(blockSignals)
     if rc != 0 { fail("cannot block signals (\(blockSignals)): \(String(cString: strerror(rc)))", status: 4) }
+}
+
+if extraThreads > 0 {
+    let rc = crashme_park_sleepers(extraThreads)
+    if rc != 0 { fail("cannot start \(extraThreads) threads: \(String(cString: strerror(rc)))", status: 4) }
 }
 
 let result = scenario.trigger(storage.path)

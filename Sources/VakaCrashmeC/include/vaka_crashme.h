@@ -217,6 +217,9 @@ int crashme_block_signals(const char *how);
 /** Name of the thread `crashme_early_thread_create()` starts. */
 #define VAKA_CRASHME_THREAD_EARLY "crashme-early"
 
+/** Starts `count` threads that sleep in nanosleep for good, and waits until each runs (at most 5 s): the harness
+ *  option --threads N (scripts/bench's thread table). @return 0 or an errno value. */
+int crashme_park_sleepers(int count);
 /** Names the calling thread (pthread_setname_np; at most 15 bytes are kept). */
 void crashme_name_thread(const char *name);
 /** Starts the six parked threads above (the main thread keeps the contended mutex) and waits until each is
