@@ -1,6 +1,7 @@
 /*
  * Signal path: the state the crash handler's files (sig_handler.c, sig_report.c, sig_report_file.c,
- * sig_chain.c, sig_rearm.c, sig_death.c, sig_watchdog.c, sig_lifecycle.c) share, and their functions.
+ * sig_chain.c, sig_rearm.c, sig_death.c, sig_watchdog.c, sig_lifecycle.c) share, and their functions. The
+ * every-thread capture's state is in sig_threads.h.
  * Private to the runtime; everything is static storage (vaka_run), hidden like the rest of vaka_internal.h.
  * The order in which these run from entry to death is mapped at the top of sig_handler.c.
  */
