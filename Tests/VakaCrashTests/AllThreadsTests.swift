@@ -127,6 +127,57 @@ final class AllThreadsTests: XCTestCase {
         XCTAssertEqual(left.count, swiftUnnamed, message)
     }
 
+    /// The crash inside the allocator (its lock held) and the one with stdio's and an app mutex held still give a
+    /// complete report with every thread: the round takes no lock and allocates nothing.
+    func testLocksHeldStillGiveEveryThread() throws {
+        for scenario in ["heap-corruption", "locks-held"] {
+            let work = Paths.freshDirectory("threads-\(scenario)")
+            let storage = work.appendingPathComponent("storage")
+            let child = try runChild(Paths.harness, [scenario, "--storage", storage.path], label: scenario,
+                                     outputDirectory: work, environment: ["SWIFT_BACKTRACE": "enable=no"], timeout: 60)
+            XCTAssertTrue(child.diedBySignal && !child.timedOut, "\(scenario): \(child.outcome)")
+            let reports = ScenarioRuns.crashFiles(in: storage)
+            XCTAssertEqual(reports.count, 1, scenario)
+            guard let report = reports.first else { continue }
+            let parsed = try CrashReportFile.read(report)
+            XCTAssertTrue(parsed.hasSuffix("\nend\n"), "\(scenario): report without end")
+            let threadLines = parsed.split(separator: "\n").filter { $0.hasPrefix("thread ") }
+            XCTAssertTrue(parsed.contains("\nthreads "), "\(scenario): no threads line")
+            XCTAssertGreaterThanOrEqual(threadLines.count, 2, "\(scenario): the SDK's threads are missing:\n\(parsed)")
+        }
+    }
+
+    /// A short in-suite soak of the two thread scenarios, two at a time: every run ends by its signal within the
+    /// timeout, with exactly one complete report (`scripts/soak` with `VAKA_SOAK_FOCUS` runs the long one).
+    func testRepeatedThreadScenariosNeverHangOrLoseTheReport() throws {
+        let runs = ["all-threads", "stack-overflow-early-thread"].flatMap { Array(repeating: $0, count: 6) }
+        let problems = Locked<[String]>([])
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 2
+        for (index, scenario) in runs.enumerated() {
+            queue.addOperation {
+                do {
+                    let work = Paths.freshDirectory("threads-soak-\(index)")
+                    let storage = work.appendingPathComponent("storage")
+                    let child = try runChild(Paths.harness, [scenario, "--storage", storage.path], label: scenario,
+                                             outputDirectory: work,
+                                             environment: ["SWIFT_BACKTRACE": "enable=yes,interactive=no,color=no"],
+                                             timeout: 30)
+                    let reports = ScenarioRuns.crashFiles(in: storage)
+                    let text = try reports.first.map { try CrashReportFile.read($0) } ?? ""
+                    if child.timedOut || child.outcome != "signal 11 (SIGSEGV)" || reports.count != 1 || !text.hasSuffix("\nend\n") {
+                        problems.withLock { $0.append("run \(index) \(scenario): \(child.outcome), \(reports.count) reports") }
+                    }
+                } catch {
+                    problems.withLock { $0.append("run \(index) \(scenario): \(error)") }
+                }
+            }
+        }
+        queue.waitUntilAllOperationsAreFinished()
+        let found = problems.withLock { $0 }
+        XCTAssertTrue(found.isEmpty, found.joined(separator: "\n"))
+    }
+
     func testNullDerefReportWithTheSDKThreadsStaysWithin4KiB() throws {
         let work = Paths.freshDirectory("threads-size")
         let storage = work.appendingPathComponent("storage")
@@ -134,7 +185,7 @@ final class AllThreadsTests: XCTestCase {
                                  outputDirectory: work, environment: ["SWIFT_BACKTRACE": "enable=no"])
         XCTAssertEqual(child.outcome, "signal 11 (SIGSEGV)", child.stderrTail())
         let report = try XCTUnwrap(ScenarioRuns.crashFiles(in: storage).first)
-        let text = try String(contentsOf: report, encoding: .utf8)
+        let text = try CrashReportFile.read(report)
         XCTAssertTrue(text.contains("\nthreads "), text)
         XCTAssertTrue(text.contains("\nthread ") && text.contains(" crashed\n"), text)
         XCTAssertFalse(text.contains("linux-vdso.so.1"), "the vDSO is listed twice")
@@ -143,5 +194,12 @@ final class AllThreadsTests: XCTestCase {
         let exe = text.split(separator: "\n").first { $0.hasPrefix("executable ") }.map { $0.dropFirst("executable ".count) } ?? ""
         let size = text.utf8.count - 2 * exe.utf8.count + 2 * 64
         XCTAssertLessThanOrEqual(size, 4096, "report of \(text.utf8.count) bytes:\n\(text)")
+    }
+}
+
+/// Reading a report file's text.
+enum CrashReportFile {
+    static func read(_ url: URL) throws -> String {
+        try String(contentsOf: url, encoding: .utf8)
     }
 }
