@@ -141,7 +141,7 @@ void vaka_sig_write_messages(void);
 void vaka_sig_write_message(const char *key, uintptr_t p, size_t cap);
 /** `journal_seq`: the registered journal's last sequence number (nothing when no journal is registered). */
 void vaka_sig_write_journal_seq(void);
-/** The `register` lines of `uc`. */
+/** The `register` line of `uc` (every general register, `<name> <hex>` pairs). */
 void vaka_sig_write_registers(const ucontext_t *uc);
 /** The `frame` lines and `frames_truncated` (when `truncated`). */
 void vaka_sig_write_frames(const uintptr_t *ips, const uint8_t *methods, size_t n, int truncated);

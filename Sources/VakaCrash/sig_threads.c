@@ -351,12 +351,9 @@ static size_t comm_of(pid_t tid, char *out)
     return (size_t)n;
 }
 
-/* 1 when thread `tid` blocks the thread signal (the SigBlk line of its status). */
-static int blocks_thread_signal(pid_t tid)
+/* The value after `key` at the start of a line of proc_buf (spaces and tabs skipped), or NULL. */
+static const char *status_field(const char *key)
 {
-    int sig = vaka_threads.signal;
-    if (sig <= 0 || read_task_file(tid, "status") <= 0) return 0;
-    static const char key[] = "SigBlk:";
     for (const char *p = proc_buf; *p != '\0'; p++) {
         if (p != proc_buf && p[-1] != '\n') continue;
         size_t k = 0;
@@ -364,12 +361,31 @@ static int blocks_thread_signal(pid_t tid)
         if (key[k] != '\0') continue;
         p += k;
         while (*p == ' ' || *p == '\t') p++;
-        /* 16 hex digits, signal 1 is the lowest bit of the last one. */
-        uintptr_t mask = 0;
-        if (!parse_hex(&p, &mask)) return 0;
-        return (mask >> (sig - 1)) & 1;
+        return p;
     }
+    return NULL;
+}
+
+/* What thread `tid`'s status says while it has not answered: VAKA_TSLOT_GONE (no status any more, or a zombie:
+ * it is ending), VAKA_TSLOT_BLOCKED (it blocks the thread signal: it will not answer — a thread that is ending
+ * blocks every signal too), or 0 (it may still answer). */
+static int unanswered_verdict(pid_t tid)
+{
+    if (read_task_file(tid, "status") <= 0) return VAKA_TSLOT_GONE;
+    const char *state = status_field("State:");
+    if (state != NULL && (*state == 'Z' || *state == 'X')) return VAKA_TSLOT_GONE;
+    const char *p = status_field("SigBlk:");
+    uintptr_t mask = 0;
+    int sig = vaka_threads.signal;
+    /* 16 hex digits, signal 1 is the lowest bit of the last one. */
+    if (sig > 0 && p != NULL && parse_hex(&p, &mask) && ((mask >> (sig - 1)) & 1)) return VAKA_TSLOT_BLOCKED;
     return 0;
+}
+
+/* 1 when thread `tid` blocks the thread signal (the SigBlk line of its status). */
+static int blocks_thread_signal(pid_t tid)
+{
+    return unanswered_verdict(tid) == VAKA_TSLOT_BLOCKED;
 }
 
 /* A context made of the registers /proc gives, and a cursor for it (the winner only). */
@@ -498,20 +514,23 @@ void vaka_sig_write_threads(pid_t crashed_tid)
             atomic_compare_exchange_strong(&slot->state, &asked, err == ESRCH ? VAKA_TSLOT_GONE : VAKA_TSLOT_UNSENT);
         }
     }
-    if (sent > 0) {
-        /* Most answer within a millisecond. Of those that have not, the ones that block the thread signal never
-         * will (Dispatch and Swift concurrency workers block every signal they can): stop waiting for them. */
-        wait_answers(sent, begin + VAKA_THREADS_FIRST_WAIT_NS);
-        if (atomic_load(&vaka_threads.answered) < sent) {
-            for (int k = 0; k < slots; k++) {
-                vaka_thread_slot *slot = &vaka_thread_slots[k];
-                if (atomic_load(&slot->state) != VAKA_TSLOT_ASKED || !blocks_thread_signal((pid_t)atomic_load(&slot->tid)))
-                    continue;
-                int asked = VAKA_TSLOT_ASKED;
-                if (atomic_compare_exchange_strong(&slot->state, &asked, VAKA_TSLOT_BLOCKED)) sent--;
-            }
-            wait_answers(sent, begin + VAKA_THREADS_DEADLINE_NS);
+    /* Most answer within a fraction of a millisecond. Of those that have not, the ones that block the thread signal
+     * never will (Dispatch and Swift concurrency workers block every signal they can), nor will one that is ending:
+     * looked at after VAKA_THREADS_FIRST_WAIT_NS and again every VAKA_THREADS_RECHECK_NS, and not waited for. */
+    uint64_t deadline = begin + VAKA_THREADS_DEADLINE_NS;
+    uint64_t look = begin + VAKA_THREADS_FIRST_WAIT_NS;
+    while (sent > 0) {
+        wait_answers(sent, look < deadline ? look : deadline);
+        uint64_t now = vaka_sig_now_ns(CLOCK_MONOTONIC);
+        if (atomic_load(&vaka_threads.answered) >= sent || now >= deadline) break;
+        for (int k = 0; k < slots; k++) {
+            vaka_thread_slot *slot = &vaka_thread_slots[k];
+            if (atomic_load(&slot->state) != VAKA_TSLOT_ASKED) continue;
+            int verdict = unanswered_verdict((pid_t)atomic_load(&slot->tid));
+            int asked = VAKA_TSLOT_ASKED;
+            if (verdict != 0 && atomic_compare_exchange_strong(&slot->state, &asked, verdict)) sent--;
         }
+        look = vaka_sig_now_ns(CLOCK_MONOTONIC) + VAKA_THREADS_RECHECK_NS;
     }
     /* The deadline: a thread that has not started may no longer (it would write a slot being read). */
     for (int k = 0; k < slots; k++) {

@@ -18,7 +18,9 @@
 #define VAKA_THREADS_DEADLINE_NS 500000000LL
 /** After this long (ns) the crashed thread looks which of the threads that have not answered block the thread
  *  signal, and stops waiting for those. */
-#define VAKA_THREADS_FIRST_WAIT_NS 2000000LL
+#define VAKA_THREADS_FIRST_WAIT_NS 200000LL
+/** Then how often it looks again (ns): a thread may block the signal, or start ending, meanwhile. */
+#define VAKA_THREADS_RECHECK_NS 2000000LL
 /** How long install waits, in all, for the existing threads to take their alternate stacks (ns). */
 #define VAKA_THREADS_ATTACH_DEADLINE_NS 100000000LL
 /** Most threads given an alternate stack by install (the pool prepared for them). */

@@ -181,7 +181,8 @@ final class AllThreadsTests: XCTestCase {
     func testNullDerefReportWithTheSDKThreadsStaysWithin4KiB() throws {
         let work = Paths.freshDirectory("threads-size")
         let storage = work.appendingPathComponent("storage")
-        let child = try runChild(Paths.harness, ["null-deref", "--storage", storage.path], label: "null-deref",
+        // --settle: Vaka.flush() first, so the SDK's start-up work is over (its threads idle, as later in a run).
+        let child = try runChild(Paths.harness, ["null-deref", "--settle", "--storage", storage.path], label: "null-deref",
                                  outputDirectory: work, environment: ["SWIFT_BACKTRACE": "enable=no"])
         XCTAssertEqual(child.outcome, "signal 11 (SIGSEGV)", child.stderrTail())
         let report = try XCTUnwrap(ScenarioRuns.crashFiles(in: storage).first)

@@ -17,6 +17,7 @@ final class ThreadLinesTests: XCTestCase {
         signal 11 SIGSEGV
         code 1 SEGV_MAPERR
         fault_addr 0x0
+        register rip 0x555500001000 rsp 0x7ffd00000f00 eflags 0x10246
         frame 0x555500001000 context
         frame 0x555500002000 cfi
         image 0x555500000000 0x10000 00112233 /app/bin/app
@@ -40,6 +41,9 @@ final class ThreadLinesTests: XCTestCase {
         XCTAssertEqual(report.version, 2)
         XCTAssertFalse(report.isTruncated)
         XCTAssertEqual(report.diagnostics.malformedLines, 0, "\(report.diagnostics.problems)")
+        // Version 2 writes every register on one `register` line.
+        XCTAssertEqual(report.registers, [.init(name: "rip", value: 0x555500001000), .init(name: "rsp", value: 0x7ffd00000f00),
+                                          .init(name: "eflags", value: 0x10246)])
         XCTAssertEqual(report.threadCount, CrashReport.ThreadCount(total: 300, listed: 4, waitNs: 1234))
         XCTAssertEqual(report.threads.map(\.tid), [100, 101, 102, 103])
         XCTAssertEqual(report.threads.map(\.status), ["crashed", "ok", "blocked", "missed"])
@@ -81,12 +85,14 @@ final class ThreadLinesTests: XCTestCase {
             thread_frames 6 cfi 0:10
             thread_frames 5 cfi 9:10 zz
             thread_proc 5 S notanumber - -
+            register rip 0x10 rsp
             end
 
             """
         let report = try CrashReport(data: Data(text.utf8))
         XCTAssertEqual(report.threads.map(\.tid), [5])
-        XCTAssertEqual(report.diagnostics.malformedLines, 5, "\(report.diagnostics.problems)")
+        XCTAssertEqual(report.diagnostics.malformedLines, 6, "\(report.diagnostics.problems)")
+        XCTAssertTrue(report.registers.isEmpty, "a register line with an odd pair is dropped whole")
     }
 
     func testEventListsEveryThreadCrashedFirstWithStateAndCaps() throws {

@@ -58,7 +58,8 @@ extern "C" {
 /** Decimal: present when a journal is registered (vaka_crash_set_journal): its last sequence number at the
  *  crash (vaka_journal_last_seq, one atomic load) — the records up to it were appended before the crash. */
 #define VAKA_REPORT_KEY_JOURNAL_SEQ "journal_seq"
-/** `<name> <hex>`: one general register of the crashed thread (repeats). */
+/** `<name> <hex>` pairs: the general registers of the crashed thread, all on one line (version 2; version 1
+ *  wrote one line per register — a reader takes any number of pairs per line, and the line may repeat). */
 #define VAKA_REPORT_KEY_REGISTER "register"
 /** `<hex> <method>`: one frame of the crashed thread, newest first (repeats, at most VAKA_REPORT_MAX_FRAMES);
  *  `<method>` is one of VAKA_REPORT_FRAME_METHOD_*. */

@@ -328,13 +328,18 @@ struct ReportParser {
             report.sender = CrashReport.Sender(pid: pid, uid: uid)
             seen.insert(key)
         case .register:
-            guard report.registers.count < CrashReport.maxRegisters else { return malformed("too many registers") }
-            let parts = ReportText.words(string, max: 2)
-            guard parts.count == 2, !parts[0].isEmpty, parts[0].utf8.count <= 16,
-                  parts[0].utf8.allSatisfy({ ReportText.isAlnum($0) }), let number = ReportText.hex(parts[1]) else {
-                return malformed("bad \(key.name)")
+            // `<name> <hex>` pairs: one per line in version 1, all on one line in version 2.
+            let parts = string.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+            guard parts.count >= 2, parts.count % 2 == 0 else { return malformed("bad \(key.name)") }
+            var pairs: [CrashReport.Register] = []
+            for index in stride(from: 0, to: parts.count, by: 2) {
+                let name = parts[index]
+                guard !name.isEmpty, name.utf8.count <= 16, name.utf8.allSatisfy({ ReportText.isAlnum($0) }),
+                      let number = ReportText.hex(parts[index + 1]) else { return malformed("bad \(key.name)") }
+                pairs.append(CrashReport.Register(name: name, value: number))
             }
-            report.registers.append(CrashReport.Register(name: parts[0], value: number))
+            guard report.registers.count + pairs.count <= CrashReport.maxRegisters else { return malformed("too many registers") }
+            report.registers.append(contentsOf: pairs)
         case .frame:
             guard report.frames.count < CrashReport.maxFrames else { return malformed("too many frames") }
             let parts = ReportText.words(string, max: 2)
