@@ -82,7 +82,8 @@ public struct CrashReport: Equatable, Sendable {
         public var uid: UInt32
     }
 
-    /// One general register of the crashed thread at the fault (`register <name> <hex>`).
+    /// One general register of the crashed thread at the fault: a `<name> <hex>` pair of the `register` line
+    /// (version 2 writes every register on one line, version 1 one line each).
     public struct Register: Equatable, Sendable {
         /// Register name as the format lists it (`rip`, `rsp`, … or `pc`, `sp`, `x0`, …).
         public var name: String
