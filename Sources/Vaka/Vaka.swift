@@ -316,10 +316,11 @@ public enum Vaka {
     /// Covers the calling thread for crash reports: unblocks the synchronous crash signals (SIGSEGV, SIGBUS,
     /// SIGILL, SIGFPE, SIGTRAP, SIGSYS) in its signal mask — a thread may have inherited them blocked, and a
     /// blocked fault kills the process without a report — and gives it its own alternate signal stack (64 KiB
-    /// plus a guard page, released when the thread exits) so a stack overflow on it is still reported. Only
-    /// threads that existed before ``start(_:)`` need this: the thread calling `start` is covered, and so is
-    /// every thread created after it (the crash runtime interposes `pthread_create`; see
-    /// docs/crash-handling.md). Before `start` (or with crash handling off) there is nothing to unblock.
+    /// plus a guard page, released when the thread exits) so a stack overflow on it is still reported. Only a
+    /// thread that existed before ``start(_:)`` and blocks every signal needs this: the thread calling `start` is
+    /// covered, every thread created after it (the crash runtime interposes `pthread_create`), and the other
+    /// threads that existed before it (`start` asks each with a signal; see docs/crash-handling.md). Before
+    /// `start` (or with crash handling off) there is nothing to unblock.
     /// - Returns: `true` on success or when the thread already has an alternate stack (left as it is);
     ///   `false` when `mmap` or `sigaltstack` failed (the signals are unblocked even then).
     @discardableResult

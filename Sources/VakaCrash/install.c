@@ -5,6 +5,7 @@
  * libunwind). Not signal safe; serialised by a mutex.
  */
 #include "vaka_internal.h"
+#include "sig_threads.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -252,6 +253,8 @@ static void preresolve_signal_path_calls(void)
     pthread_sigmask(SIG_BLOCK, NULL, &set);
     struct sigaction old;
     sigaction(SIGSEGV, NULL, &old);
+    stack_t alt;
+    (void)sigaltstack(NULL, &alt);
     /* libunwind: the cursor calls the handler makes (vaka_crash_capture_frames covers unw_init_local). */
     unw_context_t uc;
     unw_cursor_t cursor;
@@ -414,6 +417,9 @@ int vaka_crash_install(const vaka_crash_config *config)
      * inherited blocked over exec) unblocks them now. */
     atomic_store(&vaka_sig_protected_mask, protect);
     vaka_rt_unblock_crash_signals();
+    /* The thread signal: every thread in the report, and an alternate stack (and the crash signals unblocked)
+     * for the threads that existed before now (threads.c). */
+    vaka_rt_threads_install(config->alt_stack_size);
 out:
     pthread_mutex_unlock(&install_lock);
     return rc;
@@ -440,6 +446,7 @@ int vaka_crash_uninstall(void)
         atomic_store(&vaka_sig_protected_mask, 0u);
         vaka_state.signal_count = 0;
         vaka_thread_stack_detach();
+        vaka_rt_threads_uninstall();
         vaka_rt_at_uninstall(); /* before the directory descriptors close */
         close_target_dir(&vaka_state.targets[0], NULL);
         close_target_dir(&vaka_state.targets[1], NULL);

@@ -31,8 +31,10 @@
  *                                           by directory, by path), header lines (with `journal_seq` from
  *                                           sig_journal.c; a journal in its fallback is written to its file
  *                                           right after them), registers, frames
- *                                           (sig_unwind.c), images (sig_images.c), `end`; written with
- *                                           sig_report_writer.c, memory read with sig_safe_memory.c.
+ *                                           (sig_unwind.c), images (sig_images.c), every other thread
+ *                                           (sig_threads.c: vaka_sig_write_threads — the thread signal to each,
+ *                                           a bounded wait, /proc for the ones that cannot answer), `end`;
+ *                                           written with sig_report_writer.c, memory read with sig_safe_memory.c.
  *   7. sig_watchdog.c: vaka_sig_disarm_watchdog; sig_report_file.c: vaka_sig_restore_fsize_limit;
  *                                           sig_journal.c: vaka_sig_discard_own_sigxfsz.
  *   8. sig_rearm.c: vaka_sig_restore_previous
@@ -46,11 +48,14 @@
  *                                           vaka_sig_settle_survived_report), our handlers re-armed, the slot freed.
  *
  * Process hooks that may run while the handler is on the stack (fork, exit from a previous handler):
- * sig_lifecycle.c. Install-time counterparts (normal context): install.c, lifecycle.c.
+ * sig_lifecycle.c. The thread signal's own handler (another thread unwinding itself for step 6, or taking an
+ * alternate stack at install): sig_threads.c: vaka_sig_thread_signal. Install-time counterparts (normal
+ * context): install.c, lifecycle.c, threads.c.
  *
  * Only async-signal-safe syscalls, libunwind and other sig_*.c code are used here; all storage is static.
  */
 #include "sig_state.h"
+#include "sig_threads.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -351,6 +356,7 @@ compete:;
          * it, one look at the slot per step. */
         int steps = 0;
         atomic_fetch_add(&vaka_run.waiters, 1);
+        vaka_sig_threads_allow_while_waiting(); /* the winner's round of every thread reaches this one too */
         for (;;) {
             int verdict = vaka_sig_wait_verdict(gen, &steps, vaka_sig_now_ns(CLOCK_MONOTONIC));
             if (verdict == VAKA_WAIT_COMPETE) {

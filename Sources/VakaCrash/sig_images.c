@@ -13,6 +13,7 @@
  * install list and for vaka_crash_copy_images().
  */
 #include "vaka_internal.h"
+#include "sig_threads.h"
 
 #include <elf.h>
 #include <link.h>
@@ -126,8 +127,26 @@ static vaka_phdr phdrs[VAKA_MAX_PHDRS];
 static char path_buf[VAKA_REPORT_PATH_MAX];
 static vaka_image scratch_image;
 
+/* The images as written, in order: the thread lines give frames relative to them (sig_threads.c). */
+vaka_written_image vaka_written_images[VAKA_MAX_IMAGES];
+size_t vaka_written_image_count;
+
+/* 1 when an image at `base` with that build ID was written already (the vDSO is in the install list as `[vdso]`
+ * and in the dynamic linker's list as `linux-vdso.so.1`). */
+static int written_already(const vaka_image *img)
+{
+    for (size_t k = 0; k < vaka_written_image_count; k++)
+        if (vaka_written_images[k].base == img->base && vaka_written_images[k].size == img->size) return 1;
+    return 0;
+}
+
 static void write_image_line(vaka_writer *w, const vaka_image *img, const char *path, size_t path_len)
 {
+    if (vaka_written_image_count < VAKA_MAX_IMAGES) {
+        vaka_written_images[vaka_written_image_count].base = img->base;
+        vaka_written_images[vaka_written_image_count].size = img->size;
+        vaka_written_image_count++;
+    }
     vaka_w_key(w, VAKA_REPORT_KEY_IMAGE);
     vaka_w_hex(w, img->base);
     vaka_w_char(w, ' ');
@@ -218,6 +237,7 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
     int walk_ok = 0;
 
     for (size_t i = 0; i < count; i++) cache->images[i].seen = 0;
+    vaka_written_image_count = 0;
 
     if (vaka_state.r_debug != NULL) {
         uintptr_t node = 0;
@@ -258,6 +278,7 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
     for (size_t e = 0; e < extra_count && written < VAKA_MAX_IMAGES; e++) {
         vaka_image *img = &scratch_image;
         if (!image_from_memory(r, extras[e].l_addr, extras[e].l_ld, img)) continue;
+        if (written_already(img)) continue;
         size_t n = 0;
         if (extras[e].l_name != 0) n = vaka_safe_read_string(r, path_buf, extras[e].l_name, VAKA_REPORT_PATH_MAX);
         if (n >= VAKA_REPORT_PATH_MAX) n = 0; /* maybe cut: unknown (`-`) rather than the wrong file */

@@ -1,11 +1,13 @@
 /*
  * Signal path: the report's content — the header lines (run, process, thread, time, executable, signal,
- * si_code, fault address or sender, messages, the journal's last sequence number), the registers, the frames, the images, how memory was read,
+ * si_code, fault address or sender, messages, the journal's last sequence number), the registers, the frames, the images,
+ * the other threads (sig_threads.c), how memory was read,
  * the capture time and `end`, in the order docs/report-format.md gives, every key from
  * vaka/vaka_report_format.h. The file it goes into comes from sig_report_file.c; a registered journal's
  * fallback is written to its file after the header (sig_journal.c).
  */
 #include "sig_state.h"
+#include "sig_threads.h"
 #include "journal_internal.h"
 
 #include <errno.h>
@@ -28,17 +30,21 @@ static void write_text_line(const char *key, const char *s, size_t n)
     vaka_w_nl(&vaka_run.writer);
 }
 
-static void write_register(const char *name, uint64_t value)
+/* One `<name> <hex>` pair of the `register` line (a space before every pair but the first). */
+static void write_register(const char *name, uint64_t value, int first)
 {
-    vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_REGISTER);
+    if (!first) vaka_w_char(&vaka_run.writer, ' ');
     vaka_w_str(&vaka_run.writer, name);
     vaka_w_char(&vaka_run.writer, ' ');
     vaka_w_hex(&vaka_run.writer, value);
-    vaka_w_nl(&vaka_run.writer);
 }
 
+/* The one `register` line: every general register of `uc` as `<name> <hex>` pairs. */
 void vaka_sig_write_registers(const ucontext_t *uc)
 {
+#if defined(__x86_64__) || defined(__aarch64__)
+    vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_REGISTER);
+#endif
 #if defined(__x86_64__)
     static const struct { const char *name; int index; } regs[] = {
         { "rax", REG_RAX }, { "rbx", REG_RBX }, { "rcx", REG_RCX }, { "rdx", REG_RDX },
@@ -48,22 +54,24 @@ void vaka_sig_write_registers(const ucontext_t *uc)
         { "rip", REG_RIP }, { "eflags", REG_EFL },
     };
     for (size_t i = 0; i < sizeof regs / sizeof regs[0]; i++)
-        write_register(regs[i].name, (uint64_t)uc->uc_mcontext.gregs[regs[i].index]);
+        write_register(regs[i].name, (uint64_t)uc->uc_mcontext.gregs[regs[i].index], i == 0);
 #elif defined(__aarch64__)
     for (int i = 0; i <= 28; i++) {
-        vaka_w_key(&vaka_run.writer, VAKA_REPORT_KEY_REGISTER);
+        if (i > 0) vaka_w_char(&vaka_run.writer, ' ');
         vaka_w_char(&vaka_run.writer, 'x');
         vaka_w_udec(&vaka_run.writer, (uint64_t)i);
         vaka_w_char(&vaka_run.writer, ' ');
         vaka_w_hex(&vaka_run.writer, uc->uc_mcontext.regs[i]);
-        vaka_w_nl(&vaka_run.writer);
     }
-    write_register("fp", uc->uc_mcontext.regs[29]);
-    write_register("lr", uc->uc_mcontext.regs[30]);
-    write_register("sp", uc->uc_mcontext.sp);
-    write_register("pc", uc->uc_mcontext.pc);
+    write_register("fp", uc->uc_mcontext.regs[29], 0);
+    write_register("lr", uc->uc_mcontext.regs[30], 0);
+    write_register("sp", uc->uc_mcontext.sp, 0);
+    write_register("pc", uc->uc_mcontext.pc, 0);
 #else
     (void)uc;
+#endif
+#if defined(__x86_64__) || defined(__aarch64__)
+    vaka_w_nl(&vaka_run.writer);
 #endif
 }
 
@@ -285,6 +293,9 @@ void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_n
     vaka_sig_write_frames(frame_ips, frame_methods, n, truncated);
 
     vaka_sig_write_images(&vaka_run.writer, &vaka_state.reader);
+    /* The crashed thread's lines on disk before the other threads are asked (their round has its own deadline). */
+    vaka_w_flush(&vaka_run.writer);
+    vaka_sig_write_threads(tid);
 
     vaka_sig_write_tail(fd, start_ns);
     vaka_w_flush(&vaka_run.writer);

@@ -1,6 +1,7 @@
 /*
  * Signal path: the state the crash handler's files (sig_handler.c, sig_report.c, sig_report_file.c,
- * sig_chain.c, sig_rearm.c, sig_death.c, sig_watchdog.c, sig_lifecycle.c) share, and their functions.
+ * sig_chain.c, sig_rearm.c, sig_death.c, sig_watchdog.c, sig_lifecycle.c) share, and their functions. The
+ * every-thread capture's state is in sig_threads.h.
  * Private to the runtime; everything is static storage (vaka_run), hidden like the rest of vaka_internal.h.
  * The order in which these run from entry to death is mapped at the top of sig_handler.c.
  */
@@ -140,7 +141,7 @@ void vaka_sig_write_messages(void);
 void vaka_sig_write_message(const char *key, uintptr_t p, size_t cap);
 /** `journal_seq`: the registered journal's last sequence number (nothing when no journal is registered). */
 void vaka_sig_write_journal_seq(void);
-/** The `register` lines of `uc`. */
+/** The `register` line of `uc` (every general register, `<name> <hex>` pairs). */
 void vaka_sig_write_registers(const ucontext_t *uc);
 /** The `frame` lines and `frames_truncated` (when `truncated`). */
 void vaka_sig_write_frames(const uintptr_t *ips, const uint8_t *methods, size_t n, int truncated);

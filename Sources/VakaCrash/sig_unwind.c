@@ -85,26 +85,33 @@ size_t vaka_fp_walk(vaka_safe_reader *r, uintptr_t fp, uintptr_t sp, uintptr_t *
 size_t vaka_sig_unwind(ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips, uint8_t *methods, size_t max,
                        int *truncated)
 {
+    return vaka_sig_unwind_with(&cursor, uc, r, ips, methods, max, truncated);
+}
+
+size_t vaka_sig_unwind_with(void *cursor_memory, ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips,
+                            uint8_t *methods, size_t max, int *truncated)
+{
+    unw_cursor_t *c = cursor_memory;
     size_t n = 0;
     *truncated = 0;
     if (max == 0) return 0;
 
     unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
-    if (unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
+    if (unw_init_local2(c, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
         unw_word_t ip = 0, sp = 0, prev_ip, prev_sp;
-        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) == 0 && ip != 0) {
-            unw_get_reg(&cursor, UNW_REG_SP, &sp);
+        if (unw_get_reg(c, UNW_REG_IP, &ip) == 0 && ip != 0) {
+            unw_get_reg(c, UNW_REG_SP, &sp);
             ips[n] = (uintptr_t)ip;
             methods[n] = VAKA_FRAME_CONTEXT;
             n++;
             for (;;) {
-                int step = unw_step(&cursor);
+                int step = unw_step(c);
                 vaka_sig_test_fault(2);
                 if (step <= 0) break;
                 prev_ip = ip;
                 prev_sp = sp;
-                if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
-                unw_get_reg(&cursor, UNW_REG_SP, &sp);
+                if (unw_get_reg(c, UNW_REG_IP, &ip) != 0 || ip == 0) break;
+                unw_get_reg(c, UNW_REG_SP, &sp);
                 if (ip == prev_ip && sp == prev_sp) break; /* no progress: corrupt unwind info */
                 if (n >= max) {
                     *truncated = 1;
@@ -116,7 +123,7 @@ size_t vaka_sig_unwind(ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips, uint
             }
         }
     }
-    if (n >= 2) return n;
+    if (n >= 2 || r == NULL) return n;
 
     /* Fallback: the PC from the context, then the frame-pointer chain. */
     vaka_sig_test_fault(2);

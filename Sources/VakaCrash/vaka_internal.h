@@ -188,6 +188,10 @@ enum { VAKA_FRAME_CONTEXT = 0, VAKA_FRAME_CFI = 1, VAKA_FRAME_FP = 2, VAKA_FRAME
  *  Sets *truncated when more frames were there. Honours the stage-2 test fault. @return frame count. */
 size_t vaka_sig_unwind(ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips, uint8_t *methods, size_t max,
                        int *truncated);
+/** Signal safe. vaka_sig_unwind() with the libunwind cursor in `cursor_memory` (an unw_cursor_t the caller owns:
+ *  several threads may unwind at once), and without the frame-pointer and scan fallbacks when `r` is NULL. */
+size_t vaka_sig_unwind_with(void *cursor_memory, ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips,
+                            uint8_t *methods, size_t max, int *truncated);
 /** Frame-pointer walk from the frame record at `fp` (stack pointer `sp`) with safe reads, appending
  *  return addresses at ips[n..max). Sets *truncated when it stopped only because of `max`.
  *  Signal safe. @return the new count. */

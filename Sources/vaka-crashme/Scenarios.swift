@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 import VakaCrashmeC
 
 /// One way to crash the process, as offered by `vaka-crashme SCENARIO`.
@@ -71,7 +72,66 @@ let scenarios: [Scenario] = [
     Scenario(name: "blocked-signals-thread",
              summary: "NULL read on a pthread \"crashme-blk\" that blocked every signal first: SIGSEGV SEGV_MAPERR",
              trigger: { _ in crashme_blocked_signals_thread() }),
+    Scenario(name: "all-threads",
+             summary: "8 named threads parked (read, mutex, spin, nanosleep, cond, all signals blocked, Dispatch, Task), then NULL read on main: SIGSEGV",
+             trigger: { _ in allThreads() }),
+    Scenario(name: "stack-overflow-early-thread",
+             summary: "unbounded C recursion on a thread created before Vaka.start: SIGSEGV",
+             trigger: { _ in crashme_stack_overflow_early_thread() }),
 ]
+
+/// Scenarios that need something done before `Vaka.start` (the harness calls this first): a thread that exists
+/// before install. Returns 0 or an errno value.
+func prepareBeforeStart(_ name: String) -> Int32 {
+    name == "stack-overflow-early-thread" ? crashme_early_thread_create() : 0
+}
+
+// MARK: - Every thread
+
+/// Names of the Swift-made threads of `all-threads` (15 bytes at most).
+let allThreadsQueueName = "crashme-queue"
+let allThreadsTaskName = "crashme-task"
+
+/// `all-threads`: parks six C threads (``crashme_all_threads_park()``), a Dispatch worker in
+/// ``allThreadsDispatchWork(_:_:)`` and a Swift `Task` that suspends on a continuation nobody resumes
+/// (``allThreadsTaskBody(_:)``; its cooperative thread, named first, goes back to the pool), then reads through
+/// NULL on the main thread (``crashme_all_threads()``).
+@inline(never)
+func allThreads() -> Int32 {
+    let rc = crashme_all_threads_park()
+    if rc != 0 { return rc }
+    let ready = DispatchSemaphore(value: 0)
+    let never = DispatchSemaphore(value: 0)
+    DispatchQueue(label: "vaka.crashme.all-threads").async { allThreadsDispatchWork(ready, never) }
+    ready.wait()
+    let taskReady = DispatchSemaphore(value: 0)
+    Task.detached { await allThreadsTaskBody(taskReady) }
+    taskReady.wait()
+    usleep(100_000)  // the task suspends right after it signals; its thread goes idle in the pool
+    return crashme_all_threads()
+}
+
+/// The Dispatch worker of `all-threads`: names its thread and waits on a semaphore nobody signals.
+@inline(never)
+func allThreadsDispatchWork(_ ready: DispatchSemaphore, _ never: DispatchSemaphore) {
+    crashme_name_thread(allThreadsQueueName)
+    ready.signal()
+    never.wait()
+}
+
+/// The Swift `Task` of `all-threads`: names the cooperative thread it runs on, then suspends on a continuation
+/// nobody resumes (the task then has no thread: the thread waits in the pool for work).
+@inline(never)
+func allThreadsTaskBody(_ ready: DispatchSemaphore) async {
+    crashme_name_thread(allThreadsTaskName)
+    let _: Int = await withCheckedContinuation { (continuation: CheckedContinuation<Int, Never>) in
+        ready.signal()
+        allThreadsKeep.withLock { $0.append(continuation) }
+    }
+}
+
+/// Keeps the suspended task's continuation alive (never resumed).
+let allThreadsKeep = Mutex<[CheckedContinuation<Int, Never>]>([])
 
 /// Path of the dlopen plugin: `$VAKA_CRASHME_PLUGIN`, else `libVakaCrashmePlugin.so` next to this executable
 /// (SwiftPM builds both into the same products directory).

@@ -8,6 +8,7 @@ import VakaCrashmeC
 let usage = """
     usage: vaka-crashme SCENARIO --storage DIR [--no-vaka] [--deny-process-vm-readv] [--fault-in-handler STAGE]
                         [--dsn DSN] [--scope] [--rich-scope FILE] [--big-breadcrumbs N:BYTES] [--trail N:M] [--block-signals HOW]
+                        [--threads N] [--settle]
            vaka-crashme --list
            vaka-crashme --help
 
@@ -24,6 +25,10 @@ let usage = """
     point), before the scenario runs. HOW: pthread_sigmask-block, pthread_sigmask-setmask, sigprocmask-block,
     sigprocmask-setmask (the C library calls, which Vaka interposes so the synchronous crash signals stay
     unblocked), or raw-syscall (rt_sigprocmask directly: Vaka cannot see it; see docs/crash-handling.md).
+    --threads N starts N more threads (1...1000) that sleep in nanosleep, after start and before the scenario
+    (scripts/bench: the crash capture's cost with many threads). --settle calls Vaka.flush() after start, so the
+    SDK's start-up work (the crash join on its own thread) is over when the scenario runs, as in a program that
+    crashes later in its life (the report-size test).
 
     Exit status: killed by the scenario's signal; 2 for a usage error or an unknown scenario; 3 when the
     scenario returned without crashing; 4 when it could not set its fault up.
@@ -62,6 +67,8 @@ var withScope = false
 var richScope: String?
 var bigBreadcrumbs: BigBreadcrumbs?
 var trail: Trail?
+var extraThreads: Int32 = 0
+var settle = false
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -113,6 +120,13 @@ while let argument = arguments.popFirst() {
             fail("--trail needs N:M (N breadcrumbs 1...100000, M messages 0...N-1)", status: 2)
         }
         trail = parsed
+    case "--settle":
+        settle = true
+    case "--threads":
+        guard let value = arguments.popFirst(), let count = Int32(value), (1...1000).contains(count) else {
+            fail("--threads needs a count (1...1000)", status: 2)
+        }
+        extraThreads = count
     case _ where argument.hasPrefix("-"):
         fail("unknown option \(argument) (see --help)", status: 2)
     default:
@@ -150,6 +164,9 @@ if denyProcessVMReadv {
     if rc != 0 { fail("cannot install the process_vm_readv filter: \(String(cString: strerror(rc)))", status: 4) }
 }
 
+let prepared = prepareBeforeStart(scenario.name)
+if prepared != 0 { fail("\(scenario.name): could not set up the fault: \(String(cString: strerror(prepared)))", status: 4) }
+
 if startVaka {
     Vaka.start(harnessOptions(Vaka.Options(dsn: dsn, storageDirectory: storage)))
     if withScope { applyHarnessScope() }
@@ -157,11 +174,17 @@ if startVaka {
     bigBreadcrumbs?.add()
     trail?.add()
     if faultStage != 0 { crashme_arm_fault_in_handler(faultStage) }
+    if settle { _ = Vaka.flush() }
 }
 
 if let blockSignals {
     let rc = crashme_block_signals(blockSignals)
     if rc != 0 { fail("cannot block signals (\(blockSignals)): \(String(cString: strerror(rc)))", status: 4) }
+}
+
+if extraThreads > 0 {
+    let rc = crashme_park_sleepers(extraThreads)
+    if rc != 0 { fail("cannot start \(extraThreads) threads: \(String(cString: strerror(rc)))", status: 4) }
 }
 
 let result = scenario.trigger(storage.path)

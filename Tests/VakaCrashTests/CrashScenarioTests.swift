@@ -231,7 +231,11 @@ final class CrashScenarioTests: XCTestCase {
             }
         }
         let imageFiles = Set(images.compactMap { $0["code_file"] as? String })
-        let framePackages = Set(frames.compactMap { $0["package"] as? String })
+        // The frames of every thread: debug_meta holds the images any of them points into.
+        let threadFrames = ((dig(event, "threads", "values") as? [[String: Any]]) ?? []).flatMap {
+            (dig($0, "stacktrace", "frames") as? [[String: Any]]) ?? []
+        }
+        let framePackages = Set((frames + threadFrames).compactMap { $0["package"] as? String })
         XCTAssertTrue(framePackages.isSubset(of: imageFiles),
                       "\(name): frames point into images missing from debug_meta: \(framePackages.subtracting(imageFiles).sorted())",
                       file: file, line: line)

@@ -17,7 +17,7 @@ final class HandlerInterpositionTests: XCTestCase {
     /// the scan fallback, a thread's alternate stack, concurrent crashes, and the Swift fatal message read.
     static let scenarios = ["null-deref", "abort", "background-thread", "locks-held", "heap-corruption", "dlopen-plugin",
                             "corrupt-frame-pointer", "stack-overflow-thread", "concurrent", "swift-fatal-error",
-                            "bad-syscall"]
+                            "bad-syscall", "all-threads", "stack-overflow-early-thread"]
 
     /// Builds the shim once. Throws (test failure) when no C compiler is available.
     static let shim: Result<URL, Error> = Result(catching: {
@@ -117,19 +117,33 @@ static int on_alt_stack(void)
     return sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK);
 }
 
+/* > 0 while the shim itself runs dlsym or dladdr (which may free the thread's last dlerror buffer): not the
+ * handler's calls. volatile: dlsym reaches our free() behind the compiler's back. */
+static __thread volatile int in_next;
+
 static void note(const char *what)
 {
-    if (log_path[0] == '\0' || !on_alt_stack()) return;
+    if (log_path[0] == '\0' || in_next || !on_alt_stack()) return;
     int fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) return;
+    /* One write per entry: threads handling signals at the same time must not interleave their lines. */
+    char line[700];
     size_t n = 0;
-    while (what[n]) n++;
-    (void)!write(fd, what, n);
-    (void)!write(fd, "\n", 1);
+    while (what[n] && n < sizeof line - 1) { line[n] = what[n]; n++; }
+    line[n++] = '\n';
+    (void)!write(fd, line, n);
     close(fd);
 }
 
-#define NEXT(type, name) ((type)dlsym(RTLD_NEXT, name))
+static void *shim_next(const char *name)
+{
+    in_next++;
+    void *fn = dlsym(RTLD_NEXT, name);
+    in_next--;
+    return fn;
+}
+
+#define NEXT(type, name) ((type)shim_next(name))
 
 void *malloc(size_t n) { note("malloc"); return __libc_malloc(n); }
 void free(void *p) { note("free"); __libc_free(p); }
@@ -210,7 +224,10 @@ int pthread_mutex_lock(pthread_mutex_t *m)
         in_shim = 1;
         const char *caller = "?";
         Dl_info info;
-        if (dladdr(__builtin_return_address(0), &info) && info.dli_fname != NULL) {
+        in_next++; /* dladdr may free this thread's last dlerror buffer: the shim's call, not the handler's */
+        int found = dladdr(__builtin_return_address(0), &info);
+        in_next--;
+        if (found && info.dli_fname != NULL) {
             caller = strrchr(info.dli_fname, '/') ? strrchr(info.dli_fname, '/') + 1 : info.dli_fname;
         }
         char line[600];

@@ -95,7 +95,7 @@ extension CrashScenarioTests {
         XCTAssertLessThanOrEqual(outcome.reports.count, 1, file: file, line: line)
         guard let report = outcome.reports.first else { return }
         let text = try String(contentsOf: report, encoding: .utf8)
-        XCTAssertTrue(text.hasPrefix("VAKA-CRASH 1\n"), "\(key): header missing: \(text.prefix(200))", file: file, line: line)
+        XCTAssertTrue(text.hasPrefix("VAKA-CRASH 2\n"), "\(key): header missing: \(text.prefix(200))", file: file, line: line)
         XCTAssertFalse(text.split(separator: "\n").contains("end"), "\(key): a faulted capture wrote `end`", file: file, line: line)
         XCTAssertTrue(text.isEmpty || text.hasSuffix("\n"), "\(key): partial last line kept", file: file, line: line)
         XCTAssertEqual(outcome.convert?.outcome, "exit 0", outcome.convert?.stderrTail() ?? "convert did not run",

@@ -12,7 +12,7 @@ final class ReportContractProcessTests: XCTestCase {
     /// are checked by `SurvivedSignalSpareTests.testSurvivedSignalsSpareIsReusedAndRemoved`): `fault_addr` (SIGSEGV),
     /// `abort_message` and `sender` (c-assert), `fatal_message` (Swift force-unwrap), `frames_truncated`
     /// (stack overflow).
-    private let scenarios = ["null-deref", "c-assert", "swift-force-unwrap", "stack-overflow"]
+    private let scenarios = ["null-deref", "c-assert", "swift-force-unwrap", "stack-overflow", "all-threads"]
 
     func testTheReaderTakesEveryLineTheWriterWrites() throws {
         var written = Set<String>()

@@ -60,7 +60,7 @@ final class RuntimeReentryTests: XCTestCase {
             XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", "attempt \(attempt): \(run.result.stderrTail())")
             XCTAssertEqual(run.reports, ["reentry.crash"], "attempt \(attempt)")
             let report = run.onlyReport
-            XCTAssertEqual(lines(report, key: "VAKA-CRASH"), ["VAKA-CRASH 1"], report)
+            XCTAssertEqual(lines(report, key: "VAKA-CRASH"), ["VAKA-CRASH 2"], report)
             XCTAssertEqual(lines(report, key: "tid").count, 1, report)
             XCTAssertEqual(lines(report, key: "signal"), ["signal 11 SIGSEGV"], report)
             XCTAssertEqual(lines(report, key: "fault_addr"), ["fault_addr 0x0"], report)

@@ -200,7 +200,7 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)",
                        String(decoding: run.result.stdout, as: UTF8.self) + run.result.stderrTail())
         XCTAssertEqual(run.reports, ["fsize.crash"])
-        XCTAssertTrue(run.onlyReport.hasPrefix("VAKA-CRASH 1\n"), "the first 100 bytes are written")
+        XCTAssertTrue(run.onlyReport.hasPrefix("VAKA-CRASH 2\n"), "the first 100 bytes are written")
     }
 
     /// The app installs its own SIGSEGV handler after Vaka, then Vaka is closed. Uninstall used to put

@@ -129,6 +129,14 @@ let scenarioExpectations: [ScenarioExpectation] = [
     ScenarioExpectation(name: "blocked-signals-thread", signal: SIGSEGV, signalName: "SIGSEGV",
                         codeNames: ["SEGV_MAPERR"], faultAddress: 0, threadName: blockedThreadName,
                         swiftBacktrace: false, environment: ["SWIFT_BACKTRACE": "enable=no"]),
+    // Every thread (AllThreadsTests checks the thread list itself).
+    ScenarioExpectation(name: "all-threads", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
+                        faultAddress: 0),
+    // A thread that existed before Vaka.start: install gave it an alternate stack from its pool. Without Vaka it has
+    // none, and the kernel kills the process before Swift's handler can run.
+    ScenarioExpectation(name: "stack-overflow-early-thread", signal: SIGSEGV, signalName: "SIGSEGV",
+                        codeNames: ["SEGV_MAPERR", "SEGV_ACCERR"], threadName: "crashme-early",
+                        swiftBacktrace: false, swiftBacktraceWithVaka: true),
 ]
 
 /// Scenarios run with blocked signals, in both runs (with Vaka and --no-vaka). Swift's

@@ -71,7 +71,8 @@ final class EventModelCompletenessTests: XCTestCase {
             exception.other = Self.other("exception")
             self.exception = exception
 
-            var thread = SentryThread(id: 4242, name: "worker", crashed: true, current: true, stacktrace: stacktrace)
+            var thread = SentryThread(id: 4242, name: "worker", crashed: true, current: true, stacktrace: stacktrace,
+                                      state: "sleeping in system call 0")
             thread.other = Self.other("thread")
             self.thread = thread
 

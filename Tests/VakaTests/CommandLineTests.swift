@@ -43,7 +43,7 @@ final class CommandLineTests: XCTestCase {
             ("empty.crash", Data(), "empty"),
             ("random.crash", random, "not a Vaka crash report"),
             ("line.crash", Data(repeating: 0x41, count: 10 * 1024 * 1024) + Data("\n".utf8), "not a Vaka crash report"),
-            ("v2.crash", Data("VAKA-CRASH 2\nsignal 11 SIGSEGV\nend\n".utf8), "unsupported report format version"),
+            ("v3.crash", Data("VAKA-CRASH 3\nsignal 11 SIGSEGV\nend\n".utf8), "unsupported report format version"),
             ("nosignal.crash", Data("VAKA-CRASH 1\npid 1\n".utf8), "truncated before its signal line"),
         ]
         for (name, data, message) in cases {

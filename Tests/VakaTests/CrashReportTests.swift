@@ -107,7 +107,7 @@ final class CrashReportTests: XCTestCase {
     }
 
     func testOtherVersionsAreRefused() {
-        assertError(Data("VAKA-CRASH 2\nsignal 11 SIGSEGV\nend\n".utf8), .unsupportedVersion("2"))
+        assertError(Data("VAKA-CRASH 3\nsignal 11 SIGSEGV\nend\n".utf8), .unsupportedVersion("3"))
         assertError(Data("VAKA-CRASH\nsignal 11 SIGSEGV\nend\n".utf8), .unsupportedVersion(""))
         assertError(Data("VAKA-CRASH 01\n".utf8), .unsupportedVersion("01"))
         assertError(Data("VAKA-CRASH 99999999999999999999999\n".utf8), .unsupportedVersion("99999999999999999999999"))

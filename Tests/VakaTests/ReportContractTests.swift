@@ -38,7 +38,8 @@ final class ReportContractTests: XCTestCase {
             .arch: VAKA_REPORT_ARCH_X86_64, .executable: "/bin/app", .signal: "11 SIGSEGV", .code: "1 SEGV_MAPERR",
             .faultAddress: "0x10", .sender: "7 1000", .fatalMessage: "boom", .abortMessage: "assert", .journalSeq: "1234",
             .register: "rip 0x1234", .frame: "0x1234 \(VAKA_REPORT_FRAME_METHOD_CONTEXT)", .framesTruncated: "128",
-            .image: "0x1000 0x2000 abcd /lib/x.so", .memoryRead: VAKA_REPORT_MEMORY_READ_PVR, .captureNs: "183211",
+            .image: "0x1000 0x2000 abcd /lib/x.so", .threads: "3 2 1000", .thread: "43 \(VAKA_REPORT_THREAD_BLOCKED) w 2",
+            .threadProc: "43 S 202 0x7ff0 0x1010", .threadFrames: "43 \(VAKA_REPORT_FRAME_METHOD_SCAN) 0:10 1234", .memoryRead: VAKA_REPORT_MEMORY_READ_PVR, .captureNs: "183211",
             .pad: "....",
         ]
         var text = "\(VAKA_REPORT_MAGIC) \(VAKA_REPORT_VERSION)\n"

@@ -65,7 +65,11 @@ typedef struct vaka_crash_config {
  * and glibc's abort message if present; and attaches an alternate stack to the calling thread
  * (see vaka_crash_thread_attach()). While installed, every thread created with pthread_create (which this
  * runtime interposes) attaches its own alternate stack before running its start routine, so a stack
- * overflow on any thread created after install is reported (docs/crash-handling.md).
+ * overflow on any thread created after install is reported (docs/crash-handling.md). Install also chooses the
+ * thread signal (a real-time signal, SIGRTMAX - 1 or the next free one below it) and installs its handler, which
+ * serves the report's every-thread capture and, right now, gives each thread that existed before install an
+ * alternate stack (from a pool of 64 mapped here) and unblocks the crash signals in its mask; it waits at most
+ * 100 ms for those threads (a system call one of them sits in may return EINTR once).
  *
  * Idempotent: a second call while installed keeps the saved previous actions and only takes the
  * new report directory and run id (signals and alt_stack_size of the second config are ignored).
@@ -104,8 +108,10 @@ int vaka_crash_is_installed(void);
  * bytes plus a guard page, from mmap) so a stack overflow on it can still be reported. Leaves an alternate
  * stack the thread already has alone. The stack is released when the thread exits. Before install only the
  * stack is attached (there is nothing to unblock yet).
- * Threads created after vaka_crash_install() get both automatically; call this only on threads that
- * already existed before install (the installing thread is covered by install itself).
+ * Threads created after vaka_crash_install() get both automatically, and so do the threads that existed
+ * before it unless they block the runtime's thread signal (install asks each of them with that signal:
+ * docs/crash-handling.md, *Stack overflow on any thread*); call this on such a thread, or on one beyond the 64
+ * install covers (the installing thread is covered by install itself).
  * @return 0 on success or when the thread already has an alternate stack; an errno value (of pthread_key_create,
  *         mmap, mprotect, sigaltstack or pthread_setspecific; ENOMEM) otherwise — the signals are unblocked
  *         even then.

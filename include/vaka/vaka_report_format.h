@@ -18,8 +18,12 @@ extern "C" {
 
 /** The first line's key: `VAKA-CRASH <version>`. */
 #define VAKA_REPORT_MAGIC "VAKA-CRASH"
-/** Version of the report format this runtime writes (the value of the first line). A reader refuses others. */
-#define VAKA_REPORT_VERSION 1
+/** Version of the report format this runtime writes (the value of the first line): 2 (version 1 had no
+ *  thread lines). A reader takes the versions from VAKA_REPORT_VERSION_MIN to VAKA_REPORT_VERSION and refuses
+ *  others. */
+#define VAKA_REPORT_VERSION 2
+/** Oldest report format version a reader still reads. */
+#define VAKA_REPORT_VERSION_MIN 1
 /** Ending of a report file's name: `<run_id>.crash`, or `<run_id>-<pid>.crash` in a fork child. */
 #define VAKA_REPORT_FILE_SUFFIX ".crash"
 
@@ -54,7 +58,8 @@ extern "C" {
 /** Decimal: present when a journal is registered (vaka_crash_set_journal): its last sequence number at the
  *  crash (vaka_journal_last_seq, one atomic load) — the records up to it were appended before the crash. */
 #define VAKA_REPORT_KEY_JOURNAL_SEQ "journal_seq"
-/** `<name> <hex>`: one general register of the crashed thread (repeats). */
+/** `<name> <hex>` pairs: the general registers of the crashed thread, all on one line (version 2; version 1
+ *  wrote one line per register — a reader takes any number of pairs per line, and the line may repeat). */
 #define VAKA_REPORT_KEY_REGISTER "register"
 /** `<hex> <method>`: one frame of the crashed thread, newest first (repeats, at most VAKA_REPORT_MAX_FRAMES);
  *  `<method>` is one of VAKA_REPORT_FRAME_METHOD_*. */
@@ -64,6 +69,24 @@ extern "C" {
 /** `<base> <size> <build-id> <path>`: one loaded ELF image (repeats); build ID and path may be
  *  VAKA_REPORT_VALUE_UNKNOWN. */
 #define VAKA_REPORT_KEY_IMAGE "image"
+/** `<total> <listed> <wait_ns>`: the threads of the process at the crash (entries of /proc/self/task), how many
+ *  are listed in `thread` lines (at most VAKA_REPORT_MAX_THREADS) and how long the crashed thread waited for the
+ *  others to unwind themselves, in ns. Version 2. */
+#define VAKA_REPORT_KEY_THREADS "threads"
+/** `<tid> <status> <name>`: one thread (repeats), the crashed one first; `<status>` is one of
+ *  VAKA_REPORT_THREAD_*; `<name>` (text, the rest of the line) its comm. The crashed thread's line is only
+ *  `<tid> crashed` (its name is the `thread_name` line). Version 2. */
+#define VAKA_REPORT_KEY_THREAD "thread"
+/** `<tid> <state> <syscall> <sp> <pc>`: what /proc/self/task/<tid>/{stat,syscall} said of a thread that did not
+ *  unwind itself: its state letter, the system call it sits in (decimal; `-1` blocked outside one; `running`),
+ *  stack pointer and PC (hex, `-` when unknown). Version 2. */
+#define VAKA_REPORT_KEY_THREAD_PROC "thread_proc"
+/** `<tid> <method> <frame>...`: a thread's frames, newest first, the first its PC; `<method>` says how the others
+ *  were found (VAKA_REPORT_FRAME_METHOD_*). A frame is `<image>:<offset>` (decimal index of an `image` line of
+ *  this report, hex offset from its base; `:<offset>` when the image is the previous frame's) or a bare hex
+ *  address (in no listed image); a last `+` means the walk
+ *  stopped at VAKA_REPORT_MAX_THREAD_FRAMES. Version 2. */
+#define VAKA_REPORT_KEY_THREAD_FRAMES "thread_frames"
 /** How the handler read memory that may be unmapped: one of VAKA_REPORT_MEMORY_READ_*. */
 #define VAKA_REPORT_KEY_MEMORY_READ "memory_read"
 /** Decimal: CLOCK_MONOTONIC nanoseconds from handler entry to just before this line. */
@@ -94,6 +117,23 @@ extern "C" {
 /** Stack scan: a stack word pointing just after a call instruction in an image's executable segment. */
 #define VAKA_REPORT_FRAME_METHOD_SCAN "scan"
 
+/** Values of a `thread` line's status. */
+/** The thread that crashed: its frames are the `frame` lines. */
+#define VAKA_REPORT_THREAD_CRASHED "crashed"
+/** It unwound itself from its own registers (the thread signal) within the deadline. */
+#define VAKA_REPORT_THREAD_OK "ok"
+/** It started unwinding itself but had not finished at the deadline: the frames it had (at least its PC). */
+#define VAKA_REPORT_THREAD_PARTIAL "partial"
+/** It blocks the thread signal (/proc/self/task/<tid>/status SigBlk): PC and stack pointer from /proc, frames
+ *  from a stack scan. */
+#define VAKA_REPORT_THREAD_BLOCKED "blocked"
+/** It did not answer within the deadline (stopped, in the kernel, not scheduled): as for `blocked`. */
+#define VAKA_REPORT_THREAD_MISSED "missed"
+/** It ended between the listing and the signal. */
+#define VAKA_REPORT_THREAD_GONE "gone"
+/** A bare `thread_frames` token after the frames: the walk stopped at VAKA_REPORT_MAX_THREAD_FRAMES. */
+#define VAKA_REPORT_THREAD_FRAMES_MORE "+"
+
 /** Values of `memory_read`. */
 /** process_vm_readv on the process's own pid. */
 #define VAKA_REPORT_MEMORY_READ_PVR "process_vm_readv"
@@ -106,6 +146,10 @@ extern "C" {
 
 /** Most `frame` lines written for the crashed thread (also the most frames a handled-error capture keeps). */
 #define VAKA_REPORT_MAX_FRAMES 128
+/** Most threads listed in `thread` lines (the crashed one included); `threads` gives the total. */
+#define VAKA_REPORT_MAX_THREADS 128
+/** Most frames written for a thread other than the crashed one. */
+#define VAKA_REPORT_MAX_THREAD_FRAMES 64
 /** Cap of a message value (`fatal_message`, `abort_message`), in bytes before escaping. */
 #define VAKA_REPORT_MESSAGE_MAX 4096
 /** Longest path written (executable, image), in bytes before escaping: PATH_MAX. A longer one is written as

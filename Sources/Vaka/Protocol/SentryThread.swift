@@ -11,18 +11,23 @@ public struct SentryThread: Codable, Equatable, Sendable, FieldCoded {
     public var current: Bool?
     /// The thread's stack, oldest frame first.
     public var stacktrace: Stacktrace?
+    /// What state the thread was in, in words, when it could not be unwound from its own registers (Sentry's
+    /// thread `state`), e.g. `sleeping in system call 0; blocks the thread signal: PC from /proc, frames from a
+    /// stack scan`; `nil` for a thread unwound normally.
+    public var state: String?
     /// Members of the JSON object no property models (an event from elsewhere), kept as they were and encoded
     /// back (see ``Event/other``); `nil` for the values Vaka builds.
     public var other: [String: JSONValue]?
 
     /// Creates a thread; every field is described on its property.
     public init(id: Int64? = nil, name: String? = nil, crashed: Bool? = nil, current: Bool? = nil,
-                stacktrace: Stacktrace? = nil) {
+                stacktrace: Stacktrace? = nil, state: String? = nil) {
         self.id = id
         self.name = name
         self.crashed = crashed
         self.current = current
         self.stacktrace = stacktrace
+        self.state = state
     }
 
     /// The fields, by wire name, in the order they are written.
@@ -32,6 +37,7 @@ public struct SentryThread: Codable, Equatable, Sendable, FieldCoded {
         .lenient("crashed", \.crashed),
         .lenient("current", \.current),
         .lenient("stacktrace", \.stacktrace),
+        .lenient("state", \.state),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).

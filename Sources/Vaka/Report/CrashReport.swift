@@ -1,7 +1,7 @@
 import Foundation
 import VakaCrash
 
-/// A crash report file (`docs/report-format.md`, version 1) parsed into typed values.
+/// A crash report file (`docs/report-format.md`, versions 1 and 2) parsed into typed values.
 ///
 /// The reader (`ReportParser`) takes the format's magic, keys, special values and limits from the report contract
 /// header `include/vaka/vaka_report_format.h`, which the C writer uses too, and names signals with the writer's
@@ -9,7 +9,8 @@ import VakaCrash
 ///
 /// Reports come from a process that was dying, so the reader is lenient where it can be and strict
 /// where it must be:
-/// - Required: the header line `VAKA-CRASH 1` and a valid `signal` line. Without them parsing throws
+/// - Required: the header line `VAKA-CRASH 2` (or `VAKA-CRASH 1`, written before thread lines existed) and a
+///   valid `signal` line. Without them parsing throws
 ///   a ``CrashReportError``.
 /// - A report without the `end` line, or cut at ``maxFileSize``, is **truncated**: every complete line
 ///   before the cut is used and ``isTruncated`` is `true`. A last line without its `\n` is dropped (it may
@@ -25,8 +26,18 @@ import VakaCrash
 /// - Negative `pid`, `tid` and `frames_truncated` values are malformed. A path (image or executable) that
 ///   holds a NUL byte after unescaping is treated as unknown, as `-`.
 public struct CrashReport: Equatable, Sendable {
-    /// The report format version this reader understands (`VAKA-CRASH 1`).
-    public static let supportedVersion = 1
+    /// The newest report format version this reader understands (`VAKA-CRASH 2`): the writer's
+    /// `VAKA_REPORT_VERSION`.
+    public static let supportedVersion = Int(VAKA_REPORT_VERSION)
+    /// Every version this reader understands: `VAKA_REPORT_VERSION_MIN` (1, reports without thread lines) up to
+    /// ``supportedVersion``.
+    public static let supportedVersions = Int(VAKA_REPORT_VERSION_MIN)...Int(VAKA_REPORT_VERSION)
+    /// Most `thread` lines kept (1024): eight times what the writer lists (`VAKA_REPORT_MAX_THREADS`, 128); later
+    /// ones count as malformed.
+    public static let maxThreads = 8 * Int(VAKA_REPORT_MAX_THREADS)
+    /// Most frames kept from one `thread_frames` line (512): eight times what the writer records
+    /// (`VAKA_REPORT_MAX_THREAD_FRAMES`, 64); the rest are dropped and the thread marked truncated.
+    public static let maxThreadFrames = 8 * Int(VAKA_REPORT_MAX_THREAD_FRAMES)
     /// Longest line accepted, in bytes without the `\n` (64 KiB): the contract's `VAKA_REPORT_MAX_LINE`
     /// (`include/vaka/vaka_report_format.h`). A valid report line is far shorter (paths and messages are capped
     /// at 4096 bytes before escaping).
@@ -71,7 +82,8 @@ public struct CrashReport: Equatable, Sendable {
         public var uid: UInt32
     }
 
-    /// One general register of the crashed thread at the fault (`register <name> <hex>`).
+    /// One general register of the crashed thread at the fault: a `<name> <hex>` pair of the `register` line
+    /// (version 2 writes every register on one line, version 1 one line each).
     public struct Register: Equatable, Sendable {
         /// Register name as the format lists it (`rip`, `rsp`, … or `pc`, `sp`, `x0`, …).
         public var name: String
@@ -104,6 +116,47 @@ public struct CrashReport: Equatable, Sendable {
         }
     }
 
+    /// The `threads` line: how many threads the process had and how many are listed (version 2).
+    public struct ThreadCount: Equatable, Sendable {
+        /// Threads of the process at the crash (entries of `/proc/self/task`).
+        public var total: Int
+        /// Threads listed in `thread` lines (at most `VAKA_REPORT_MAX_THREADS`); fewer than ``total`` means capped.
+        public var listed: Int
+        /// How long the crashed thread waited for the others to unwind themselves, in nanoseconds.
+        public var waitNs: UInt64
+    }
+
+    /// What `/proc/self/task/<tid>/{stat,syscall}` said of a thread that did not unwind itself (`thread_proc`).
+    public struct ProcState: Equatable, Sendable {
+        /// The state letter of `stat` (`R` running, `S` sleeping, `D` disk sleep, `T` stopped, `t` traced,
+        /// `Z` zombie...; `?` when unreadable).
+        public var state: String
+        /// The system call it sits in (its number), `-1` blocked outside one, `nil` running (none to report).
+        public var syscall: Int64?
+        /// Its stack pointer, when the kernel gave one.
+        public var stackPointer: UInt64?
+        /// Its PC (user space), when the kernel gave one.
+        public var pc: UInt64?
+    }
+
+    /// One thread of the process at the crash (`thread`, `thread_proc`, `thread_frames` lines; version 2).
+    public struct ThreadEntry: Equatable, Sendable {
+        /// Kernel thread id.
+        public var tid: Int64
+        /// How it was captured: `crashed` (its frames are ``CrashReport/frames``), `ok` (it unwound itself from its
+        /// own registers), `partial` (it had not finished at the deadline), `blocked` (it blocks the thread signal),
+        /// `missed` (no answer in time), `gone` (it ended meanwhile), or a later status.
+        public var status: String
+        /// Its name (`comm`, at most 15 bytes).
+        public var name: String
+        /// What `/proc` said of it, for `blocked` and `missed` threads.
+        public var proc: ProcState?
+        /// Its frames, newest first, the first its PC (empty for the crashed thread: see ``CrashReport/frames``).
+        public var frames: [Frame] = []
+        /// The walk stopped at `VAKA_REPORT_MAX_THREAD_FRAMES` (a `+` after the frames), or the reader's cap.
+        public var framesTruncated = false
+    }
+
     /// What the reader skipped while parsing (all zero for a well-formed report).
     public struct Diagnostics: Equatable, Sendable {
         /// Lines longer than ``CrashReport/maxLineLength`` that were skipped.
@@ -118,7 +171,7 @@ public struct CrashReport: Equatable, Sendable {
         public init() {}
     }
 
-    /// Format version from the header line; always ``supportedVersion`` after a successful parse.
+    /// Format version from the header line; one of ``supportedVersions`` after a successful parse.
     public var version: Int
     /// The run id given at install (`run_id`), also the report's file name.
     public var runID: String?
@@ -158,6 +211,11 @@ public struct CrashReport: Equatable, Sendable {
     public var framesTruncated: Int?
     /// Loaded images, in report order.
     public var images: [Image] = []
+    /// The `threads` line (version 2): total and listed threads, and the wait; `nil` in a version 1 report or one
+    /// cut before it.
+    public var threadCount: ThreadCount?
+    /// Every listed thread, in report order: the crashed one first (version 2; empty in a version 1 report).
+    public var threads: [ThreadEntry] = []
     /// Nanoseconds (`CLOCK_MONOTONIC`) the handler took until just before the `capture_ns` line.
     public var captureNs: UInt64?
     /// `true` when the `end` line is missing or the file was cut at ``maxFileSize``: the report is partial.

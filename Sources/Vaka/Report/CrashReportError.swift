@@ -36,7 +36,7 @@ public enum CrashReportError: Error, Equatable, CustomStringConvertible {
         case .notAReport(let firstLine):
             return "not a Vaka crash report (the first line is \"\(firstLine)\", expected \"VAKA-CRASH \(CrashReport.supportedVersion)\")"
         case .unsupportedVersion(let version):
-            return "unsupported report format version \"\(version)\" (this reader knows version \(CrashReport.supportedVersion))"
+            return "unsupported report format version \"\(version)\" (this reader knows versions \(CrashReport.supportedVersions.lowerBound) to \(CrashReport.supportedVersion))"
         case .carriageReturnLineEnds:
             return "the report's lines end in carriage returns (\\r); crash reports use \\n line ends"
         case .missingSignal(let truncated, let problem):

@@ -1,4 +1,5 @@
 import Foundation
+import VakaCrash
 import VakaSymbolication
 
 /// Turns a ``CrashReport`` into a Sentry fatal ``Event`` (the JSON contract of `vaka report convert`).
@@ -11,7 +12,14 @@ import VakaSymbolication
 /// - `timestamp`: `timestamp_ns` in seconds. `platform` `native`, `level` `fatal`, `sdk` ``sdk``.
 /// - `exception.values[0]`: `type` the signal name, `value` ``exceptionValue(for:)``, mechanism
 ///   `signalhandler` with `meta.signal` and `data.relevant_address` (the fault address, when recorded).
-/// - `threads.values[0]`: the crashed thread (tid, name), with the same stack trace.
+/// - `threads.values`: the crashed thread first (tid, name, `crashed` and `current` `true`), with the same stack
+///   trace as the exception; then every other thread of the report (version 2: ``CrashReport/threads``), in report
+///   order, with its own stack trace mapped and symbolicated like the crashed one's (the same ``symbolicator``,
+///   hence the same symbol cache; one image admission over all threads, the crashed one first). A thread that was
+///   not unwound from its own registers gets a `state` saying why and what its frames are
+///   (``threadState(_:)``). At most ``maxThreads`` threads and ``maxThreadFrames`` frames per thread (before
+///   inlined frames are expanded) are kept; `extra.threads_total`/`threads_listed` say when the report or this
+///   cap left threads out, `extra.thread_frames_truncated` lists the ids of threads whose frames were cut.
 /// - Stack trace: the report's frames reversed (oldest first, crash site last). A frame gets `package`,
 ///   `image_addr` and `in_app` from the image it lies in (``isInApp(imagePath:executable:)``; the executable
 ///   is the `executable` line or else the first image; frames in the first image are in-app also when its
@@ -49,6 +57,12 @@ public struct FatalEventBuilder {
         self.symbolicator = symbolicator
     }
 
+    /// Most threads an event lists (128, the writer's `VAKA_REPORT_MAX_THREADS`), the crashed one included.
+    public static let maxThreads = Int(VAKA_REPORT_MAX_THREADS)
+    /// Most frames kept for a thread other than the crashed one (64, the writer's `VAKA_REPORT_MAX_THREAD_FRAMES`),
+    /// the newest ones.
+    public static let maxThreadFrames = Int(VAKA_REPORT_MAX_THREAD_FRAMES)
+
     /// The fatal event for `report`. Never fails: a partial report gives a partial event, marked truncated.
     public func event(from report: CrashReport) -> Event {
         var reportFrames = report.frames
@@ -57,9 +71,22 @@ public struct FatalEventBuilder {
             reportFrames = [CrashReport.Frame(address: pc.value, method: "context")]
         }
         // The main executable: the `executable` line, else the first image (the writer lists it first).
-        let (frames, images, skippedImages) = map(NativeStack(frames: reportFrames, images: report.images,
-                                                              executable: report.executable ?? report.images.first?.path,
-                                                              arch: report.arch))
+        let executable = report.executable ?? report.images.first?.path
+        // The other threads (version 2), at most maxThreads in all, each at most maxThreadFrames frames.
+        var others = report.threads.filter { $0.tid != report.tid && $0.status != VAKA_REPORT_THREAD_CRASHED }
+        let othersCut = others.count > FatalEventBuilder.maxThreads - 1
+        others = Array(others.prefix(FatalEventBuilder.maxThreads - 1))
+        var framesCut: [Int64] = []
+        for index in others.indices where others[index].framesTruncated || others[index].frames.count > FatalEventBuilder.maxThreadFrames {
+            others[index].frames = Array(others[index].frames.prefix(FatalEventBuilder.maxThreadFrames))
+            framesCut.append(others[index].tid)
+        }
+        let stacks = [reportFrames] + others.map(\.frames)
+        let mapped = mapThreads(stacks.map { NativeStack(frames: $0, images: report.images, executable: executable,
+                                                         arch: report.arch) })
+        let frames = mapped.frames[0]
+        let images = mapped.images
+        let skippedImages = mapped.imagesNotSymbolicated
         let registers = Dictionary(report.registers.map { ($0.name, HexAddress($0.value)) },
                                    uniquingKeysWith: { first, _ in first })
         let stacktrace = frames.isEmpty ? nil : Stacktrace(frames: frames, registers: registers.isEmpty ? nil : registers)
@@ -77,6 +104,19 @@ public struct FatalEventBuilder {
                                   threadID: report.tid, mechanism: mechanism, stacktrace: stacktrace)
         let thread = SentryThread(id: report.tid, name: report.threadName, crashed: true, current: true,
                                   stacktrace: stacktrace)
+        var threadValues = [thread]
+        for (index, entry) in others.enumerated() {
+            let threadFrames = mapped.frames[index + 1]
+            threadValues.append(SentryThread(id: entry.tid, name: entry.name, crashed: false, current: false,
+                                             stacktrace: threadFrames.isEmpty ? nil : Stacktrace(frames: threadFrames),
+                                             state: FatalEventBuilder.threadState(entry)))
+        }
+        var threadsTotal: Int?
+        if let count = report.threadCount, count.total > min(count.listed, FatalEventBuilder.maxThreads) || othersCut {
+            threadsTotal = max(count.total, report.threads.count)
+        } else if othersCut {
+            threadsTotal = report.threads.count
+        }
 
         let skipped = report.diagnostics.skippedLongLines + report.diagnostics.malformedLines
         // The report's facts the Sentry event has no field for, as `extra` (an entry without a value is left out).
@@ -93,6 +133,10 @@ public struct FatalEventBuilder {
             "sender_uid": report.sender.map { .int(Int64($0.uid)) },
             "report_skipped_lines": skipped > 0 ? .int(Int64(skipped)) : nil,
             "images_not_symbolicated": symbolicator != nil && skippedImages > 0 ? .int(Int64(skippedImages)) : nil,
+            "threads_total": threadsTotal.map { .int(Int64($0)) },
+            "threads_listed": threadsTotal != nil ? .int(Int64(threadValues.count)) : nil,
+            "thread_frames_truncated": framesCut.isEmpty ? nil : .array(framesCut.map { .int($0) }),
+            "threads_wait_ns": report.threadCount.map { .int(Int64(clamping: $0.waitNs)) },
         ]
         let extra = notes.compactMapValues { $0 }
 
@@ -104,7 +148,7 @@ public struct FatalEventBuilder {
             sdk: FatalEventBuilder.sdk,
             contexts: Contexts(device: DeviceContext(arch: report.arch), os: OSContext(name: "Linux")),
             exception: ValueList([exception]),
-            threads: ValueList([thread]),
+            threads: ValueList(threadValues),
             debugMeta: images.isEmpty ? nil : DebugMeta(images: images),
             extra: extra,
             tags: report.isTruncated ? ["vaka.report_truncated": "true"] : nil)
@@ -206,6 +250,54 @@ public struct FatalEventBuilder {
             self.executable = executable
             self.arch = arch
         }
+    }
+
+    /// Sentry's thread `state` for a thread of the report that was not unwound from its own registers: what it was
+    /// doing (from `/proc`) and where its frames come from; `nil` for a thread that unwound itself (`ok`).
+    public static func threadState(_ entry: CrashReport.ThreadEntry) -> String? {
+        var where_ = ""
+        if let proc = entry.proc {
+            let states = ["R": "running", "S": "sleeping", "D": "in uninterruptible sleep", "T": "stopped",
+                          "t": "stopped by a tracer", "Z": "a zombie", "X": "dead", "I": "idle"]
+            where_ = states[proc.state] ?? "in state \(proc.state)"
+            if let call = proc.syscall { where_ += call >= 0 ? " in system call \(call)" : " outside a system call" }
+        }
+        let frames = entry.proc?.pc != nil ? "PC and stack pointer from /proc/self/task/\(entry.tid)/syscall, callers from a stack scan (may include stale return addresses)"
+                                           : "no frames (the kernel gave no registers)"
+        switch entry.status {
+        case VAKA_REPORT_THREAD_OK:
+            return nil
+        case VAKA_REPORT_THREAD_PARTIAL:
+            return "did not finish unwinding itself before the deadline: the frames it had"
+        case VAKA_REPORT_THREAD_BLOCKED:
+            return "\(where_.isEmpty ? "" : where_ + "; ")blocks the signal that asks a thread to unwind itself: \(frames)"
+        case VAKA_REPORT_THREAD_MISSED:
+            return "\(where_.isEmpty ? "" : where_ + "; ")did not answer before the deadline: \(frames)"
+        case VAKA_REPORT_THREAD_GONE:
+            return "ended during the capture"
+        default:
+            return entry.status
+        }
+    }
+
+    /// ``map(_:)`` for the threads of one report: `stacks` share their images; one image admission over all of
+    /// them, in order (the crashed thread first), so the first images met are symbolicated; the `debug_meta`
+    /// images are those any thread's frames point into. The frames come back per stack, in the order given.
+    func mapThreads(_ stacks: [NativeStack]) -> (frames: [[Frame]], images: [DebugImage], imagesNotSymbolicated: Int) {
+        guard let first = stacks.first else { return ([], [], 0) }
+        var admission = ImageAdmission()
+        var used = Set<Int>()
+        for stack in stacks {
+            for address in FatalEventBuilder.lookupAddresses(stack) {
+                guard let index = first.images.firstIndex(where: { $0.contains(address) }) else { continue }
+                _ = admission.admits(index)
+                used.insert(index)
+            }
+        }
+        let frames = stacks.map { stackFrames($0, symbolicating: admission.allowed) }
+        let combined = NativeStack(frames: stacks.flatMap(\.frames), images: first.images, executable: first.executable,
+                                   arch: first.arch)
+        return (frames, debugImages(combined, symbolicating: admission.allowed, used: used), admission.skipped.count)
     }
 
     /// The event frames (oldest first, inlined functions expanded) and the `debug_meta` images of `stack`, and how
@@ -364,10 +456,12 @@ public struct FatalEventBuilder {
         "vaka_signal_name", "vaka_si_code_name", "vaka_rt_", "vaka_journal_", "vaka_jr_",
     ]
 
-    private func debugImages(_ stack: NativeStack, symbolicating allowed: Set<Int>) -> [DebugImage] {
-        var used = Set<Int>()
-        for address in FatalEventBuilder.lookupAddresses(stack) {
-            if let index = stack.images.firstIndex(where: { $0.contains(address) }) { used.insert(index) }
+    private func debugImages(_ stack: NativeStack, symbolicating allowed: Set<Int>, used known: Set<Int>? = nil) -> [DebugImage] {
+        var used = known ?? Set<Int>()
+        if known == nil {
+            for address in FatalEventBuilder.lookupAddresses(stack) {
+                if let index = stack.images.firstIndex(where: { $0.contains(address) }) { used.insert(index) }
+            }
         }
         var images: [DebugImage] = []
         for (index, image) in stack.images.enumerated() where used.contains(index) {

@@ -11,7 +11,8 @@ import VakaSymbolication
 /// added here must be handled there.
 enum ReportKey: CaseIterable, Sendable {
     case runID, pid, tid, threadName, timestampNs, arch, executable, signal, code, faultAddress, sender
-    case fatalMessage, abortMessage, journalSeq, register, frame, framesTruncated, image, memoryRead, captureNs, pad, end
+    case fatalMessage, abortMessage, journalSeq, register, frame, framesTruncated, image
+    case threads, thread, threadProc, threadFrames, memoryRead, captureNs, pad, end
 
     /// The key as the report writes it, e.g. `fault_addr`.
     var name: String {
@@ -34,6 +35,10 @@ enum ReportKey: CaseIterable, Sendable {
         case .frame: VAKA_REPORT_KEY_FRAME
         case .framesTruncated: VAKA_REPORT_KEY_FRAMES_TRUNCATED
         case .image: VAKA_REPORT_KEY_IMAGE
+        case .threads: VAKA_REPORT_KEY_THREADS
+        case .thread: VAKA_REPORT_KEY_THREAD
+        case .threadProc: VAKA_REPORT_KEY_THREAD_PROC
+        case .threadFrames: VAKA_REPORT_KEY_THREAD_FRAMES
         case .memoryRead: VAKA_REPORT_KEY_MEMORY_READ
         case .captureNs: VAKA_REPORT_KEY_CAPTURE_NS
         case .pad: VAKA_REPORT_KEY_PAD
@@ -67,6 +72,10 @@ enum ReportKey: CaseIterable, Sendable {
         case .frame: !report.frames.isEmpty
         case .framesTruncated: report.framesTruncated != nil
         case .image: !report.images.isEmpty
+        case .threads: report.threadCount != nil
+        case .thread: !report.threads.isEmpty
+        case .threadProc: report.threads.contains { $0.proc != nil }
+        case .threadFrames: report.threads.contains { !$0.frames.isEmpty }
         case .captureNs: report.captureNs != nil
         case .end: !report.isTruncated
         case .memoryRead, .pad: true
@@ -90,6 +99,15 @@ struct ReportParser {
     private var report = CrashReport(version: 0, signal: CrashReport.Signal(number: 0, name: ""))
     /// Single-value keys already set: a repeated one is malformed.
     private var seen = Set<ReportKey>()
+    /// The frames of `thread_frames` lines as written (`<image>:<offset>` or an address), by index into
+    /// ``CrashReport/threads``: resolved against the `image` lines once the whole report is read.
+    private var pendingThreadFrames: [Int: [ThreadFrameToken]] = [:]
+
+    /// One frame of a `thread_frames` line before the images are known.
+    private enum ThreadFrameToken {
+        case address(UInt64)
+        case imageOffset(image: Int, offset: UInt64)
+    }
 
     /// Parses report bytes; only the first ``CrashReport/maxFileSize`` are used. The result is truncated when
     /// the bytes have no `end` line, were longer than that, or `cutAtSizeLimit` says the file was.
@@ -110,6 +128,7 @@ struct ReportParser {
         }
         var report = parser.report
         report.signal = signal
+        parser.resolveThreadFrames(into: &report)
         report.isTruncated = cut || !parser.sawEnd
         return report
     }
@@ -227,7 +246,7 @@ struct ReportParser {
         }
         if text.contains(0x0D) { throw CrashReportError.carriageReturnLineEnds }
         let versionText = text.count > magic.count ? String(decoding: text[(magic.count + 1)...], as: UTF8.self) : ""
-        guard let number = Int(versionText), number == CrashReport.supportedVersion,
+        guard let number = Int(versionText), CrashReport.supportedVersions.contains(number),
               versionText == String(number) else {
             throw CrashReportError.unsupportedVersion(ReportText.escapeForDisplay(Array(versionText.utf8).prefix(40)))
         }
@@ -309,13 +328,18 @@ struct ReportParser {
             report.sender = CrashReport.Sender(pid: pid, uid: uid)
             seen.insert(key)
         case .register:
-            guard report.registers.count < CrashReport.maxRegisters else { return malformed("too many registers") }
-            let parts = ReportText.words(string, max: 2)
-            guard parts.count == 2, !parts[0].isEmpty, parts[0].utf8.count <= 16,
-                  parts[0].utf8.allSatisfy({ ReportText.isAlnum($0) }), let number = ReportText.hex(parts[1]) else {
-                return malformed("bad \(key.name)")
+            // `<name> <hex>` pairs: one per line in version 1, all on one line in version 2.
+            let parts = string.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+            guard parts.count >= 2, parts.count % 2 == 0 else { return malformed("bad \(key.name)") }
+            var pairs: [CrashReport.Register] = []
+            for index in stride(from: 0, to: parts.count, by: 2) {
+                let name = parts[index]
+                guard !name.isEmpty, name.utf8.count <= 16, name.utf8.allSatisfy({ ReportText.isAlnum($0) }),
+                      let number = ReportText.hex(parts[index + 1]) else { return malformed("bad \(key.name)") }
+                pairs.append(CrashReport.Register(name: name, value: number))
             }
-            report.registers.append(CrashReport.Register(name: parts[0], value: number))
+            guard report.registers.count + pairs.count <= CrashReport.maxRegisters else { return malformed("too many registers") }
+            report.registers.append(contentsOf: pairs)
         case .frame:
             guard report.frames.count < CrashReport.maxFrames else { return malformed("too many frames") }
             let parts = ReportText.words(string, max: 2)
@@ -329,6 +353,130 @@ struct ReportParser {
         case .image:
             guard report.images.count < CrashReport.maxImages else { return malformed("too many images") }
             image(value)
+        case .threads:
+            guard once(key) else { return }
+            let parts = ReportText.words(string, max: 3)
+            guard parts.count == 3, let total = Int(parts[0]), let listed = Int(parts[1]), let wait = UInt64(parts[2]),
+                  total >= 0, listed >= 0 else { return malformed("bad \(key.name)") }
+            report.threadCount = CrashReport.ThreadCount(total: total, listed: listed, waitNs: wait)
+            seen.insert(key)
+        case .thread:
+            guard report.threads.count < CrashReport.maxThreads else { return malformed("too many threads") }
+            thread(value)
+        case .threadProc:
+            threadProc(string)
+        case .threadFrames:
+            threadFrames(string)
+        }
+    }
+
+    /// A `thread` line: `<tid> <status> <name>`; the name is the rest of the line (escaped text, may be empty).
+    private mutating func thread(_ value: ArraySlice<UInt8>) {
+        var rest = value[...]
+        var parts: [ArraySlice<UInt8>] = []
+        for _ in 0..<2 {
+            guard let space = rest.firstIndex(of: 0x20) else { break }
+            parts.append(rest[..<space])
+            rest = rest[(space + 1)...]
+        }
+        if parts.count == 1, rest.elementsEqual(VAKA_REPORT_THREAD_CRASHED.utf8) {
+            parts.append(rest)  // `<tid> crashed`: the crashed thread's name is the `thread_name` line
+            rest = rest[rest.endIndex...]
+        }
+        guard parts.count == 2, let tid = Int64(String(decoding: parts[0], as: UTF8.self)), tid >= 0, !parts[1].isEmpty,
+              parts[1].count <= 32, parts[1].allSatisfy({ ReportText.isAlnum($0) || $0 == 0x5F }) else {
+            return malformed("bad thread")
+        }
+        guard !report.threads.contains(where: { $0.tid == tid }) else { return malformed("repeated thread \(tid)") }
+        let status = String(decoding: parts[1], as: UTF8.self)
+        let name = status == VAKA_REPORT_THREAD_CRASHED && rest.isEmpty ? report.threadName ?? "" : ReportText.unescape(rest)
+        report.threads.append(CrashReport.ThreadEntry(tid: tid, status: status, name: name))
+    }
+
+    /// A `thread_proc` line: `<tid> <state> <syscall|running> <sp|-> <pc|->`, for a thread listed before it.
+    private mutating func threadProc(_ value: String) {
+        let parts = ReportText.words(value, max: 5)
+        guard parts.count == 5, let tid = Int64(parts[0]), let index = report.threads.lastIndex(where: { $0.tid == tid }),
+              report.threads[index].proc == nil, parts[1].utf8.count == 1 else { return malformed("bad thread_proc") }
+        let syscall: Int64? = parts[2] == "running" ? nil : Int64(parts[2])
+        guard parts[2] == "running" || syscall != nil else { return malformed("bad thread_proc") }
+        func address(_ text: String) -> UInt64?? {
+            text == VAKA_REPORT_VALUE_UNKNOWN ? .some(nil) : ReportText.hex(text).map { .some($0) }
+        }
+        guard let sp = address(parts[3]), let pc = address(parts[4]) else { return malformed("bad thread_proc") }
+        report.threads[index].proc = CrashReport.ProcState(state: parts[1], syscall: syscall, stackPointer: sp, pc: pc)
+    }
+
+    /// A `thread_frames` line: `<tid> <method> <frame>... [+]`, for a thread listed before it. A frame is
+    /// `<image>:<offset>` or a bare hex address.
+    private mutating func threadFrames(_ value: String) {
+        let parts = value.split(separator: " ", omittingEmptySubsequences: false)
+        guard parts.count >= 3, let tid = Int64(parts[0]), let index = report.threads.lastIndex(where: { $0.tid == tid }),
+              pendingThreadFrames[index] == nil, !parts[1].isEmpty, parts[1].utf8.count <= 32,
+              parts[1].utf8.allSatisfy({ ReportText.isAlnum($0) || $0 == 0x5F }) else {
+            return malformed("bad thread_frames")
+        }
+        var tokens: [ThreadFrameToken] = []
+        var truncated = false
+        var lastImage: Int?
+        for (position, part) in parts.dropFirst(2).enumerated() {
+            if part == VAKA_REPORT_THREAD_FRAMES_MORE, position == parts.count - 3 {
+                truncated = true
+                break
+            }
+            guard tokens.count < CrashReport.maxThreadFrames else {
+                truncated = true
+                break
+            }
+            if let colon = part.firstIndex(of: ":") {
+                // `:<offset>`: the same image as the previous frame.
+                let image = colon == part.startIndex ? lastImage : Int(part[..<colon])
+                guard let image, image >= 0, let offset = ReportParser.bareHex(part[part.index(after: colon)...]) else {
+                    return malformed("bad thread_frames frame")
+                }
+                tokens.append(.imageOffset(image: image, offset: offset))
+                lastImage = image
+            } else {
+                guard let address = ReportParser.bareHex(part) else { return malformed("bad thread_frames frame") }
+                tokens.append(.address(address))
+                lastImage = nil
+            }
+        }
+        pendingThreadFrames[index] = tokens
+        report.threads[index].framesTruncated = truncated
+        // The first frame is the thread's PC; the method says how the others were found.
+        methodByThread[index] = String(parts[1])
+    }
+
+    /// The value of 1 to 16 hex digits without a `0x` prefix (a `thread_frames` frame), or `nil`.
+    static func bareHex(_ text: Substring) -> UInt64? {
+        guard (1...16).contains(text.utf8.count), text.utf8.allSatisfy({ ReportText.isHexDigit($0) }) else { return nil }
+        return UInt64(text, radix: 16)
+    }
+
+    /// How the frames of each `thread_frames` line after its first were found, by thread index.
+    private var methodByThread: [Int: String] = [:]
+
+    /// The `thread_frames` frames as addresses, now that every `image` line is read: `<image>:<offset>` is that
+    /// image's base plus the offset; a frame naming an image the report does not have is dropped (counted as
+    /// malformed).
+    mutating func resolveThreadFrames(into report: inout CrashReport) {
+        for (index, tokens) in pendingThreadFrames where index < report.threads.count {
+            var frames: [CrashReport.Frame] = []
+            for (position, token) in tokens.enumerated() {
+                let method = position == 0 ? VAKA_REPORT_FRAME_METHOD_CONTEXT : methodByThread[index]
+                switch token {
+                case .address(let address):
+                    frames.append(CrashReport.Frame(address: address, method: method))
+                case .imageOffset(let image, let offset):
+                    guard image < report.images.count else {
+                        report.diagnostics.malformedLines += 1
+                        continue
+                    }
+                    frames.append(CrashReport.Frame(address: report.images[image].base &+ offset, method: method))
+                }
+            }
+            report.threads[index].frames = frames
         }
     }
 

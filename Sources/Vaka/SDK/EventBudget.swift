@@ -679,6 +679,7 @@ extension Frame: BudgetStrings {
 extension SentryThread: BudgetStrings {
     mutating func capStrings(_ cap: Int, _ trace: inout EventBudget.Trace) {
         EventBudget.cap(&name, cap, &trace)
+        EventBudget.cap(&state, cap, &trace)
         stacktrace.capStrings(cap, &trace)
         EventBudget.cap(&other, cap, &trace)
     }

@@ -200,6 +200,40 @@ void *crashme_blocked_signals_thread_fault(void *unused);
  *  @return 0, or an errno value (EINVAL for an unknown `how`). */
 int crashme_block_signals(const char *how);
 
+/* ---- every thread (thread_scenarios.c) */
+
+/** Names of the threads `crashme_all_threads_park()` starts (at most 15 bytes each), one per known function:
+ *  blocked in read() on a pipe nobody writes (`crashme_all_threads_read`), waiting for a mutex the main thread
+ *  holds (`crashme_all_threads_mutex`), spinning (`crashme_all_threads_spin`), in nanosleep
+ *  (`crashme_all_threads_sleep`), in pthread_cond_wait (`crashme_all_threads_cond`), and in nanosleep with every
+ *  signal blocked (`crashme_all_threads_blocked`). The harness adds a Dispatch worker and the thread of a Swift
+ *  Task that suspends on a continuation (Scenarios.swift). */
+#define VAKA_CRASHME_THREAD_READ "crashme-read"
+#define VAKA_CRASHME_THREAD_MUTEX "crashme-mutex"
+#define VAKA_CRASHME_THREAD_SPIN "crashme-spin"
+#define VAKA_CRASHME_THREAD_SLEEP "crashme-sleep"
+#define VAKA_CRASHME_THREAD_COND "crashme-cond"
+#define VAKA_CRASHME_THREAD_BLOCKED "crashme-blocked"
+/** Name of the thread `crashme_early_thread_create()` starts. */
+#define VAKA_CRASHME_THREAD_EARLY "crashme-early"
+
+/** Starts `count` threads that sleep in nanosleep for good, and waits until each runs (at most 5 s): the harness
+ *  option --threads N (scripts/bench's thread table). @return 0 or an errno value. */
+int crashme_park_sleepers(int count);
+/** Names the calling thread (pthread_setname_np; at most 15 bytes are kept). */
+void crashme_name_thread(const char *name);
+/** Starts the six parked threads above (the main thread keeps the contended mutex) and waits until each is
+ *  about to park (at most 5 s). Does not crash. @return 0, or an errno value (ETIMEDOUT: they did not all start). */
+int crashme_all_threads_park(void);
+/** Reads through NULL on the calling thread (the `all-threads` scenario's crash, after the threads are parked). */
+int crashme_all_threads(void);
+/** Starts the thread of `stack-overflow-early-thread`, named VAKA_CRASHME_THREAD_EARLY, which waits in read() on
+ *  a pipe. The harness calls it before Vaka.start, so the thread exists before install. @return 0 or an errno. */
+int crashme_early_thread_create(void);
+/** Lets that thread go: it recurses without bound (`crashme_stack_overflow_early_thread_recurse`) and dies of
+ *  SIGSEGV on its guard page; waits for it. @return EINVAL when the thread was not created, else an errno. */
+int crashme_stack_overflow_early_thread(void);
+
 #ifdef __cplusplus
 }
 #endif

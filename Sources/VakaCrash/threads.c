@@ -1,0 +1,173 @@
+/*
+ * Install time: the thread signal (sig_threads.h) and the alternate stacks of the threads that existed before
+ * install.
+ *
+ * The thread signal is a real-time signal chosen here, never in the handler (SIGRTMIN and SIGRTMAX are glibc
+ * functions: glibc keeps the first real-time signals for itself and says here which are free): SIGRTMAX - 1 (the
+ * capture watchdog has SIGRTMAX), or the next one down whose action is still SIG_DFL, so a signal the application
+ * handles itself is never taken. Its handler (vaka_sig_thread_signal, sig_threads.c) stays installed while Vaka
+ * is: a crash-time request must find it, and a request still pending in a thread that blocked the signal must
+ * not meet SIG_DFL (which ends the process) when the thread unblocks it later.
+ *
+ * Then every other thread that exists now is asked (the same signal, si_value VAKA_THREADS_ASK_ATTACH) to take
+ * an alternate stack from a pool mapped here (one mapping: a PROT_NONE guard page below each stack,
+ * MAP_NORESERVE; kept for the life of the process, as a thread that ends does not say so) unless it has one, and
+ * to unblock the synchronous crash signals. Install waits at most VAKA_THREADS_ATTACH_DEADLINE_NS for the answers
+ * of the threads that do not block the signal (a thread that blocks it, e.g. one just created, which blocks every
+ * signal until its start routine runs, takes the request when it unblocks it).
+ */
+#include "vaka_internal.h"
+#include "sig_threads.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static int installed_signal;
+
+/* The thread signal: SIGRTMAX - 1 or the next free one below it (action SIG_DFL), above SIGRTMIN. 0: none. */
+static int choose_signal(void)
+{
+    for (int sig = SIGRTMAX - 1; sig > SIGRTMIN; sig--) {
+        struct sigaction cur;
+        if (sig == vaka_state.watchdog_signal || sigaction(sig, NULL, &cur) != 0) continue;
+        if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL) return sig;
+    }
+    return 0;
+}
+
+/* What /proc/self/task/<tid>/status says: its state letter, and whether it blocks `sig`. @return 0 when read. */
+static int task_status(pid_t tid, int sig, char *state, int *blocks)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) return -1;
+    char line[256];
+    *state = '?';
+    *blocks = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "State:", 6) == 0) {
+            const char *p = line + 6;
+            while (*p == ' ' || *p == '\t') p++;
+            *state = *p;
+        } else if (strncmp(line, "SigBlk:", 7) == 0) {
+            unsigned long long mask = strtoull(line + 7, NULL, 16);
+            *blocks = (int)((mask >> (sig - 1)) & 1);
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+static size_t attach_stack_size(size_t requested, size_t page)
+{
+    size_t size = requested != 0 ? requested : VAKA_DEFAULT_ALT_STACK_SIZE;
+    size_t min = (size_t)MINSIGSTKSZ;
+#ifdef _SC_MINSIGSTKSZ
+    long dyn = sysconf(_SC_MINSIGSTKSZ);
+    if (dyn > 0 && (size_t)dyn > min) min = (size_t)dyn;
+#endif
+    if (size < min) size = min;
+    if (size > ((size_t)1 << 30)) size = (size_t)1 << 30;
+    return (size + page - 1) & ~(page - 1);
+}
+
+/* The install-time round: an alternate stack for every thread that exists now (but this one). */
+static void attach_existing_threads(size_t requested)
+{
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    pid_t asked[VAKA_THREADS_ATTACH_MAX];
+    int blocking[VAKA_THREADS_ATTACH_MAX];
+    size_t n = 0;
+    DIR *dir = opendir("/proc/self/task");
+    if (dir == NULL) return;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL && n < VAKA_THREADS_ATTACH_MAX) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid <= 0 || tid == self) continue;
+        char state;
+        int blocks;
+        if (task_status(tid, installed_signal, &state, &blocks) != 0) continue;
+        if (state == 'Z' || state == 'X') continue;
+        /* A thread that blocks the signal now is asked too, but not waited for: a thread just created blocks
+         * every signal until its start routine runs (glibc), and takes the request then; one that blocks it for
+         * good keeps it pending (harmless: the handler stays installed). A stopped thread likewise. */
+        blocking[n] = blocks || state == 'T' || state == 't';
+        asked[n++] = tid;
+    }
+    closedir(dir);
+    if (n == 0) return;
+
+    size_t page = vaka_state.page_size ? vaka_state.page_size : 4096;
+    if (vaka_threads.pool == 0) {
+        size_t stack = attach_stack_size(requested, page);
+        size_t total = VAKA_THREADS_ATTACH_MAX * (stack + page);
+        void *pool = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (pool == MAP_FAILED) return;
+        for (size_t k = 0; k < VAKA_THREADS_ATTACH_MAX; k++)
+            mprotect((char *)pool + k * (stack + page), page, PROT_NONE);
+        vaka_threads.pool_stack = stack;
+        vaka_threads.pool_count = VAKA_THREADS_ATTACH_MAX;
+        vaka_threads.pool = (uintptr_t)pool;
+    }
+    atomic_store(&vaka_threads.attached, 0u);
+    unsigned sent = 0;
+    for (size_t k = 0; k < n; k++)
+        if (vaka_sig_thread_ask(asked[k], VAKA_THREADS_ASK_ATTACH) == 0 && !blocking[k]) sent++;
+
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        unsigned seen = atomic_load(&vaka_threads.attached);
+        if (seen >= sent) break;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long spent = (now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec);
+        if (spent >= VAKA_THREADS_ATTACH_DEADLINE_NS) break;
+        long long left = VAKA_THREADS_ATTACH_DEADLINE_NS - spent;
+        struct timespec ts = { (time_t)(left / 1000000000LL), (long)(left % 1000000000LL) };
+        syscall(SYS_futex, &vaka_threads.attached, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+    }
+}
+
+void vaka_rt_threads_install(size_t stack_size)
+{
+    if (installed_signal == 0) {
+        int sig = choose_signal();
+        if (sig == 0) return;
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_sigaction = vaka_sig_thread_signal;
+        action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+        /* Nothing interrupts the unwinding but a crash signal (a fault inside it must still reach the handler). */
+        sigfillset(&action.sa_mask);
+        static const int crash_signals[] = { VAKA_CRASH_SIGNALS };
+        for (size_t i = 0; i < sizeof crash_signals / sizeof crash_signals[0]; i++)
+            sigdelset(&action.sa_mask, crash_signals[i]);
+        if (sigaction(sig, &action, &vaka_threads.previous) != 0) return;
+        installed_signal = sig;
+        vaka_threads.signal = sig;
+    }
+    attach_existing_threads(stack_size);
+}
+
+void vaka_rt_threads_uninstall(void)
+{
+    if (installed_signal == 0) return;
+    struct sigaction cur;
+    if (sigaction(installed_signal, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_sigaction == vaka_sig_thread_signal)
+        sigaction(installed_signal, &vaka_threads.previous, NULL);
+    vaka_threads.signal = 0;
+    installed_signal = 0;
+}
