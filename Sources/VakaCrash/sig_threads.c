@@ -3,13 +3,15 @@
  *
  * The crash-time round (vaka_sig_write_threads, on the winner, after the `image` lines are written): list the
  * threads (/proc/self/task: open + getdents64), give each a slot, send each the thread signal (a real-time signal
- * chosen at install, sig_threads.h) with rt_tgsigqueueinfo, and wait — a futex on the count of answers, at most
+ * chosen at install, sig_threads.h) with rt_tgsigqueueinfo — none when the signal's action is no longer ours, and
+ * not to a thread that blocks it or waits in sigwait (it would take the request as a signal of its own) —, and
+ * wait — a futex on the count of answers, at most
  * VAKA_THREADS_DEADLINE_NS in all. Each thread's handler (vaka_sig_thread_signal) finds its slot by its tid and
  * unwinds itself from the ucontext the kernel gave it (libunwind, one cursor per slot), then counts itself done.
  * A thread that has not started by the deadline is marked missed (a compare-and-swap: it may no longer start);
  * what is known of it comes from /proc/self/task/<tid>/{stat,syscall,status}: its state, the system call it sits
- * in, its stack pointer and PC, whether it blocks the thread signal; its frames are the PC and a stack scan from
- * that stack pointer. Every buffer is static; the slots are the runtime's own memory.
+ * in, its stack pointer and PC, whether it blocks the thread signal; its frames are unwound by CFI from that PC and
+ * stack pointer, else found by a stack scan. Every buffer is static; the slots are the runtime's own memory.
  *
  * The same handler serves the install-time round (threads.c): it gives a thread that has no alternate stack one
  * from the pool prepared at install, and unblocks the synchronous crash signals in the mask its return restores.
@@ -388,6 +390,39 @@ static int blocks_thread_signal(pid_t tid)
     return unanswered_verdict(tid) == VAKA_TSLOT_BLOCKED;
 }
 
+/* 1 when thread `tid` sits in sigwait, sigwaitinfo or sigtimedwait (rt_sigtimedwait, the first number of its
+ * syscall file). While it waits the kernel takes the waited signals out of its mask, so SigBlk does not show them;
+ * a request sent then would be returned to the application as a signal of its own. */
+static int waits_for_signals(pid_t tid)
+{
+    if (read_task_file(tid, "syscall") <= 0) return 0;
+    long nr = 0;
+    const char *p = proc_buf;
+    if (*p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') nr = nr * 10 + (*p++ - '0');
+    return *p == ' ' && nr == SYS_rt_sigtimedwait;
+}
+
+/* What thread `tid` would do with a request, before one is sent: VAKA_TSLOT_GONE (it is ending),
+ * VAKA_TSLOT_BLOCKED (it blocks the thread signal, or waits for signals with sigwait: it cannot answer, and one that
+ * blocks a signal to take it itself — a sigwait or signalfd loop — would take the request for one of its own
+ * signals, e.g. a "shut down" one), or 0 (ask it). */
+static int verdict_before_asking(pid_t tid)
+{
+    int verdict = unanswered_verdict(tid);
+    if (verdict == 0 && waits_for_signals(tid)) verdict = VAKA_TSLOT_BLOCKED;
+    return verdict;
+}
+
+/* 1 when the thread signal's action is still ours. An application that took the signal over after install (its
+ * own handler, SIG_IGN, or SIG_DFL, whose action ends the process with that signal) must not get the requests. */
+static int thread_signal_is_ours(void)
+{
+    struct sigaction cur;
+    return vaka_threads.signal > 0 && sigaction(vaka_threads.signal, NULL, &cur) == 0 &&
+           (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == vaka_sig_thread_signal;
+}
+
 /* A context made of the registers /proc gives, and a cursor for it (the winner only). */
 static ucontext_t proc_context;
 static unw_cursor_t proc_cursor;
@@ -498,11 +533,17 @@ void vaka_sig_write_threads(pid_t crashed_tid)
 
     /* Ask them all, then wait for all at once: they unwind in parallel. */
     unsigned sent = 0;
+    int ask = thread_signal_is_ours();
     atomic_store(&vaka_threads.round, 1);
     for (int k = 0; k < slots; k++) {
         vaka_thread_slot *slot = &vaka_thread_slots[k];
-        if (vaka_threads.signal <= 0) {
+        if (!ask) {
             atomic_store(&slot->state, VAKA_TSLOT_UNSENT);
+            continue;
+        }
+        int verdict = verdict_before_asking((pid_t)atomic_load(&slot->tid));
+        if (verdict != 0) {
+            atomic_store(&slot->state, verdict);
             continue;
         }
         atomic_store(&slot->state, VAKA_TSLOT_ASKED);
@@ -578,7 +619,9 @@ void vaka_sig_write_threads(pid_t crashed_tid)
             continue;
         }
         int blocked = state == VAKA_TSLOT_BLOCKED || blocks_thread_signal(tid);
-        write_thread_line(tid, blocked ? VAKA_REPORT_THREAD_BLOCKED : VAKA_REPORT_THREAD_MISSED, name, len);
+        write_thread_line(tid, blocked ? VAKA_REPORT_THREAD_BLOCKED
+                               : state == VAKA_TSLOT_UNSENT ? VAKA_REPORT_THREAD_UNASKED : VAKA_REPORT_THREAD_MISSED,
+                          name, len);
         describe_from_proc(tid, proc_ips, proc_methods);
     }
 }

@@ -38,7 +38,7 @@ enum {
     VAKA_TSLOT_DONE = 3,    /* its frames are in the slot */
     VAKA_TSLOT_MISSED = 4,  /* the deadline passed before it started: it no longer may */
     VAKA_TSLOT_GONE = 5,    /* it ended before the signal (tgsigqueueinfo: ESRCH) */
-    VAKA_TSLOT_UNSENT = 6,  /* the signal could not be sent (no thread signal, EAGAIN...) */
+    VAKA_TSLOT_UNSENT = 6,  /* not asked: no thread signal, its action no longer ours, or it could not be sent */
     VAKA_TSLOT_BLOCKED = 7, /* it blocks the thread signal (seen while waiting): not waited for */
 };
 

@@ -262,7 +262,12 @@ public struct FatalEventBuilder {
             where_ = states[proc.state] ?? "in state \(proc.state)"
             if let call = proc.syscall { where_ += call >= 0 ? " in system call \(call)" : " outside a system call" }
         }
-        let frames = entry.proc?.pc != nil ? "PC and stack pointer from /proc/self/task/\(entry.tid)/syscall, callers from a stack scan (may include stale return addresses)"
+        // How the callers were found: the method of the frames after the PC (`cfi` from the PC and stack pointer,
+        // else a stack scan).
+        let callers = entry.frames.count < 2 ? "no callers found"
+            : entry.frames[1].method == VAKA_REPORT_FRAME_METHOD_SCAN ? "callers from a stack scan (may include stale return addresses)"
+            : "callers unwound from them (\(entry.frames[1].method ?? VAKA_REPORT_FRAME_METHOD_CFI))"
+        let frames = entry.proc?.pc != nil ? "PC and stack pointer from /proc/self/task/\(entry.tid)/syscall, \(callers)"
                                            : "no frames (the kernel gave no registers)"
         switch entry.status {
         case VAKA_REPORT_THREAD_OK:
@@ -273,6 +278,8 @@ public struct FatalEventBuilder {
             return "\(where_.isEmpty ? "" : where_ + "; ")blocks the signal that asks a thread to unwind itself: \(frames)"
         case VAKA_REPORT_THREAD_MISSED:
             return "\(where_.isEmpty ? "" : where_ + "; ")did not answer before the deadline: \(frames)"
+        case VAKA_REPORT_THREAD_UNASKED:
+            return "\(where_.isEmpty ? "" : where_ + "; ")not asked to unwind itself (the program had taken over the signal that asks, or it could not be sent): \(frames)"
         case VAKA_REPORT_THREAD_GONE:
             return "ended during the capture"
         default:
