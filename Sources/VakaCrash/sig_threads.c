@@ -78,6 +78,10 @@ int vaka_sig_list_threads(pid_t *tids, int max)
     int total = 0;
     for (;;) {
         long got = syscall(SYS_getdents64, fd, dents, sizeof dents);
+        if (got < 0 && total == 0) {
+            close(fd);
+            return -1; /* refused (seccomp...): not one thread listed, not even this one */
+        }
         if (got <= 0) break;
         for (long at = 0; at < got;) {
             /* struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name. */
@@ -582,7 +586,7 @@ void vaka_sig_write_threads(pid_t crashed_tid)
     uint64_t waited = vaka_sig_now_ns(CLOCK_MONOTONIC) - begin;
 
     vaka_w_key(tw, VAKA_REPORT_KEY_THREADS);
-    vaka_w_udec(tw, (uint64_t)(total > 0 ? total : 1));
+    vaka_w_udec(tw, (uint64_t)(total > 0 ? total : 0)); /* 0: the threads could not be listed */
     vaka_w_char(tw, ' ');
     vaka_w_udec(tw, (uint64_t)slots + 1);
     vaka_w_char(tw, ' ');

@@ -19,7 +19,8 @@ import VakaSymbolication
 ///   not unwound from its own registers gets a `state` saying why and what its frames are
 ///   (``threadState(_:)``). At most ``maxThreads`` threads and ``maxThreadFrames`` frames per thread (before
 ///   inlined frames are expanded) are kept; `extra.threads_total`/`threads_listed` say when the report or this
-///   cap left threads out, `extra.thread_frames_truncated` lists the ids of threads whose frames were cut.
+///   cap left threads out, `extra.thread_frames_truncated` lists the ids of threads whose frames were cut, and
+///   `extra.threads_unknown` says when the crashed process could not list its threads (a `threads` total of 0).
 /// - Stack trace: the report's frames reversed (oldest first, crash site last). A frame gets `package`,
 ///   `image_addr` and `in_app` from the image it lies in (``isInApp(imagePath:executable:)``; the executable
 ///   is the `executable` line or else the first image; frames in the first image are in-app also when its
@@ -137,6 +138,8 @@ public struct FatalEventBuilder {
             "threads_listed": threadsTotal != nil ? .int(Int64(threadValues.count)) : nil,
             "thread_frames_truncated": framesCut.isEmpty ? nil : .array(framesCut.map { .int($0) }),
             "threads_wait_ns": report.threadCount.map { .int(Int64(clamping: $0.waitNs)) },
+            "threads_unknown": report.threadCount?.total == 0
+                ? .string("the threads could not be listed (/proc/self/task unreadable at the crash): only the crashed thread") : nil,
         ]
         let extra = notes.compactMapValues { $0 }
 
