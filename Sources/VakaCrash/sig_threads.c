@@ -33,8 +33,9 @@
 
 vaka_threads_state vaka_threads;
 vaka_thread_slot vaka_thread_slots[VAKA_THREAD_SLOTS];
-/* One libunwind cursor per slot: the threads unwind at the same time. */
+/* One libunwind cursor and one stack-scan buffer per slot: the threads unwind at the same time. */
 static unw_cursor_t slot_cursors[VAKA_THREAD_SLOTS];
+static uintptr_t slot_scan[VAKA_THREAD_SLOTS][VAKA_THREAD_SCAN_WORDS];
 
 /* The crash-time round's buffers (the winner only). */
 static pid_t listed[VAKA_THREAD_SLOTS];
@@ -216,8 +217,9 @@ static void unwind_self(ucontext_t *uc)
     vaka_safe_reader r = vaka_state.reader;
     r.pipe_r = r.pipe_w = -1;
     int truncated = 0;
-    size_t n = vaka_sig_unwind_with(&slot_cursors[i], uc, r.method == VAKA_SAFE_READ_PVR ? &r : NULL, slot->ips,
-                                    slot->methods, VAKA_REPORT_MAX_THREAD_FRAMES, &truncated);
+    size_t n = vaka_sig_unwind_with(&slot_cursors[i], slot_scan[i], VAKA_THREAD_SCAN_WORDS, uc,
+                                    r.method == VAKA_SAFE_READ_PVR ? &r : NULL, slot->ips, slot->methods,
+                                    VAKA_REPORT_MAX_THREAD_FRAMES, &truncated);
     if (n == 0) n = 1; /* keep the PC */
     slot->truncated = truncated;
     slot->method = n > 1 ? slot->methods[1] : VAKA_FRAME_CFI;
@@ -501,7 +503,7 @@ static void describe_from_proc(pid_t tid, uintptr_t *ips, uint8_t *methods)
     proc_context.uc_mcontext.sp = sp;
 #endif
     int truncated = 0;
-    size_t n = vaka_sig_unwind_with(&proc_cursor, &proc_context, &vaka_state.reader, ips, methods,
+    size_t n = vaka_sig_unwind_with(&proc_cursor, NULL, 0, &proc_context, &vaka_state.reader, ips, methods,
                                     VAKA_REPORT_MAX_THREAD_FRAMES, &truncated);
     if (n == 0) {
         ips[0] = pc;

@@ -14,6 +14,8 @@
 
 /** Slots of the crash-time round: the threads listed (VAKA_REPORT_MAX_THREADS, the crashed one included). */
 #define VAKA_THREAD_SLOTS VAKA_REPORT_MAX_THREADS
+/** Words of stack each answering thread reads per safe read in its stack scan (its own buffer: they scan at once). */
+#define VAKA_THREAD_SCAN_WORDS 64
 /** How long the crashed thread waits, in all, for the others to unwind themselves (ns). */
 #define VAKA_THREADS_DEADLINE_NS 500000000LL
 /** After this long (ns) the crashed thread looks which of the threads that have not answered block the thread
