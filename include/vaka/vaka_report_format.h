@@ -69,7 +69,8 @@ extern "C" {
 /** `<base> <size> <build-id> <path>`: one loaded ELF image (repeats); build ID and path may be
  *  VAKA_REPORT_VALUE_UNKNOWN. */
 #define VAKA_REPORT_KEY_IMAGE "image"
-/** `<total> <listed> <wait_ns>`: the threads of the process at the crash (entries of /proc/self/task), how many
+/** `<total> <listed> <wait_ns>`: the threads of the process at the crash (entries of /proc/self/task; 0 when it
+ *  could not be read: only the crashed thread is listed), how many
  *  are listed in `thread` lines (at most VAKA_REPORT_MAX_THREADS) and how long the crashed thread waited for the
  *  others to unwind themselves, in ns. Version 2. */
 #define VAKA_REPORT_KEY_THREADS "threads"
