@@ -24,6 +24,7 @@
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,15 +73,29 @@ static pid_t parse_tid(const char *s)
     return (pid_t)v;
 }
 
+/* The directory kept open at install when it is still this process's /proc/self/task (not a fork child's copy
+ * of the parent's, not a descriptor the program closed and reused), rewound; else -1. */
+static int kept_task_dir(void)
+{
+    int fd = vaka_threads.task_dir;
+    struct stat st;
+    if (fd < 0 || vaka_threads.task_dir_pid != (pid_t)syscall(SYS_getpid) || fstat(fd, &st) != 0 ||
+        st.st_dev != vaka_threads.task_dir_dev || st.st_ino != vaka_threads.task_dir_ino ||
+        syscall(SYS_lseek, fd, 0L, SEEK_SET) != 0)
+        return -1;
+    return fd;
+}
+
 int vaka_sig_list_threads(pid_t *tids, int max)
 {
-    int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int kept = kept_task_dir();
+    int fd = kept >= 0 ? kept : open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -1;
     int total = 0;
     for (;;) {
         long got = syscall(SYS_getdents64, fd, dents, sizeof dents);
         if (got < 0 && total == 0) {
-            close(fd);
+            if (fd != kept) close(fd);
             return -1; /* refused (seccomp...): not one thread listed, not even this one */
         }
         if (got <= 0) break;
@@ -96,7 +111,7 @@ int vaka_sig_list_threads(pid_t *tids, int max)
             at += reclen;
         }
     }
-    close(fd);
+    if (fd != kept) close(fd);
     return total;
 }
 
@@ -379,7 +394,9 @@ static const char *status_field(const char *key)
  * blocks every signal too), or 0 (it may still answer). */
 static int unanswered_verdict(pid_t tid)
 {
-    if (read_task_file(tid, "status") <= 0) return VAKA_TSLOT_GONE;
+    long got = read_task_file(tid, "status");
+    if (got < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) return 0; /* no descriptor: unknown */
+    if (got <= 0) return VAKA_TSLOT_GONE;
     const char *state = status_field("State:");
     if (state != NULL && (*state == 'Z' || *state == 'X')) return VAKA_TSLOT_GONE;
     const char *p = status_field("SigBlk:");

@@ -68,6 +68,11 @@ typedef struct vaka_threads_state {
     size_t pool_count;
     size_t pool_stack;            /* bytes of one stack (without its guard page) */
     atomic_size_t pool_next;      /* next stack to hand out */
+    int task_dir;                 /* /proc/self/task opened at install (a crash at the descriptor limit still lists
+                                     the threads); -1: none. Used only by task_dir_pid, when it is still that directory */
+    pid_t task_dir_pid;
+    dev_t task_dir_dev;
+    ino_t task_dir_ino;
 } vaka_threads_state;
 
 extern vaka_threads_state vaka_threads;

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -163,6 +164,20 @@ static void attach_existing_threads(size_t requested)
 
 void vaka_rt_threads_install(size_t stack_size)
 {
+    if (vaka_threads.task_dir_pid != getpid()) {
+        /* Kept open: at the descriptor limit the crash-time round could not open it. A fork child's copy is the
+         * parent's directory (task_dir_pid tells them apart). */
+        int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0) {
+            vaka_threads.task_dir_dev = st.st_dev;
+            vaka_threads.task_dir_ino = st.st_ino;
+            vaka_threads.task_dir_pid = getpid();
+            vaka_threads.task_dir = fd;
+        } else if (fd >= 0) {
+            close(fd);
+        }
+    }
     if (installed_signal == 0) {
         int sig = choose_signal();
         if (sig == 0) return;
