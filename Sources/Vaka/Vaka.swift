@@ -317,7 +317,8 @@ public enum Vaka {
     /// SIGILL, SIGFPE, SIGTRAP, SIGSYS) in its signal mask — a thread may have inherited them blocked, and a
     /// blocked fault kills the process without a report — and gives it its own alternate signal stack (64 KiB
     /// plus a guard page, released when the thread exits) so a stack overflow on it is still reported. Only a
-    /// thread that existed before ``start(_:)`` and blocks every signal needs this: the thread calling `start` is
+    /// thread that existed before ``start(_:)`` and blocks every signal or waits in `sigwait` (`start` does not ask
+    /// it: a signal thread would take the request as a signal of its own) needs this: the thread calling `start` is
     /// covered, every thread created after it (the crash runtime interposes `pthread_create`), and the other
     /// threads that existed before it (`start` asks each with a signal; see docs/crash-handling.md). Before
     /// `start` (or with crash handling off) there is nothing to unblock.

@@ -3,13 +3,15 @@
  *
  * The crash-time round (vaka_sig_write_threads, on the winner, after the `image` lines are written): list the
  * threads (/proc/self/task: open + getdents64), give each a slot, send each the thread signal (a real-time signal
- * chosen at install, sig_threads.h) with rt_tgsigqueueinfo, and wait — a futex on the count of answers, at most
+ * chosen at install, sig_threads.h) with rt_tgsigqueueinfo — none when the signal's action is no longer ours, and
+ * not to a thread that blocks it or waits in sigwait (it would take the request as a signal of its own) —, and
+ * wait — a futex on the count of answers, at most
  * VAKA_THREADS_DEADLINE_NS in all. Each thread's handler (vaka_sig_thread_signal) finds its slot by its tid and
  * unwinds itself from the ucontext the kernel gave it (libunwind, one cursor per slot), then counts itself done.
  * A thread that has not started by the deadline is marked missed (a compare-and-swap: it may no longer start);
  * what is known of it comes from /proc/self/task/<tid>/{stat,syscall,status}: its state, the system call it sits
- * in, its stack pointer and PC, whether it blocks the thread signal; its frames are the PC and a stack scan from
- * that stack pointer. Every buffer is static; the slots are the runtime's own memory.
+ * in, its stack pointer and PC, whether it blocks the thread signal; its frames are unwound by CFI from that PC and
+ * stack pointer, else found by a stack scan. Every buffer is static; the slots are the runtime's own memory.
  *
  * The same handler serves the install-time round (threads.c): it gives a thread that has no alternate stack one
  * from the pool prepared at install, and unblocks the synchronous crash signals in the mask its return restores.
@@ -22,6 +24,7 @@
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,8 +34,9 @@
 
 vaka_threads_state vaka_threads;
 vaka_thread_slot vaka_thread_slots[VAKA_THREAD_SLOTS];
-/* One libunwind cursor per slot: the threads unwind at the same time. */
+/* One libunwind cursor and one stack-scan buffer per slot: the threads unwind at the same time. */
 static unw_cursor_t slot_cursors[VAKA_THREAD_SLOTS];
+static uintptr_t slot_scan[VAKA_THREAD_SLOTS][VAKA_THREAD_SCAN_WORDS];
 
 /* The crash-time round's buffers (the winner only). */
 static pid_t listed[VAKA_THREAD_SLOTS];
@@ -69,13 +73,31 @@ static pid_t parse_tid(const char *s)
     return (pid_t)v;
 }
 
+/* The directory kept open at install when it is still this process's /proc/self/task (not a fork child's copy
+ * of the parent's, not a descriptor the program closed and reused), rewound; else -1. */
+static int kept_task_dir(void)
+{
+    int fd = vaka_threads.task_dir;
+    struct stat st;
+    if (fd < 0 || vaka_threads.task_dir_pid != (pid_t)syscall(SYS_getpid) || fstat(fd, &st) != 0 ||
+        st.st_dev != vaka_threads.task_dir_dev || st.st_ino != vaka_threads.task_dir_ino ||
+        syscall(SYS_lseek, fd, 0L, SEEK_SET) != 0)
+        return -1;
+    return fd;
+}
+
 int vaka_sig_list_threads(pid_t *tids, int max)
 {
-    int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int kept = kept_task_dir();
+    int fd = kept >= 0 ? kept : open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -1;
     int total = 0;
     for (;;) {
         long got = syscall(SYS_getdents64, fd, dents, sizeof dents);
+        if (got < 0 && total == 0) {
+            if (fd != kept) close(fd);
+            return -1; /* refused (seccomp...): not one thread listed, not even this one */
+        }
         if (got <= 0) break;
         for (long at = 0; at < got;) {
             /* struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name. */
@@ -89,7 +111,7 @@ int vaka_sig_list_threads(pid_t *tids, int max)
             at += reclen;
         }
     }
-    close(fd);
+    if (fd != kept) close(fd);
     return total;
 }
 
@@ -210,8 +232,9 @@ static void unwind_self(ucontext_t *uc)
     vaka_safe_reader r = vaka_state.reader;
     r.pipe_r = r.pipe_w = -1;
     int truncated = 0;
-    size_t n = vaka_sig_unwind_with(&slot_cursors[i], uc, r.method == VAKA_SAFE_READ_PVR ? &r : NULL, slot->ips,
-                                    slot->methods, VAKA_REPORT_MAX_THREAD_FRAMES, &truncated);
+    size_t n = vaka_sig_unwind_with(&slot_cursors[i], slot_scan[i], VAKA_THREAD_SCAN_WORDS, uc,
+                                    r.method == VAKA_SAFE_READ_PVR ? &r : NULL, slot->ips, slot->methods,
+                                    VAKA_REPORT_MAX_THREAD_FRAMES, &truncated);
     if (n == 0) n = 1; /* keep the PC */
     slot->truncated = truncated;
     slot->method = n > 1 ? slot->methods[1] : VAKA_FRAME_CFI;
@@ -371,7 +394,9 @@ static const char *status_field(const char *key)
  * blocks every signal too), or 0 (it may still answer). */
 static int unanswered_verdict(pid_t tid)
 {
-    if (read_task_file(tid, "status") <= 0) return VAKA_TSLOT_GONE;
+    long got = read_task_file(tid, "status");
+    if (got < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) return 0; /* no descriptor: unknown */
+    if (got <= 0) return VAKA_TSLOT_GONE;
     const char *state = status_field("State:");
     if (state != NULL && (*state == 'Z' || *state == 'X')) return VAKA_TSLOT_GONE;
     const char *p = status_field("SigBlk:");
@@ -386,6 +411,39 @@ static int unanswered_verdict(pid_t tid)
 static int blocks_thread_signal(pid_t tid)
 {
     return unanswered_verdict(tid) == VAKA_TSLOT_BLOCKED;
+}
+
+/* 1 when thread `tid` sits in sigwait, sigwaitinfo or sigtimedwait (rt_sigtimedwait, the first number of its
+ * syscall file). While it waits the kernel takes the waited signals out of its mask, so SigBlk does not show them;
+ * a request sent then would be returned to the application as a signal of its own. */
+static int waits_for_signals(pid_t tid)
+{
+    if (read_task_file(tid, "syscall") <= 0) return 0;
+    long nr = 0;
+    const char *p = proc_buf;
+    if (*p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') nr = nr * 10 + (*p++ - '0');
+    return *p == ' ' && nr == SYS_rt_sigtimedwait;
+}
+
+/* What thread `tid` would do with a request, before one is sent: VAKA_TSLOT_GONE (it is ending),
+ * VAKA_TSLOT_BLOCKED (it blocks the thread signal, or waits for signals with sigwait: it cannot answer, and one that
+ * blocks a signal to take it itself — a sigwait or signalfd loop — would take the request for one of its own
+ * signals, e.g. a "shut down" one), or 0 (ask it). */
+static int verdict_before_asking(pid_t tid)
+{
+    int verdict = unanswered_verdict(tid);
+    if (verdict == 0 && waits_for_signals(tid)) verdict = VAKA_TSLOT_BLOCKED;
+    return verdict;
+}
+
+/* 1 when the thread signal's action is still ours. An application that took the signal over after install (its
+ * own handler, SIG_IGN, or SIG_DFL, whose action ends the process with that signal) must not get the requests. */
+static int thread_signal_is_ours(void)
+{
+    struct sigaction cur;
+    return vaka_threads.signal > 0 && sigaction(vaka_threads.signal, NULL, &cur) == 0 &&
+           (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == vaka_sig_thread_signal;
 }
 
 /* A context made of the registers /proc gives, and a cursor for it (the winner only). */
@@ -462,7 +520,7 @@ static void describe_from_proc(pid_t tid, uintptr_t *ips, uint8_t *methods)
     proc_context.uc_mcontext.sp = sp;
 #endif
     int truncated = 0;
-    size_t n = vaka_sig_unwind_with(&proc_cursor, &proc_context, &vaka_state.reader, ips, methods,
+    size_t n = vaka_sig_unwind_with(&proc_cursor, NULL, 0, &proc_context, &vaka_state.reader, ips, methods,
                                     VAKA_REPORT_MAX_THREAD_FRAMES, &truncated);
     if (n == 0) {
         ips[0] = pc;
@@ -498,11 +556,17 @@ void vaka_sig_write_threads(pid_t crashed_tid)
 
     /* Ask them all, then wait for all at once: they unwind in parallel. */
     unsigned sent = 0;
+    int ask = thread_signal_is_ours();
     atomic_store(&vaka_threads.round, 1);
     for (int k = 0; k < slots; k++) {
         vaka_thread_slot *slot = &vaka_thread_slots[k];
-        if (vaka_threads.signal <= 0) {
+        if (!ask) {
             atomic_store(&slot->state, VAKA_TSLOT_UNSENT);
+            continue;
+        }
+        int verdict = verdict_before_asking((pid_t)atomic_load(&slot->tid));
+        if (verdict != 0) {
+            atomic_store(&slot->state, verdict);
             continue;
         }
         atomic_store(&slot->state, VAKA_TSLOT_ASKED);
@@ -541,7 +605,7 @@ void vaka_sig_write_threads(pid_t crashed_tid)
     uint64_t waited = vaka_sig_now_ns(CLOCK_MONOTONIC) - begin;
 
     vaka_w_key(tw, VAKA_REPORT_KEY_THREADS);
-    vaka_w_udec(tw, (uint64_t)(total > 0 ? total : 1));
+    vaka_w_udec(tw, (uint64_t)(total > 0 ? total : 0)); /* 0: the threads could not be listed */
     vaka_w_char(tw, ' ');
     vaka_w_udec(tw, (uint64_t)slots + 1);
     vaka_w_char(tw, ' ');
@@ -578,7 +642,9 @@ void vaka_sig_write_threads(pid_t crashed_tid)
             continue;
         }
         int blocked = state == VAKA_TSLOT_BLOCKED || blocks_thread_signal(tid);
-        write_thread_line(tid, blocked ? VAKA_REPORT_THREAD_BLOCKED : VAKA_REPORT_THREAD_MISSED, name, len);
+        write_thread_line(tid, blocked ? VAKA_REPORT_THREAD_BLOCKED
+                               : state == VAKA_TSLOT_UNSENT ? VAKA_REPORT_THREAD_UNASKED : VAKA_REPORT_THREAD_MISSED,
+                          name, len);
         describe_from_proc(tid, proc_ips, proc_methods);
     }
 }

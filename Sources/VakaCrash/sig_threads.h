@@ -14,6 +14,8 @@
 
 /** Slots of the crash-time round: the threads listed (VAKA_REPORT_MAX_THREADS, the crashed one included). */
 #define VAKA_THREAD_SLOTS VAKA_REPORT_MAX_THREADS
+/** Words of stack each answering thread reads per safe read in its stack scan (its own buffer: they scan at once). */
+#define VAKA_THREAD_SCAN_WORDS 64
 /** How long the crashed thread waits, in all, for the others to unwind themselves (ns). */
 #define VAKA_THREADS_DEADLINE_NS 500000000LL
 /** After this long (ns) the crashed thread looks which of the threads that have not answered block the thread
@@ -38,7 +40,7 @@ enum {
     VAKA_TSLOT_DONE = 3,    /* its frames are in the slot */
     VAKA_TSLOT_MISSED = 4,  /* the deadline passed before it started: it no longer may */
     VAKA_TSLOT_GONE = 5,    /* it ended before the signal (tgsigqueueinfo: ESRCH) */
-    VAKA_TSLOT_UNSENT = 6,  /* the signal could not be sent (no thread signal, EAGAIN...) */
+    VAKA_TSLOT_UNSENT = 6,  /* not asked: no thread signal, its action no longer ours, or it could not be sent */
     VAKA_TSLOT_BLOCKED = 7, /* it blocks the thread signal (seen while waiting): not waited for */
 };
 
@@ -66,6 +68,11 @@ typedef struct vaka_threads_state {
     size_t pool_count;
     size_t pool_stack;            /* bytes of one stack (without its guard page) */
     atomic_size_t pool_next;      /* next stack to hand out */
+    int task_dir;                 /* /proc/self/task opened at install (a crash at the descriptor limit still lists
+                                     the threads); -1: none. Used only by task_dir_pid, when it is still that directory */
+    pid_t task_dir_pid;
+    dev_t task_dir_dev;
+    ino_t task_dir_ino;
 } vaka_threads_state;
 
 extern vaka_threads_state vaka_threads;

@@ -85,11 +85,11 @@ size_t vaka_fp_walk(vaka_safe_reader *r, uintptr_t fp, uintptr_t sp, uintptr_t *
 size_t vaka_sig_unwind(ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips, uint8_t *methods, size_t max,
                        int *truncated)
 {
-    return vaka_sig_unwind_with(&cursor, uc, r, ips, methods, max, truncated);
+    return vaka_sig_unwind_with(&cursor, NULL, 0, uc, r, ips, methods, max, truncated);
 }
 
-size_t vaka_sig_unwind_with(void *cursor_memory, ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips,
-                            uint8_t *methods, size_t max, int *truncated)
+size_t vaka_sig_unwind_with(void *cursor_memory, uintptr_t *scan_buffer, size_t scan_count, ucontext_t *uc,
+                            vaka_safe_reader *r, uintptr_t *ips, uint8_t *methods, size_t max, int *truncated)
 {
     unw_cursor_t *c = cursor_memory;
     size_t n = 0;
@@ -137,12 +137,15 @@ size_t vaka_sig_unwind_with(void *cursor_memory, ucontext_t *uc, vaka_safe_reade
 
     /* Last resort (e.g. a corrupt frame pointer in a function whose CFI uses it): scan the stack for
      * return addresses. Such frames may include stale ones, hence their own method `scan`. */
+    if (scan_buffer != NULL && scan_count > 0)
+        return vaka_scan_stack_into(scan_buffer, scan_count, r, vaka_uc_sp(uc), ips, methods, n, max, truncated);
     return vaka_scan_stack(r, vaka_uc_sp(uc), ips, methods, n, max, truncated);
 }
 
 /* ------------------------------------------------------------------ stack scan */
 
-/* Words of stack read per safe read. Static: keeps the alternate stack usage small. */
+/* Words of stack read per safe read. Static: keeps the alternate stack usage small. The winner's only: the threads
+ * answering the thread signal scan at the same time, each into a buffer of its own (vaka_scan_stack_into). */
 #define VAKA_SCAN_CHUNK_WORDS 512
 static uintptr_t scan_words[VAKA_SCAN_CHUNK_WORDS];
 
@@ -189,13 +192,20 @@ static int follows_call(vaka_safe_reader *r, uintptr_t ret)
 size_t vaka_scan_stack(vaka_safe_reader *r, uintptr_t sp, uintptr_t *ips, uint8_t *methods, size_t n, size_t max,
                        int *truncated)
 {
+    return vaka_scan_stack_into(scan_words, VAKA_SCAN_CHUNK_WORDS, r, sp, ips, methods, n, max, truncated);
+}
+
+size_t vaka_scan_stack_into(uintptr_t *buffer, size_t buffer_words, vaka_safe_reader *r, uintptr_t sp,
+                            uintptr_t *ips, uint8_t *methods, size_t n, size_t max, int *truncated)
+{
     size_t added = 0;
+    size_t chunk = buffer_words * sizeof(uintptr_t);
     sp &= ~(uintptr_t)(sizeof(uintptr_t) - 1);
     for (uintptr_t at = sp; at - sp < VAKA_SCAN_BYTES && added < VAKA_SCAN_MAX_FRAMES;) {
-        size_t got = vaka_safe_read(r, scan_words, at, sizeof scan_words);
+        size_t got = vaka_safe_read(r, buffer, at, chunk);
         size_t words = got / sizeof(uintptr_t);
         for (size_t i = 0; i < words && added < VAKA_SCAN_MAX_FRAMES; i++) {
-            uintptr_t w = scan_words[i];
+            uintptr_t w = buffer[i];
             if (!in_text(w) || !follows_call(r, w)) continue;
             if (n >= max) {
                 *truncated = 1;
@@ -206,7 +216,7 @@ size_t vaka_scan_stack(vaka_safe_reader *r, uintptr_t sp, uintptr_t *ips, uint8_
             n++;
             added++;
         }
-        if (got < sizeof scan_words) break; /* end of the readable stack */
+        if (got < chunk) break; /* end of the readable stack */
         at += got;
     }
     return n;

@@ -12,9 +12,10 @@
  * Then every other thread that exists now is asked (the same signal, si_value VAKA_THREADS_ASK_ATTACH) to take
  * an alternate stack from a pool mapped here (one mapping: a PROT_NONE guard page below each stack,
  * MAP_NORESERVE; kept for the life of the process, as a thread that ends does not say so) unless it has one, and
- * to unblock the synchronous crash signals. Install waits at most VAKA_THREADS_ATTACH_DEADLINE_NS for the answers
- * of the threads that do not block the signal (a thread that blocks it, e.g. one just created, which blocks every
- * signal until its start routine runs, takes the request when it unblocks it).
+ * to unblock the synchronous crash signals — but not a thread that blocks the signal on purpose or waits in
+ * sigwait: a signal thread (a sigwait or signalfd loop) would take the request as a signal of its own. Install
+ * waits at most VAKA_THREADS_ATTACH_DEADLINE_NS for the answers of the threads that do not block the signal (one
+ * just created, which blocks every signal until its start routine runs, takes the request when it unblocks them).
  */
 #include "vaka_internal.h"
 #include "sig_threads.h"
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,7 +47,9 @@ static int choose_signal(void)
     return 0;
 }
 
-/* What /proc/self/task/<tid>/status says: its state letter, and whether it blocks `sig`. @return 0 when read. */
+/* What /proc/self/task/<tid>/status says: its state letter, and whether it blocks `sig` (1), and blocks it on
+ * purpose (2: not the all-signals mask glibc gives a thread while it starts, which has glibc's own SIGCANCEL,
+ * __SIGRTMIN, blocked too; pthread_sigmask and sigprocmask never block that one). @return 0 when read. */
 static int task_status(pid_t tid, int sig, char *state, int *blocks)
 {
     char path[64];
@@ -63,10 +67,26 @@ static int task_status(pid_t tid, int sig, char *state, int *blocks)
         } else if (strncmp(line, "SigBlk:", 7) == 0) {
             unsigned long long mask = strtoull(line + 7, NULL, 16);
             *blocks = (int)((mask >> (sig - 1)) & 1);
+            if (*blocks && !((mask >> (__SIGRTMIN - 1)) & 1)) *blocks = 2;
         }
     }
     fclose(f);
     return 0;
+}
+
+/* 1 when thread `tid` sits in sigwait, sigwaitinfo or sigtimedwait (rt_sigtimedwait, the first number of
+ * /proc/self/task/<tid>/syscall). The kernel takes the waited signals out of its mask meanwhile, so its status does
+ * not show them blocked. */
+static int waits_for_signals(pid_t tid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) return 0;
+    long nr = -1;
+    int got = fscanf(f, "%ld", &nr);
+    fclose(f);
+    return got == 1 && nr == SYS_rt_sigtimedwait;
 }
 
 static size_t attach_stack_size(size_t requested, size_t page)
@@ -99,9 +119,11 @@ static void attach_existing_threads(size_t requested)
         int blocks;
         if (task_status(tid, installed_signal, &state, &blocks) != 0) continue;
         if (state == 'Z' || state == 'X') continue;
-        /* A thread that blocks the signal now is asked too, but not waited for: a thread just created blocks
-         * every signal until its start routine runs (glibc), and takes the request then; one that blocks it for
-         * good keeps it pending (harmless: the handler stays installed). A stopped thread likewise. */
+        /* A thread that blocks the signal on purpose, or waits for signals with sigwait, is not asked: it would
+         * take the request as a signal of its own (a sigwait or signalfd loop; its signal may mean "shut down").
+         * A thread that blocks every signal because it is starting (glibc) is asked but not waited for: it takes
+         * the request when its start routine runs. A stopped thread likewise. */
+        if (blocks == 2 || waits_for_signals(tid)) continue;
         blocking[n] = blocks || state == 'T' || state == 't';
         asked[n++] = tid;
     }
@@ -142,6 +164,20 @@ static void attach_existing_threads(size_t requested)
 
 void vaka_rt_threads_install(size_t stack_size)
 {
+    if (vaka_threads.task_dir_pid != getpid()) {
+        /* Kept open: at the descriptor limit the crash-time round could not open it. A fork child's copy is the
+         * parent's directory (task_dir_pid tells them apart). */
+        int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0) {
+            vaka_threads.task_dir_dev = st.st_dev;
+            vaka_threads.task_dir_ino = st.st_ino;
+            vaka_threads.task_dir_pid = getpid();
+            vaka_threads.task_dir = fd;
+        } else if (fd >= 0) {
+            close(fd);
+        }
+    }
     if (installed_signal == 0) {
         int sig = choose_signal();
         if (sig == 0) return;

@@ -189,9 +189,10 @@ enum { VAKA_FRAME_CONTEXT = 0, VAKA_FRAME_CFI = 1, VAKA_FRAME_FP = 2, VAKA_FRAME
 size_t vaka_sig_unwind(ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips, uint8_t *methods, size_t max,
                        int *truncated);
 /** Signal safe. vaka_sig_unwind() with the libunwind cursor in `cursor_memory` (an unw_cursor_t the caller owns:
- *  several threads may unwind at once), and without the frame-pointer and scan fallbacks when `r` is NULL. */
-size_t vaka_sig_unwind_with(void *cursor_memory, ucontext_t *uc, vaka_safe_reader *r, uintptr_t *ips,
-                            uint8_t *methods, size_t max, int *truncated);
+ *  several threads may unwind at once) and the stack scan's reads in `scan_buffer` (`scan_count` words the caller
+ *  owns; NULL: the winner's static buffer), and without the frame-pointer and scan fallbacks when `r` is NULL. */
+size_t vaka_sig_unwind_with(void *cursor_memory, uintptr_t *scan_buffer, size_t scan_count, ucontext_t *uc,
+                            vaka_safe_reader *r, uintptr_t *ips, uint8_t *methods, size_t max, int *truncated);
 /** Frame-pointer walk from the frame record at `fp` (stack pointer `sp`) with safe reads, appending
  *  return addresses at ips[n..max). Sets *truncated when it stopped only because of `max`.
  *  Signal safe. @return the new count. */
@@ -203,6 +204,10 @@ size_t vaka_fp_walk(vaka_safe_reader *r, uintptr_t fp, uintptr_t sp, uintptr_t *
  *  Signal safe. @return the new count. */
 size_t vaka_scan_stack(vaka_safe_reader *r, uintptr_t sp, uintptr_t *ips, uint8_t *methods, size_t n, size_t max,
                        int *truncated);
+/** vaka_scan_stack() reading the stack into `buffer` (`buffer_words` words the caller owns) instead of the static
+ *  buffer the winner uses, for threads that scan at the same time. Signal safe. @return the new count. */
+size_t vaka_scan_stack_into(uintptr_t *buffer, size_t buffer_words, vaka_safe_reader *r, uintptr_t sp,
+                            uintptr_t *ips, uint8_t *methods, size_t n, size_t max, int *truncated);
 /** Signal safe. PC, SP and frame pointer of a ucontext. */
 uintptr_t vaka_uc_pc(const ucontext_t *uc);
 uintptr_t vaka_uc_sp(const ucontext_t *uc);

@@ -26,9 +26,10 @@ let usage = """
     sigprocmask-setmask (the C library calls, which Vaka interposes so the synchronous crash signals stay
     unblocked), or raw-syscall (rt_sigprocmask directly: Vaka cannot see it; see docs/crash-handling.md).
     --threads N starts N more threads (1...1000) that sleep in nanosleep, after start and before the scenario
-    (scripts/bench: the crash capture's cost with many threads). --settle calls Vaka.flush() after start, so the
-    SDK's start-up work (the crash join on its own thread) is over when the scenario runs, as in a program that
-    crashes later in its life (the report-size test).
+    (scripts/bench: the crash capture's cost with many threads). --settle calls Vaka.flush() after start and
+    waits 200 ms more, so the SDK's start-up work (the crash join on its own thread, which ends a moment after
+    flush returns) is over when the scenario runs, as in a program that crashes later in its life (the
+    report-size test).
 
     Exit status: killed by the scenario's signal; 2 for a usage error or an unknown scenario; 3 when the
     scenario returned without crashing; 4 when it could not set its fault up.
@@ -174,7 +175,11 @@ if startVaka {
     bigBreadcrumbs?.add()
     trail?.add()
     if faultStage != 0 { crashme_arm_fault_in_handler(faultStage) }
-    if settle { _ = Vaka.flush() }
+    if settle {
+        _ = Vaka.flush()
+        // flush returns once start's thread has opened its gate, a moment before that thread ends.
+        usleep(200_000)
+    }
 }
 
 if let blockSignals {

@@ -122,6 +122,36 @@ final class ThreadLinesTests: XCTestCase {
         XCTAssertEqual(event.debugMeta?.images.map(\.codeFile), ["/app/bin/app", "/usr/lib/x86_64-linux-gnu/libc.so.6"])
     }
 
+    /// A thread the round did not ask (the program had taken over the thread signal) says so, and a `state` names
+    /// how the callers after the /proc PC were found: unwound by CFI, or a stack scan.
+    func testStateNamesAnUnaskedThreadAndHowItsCallersWereFound() throws {
+        let text = """
+            VAKA-CRASH 2
+            signal 6 SIGABRT
+            tid 1
+            image 0x1000 0x100000 00 /a
+            threads 3 3 0
+            thread 1 crashed
+            thread 2 unasked idle
+            thread_proc 2 S 34 0x7ffd00001000 0x1010
+            thread_frames 2 cfi 0:10 :20
+            thread 3 blocked waiter
+            thread_proc 3 S 128 0x7ffd00002000 0x1030
+            thread_frames 3 cfi 0:30 :40
+            end
+
+            """
+        let report = try CrashReport(data: Data(text.utf8))
+        XCTAssertEqual(report.diagnostics.malformedLines, 0, "\(report.diagnostics.problems)")
+        let threads = try XCTUnwrap(FatalEventBuilder(symbolicator: nil).event(from: report).threads?.values)
+        let unasked = try XCTUnwrap(threads[1].state)
+        XCTAssertTrue(unasked.contains("sleeping in system call 34") && unasked.contains("not asked")
+                      && unasked.contains("unwound from them (cfi)"), unasked)
+        let blocked = try XCTUnwrap(threads[2].state)
+        XCTAssertTrue(blocked.contains("blocks the signal") && !blocked.contains("stack scan"), blocked)
+        XCTAssertEqual(threads[1].stacktrace?.frames.count, 2)
+    }
+
     func testEventCapsThreadsAndFramesOfALargerReport() throws {
         var text = "VAKA-CRASH 2\nsignal 11 SIGSEGV\ntid 1\nimage 0x1000 0x100000 00 /a\nthreads 200 200 0\nthread 1 crashed main\n"
         for tid in 2...200 {

@@ -109,7 +109,8 @@ int vaka_crash_is_installed(void);
  * stack the thread already has alone. The stack is released when the thread exits. Before install only the
  * stack is attached (there is nothing to unblock yet).
  * Threads created after vaka_crash_install() get both automatically, and so do the threads that existed
- * before it unless they block the runtime's thread signal (install asks each of them with that signal:
+ * before it unless they block the runtime's thread signal or wait in sigwait (install asks each of the others with
+ * that signal:
  * docs/crash-handling.md, *Stack overflow on any thread*); call this on such a thread, or on one beyond the 64
  * install covers (the installing thread is covered by install itself).
  * @return 0 on success or when the thread already has an alternate stack; an errno value (of pthread_key_create,

@@ -69,7 +69,8 @@ extern "C" {
 /** `<base> <size> <build-id> <path>`: one loaded ELF image (repeats); build ID and path may be
  *  VAKA_REPORT_VALUE_UNKNOWN. */
 #define VAKA_REPORT_KEY_IMAGE "image"
-/** `<total> <listed> <wait_ns>`: the threads of the process at the crash (entries of /proc/self/task), how many
+/** `<total> <listed> <wait_ns>`: the threads of the process at the crash (entries of /proc/self/task; 0 when it
+ *  could not be read: only the crashed thread is listed), how many
  *  are listed in `thread` lines (at most VAKA_REPORT_MAX_THREADS) and how long the crashed thread waited for the
  *  others to unwind themselves, in ns. Version 2. */
 #define VAKA_REPORT_KEY_THREADS "threads"
@@ -124,11 +125,14 @@ extern "C" {
 #define VAKA_REPORT_THREAD_OK "ok"
 /** It started unwinding itself but had not finished at the deadline: the frames it had (at least its PC). */
 #define VAKA_REPORT_THREAD_PARTIAL "partial"
-/** It blocks the thread signal (/proc/self/task/<tid>/status SigBlk): PC and stack pointer from /proc, frames
- *  from a stack scan. */
+/** It blocks the thread signal (/proc/self/task/<tid>/status SigBlk) or waits for signals in sigwait (its
+ *  syscall file): not asked. PC and stack pointer from /proc, frames by CFI from them, else a stack scan. */
 #define VAKA_REPORT_THREAD_BLOCKED "blocked"
 /** It did not answer within the deadline (stopped, in the kernel, not scheduled): as for `blocked`. */
 #define VAKA_REPORT_THREAD_MISSED "missed"
+/** It was not asked: the thread signal's action was no longer the runtime's (the application took the signal over
+ *  after install), or the signal could not be sent: as for `blocked`. */
+#define VAKA_REPORT_THREAD_UNASKED "unasked"
 /** It ended between the listing and the signal. */
 #define VAKA_REPORT_THREAD_GONE "gone"
 /** A bare `thread_frames` token after the frames: the walk stopped at VAKA_REPORT_MAX_THREAD_FRAMES. */

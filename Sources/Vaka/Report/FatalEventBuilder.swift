@@ -19,7 +19,8 @@ import VakaSymbolication
 ///   not unwound from its own registers gets a `state` saying why and what its frames are
 ///   (``threadState(_:)``). At most ``maxThreads`` threads and ``maxThreadFrames`` frames per thread (before
 ///   inlined frames are expanded) are kept; `extra.threads_total`/`threads_listed` say when the report or this
-///   cap left threads out, `extra.thread_frames_truncated` lists the ids of threads whose frames were cut.
+///   cap left threads out, `extra.thread_frames_truncated` lists the ids of threads whose frames were cut, and
+///   `extra.threads_unknown` says when the crashed process could not list its threads (a `threads` total of 0).
 /// - Stack trace: the report's frames reversed (oldest first, crash site last). A frame gets `package`,
 ///   `image_addr` and `in_app` from the image it lies in (``isInApp(imagePath:executable:)``; the executable
 ///   is the `executable` line or else the first image; frames in the first image are in-app also when its
@@ -137,6 +138,8 @@ public struct FatalEventBuilder {
             "threads_listed": threadsTotal != nil ? .int(Int64(threadValues.count)) : nil,
             "thread_frames_truncated": framesCut.isEmpty ? nil : .array(framesCut.map { .int($0) }),
             "threads_wait_ns": report.threadCount.map { .int(Int64(clamping: $0.waitNs)) },
+            "threads_unknown": report.threadCount?.total == 0
+                ? .string("the threads could not be listed (/proc/self/task unreadable at the crash): only the crashed thread") : nil,
         ]
         let extra = notes.compactMapValues { $0 }
 
@@ -262,7 +265,12 @@ public struct FatalEventBuilder {
             where_ = states[proc.state] ?? "in state \(proc.state)"
             if let call = proc.syscall { where_ += call >= 0 ? " in system call \(call)" : " outside a system call" }
         }
-        let frames = entry.proc?.pc != nil ? "PC and stack pointer from /proc/self/task/\(entry.tid)/syscall, callers from a stack scan (may include stale return addresses)"
+        // How the callers were found: the method of the frames after the PC (`cfi` from the PC and stack pointer,
+        // else a stack scan).
+        let callers = entry.frames.count < 2 ? "no callers found"
+            : entry.frames[1].method == VAKA_REPORT_FRAME_METHOD_SCAN ? "callers from a stack scan (may include stale return addresses)"
+            : "callers unwound from them (\(entry.frames[1].method ?? VAKA_REPORT_FRAME_METHOD_CFI))"
+        let frames = entry.proc?.pc != nil ? "PC and stack pointer from /proc/self/task/\(entry.tid)/syscall, \(callers)"
                                            : "no frames (the kernel gave no registers)"
         switch entry.status {
         case VAKA_REPORT_THREAD_OK:
@@ -273,6 +281,8 @@ public struct FatalEventBuilder {
             return "\(where_.isEmpty ? "" : where_ + "; ")blocks the signal that asks a thread to unwind itself: \(frames)"
         case VAKA_REPORT_THREAD_MISSED:
             return "\(where_.isEmpty ? "" : where_ + "; ")did not answer before the deadline: \(frames)"
+        case VAKA_REPORT_THREAD_UNASKED:
+            return "\(where_.isEmpty ? "" : where_ + "; ")not asked to unwind itself (the program had taken over the signal that asks, or it could not be sent): \(frames)"
         case VAKA_REPORT_THREAD_GONE:
             return "ended during the capture"
         default:
