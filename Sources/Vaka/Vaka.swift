@@ -50,7 +50,7 @@ public enum Vaka {
             var log: (@Sendable (String) -> Void)? = nil
             if options.debug { log = { line in PrivateFiles.writeStandardError("[vaka] \(line)\n") } }
             let storage = options.storageDirectory ?? defaultStorageDirectory()
-            let runID = UUID().uuidString
+            let runID = RandomID.uuid()
             let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
             var storageUsable = true
             do {
@@ -231,17 +231,38 @@ public enum Vaka {
     }
 
     /// The default release: `$VAKA_RELEASE` when set and non-empty; else `<executable name>@0.0.0+<first 12 hex
-    /// digits of the executable's GNU build ID>` (read with libelf from `/proc/self/exe`), so each build is its
-    /// own release; else `<executable name>@0.0.0`. Always passed through ``Options/boundedRelease(_:)``
+    /// digits of the executable's GNU build ID>` (the build ID note in the executable's loaded program headers, as
+    /// the crash runtime's image list reads it: no file is opened), so each build is its own release; else
+    /// `<executable name>@0.0.0`. Always passed through ``Options/boundedRelease(_:)``
     /// (at most 200 UTF-8 bytes, Relay's limit for a release; no control characters, `/` or `\`).
     public static func defaultRelease() -> String {
         // getenv(3): one variable, not the whole environment copied into a dictionary (this runs in `start`).
         if let env = getenv("VAKA_RELEASE").map({ String(cString: $0) }), !env.isEmpty { return Options.boundedRelease(env) }
-        let path = EventFactory.executablePath()
-        let name = (path as NSString).lastPathComponent
-        if let file = try? ElfFile(path: path), let id = file.buildID, !id.isEmpty {
-            return Options.boundedRelease("\(name)@0.0.0+\(id.prefix(12))")
+        // The first image of the loaded list is the main program (path from /proc/self/exe).
+        var image = vaka_crash_image()
+        let found = vaka_crash_copy_images(&image, 1) > 0
+        var path = ""
+        var buildID = ""
+        if found {
+            // Plain loops over the C arrays: no generic collection code, whose first use costs a type lookup.
+            var pathBytes = [UInt8]()
+            withUnsafeBytes(of: image.path) { raw in
+                for i in 0..<min(image.path_len, raw.count) { pathBytes.append(raw[i]) }
+            }
+            path = String(decoding: pathBytes, as: UTF8.self)
+            let digits: [UInt8] = Array("0123456789abcdef".utf8)
+            var hex = [UInt8]()
+            withUnsafeBytes(of: image.build_id) { raw in
+                for i in 0..<min(image.build_id_len, raw.count, 6) {
+                    hex.append(digits[Int(raw[i] >> 4)])
+                    hex.append(digits[Int(raw[i] & 0x0F)])
+                }
+            }
+            buildID = String(decoding: hex, as: UTF8.self)
         }
+        if path.isEmpty { path = EventFactory.executablePath() }
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        if !buildID.isEmpty { return Options.boundedRelease("\(name)@0.0.0+\(buildID)") }
         return Options.boundedRelease("\(name)@0.0.0")
     }
 

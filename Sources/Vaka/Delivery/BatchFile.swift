@@ -282,7 +282,7 @@ enum PrivateFiles {
     /// - Throws: ``DeliveryIOError`` naming the failed call; the temporary file is removed.
     static func writeAtomically(_ data: Data, to url: URL, sync: Bool) throws {
         let dir = url.deletingLastPathComponent()
-        let tmp = dir.appendingPathComponent(".tmp-\(UUID().uuidString)").path
+        let tmp = dir.appendingPathComponent(".tmp-\(RandomID.uuid())").path
         let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw DeliveryIOError(operation: "open", path: tmp, code: errno) }
         var failure: DeliveryIOError? = nil

@@ -57,11 +57,16 @@ public struct Outbox: Sendable {
     @discardableResult
     public func write(_ envelope: Envelope, at date: Date = Date()) throws -> URL {
         try PrivateFiles.makeDirectory(directory)
-        let id = envelope.header.eventID ?? UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let stamp = Timestamps.rfc3339(date).replacingOccurrences(of: "-", with: "").replacingOccurrences(of: ":", with: "")
-        let safeID = String(id.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.map(Character.init))
+        let id = envelope.header.eventID ?? RandomID.hex32()
+        let stamp = String(Timestamps.rfc3339(date).filter { $0 != "-" && $0 != ":" })
+        // Letters and digits only (an event id from elsewhere never makes a path); ASCII ones need no table.
+        let safeID = String(id.unicodeScalars.filter {
+            $0.isASCII ? (0x30...0x39).contains($0.value) || (0x41...0x5A).contains($0.value) || (0x61...0x7A).contains($0.value)
+                : CharacterSet.alphanumerics.contains($0)
+        }.map(Character.init))
         let number = Outbox.sequence.wrappingAdd(1, ordering: .relaxed).newValue
-        let url = directory.appendingPathComponent("\(stamp)-\(String(format: "%06d", number % 1_000_000))-\(safeID).envelope")
+        let sequence = String(number % 1_000_000)
+        let url = directory.appendingPathComponent("\(stamp)-\(String(repeating: "0", count: 6 - sequence.count))\(sequence)-\(safeID).envelope")
         let bytes = envelope.serialized()
         try PrivateFiles.writeAtomically(bytes, to: url, sync: false)
         trim(adding: url.lastPathComponent, size: bytes.count)
@@ -75,8 +80,9 @@ public struct Outbox: Sendable {
             if usage.files == nil {
                 var files: [String: Int] = [:]
                 for url in list() {
-                    let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
-                    files[url.lastPathComponent] = (attributes?[.size] as? NSNumber)?.intValue ?? 0
+                    // stat(2), not FileManager's attributes (which look up the owner's user and group names).
+                    var st = stat()
+                    files[url.lastPathComponent] = stat(url.path, &st) == 0 ? Int(st.st_size) : 0
                 }
                 usage.files = files
                 usage.bytes = files.values.reduce(0, +)

@@ -39,6 +39,10 @@ final class Client: Sendable {
     /// Closed by ``begin()``, opened again when the background part of start is done (``finishStart()``); open
     /// for a client that was never begun.
     private let startGate = Gate()
+    /// Set when ``end(timeout:)`` begins: the background part of start then leaves out this run's first session
+    /// update, and the end's `exited` update is the first (`init: true`): a run that exits while its start is
+    /// still in the background sends one session update instead of two.
+    private let ending = Atomic<Bool>(false)
     /// The process that created the client. A `fork()`ed child (another pid) shares the run directory and the
     /// journal's mapping with it, but not its threads: the mover, and captures in progress at the fork.
     private let ownerPID = getpid()
@@ -153,7 +157,7 @@ final class Client: Sendable {
         joinPreviousRuns()
         mover?.start()
         let items: [EnvelopeItem] = state.withLock { state in
-            guard let update = sessionUpdate(.ok, &state) else { return [] }
+            guard !ending.load(ordering: .acquiring), let update = sessionUpdate(.ok, &state) else { return [] }
             return [.session(update.jsonData())]
         }
         if !items.isEmpty {
@@ -369,7 +373,8 @@ final class Client: Sendable {
         // appended), the run directory and the session to the parent; it neither waits for threads it does not
         // have nor removes them, and sends no session update (the session is the parent process's).
         let forkChild = getpid() != ownerPID
-        // The background part of start first: its session update comes before the `exited` one.
+        if !forkChild { ending.store(true, ordering: .releasing) }
+        // The background part of start first: its session update, if it made one, comes before the `exited` one.
         waitForStart()
         let items: [EnvelopeItem]? = state.withLock { state in
             if state.ended { return nil }
@@ -389,15 +394,19 @@ final class Client: Sendable {
         }
         // Waits for appends in progress (a thread past the `ended` check), unregisters it from the crash handler.
         journal?.close()
-        if !items.isEmpty {
-            submit(Envelope(items: items))
-            state.withLock { persistScope($0) }
-        }
+        if !items.isEmpty { submit(Envelope(items: items)) }
+        // `ended` is set and the journal closed: no other call uses the run directory any more. Removed once the
+        // `exited` update is written (its `scope.json` still says `ok`, so a process killed before this point
+        // is `abnormal` at the next launch) and before the flush (a run that is gone needs no `scope.json`
+        // saying `exited`: the next launch finds nothing to close).
+        if !forkChild { state.withLock { $0.runDirectory?.remove() } }
         delivery.close(timeout: timeout)
         log(delivery.summary)
-        // `ended` is set: no other call uses the run directory any more.
-        if !forkChild { state.withLock { $0.runDirectory?.remove() } }
     }
+
+    /// Marks the run as ending before ``begin()``, as ``end(timeout:)`` does: tests of the single session update
+    /// of a run that ends before the background part of start made its first one.
+    func markEndingForTesting() { ending.store(true, ordering: .releasing) }
 
     // MARK: - Storage
 
@@ -407,10 +416,10 @@ final class Client: Sendable {
         let url = storage.appendingPathComponent("anon_id")
         if case .data(let data) = PrivateFiles.readCapped(url.path, maxBytes: 4096) {
             let text = String(decoding: data, as: UTF8.self)
-            let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
-            if UUID(uuidString: id) != nil { return id.lowercased() }
+            let id = String(text.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed())
+            if RandomID.isUUID(id) { return id.lowercased() }
         }
-        let id = UUID().uuidString.lowercased()
+        let id = RandomID.uuid(lowercase: true)
         do { try PrivateFiles.writeAtomically(Data(id.utf8), to: url, sync: false) } catch { log?("cannot write anon_id: \(error)") }
         return id
     }

@@ -32,6 +32,19 @@ struct RunScope: Codable, Equatable {
     static let maxEncodedBytes = maxTags * (2 * Vaka.Options.maxTagChars * 6 + 8) + Vaka.Options.maxTagChars * 6
         + (Vaka.Options.maxReleaseBytes + Vaka.Options.maxEnvironmentBytes) * 6 + 16 * 1024
 
+    /// The `scope.json` bytes: the `Codable` form (what the next launch decodes) with sorted keys, written by
+    /// ``JSONWriter``.
+    func jsonData() -> Data {
+        var json = JSONWriter()
+        json.add("environment", environment)
+        json.add("release", release)
+        json.add("runID", runID)
+        json.add("session", object: session?.json)
+        json.add("tags", strings: tags)
+        json.add("userID", userID)
+        return json.data
+    }
+
     /// `tags` with at most ``maxTags`` entries (the first by key order) and each key and value cut to
     /// ``Vaka/Options/maxTagChars`` scalars; `dropped` is how many tags were left out.
     static func bounded(tags: [String: String]) -> (tags: [String: String], dropped: Int) {
@@ -55,11 +68,6 @@ final class RunDirectory {
     private var lockFD: Int32 = -1
     /// Whether `scope.json` was written once (later writes replace it atomically).
     private var wroteScope = false
-    private let encoder: JSONEncoder = {
-        let e = JSONEncoder()
-        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return e
-    }()
 
     /// Largest `scope.json` read back, bytes: 1 MiB (a scope is release, environment, tags, user id and
     /// session: a few KiB). A bigger file is ignored with a debug line, without being read.
@@ -90,11 +98,11 @@ final class RunDirectory {
     /// and no other process reads it while this run's lock is held; a file torn by a crash during that write
     /// gives the next launch no scope, as no file would).
     func write(_ scope: RunScope) throws {
-        var data = try encoder.encode(scope)
+        var data = scope.jsonData()
         if data.count > RunDirectory.maxScopeBytes {
             var smaller = scope
             smaller.tags = [:]
-            data = try encoder.encode(smaller)
+            data = smaller.jsonData()
         }
         let file = url.appendingPathComponent("scope.json")
         if !wroteScope {
@@ -110,10 +118,15 @@ final class RunDirectory {
         wroteScope = true
     }
 
-    /// Deletes the directory (the run ended and everything about it was sent or queued).
+    /// The files a run directory holds: the journal and its spill file, `scope.json`, the lock.
+    static let fileNames = ["journal", "journal.spill", "scope.json", "lock"]
+
+    /// Deletes the directory (the run ended and everything about it was sent or queued): its known files with
+    /// `unlink(2)` and the directory with `rmdir(2)`; anything else in it through `FileManager`.
     func remove() {
         if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
-        try? FileManager.default.removeItem(at: url)
+        for name in RunDirectory.fileNames { unlink(url.appendingPathComponent(name).path) }
+        if rmdir(url.path) != 0 && errno != ENOENT { try? FileManager.default.removeItem(at: url) }
     }
 
     /// A run directory left by an earlier process.
