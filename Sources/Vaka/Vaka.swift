@@ -238,25 +238,29 @@ public enum Vaka {
     public static func defaultRelease() -> String {
         // getenv(3): one variable, not the whole environment copied into a dictionary (this runs in `start`).
         if let env = getenv("VAKA_RELEASE").map({ String(cString: $0) }), !env.isEmpty { return Options.boundedRelease(env) }
-        // The first image of the loaded list is the main program (path from /proc/self/exe).
-        var image = vaka_crash_image()
-        let found = vaka_crash_copy_images(&image, 1) > 0
+        // The first image of the loaded list is the main program (path from /proc/self/exe). The struct is
+        // zeroed with memset and read through raw pointers: its fixed arrays import as tuples of thousands of
+        // elements, which Swift would initialise and copy element by element (100 KB of code).
+        let size = MemoryLayout<vaka_crash_image>.size
+        let image = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: MemoryLayout<vaka_crash_image>.alignment)
+        defer { image.deallocate() }
+        memset(image, 0, size)
+        let typed = image.bindMemory(to: vaka_crash_image.self, capacity: 1)
         var path = ""
         var buildID = ""
-        if found {
-            // Plain loops over the C arrays: no generic collection code, whose first use costs a type lookup.
-            var pathBytes = [UInt8]()
-            withUnsafeBytes(of: image.path) { raw in
-                for i in 0..<min(image.path_len, raw.count) { pathBytes.append(raw[i]) }
-            }
-            path = String(decoding: pathBytes, as: UTF8.self)
+        if vaka_crash_copy_images(typed, 1) > 0,
+           let pathOffset = MemoryLayout<vaka_crash_image>.offset(of: \.path),
+           let pathLengthOffset = MemoryLayout<vaka_crash_image>.offset(of: \.path_len),
+           let idOffset = MemoryLayout<vaka_crash_image>.offset(of: \.build_id),
+           let idLengthOffset = MemoryLayout<vaka_crash_image>.offset(of: \.build_id_len) {
+            let pathLength = min(image.load(fromByteOffset: pathLengthOffset, as: Int.self), size - pathOffset)
+            path = String(decoding: UnsafeRawBufferPointer(start: image + pathOffset, count: pathLength), as: UTF8.self)
             let digits: [UInt8] = Array("0123456789abcdef".utf8)
             var hex = [UInt8]()
-            withUnsafeBytes(of: image.build_id) { raw in
-                for i in 0..<min(image.build_id_len, raw.count, 6) {
-                    hex.append(digits[Int(raw[i] >> 4)])
-                    hex.append(digits[Int(raw[i] & 0x0F)])
-                }
+            let id = (image + idOffset).assumingMemoryBound(to: UInt8.self)
+            for i in 0..<min(image.load(fromByteOffset: idLengthOffset, as: Int.self), 6) {
+                hex.append(digits[Int(id[i] >> 4)])
+                hex.append(digits[Int(id[i] & 0x0F)])
             }
             buildID = String(decoding: hex, as: UTF8.self)
         }

@@ -36,13 +36,18 @@ final class Client: Sendable {
     /// waits for them before its last drain, so that an event accepted while the run ends is not appended to a
     /// journal that was already drained (and then removed with the run directory).
     private let capturesInFlight = Atomic<Int>(0)
-    /// Closed by ``begin()``, opened again when the background part of start is done (``finishStart()``); open
+    /// Closed by ``begin()``, opened again when the background part of start is done (``finishStart(onStartThread:)``); open
     /// for a client that was never begun.
     private let startGate = Gate()
     /// Set when ``end(timeout:)`` begins: the background part of start then leaves out this run's first session
     /// update, and the end's `exited` update is the first (`init: true`): a run that exits while its start is
     /// still in the background sends one session update instead of two.
     private let ending = Atomic<Bool>(false)
+    /// Whether the background part of start (``finishStart(onStartThread:)``) was taken by a thread: `true` until
+    /// ``begin()`` (nothing to take), then taken by the `vaka.start` thread, or by the first ``waitForStart()``
+    /// that comes before it, which then runs it itself instead of waiting for a thread the scheduler has not yet
+    /// run (a short-lived program on a busy machine).
+    private let startTaken = Atomic<Bool>(true)
     /// The process that created the client. A `fork()`ed child (another pid) shares the run directory and the
     /// journal's mapping with it, but not its threads: the mover, and captures in progress at the fork.
     private let ownerPID = getpid()
@@ -138,24 +143,35 @@ final class Client: Sendable {
     /// The part of start that a crash of this run right after ``Vaka/start(_:)`` needs, on the caller's thread:
     /// `scope.json` written (release, environment, tags and the session before its first update, so the next
     /// launch's crash join sends this run's crash with its scope and a `crashed` session) and the journal
-    /// registered with the crash handler. The rest runs on a thread of its own (`vaka.start`, ``finishStart()``):
+    /// registered with the crash handler. The rest runs on a thread of its own (`vaka.start`, ``finishStart(onStartThread:)``):
     /// ``flush(timeout:)``, ``end(timeout:)`` and the captures that bypass the journal wait for it.
     func begin() {
         state.withLock { persistScope($0) }
         // The crash handler reads the journal's last seq into a report (and syncs the fallback's rings).
         journal?.registerWithCrashHandler()
         startGate.close()
-        let thread = Thread { [self] in finishStart() }
+        startTaken.store(false, ordering: .releasing)
+        // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
+        // run directory's lock with it), as the mover's own thread never held it.
+        let thread = Thread { [weak self] in
+            guard let mover = self?.finishStartOnStartThread() else { return }
+            mover.runOnCurrentThread()
+        }
         thread.name = "vaka.start"
         thread.start()
     }
 
     /// The background part of start: the crash join and leftover sessions of earlier runs (their envelopes
-    /// first), then the mover (this run's events after them), then this run's first session update. Marks
-    /// start done (``waitForStart()``).
-    private func finishStart() {
+    /// first), then this run's first session update, then the mover (this run's events after them). Marks
+    /// start done (``waitForStart()``). On the `vaka.start` thread, that thread then becomes the mover's
+    /// (`vaka.journal`); run by ``waitForStart()``, the mover gets a thread of its own. A run already ending
+    /// (``end(timeout:)``) gets neither the first update (the `exited` one is then the first) nor a mover thread
+    /// (the end drains the journal itself).
+    private func finishStart(onStartThread: Bool) {
         joinPreviousRuns()
-        mover?.start()
+        let endingNow = ending.load(ordering: .acquiring)
+        if !endingNow && !onStartThread { mover?.start() }
+        defer { startGate.open() }
         let items: [EnvelopeItem] = state.withLock { state in
             guard !ending.load(ordering: .acquiring), let update = sessionUpdate(.ok, &state) else { return [] }
             return [.session(update.jsonData())]
@@ -167,13 +183,25 @@ final class Client: Sendable {
             state.withLock { persistScope($0) }
         }
         delivery.wake()
-        startGate.open()
     }
 
-    /// Waits until the background part of start (``finishStart()``) is done. Returns at once in a `fork()`ed
-    /// child: that thread is its parent's.
+    /// The `vaka.start` thread's part: ``finishStart(onStartThread:)`` unless a ``waitForStart()`` took it first;
+    /// returns the mover whose loop the thread is to run then (`nil`: none, or the run is already ending).
+    private func finishStartOnStartThread() -> JournalMover? {
+        guard !startTaken.exchange(true, ordering: .acquiringAndReleasing) else { return nil }
+        finishStart(onStartThread: true)
+        return ending.load(ordering: .acquiring) ? nil : mover
+    }
+
+    /// Waits until the background part of start (``finishStart(onStartThread:)``) is done; runs it on the
+    /// calling thread when the `vaka.start` thread has not taken it yet. Returns at once in a `fork()`ed child:
+    /// that thread is its parent's.
     func waitForStart() {
         guard getpid() == ownerPID else { return }
+        if !startTaken.exchange(true, ordering: .acquiringAndReleasing) {
+            finishStart(onStartThread: false)
+            return
+        }
         startGate.wait()
     }
 
