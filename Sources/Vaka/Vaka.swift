@@ -59,10 +59,10 @@ public enum Vaka {
             } catch {
                 // Storage that cannot be written: no crash report could be written either. Events still go out.
                 storageUsable = false
-                PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.path) (\(error)); crash reporting is off, events are held in memory and sent\n")
+                PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.fileSystemPath) (\(error)); crash reporting is off, events are held in memory and sent\n")
             }
             if options.crashReporting && storageUsable {
-                let rc = crashes.path.withCString { dir in
+                let rc = crashes.fileSystemPath.withCString { dir in
                     runID.withCString { id in
                         var config = vaka_crash_config(report_dir: dir, run_id: id, signals: nil,
                                                        signal_count: 0, alt_stack_size: 0)
@@ -71,7 +71,7 @@ public enum Vaka {
                 }
                 if rc != 0 {
                     // Always on stderr (not only with debug): a crash reporter that silently does not report.
-                    PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.path)); crash reporting is off\n")
+                    PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.fileSystemPath)); crash reporting is off\n")
                 } else {
                     log?("crash handlers installed; reports go to \(vaka_crash_report_path().map { String(cString: $0) } ?? crashes.path)")
                 }
@@ -81,7 +81,7 @@ public enum Vaka {
                 dsn = try options.parsedDSN()
             } catch {
                 // Always on stderr (not only with debug): a destination that can never work is refused here, once.
-                let outbox = storage.appendingPathComponent("outbox", isDirectory: true).path
+                let outbox = storage.appendingPathComponent("outbox", isDirectory: true).fileSystemPath
                 PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)): nothing will be sent; envelopes are written to \(outbox) instead\n")
             }
             do {

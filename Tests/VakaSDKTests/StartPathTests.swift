@@ -113,6 +113,23 @@ final class StartPathTests: XCTestCase {
         XCTAssertFalse(RandomID.isUUID("0F8D4E2A_3B1C-4D5E-9F60-718293A4B5C6"))
     }
 
+    /// `fileSystemPath` is `path` for every file URL the SDK makes: absolute and relative, with spaces, `%`, `?`,
+    /// `#`, non-ASCII names, trailing slashes, directories and the root.
+    func testFileSystemPathIsPath() {
+        let names = ["/", "/tmp", "/tmp/", "/a b/c d", "/a%b/%20", "/q?x=1", "/h#frag", "/é/日本/🙂", "relative/dir",
+                     "rel", "/x//y", "/a/./b/../c", "/trailing//", "/semi;colon", "/plus+and&amp", "/\\back"]
+        var urls: [URL] = []
+        for name in names {
+            urls.append(URL(fileURLWithPath: name))
+            urls.append(URL(fileURLWithPath: name, isDirectory: true))
+            urls.append(URL(fileURLWithPath: name).appendingPathComponent("runs", isDirectory: true).appendingPathComponent("lock"))
+            urls.append(URL(fileURLWithPath: name).appendingPathComponent("a b%c?d#e"))
+        }
+        urls.append(URL(string: "https://example.com/a/b")!)
+        urls.append(URL(string: "file://host/share/x")!)
+        for url in urls { XCTAssertEqual(url.fileSystemPath, url.path, url.absoluteString) }
+    }
+
     /// The default release's build ID is the executable's, as libelf reads it from the file.
     func testDefaultReleaseCarriesTheExecutablesBuildID() throws {
         let path = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")

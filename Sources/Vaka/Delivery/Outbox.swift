@@ -82,7 +82,7 @@ public struct Outbox: Sendable {
                 for url in list() {
                     // stat(2), not FileManager's attributes (which look up the owner's user and group names).
                     var st = stat()
-                    files[url.lastPathComponent] = stat(url.path, &st) == 0 ? Int(st.st_size) : 0
+                    files[url.lastPathComponent] = stat(url.fileSystemPath, &st) == 0 ? Int(st.st_size) : 0
                 }
                 usage.files = files
                 usage.bytes = files.values.reduce(0, +)
@@ -93,7 +93,7 @@ public struct Outbox: Sendable {
             guard var files = usage.files, files.count > maxFiles || usage.bytes > maxBytes else { return }
             for old in files.keys.sorted() where old != name {
                 guard files.count > maxFiles || usage.bytes > maxBytes else { break }
-                let path = directory.appendingPathComponent(old).path
+                let path = directory.appendingPathComponent(old).fileSystemPath
                 if unlink(path) != 0 && errno != ENOENT { continue }
                 usage.bytes -= files.removeValue(forKey: old) ?? 0
                 usage.dropped += 1
@@ -104,7 +104,7 @@ public struct Outbox: Sendable {
 
     /// The outbox files, oldest first (by name); empty when the directory does not exist.
     public func list() -> [URL] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.fileSystemPath)) ?? []
         return names.filter { $0.hasSuffix(".envelope") && !$0.hasPrefix(".") }.sorted()
             .map { directory.appendingPathComponent($0) }
     }

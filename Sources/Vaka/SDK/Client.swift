@@ -442,7 +442,7 @@ final class Client: Sendable {
     /// At most 4 KiB of the file is read; a bigger or unreadable one is replaced by a new id.
     static func anonID(storage: URL, log: ((String) -> Void)?) -> String? {
         let url = storage.appendingPathComponent("anon_id")
-        if case .data(let data) = PrivateFiles.readCapped(url.path, maxBytes: 4096) {
+        if case .data(let data) = PrivateFiles.readCapped(url.fileSystemPath, maxBytes: 4096) {
             let text = String(decoding: data, as: UTF8.self)
             let id = String(text.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed())
             if RandomID.isUUID(id) { return id.lowercased() }

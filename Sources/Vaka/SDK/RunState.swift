@@ -85,7 +85,7 @@ final class RunDirectory {
         // `runs/` first: each level is then one mkdir(2) (see PrivateFiles.makeDirectory).
         try PrivateFiles.makeDirectory(root)
         try PrivateFiles.makeDirectory(url)
-        lockFD = open(url.appendingPathComponent("lock").path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        lockFD = open(url.appendingPathComponent("lock").fileSystemPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if lockFD >= 0 { _ = flock(lockFD, LOCK_EX | LOCK_NB) }
     }
 
@@ -106,12 +106,12 @@ final class RunDirectory {
         }
         let file = url.appendingPathComponent("scope.json")
         if !wroteScope {
-            let fd = open(file.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            let fd = open(file.fileSystemPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             if fd >= 0 {
                 let code = PrivateFiles.withFileSizeSignalBlocked { PrivateFiles.writeAll(fd, data) }
                 Glibc.close(fd)
                 if code == 0 { wroteScope = true; return }
-                unlink(file.path)
+                unlink(file.fileSystemPath)
             }
         }
         try PrivateFiles.writeAtomically(data, to: file, sync: false)
@@ -125,8 +125,8 @@ final class RunDirectory {
     /// `unlink(2)` and the directory with `rmdir(2)`; anything else in it through `FileManager`.
     func remove() {
         if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
-        for name in RunDirectory.fileNames { unlink(url.appendingPathComponent(name).path) }
-        if rmdir(url.path) != 0 && errno != ENOENT { try? FileManager.default.removeItem(at: url) }
+        for name in RunDirectory.fileNames { unlink(url.appendingPathComponent(name).fileSystemPath) }
+        if rmdir(url.fileSystemPath) != 0 && errno != ENOENT { try? FileManager.default.removeItem(at: url) }
     }
 
     /// A run directory left by an earlier process.
@@ -152,18 +152,18 @@ final class RunDirectory {
     static func finishedRuns(storage: URL, except current: String, live: inout Set<String>,
                              log: ((String) -> Void)? = nil) -> [Previous] {
         let root = root(storage)
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: root.fileSystemPath)) ?? []
         var runs: [Previous] = []
         for name in names.sorted() where name != current && !name.hasPrefix(".") {
             let dir = root.appendingPathComponent(name, isDirectory: true)
-            let fd = open(dir.appendingPathComponent("lock").path, O_RDWR | O_CLOEXEC)
+            let fd = open(dir.appendingPathComponent("lock").fileSystemPath, O_RDWR | O_CLOEXEC)
             if fd >= 0 {
                 let free = flock(fd, LOCK_EX | LOCK_NB) == 0
                 Glibc.close(fd)
                 if !free { live.insert(name); continue }
             }
             var scope: RunScope? = nil
-            switch PrivateFiles.readCapped(dir.appendingPathComponent("scope.json").path, maxBytes: RunDirectory.maxScopeBytes) {
+            switch PrivateFiles.readCapped(dir.appendingPathComponent("scope.json").fileSystemPath, maxBytes: RunDirectory.maxScopeBytes) {
             case .data(let data): scope = try? JSONDecoder().decode(RunScope.self, from: data)
             case .tooLarge(let size): log?("run \(name): scope.json is \(size) B, over \(RunDirectory.maxScopeBytes) B; ignored")
             case .notRegular: log?("run \(name): scope.json is not a regular file; ignored")
