@@ -104,7 +104,7 @@ public struct Outbox: Sendable {
 
     /// The outbox files, oldest first (by name); empty when the directory does not exist.
     public func list() -> [URL] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.fileSystemPath)) ?? []
+        let names = PrivateFiles.directoryNames(directory.fileSystemPath)
         return names.filter { $0.hasSuffix(".envelope") && !$0.hasPrefix(".") }.sorted()
             .map { directory.appendingPathComponent($0) }
     }

@@ -443,9 +443,17 @@ final class Client: Sendable {
     static func anonID(storage: URL, log: ((String) -> Void)?) -> String? {
         let url = storage.appendingPathComponent("anon_id")
         if case .data(let data) = PrivateFiles.readCapped(url.fileSystemPath, maxBytes: 4096) {
-            let text = String(decoding: data, as: UTF8.self)
-            let id = String(text.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed())
-            if RandomID.isUUID(id) { return id.lowercased() }
+            // ASCII whitespace around the id trimmed with index loops (generic collection adapters would cost
+            // `Vaka.start` their first-use type lookups); a UUID is ASCII, so lower-casing is per byte.
+            let bytes = [UInt8](data)
+            func isSpace(_ b: UInt8) -> Bool { b == 0x20 || (0x09...0x0D).contains(b) }
+            var start = 0, end = bytes.count
+            while start < end && isSpace(bytes[start]) { start += 1 }
+            while end > start && isSpace(bytes[end - 1]) { end -= 1 }
+            var lower = [UInt8]()
+            for i in start..<end { lower.append((65...90).contains(bytes[i]) ? bytes[i] + 32 : bytes[i]) }
+            let id = String(decoding: lower, as: UTF8.self)
+            if RandomID.isUUID(id) { return id }
         }
         let id = RandomID.uuid(lowercase: true)
         do { try PrivateFiles.writeAtomically(Data(id.utf8), to: url, sync: false) } catch { log?("cannot write anon_id: \(error)") }

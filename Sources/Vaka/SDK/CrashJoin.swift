@@ -57,7 +57,7 @@ extension Client {
             runs[run.runID] = run
         }
         live.insert(runID)
-        var names = ((try? FileManager.default.contentsOfDirectory(atPath: crashes.fileSystemPath)) ?? [])
+        var names = PrivateFiles.directoryNames(crashes.fileSystemPath)
             .filter { $0.hasSuffix(reportSuffix) && $0 != runID + reportSuffix }.sorted()
         // A report of a run whose process still lives (a sibling process of the same program) may be half
         // written by its crash handler: left for a later launch.
@@ -431,7 +431,7 @@ extension Client {
     /// `runs/<run-id>/lock` is still held (a live process), are left alone.
     func removeStaleSpares() {
         let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: crashes.fileSystemPath)) ?? []
+        let names = PrivateFiles.directoryNames(crashes.fileSystemPath)
         for name in names where name.hasPrefix(".") && name.hasSuffix(".spare") {
             // `.<run-id>-<pid>.spare` (the pid of the process that kept it: a fork child keeps its parent's
             // run id); `.<run-id>.spare` from an older version.

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 extension URL {
     /// The file-system path of this URL: what `path` gives (percent escapes decoded, no trailing `/` except for
@@ -35,5 +38,26 @@ extension URL {
         while bytes.count > 1 && bytes.last == UInt8(ascii: "/") { bytes.removeLast() }
         guard let decoded = String(validating: bytes, as: UTF8.self) else { return path }
         return decoded
+    }
+}
+
+extension PrivateFiles {
+    /// The names in directory `path` (without `.` and `..`, in the order `readdir(3)` gives them); empty when it
+    /// cannot be opened. `FileManager.contentsOfDirectory(atPath:)` lists the same names, with generic code
+    /// whose first use in a process costs more than the listing.
+    static func directoryNames(_ path: String) -> [String] {
+        guard let dir = opendir(path) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw -> String in
+                let bytes = raw.bindMemory(to: UInt8.self)
+                var length = 0
+                while length < bytes.count && bytes[length] != 0 { length += 1 }
+                return String(decoding: UnsafeBufferPointer(rebasing: bytes[0..<length]), as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
     }
 }

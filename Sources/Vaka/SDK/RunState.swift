@@ -152,7 +152,7 @@ final class RunDirectory {
     static func finishedRuns(storage: URL, except current: String, live: inout Set<String>,
                              log: ((String) -> Void)? = nil) -> [Previous] {
         let root = root(storage)
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: root.fileSystemPath)) ?? []
+        let names = PrivateFiles.directoryNames(root.fileSystemPath)
         var runs: [Previous] = []
         for name in names.sorted() where name != current && !name.hasPrefix(".") {
             let dir = root.appendingPathComponent(name, isDirectory: true)
