@@ -5,7 +5,7 @@ import VakaSymbolication
 
 /// The pieces `Vaka.start` and a run's exit use instead of heavier Foundation calls: the hand-written JSON of
 /// `scope.json`, session updates and envelope headers (byte-equal to `JSONEncoder`'s), RFC 3339 times (equal to
-/// glibc's `gmtime_r`), random ids, the default release from the loaded image list, and the single session
+/// glibc's `gmtime_r`), random ids, file paths and directory listings, the default release from the loaded image list, and the single session
 /// update of a run that ends before its start's background part made the first one.
 final class StartPathTests: XCTestCase {
     let dirs = ScratchDirs()
@@ -128,6 +128,19 @@ final class StartPathTests: XCTestCase {
         urls.append(URL(string: "https://example.com/a/b")!)
         urls.append(URL(string: "file://host/share/x")!)
         for url in urls { XCTAssertEqual(url.fileSystemPath, url.path, url.absoluteString) }
+    }
+
+    /// `PrivateFiles.directoryNames` lists what `FileManager` lists (hidden files, spaces, non-ASCII names,
+    /// directories), and nothing for a directory that is not there.
+    func testDirectoryNamesAreFileManagersNames() throws {
+        let dir = dirs.make("names")
+        for name in [".hidden", "a b", "é日本🙂", "x.crash", String(repeating: "n", count: 255)] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: dir.appendingPathComponent(name).path, contents: Data()))
+        }
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("sub"), withIntermediateDirectories: false)
+        XCTAssertEqual(PrivateFiles.directoryNames(dir.path).sorted(), try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted())
+        XCTAssertEqual(PrivateFiles.directoryNames(dir.path).count, 6)
+        XCTAssertEqual(PrivateFiles.directoryNames(dir.appendingPathComponent("missing").path), [])
     }
 
     /// The default release's build ID is the executable's, as libelf reads it from the file.
