@@ -281,8 +281,9 @@ enum PrivateFiles {
     /// optionally `fsync`ed, then `rename`d over `url`.
     /// - Throws: ``DeliveryIOError`` naming the failed call; the temporary file is removed.
     static func writeAtomically(_ data: Data, to url: URL, sync: Bool) throws {
-        let dir = url.deletingLastPathComponent()
-        let tmp = dir.appendingPathComponent(".tmp-\(RandomID.uuid())").fileSystemPath
+        let target = url.fileSystemPath
+        let dir = target.lastIndex(of: "/").map { String(target[..<$0]) } ?? "."
+        let tmp = dir + "/.tmp-\(RandomID.uuid())"
         let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw DeliveryIOError(operation: "open", path: tmp, code: errno) }
         var failure: DeliveryIOError? = nil
@@ -293,7 +294,7 @@ enum PrivateFiles {
         }
         if failure == nil, sync, fsync(fd) != 0 { failure = DeliveryIOError(operation: "fsync", path: tmp, code: errno) }
         close(fd)
-        if failure == nil, rename(tmp, url.fileSystemPath) != 0 { failure = DeliveryIOError(operation: "rename", path: url.fileSystemPath, code: errno) }
+        if failure == nil, rename(tmp, target) != 0 { failure = DeliveryIOError(operation: "rename", path: target, code: errno) }
         if let f = failure {
             unlink(tmp)
             throw f

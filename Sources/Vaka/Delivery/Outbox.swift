@@ -66,7 +66,8 @@ public struct Outbox: Sendable {
         }.map(Character.init))
         let number = Outbox.sequence.wrappingAdd(1, ordering: .relaxed).newValue
         let sequence = String(number % 1_000_000)
-        let url = directory.appendingPathComponent("\(stamp)-\(String(repeating: "0", count: 6 - sequence.count))\(sequence)-\(safeID).envelope")
+        let url = directory.appendingPathComponent("\(stamp)-\(String(repeating: "0", count: 6 - sequence.count))\(sequence)-\(safeID).envelope",
+                                                   isDirectory: false)
         let bytes = envelope.serialized()
         try PrivateFiles.writeAtomically(bytes, to: url, sync: false)
         trim(adding: url.lastPathComponent, size: bytes.count)
@@ -79,10 +80,12 @@ public struct Outbox: Sendable {
         usage.state.withLock { usage in
             if usage.files == nil {
                 var files: [String: Int] = [:]
-                for url in list() {
-                    // stat(2), not FileManager's attributes (which look up the owner's user and group names).
+                // The names as `list()` takes them, sized with stat(2) on string paths (FileManager's attributes
+                // look up the owner's user and group names; a URL per file costs more than its stat).
+                let root = directory.fileSystemPath
+                for name in PrivateFiles.directoryNames(root) where name.hasSuffix(".envelope") && !name.hasPrefix(".") {
                     var st = stat()
-                    files[url.lastPathComponent] = stat(url.fileSystemPath, &st) == 0 ? Int(st.st_size) : 0
+                    files[name] = stat(root + "/" + name, &st) == 0 ? Int(st.st_size) : 0
                 }
                 usage.files = files
                 usage.bytes = files.values.reduce(0, +)
@@ -93,7 +96,7 @@ public struct Outbox: Sendable {
             guard var files = usage.files, files.count > maxFiles || usage.bytes > maxBytes else { return }
             for old in files.keys.sorted() where old != name {
                 guard files.count > maxFiles || usage.bytes > maxBytes else { break }
-                let path = directory.appendingPathComponent(old).fileSystemPath
+                let path = directory.fileSystemPath + "/" + old
                 if unlink(path) != 0 && errno != ENOENT { continue }
                 usage.bytes -= files.removeValue(forKey: old) ?? 0
                 usage.dropped += 1

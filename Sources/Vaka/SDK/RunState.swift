@@ -65,6 +65,9 @@ final class RunDirectory {
     let url: URL
     /// The run id (directory name).
     let runID: String
+    /// `url`'s file-system path (file paths are made from it as strings: URL operations on the start and exit
+    /// path cost more than the system calls they name).
+    let path: String
     private var lockFD: Int32 = -1
     /// Whether `scope.json` was written once (later writes replace it atomically).
     private var wroteScope = false
@@ -85,7 +88,8 @@ final class RunDirectory {
         // `runs/` first: each level is then one mkdir(2) (see PrivateFiles.makeDirectory).
         try PrivateFiles.makeDirectory(root)
         try PrivateFiles.makeDirectory(url)
-        lockFD = open(url.appendingPathComponent("lock").fileSystemPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        path = url.fileSystemPath
+        lockFD = open(path + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if lockFD >= 0 { _ = flock(lockFD, LOCK_EX | LOCK_NB) }
     }
 
@@ -104,7 +108,7 @@ final class RunDirectory {
             smaller.tags = [:]
             data = smaller.jsonData()
         }
-        let file = url.appendingPathComponent("scope.json")
+        let file = url.appendingPathComponent("scope.json", isDirectory: false)
         if !wroteScope {
             let fd = open(file.fileSystemPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             if fd >= 0 {
@@ -125,8 +129,8 @@ final class RunDirectory {
     /// `unlink(2)` and the directory with `rmdir(2)`; anything else in it through `FileManager`.
     func remove() {
         if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
-        for name in RunDirectory.fileNames { unlink(url.appendingPathComponent(name).fileSystemPath) }
-        if rmdir(url.fileSystemPath) != 0 && errno != ENOENT { try? FileManager.default.removeItem(at: url) }
+        for name in RunDirectory.fileNames { unlink(path + "/" + name) }
+        if rmdir(path) != 0 && errno != ENOENT { try? FileManager.default.removeItem(at: url) }
     }
 
     /// A run directory left by an earlier process.
