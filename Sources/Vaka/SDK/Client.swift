@@ -393,9 +393,10 @@ final class Client: Sendable {
         return delivery.flush(timeout: timeout)
     }
 
-    /// Ends the session (`exited`), moves what the journal holds to delivery, flushes (up to `timeout` s),
-    /// keeps what was not sent for the next launch, closes the journal and removes this run's directory (the
-    /// journal with it). Idempotent.
+    /// Ends the session (`exited`; the first update, `init: true`, when the background part of start had not made
+    /// one), moves what the journal holds to delivery, closes the journal, removes this run's directory (the
+    /// journal with it), then flushes (up to `timeout` s), keeping what was not sent for the next launch.
+    /// Idempotent.
     func end(timeout: TimeInterval) {
         // A fork child leaves the journal (shared with its parent: the parent's mover moves what the child
         // appended), the run directory and the session to the parent; it neither waits for threads it does not
