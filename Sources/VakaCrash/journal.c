@@ -114,10 +114,8 @@ int vaka_journal_open(const vaka_journal_options *options, vaka_journal **out)
 
     void *m = MAP_FAILED;
     if (!(options->flags & VAKA_JOURNAL_NO_MMAP)) {
-        /* Not MAP_POPULATE: a page becomes resident when an append first reaches it (one minor fault per 4 KiB
-         * of records), so a run that records little keeps little of the journal resident; the blocks are
-         * allocated already (size_file), so that fault never needs the disk. */
-        m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, j->fd, 0);
+        /* MAP_POPULATE: the pages are mapped now, not by faults on the append path. */
+        m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, j->fd, 0);
         if (m == MAP_FAILED) j->mmap_error = errno;
     } else {
         j->mmap_error = EPERM;
