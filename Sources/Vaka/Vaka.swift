@@ -50,7 +50,7 @@ public enum Vaka {
             var log: (@Sendable (String) -> Void)? = nil
             if options.debug { log = { line in PrivateFiles.writeStandardError("[vaka] \(line)\n") } }
             let storage = options.storageDirectory ?? defaultStorageDirectory()
-            let runID = UUID().uuidString
+            let runID = RandomID.uuid()
             let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
             var storageUsable = true
             do {
@@ -59,10 +59,10 @@ public enum Vaka {
             } catch {
                 // Storage that cannot be written: no crash report could be written either. Events still go out.
                 storageUsable = false
-                PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.path) (\(error)); crash reporting is off, events are held in memory and sent\n")
+                PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.fileSystemPath) (\(error)); crash reporting is off, events are held in memory and sent\n")
             }
             if options.crashReporting && storageUsable {
-                let rc = crashes.path.withCString { dir in
+                let rc = crashes.fileSystemPath.withCString { dir in
                     runID.withCString { id in
                         var config = vaka_crash_config(report_dir: dir, run_id: id, signals: nil,
                                                        signal_count: 0, alt_stack_size: 0)
@@ -71,7 +71,7 @@ public enum Vaka {
                 }
                 if rc != 0 {
                     // Always on stderr (not only with debug): a crash reporter that silently does not report.
-                    PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.path)); crash reporting is off\n")
+                    PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.fileSystemPath)); crash reporting is off\n")
                 } else {
                     log?("crash handlers installed; reports go to \(vaka_crash_report_path().map { String(cString: $0) } ?? crashes.path)")
                 }
@@ -81,7 +81,7 @@ public enum Vaka {
                 dsn = try options.parsedDSN()
             } catch {
                 // Always on stderr (not only with debug): a destination that can never work is refused here, once.
-                let outbox = storage.appendingPathComponent("outbox", isDirectory: true).path
+                let outbox = storage.appendingPathComponent("outbox", isDirectory: true).fileSystemPath
                 PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)): nothing will be sent; envelopes are written to \(outbox) instead\n")
             }
             do {
@@ -330,17 +330,42 @@ public enum Vaka {
     }
 
     /// The default release: `$VAKA_RELEASE` when set and non-empty; else `<executable name>@0.0.0+<first 12 hex
-    /// digits of the executable's GNU build ID>` (read with libelf from `/proc/self/exe`), so each build is its
-    /// own release; else `<executable name>@0.0.0`. Always passed through ``Options/boundedRelease(_:)``
+    /// digits of the executable's GNU build ID>` (the build ID note in the executable's loaded program headers, as
+    /// the crash runtime's image list reads it: no file is opened), so each build is its own release; else
+    /// `<executable name>@0.0.0`. Always passed through ``Options/boundedRelease(_:)``
     /// (at most 200 UTF-8 bytes, Relay's limit for a release; no control characters, `/` or `\`).
     public static func defaultRelease() -> String {
         // getenv(3): one variable, not the whole environment copied into a dictionary (this runs in `start`).
         if let env = getenv("VAKA_RELEASE").map({ String(cString: $0) }), !env.isEmpty { return Options.boundedRelease(env) }
-        let path = EventFactory.executablePath()
-        let name = (path as NSString).lastPathComponent
-        if let file = try? ElfFile(path: path), let id = file.buildID, !id.isEmpty {
-            return Options.boundedRelease("\(name)@0.0.0+\(id.prefix(12))")
+        // The first image of the loaded list is the main program (path from /proc/self/exe). The struct is
+        // zeroed with memset and read through raw pointers: its fixed arrays import as tuples of thousands of
+        // elements, which Swift would initialise and copy element by element (100 KB of code).
+        let size = MemoryLayout<vaka_crash_image>.size
+        let image = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: MemoryLayout<vaka_crash_image>.alignment)
+        defer { image.deallocate() }
+        memset(image, 0, size)
+        let typed = image.bindMemory(to: vaka_crash_image.self, capacity: 1)
+        var path = ""
+        var buildID = ""
+        if vaka_crash_copy_images(typed, 1) > 0,
+           let pathOffset = MemoryLayout<vaka_crash_image>.offset(of: \.path),
+           let pathLengthOffset = MemoryLayout<vaka_crash_image>.offset(of: \.path_len),
+           let idOffset = MemoryLayout<vaka_crash_image>.offset(of: \.build_id),
+           let idLengthOffset = MemoryLayout<vaka_crash_image>.offset(of: \.build_id_len) {
+            let pathLength = min(image.load(fromByteOffset: pathLengthOffset, as: Int.self), size - pathOffset)
+            path = String(decoding: UnsafeRawBufferPointer(start: image + pathOffset, count: pathLength), as: UTF8.self)
+            let digits: [UInt8] = Array("0123456789abcdef".utf8)
+            var hex = [UInt8]()
+            let id = (image + idOffset).assumingMemoryBound(to: UInt8.self)
+            for i in 0..<min(image.load(fromByteOffset: idLengthOffset, as: Int.self), 6) {
+                hex.append(digits[Int(id[i] >> 4)])
+                hex.append(digits[Int(id[i] & 0x0F)])
+            }
+            buildID = String(decoding: hex, as: UTF8.self)
         }
+        if path.isEmpty { path = EventFactory.executablePath() }
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        if !buildID.isEmpty { return Options.boundedRelease("\(name)@0.0.0+\(buildID)") }
         return Options.boundedRelease("\(name)@0.0.0")
     }
 

@@ -7,4 +7,5 @@ import BenchNullDeref
 let started = Date()
 let environment = ProcessInfo.processInfo.environment
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "crash" { _ = bench_null_deref() }
+bench_report_memory()  // $BENCH_START_MEMORY: resident memory now, for scripts/bench
 if environment["BENCH_START_PRINT"] != nil { print(started.timeIntervalSince1970) }

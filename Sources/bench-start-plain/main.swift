@@ -3,3 +3,4 @@
 import BenchNullDeref
 
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "crash" { _ = bench_null_deref() }
+bench_report_memory()  // $BENCH_START_MEMORY: resident memory now, for scripts/bench

@@ -240,6 +240,9 @@ final class EnvelopeGoldenTests: XCTestCase {
         let client = try Client(options: options, storage: storage, runID: "0C0FFEE0-0000-4000-8000-000000000002",
                                 dsn: nil, log: nil)
         client.begin()
+        // A run whose start finished (its first session update made) before it ends: a run that ends sooner
+        // sends one update instead (StartPathTests).
+        client.waitForStart()
         client.capture(message: "payment provider slow", level: .warning, eventID: "11111111111111111111111111111111")
         client.end(timeout: 1)
         let outbox = storage.appendingPathComponent("outbox")

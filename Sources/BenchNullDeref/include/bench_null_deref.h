@@ -6,4 +6,9 @@
 /* Reads through a NULL pointer: SIGSEGV (SEGV_MAPERR, fault address 0). Does not return. */
 int bench_null_deref(void);
 
+/* When $BENCH_START_MEMORY names a file, copies /proc/self/smaps_rollup there (the process's resident memory
+ * now: Rss, and Anonymous, the private memory no file backs); otherwise does nothing. With open/read/write only,
+ * so that measuring adds nothing to what is measured. */
+void bench_report_memory(void);
+
 #endif

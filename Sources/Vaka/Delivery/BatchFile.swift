@@ -235,17 +235,17 @@ enum PrivateFiles {
     static func makeDirectory(_ url: URL) throws {
         // The common cases in one or two system calls: the directory is there already (0700), or only it is missing.
         var existing = stat()
-        if stat(url.path, &existing) == 0, existing.st_mode & S_IFMT == S_IFDIR, existing.st_mode & 0o7777 == 0o700 { return }
-        if mkdir(url.path, 0o700) == 0 {
+        if stat(url.fileSystemPath, &existing) == 0, existing.st_mode & S_IFMT == S_IFDIR, existing.st_mode & 0o7777 == 0o700 { return }
+        if mkdir(url.fileSystemPath, 0o700) == 0 {
             var made = stat()
-            if stat(url.path, &made) == 0, made.st_mode & 0o7777 == 0o700 { return }
+            if stat(url.fileSystemPath, &made) == 0, made.st_mode & 0o7777 == 0o700 { return }
         }
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         // chmod only when needed: an existing 0700 directory on a read-only file system is fine as it is.
         var info = stat()
-        if stat(url.path, &info) == 0, info.st_mode & 0o7777 == 0o700 { return }
-        if chmod(url.path, 0o700) != 0 { throw DeliveryIOError(operation: "chmod", path: url.path, code: errno) }
+        if stat(url.fileSystemPath, &info) == 0, info.st_mode & 0o7777 == 0o700 { return }
+        if chmod(url.fileSystemPath, 0o700) != 0 { throw DeliveryIOError(operation: "chmod", path: url.fileSystemPath, code: errno) }
     }
 
     /// Appends `data` to the existing file at `path` with one `write(2)` loop (`O_APPEND`).
@@ -281,8 +281,9 @@ enum PrivateFiles {
     /// optionally `fsync`ed, then `rename`d over `url`.
     /// - Throws: ``DeliveryIOError`` naming the failed call; the temporary file is removed.
     static func writeAtomically(_ data: Data, to url: URL, sync: Bool) throws {
-        let dir = url.deletingLastPathComponent()
-        let tmp = dir.appendingPathComponent(".tmp-\(UUID().uuidString)").path
+        let target = url.fileSystemPath
+        let dir = target.lastIndex(of: "/").map { String(target[..<$0]) } ?? "."
+        let tmp = dir + "/.tmp-\(RandomID.uuid())"
         let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw DeliveryIOError(operation: "open", path: tmp, code: errno) }
         var failure: DeliveryIOError? = nil
@@ -293,7 +294,7 @@ enum PrivateFiles {
         }
         if failure == nil, sync, fsync(fd) != 0 { failure = DeliveryIOError(operation: "fsync", path: tmp, code: errno) }
         close(fd)
-        if failure == nil, rename(tmp, url.path) != 0 { failure = DeliveryIOError(operation: "rename", path: url.path, code: errno) }
+        if failure == nil, rename(tmp, target) != 0 { failure = DeliveryIOError(operation: "rename", path: target, code: errno) }
         if let f = failure {
             unlink(tmp)
             throw f

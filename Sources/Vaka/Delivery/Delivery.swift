@@ -140,7 +140,7 @@ final class Delivery: @unchecked Sendable {
         guard let dsn = config.dsn else {
             queue = nil
             uploader = nil
-            log("no DSN: envelopes are written to \(outbox.directory.path)")
+            log("no DSN: envelopes are written to \(outbox.directory.fileSystemPath)")
             return
         }
         let q = try PersistentQueue(storageDirectory: config.storageDirectory,

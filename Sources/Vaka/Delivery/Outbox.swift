@@ -60,11 +60,17 @@ public struct Outbox: Sendable {
     @discardableResult
     public func write(_ envelope: Envelope, at date: Date = Date()) throws -> URL {
         try PrivateFiles.makeDirectory(directory)
-        let id = envelope.header.eventID ?? UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let stamp = Timestamps.rfc3339(date).replacingOccurrences(of: "-", with: "").replacingOccurrences(of: ":", with: "")
-        let safeID = String(id.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.map(Character.init))
+        let id = envelope.header.eventID ?? RandomID.hex32()
+        let stamp = String(Timestamps.rfc3339(date).filter { $0 != "-" && $0 != ":" })
+        // Letters and digits only (an event id from elsewhere never makes a path); ASCII ones need no table.
+        let safeID = String(id.unicodeScalars.filter {
+            $0.isASCII ? (0x30...0x39).contains($0.value) || (0x41...0x5A).contains($0.value) || (0x61...0x7A).contains($0.value)
+                : CharacterSet.alphanumerics.contains($0)
+        }.map(Character.init))
         let number = Outbox.sequence.wrappingAdd(1, ordering: .relaxed).newValue
-        let url = directory.appendingPathComponent("\(stamp)-\(String(format: "%06d", number % 1_000_000))-\(safeID).envelope")
+        let sequence = String(number % 1_000_000)
+        let url = directory.appendingPathComponent("\(stamp)-\(String(repeating: "0", count: 6 - sequence.count))\(sequence)-\(safeID).envelope",
+                                                   isDirectory: false)
         let bytes = envelope.serialized()
         try PrivateFiles.writeAtomically(bytes, to: url, sync: false)
         let removed = trim(adding: url.lastPathComponent, size: bytes.count)
@@ -80,9 +86,12 @@ public struct Outbox: Sendable {
         usage.state.withLock { usage in
             if usage.files == nil {
                 var files: [String: Int] = [:]
-                for url in list() {
-                    let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
-                    files[url.lastPathComponent] = (attributes?[.size] as? NSNumber)?.intValue ?? 0
+                // The names as `list()` takes them, sized with stat(2) on string paths (FileManager's attributes
+                // look up the owner's user and group names; a URL per file costs more than its stat).
+                let root = directory.fileSystemPath
+                for name in PrivateFiles.directoryNames(root) where name.hasSuffix(".envelope") && !name.hasPrefix(".") {
+                    var st = stat()
+                    files[name] = stat(root + "/" + name, &st) == 0 ? Int(st.st_size) : 0
                 }
                 usage.files = files
                 usage.bytes = files.values.reduce(0, +)
@@ -94,7 +103,7 @@ public struct Outbox: Sendable {
             let keep = dropSink != nil
             for old in files.keys.sorted() where old != name {
                 guard files.count > maxFiles || usage.bytes > maxBytes else { break }
-                let path = directory.appendingPathComponent(old).path
+                let path = directory.fileSystemPath + "/" + old
                 var content: Data?
                 if keep, case .data(let data) = PrivateFiles.readCapped(path, maxBytes: PersistentQueue.maxEnvelopeBytes) { content = data }
                 if unlink(path) != 0 && errno != ENOENT { continue }
@@ -109,7 +118,7 @@ public struct Outbox: Sendable {
 
     /// The outbox files, oldest first (by name); empty when the directory does not exist.
     public func list() -> [URL] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        let names = PrivateFiles.directoryNames(directory.fileSystemPath)
         return names.filter { $0.hasSuffix(".envelope") && !$0.hasPrefix(".") }.sorted()
             .map { directory.appendingPathComponent($0) }
     }

@@ -3,18 +3,20 @@ import Foundation
 import Glibc
 #endif
 
-/// Date formatting and parsing for the wire: RFC 3339 (envelope `sent_at`, session and event times) with
-/// Foundation's ISO 8601 format style, and HTTP dates (`Retry-After`) on `timegm`. Thread-safe and
-/// independent of the process locale.
+/// Date formatting and parsing for the wire: RFC 3339 (envelope `sent_at`, session and event times), written
+/// with integer arithmetic on the proleptic Gregorian calendar (no Foundation formatter: a date format style
+/// loads ICU's calendar and time-zone data, megabytes of resident memory for a process that only starts and
+/// exits) and read with Foundation's ISO 8601 format style; HTTP dates (`Retry-After`) on `timegm`.
+/// Thread-safe and independent of the process locale and time zone.
 enum Timestamps {
-    /// Earliest instant ``rfc3339(_:)`` writes as itself: 0001-01-01T00:00:00Z in the calendar Foundation
-    /// formats with (Julian before 1582-10-15, so two days before the proleptic Gregorian year 1), seconds
+    /// Earliest instant ``rfc3339(_:)`` writes as itself: 0001-01-01T00:00:00Z (proleptic Gregorian), seconds
     /// since the epoch.
-    static let earliestFormattable: TimeInterval = -62_135_769_600
+    static let earliestFormattable: TimeInterval = -62_135_596_800
     /// Latest instant ``rfc3339(_:)`` writes as itself: 9999-12-31T23:59:59.999Z, seconds since the epoch.
     static let latestFormattable: TimeInterval = 253_402_300_799.999
 
-    /// `2024-05-01T12:34:56.789Z`: UTC, `T` and `Z`, milliseconds. A `Sendable` value, so one is shared.
+    /// The reader of ``parseRFC3339(_:)``: `2024-05-01T12:34:56.789Z`. A `Sendable` value, made at its first use
+    /// (only reading envelopes back needs it).
     private static let format = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 
     /// Formats `date` as RFC 3339 UTC with milliseconds, e.g. `2024-05-01T12:34:56.789Z`; the milliseconds are
@@ -24,10 +26,50 @@ enum Timestamps {
         var t = date.timeIntervalSince1970
         if t.isNaN { t = 0 }
         t = min(max(t, earliestFormattable), latestFormattable)
-        // Foundation cuts the fraction of the binary `Double`, so 1.760 (stored as 1.7599999...) would come out
-        // as .759: hand it the middle of the millisecond that rounding down picks.
-        let ms = (t * 1000).rounded(.down)
-        return format.format(Date(timeIntervalSince1970: (ms + 0.5) / 1000))
+        // Milliseconds rounded down, except that a time within a few units in the last place below a whole
+        // millisecond is that millisecond: times read back from files are whole milliseconds stored in a
+        // `Double` (1.760 is 1.7599999...), and a `Date` holds seconds since 2001 (so 1970-based seconds come back
+        // with the rounding of that sum); each must keep its own millisecond.
+        let scaled = t * 1000
+        var whole = scaled.rounded(.down)
+        let nearest = scaled.rounded()
+        let tolerance = 4 * 1000 * (abs(t) + 978_307_200).ulp
+        if nearest > scaled && nearest - scaled <= tolerance { whole = nearest }
+        let ms = Int64(whole)
+        let (secondsTotal, milli) = (ms >= 0 ? ms / 1000 : (ms - 999) / 1000, ((ms % 1000) + 1000) % 1000)
+        let days = secondsTotal >= 0 ? secondsTotal / 86_400 : (secondsTotal - 86_399) / 86_400
+        let secondOfDay = secondsTotal - days * 86_400
+        let (year, month, day) = civil(fromDays: days)
+        var out = [UInt8]()
+        out.reserveCapacity(24)
+        func digits(_ value: Int64, _ count: Int) {
+            var divisor: Int64 = 1
+            for _ in 1..<count { divisor *= 10 }
+            var v = value
+            while divisor > 0 {
+                out.append(UInt8(48 + (v / divisor) % 10))
+                v %= divisor
+                divisor /= 10
+            }
+        }
+        digits(year, 4); out.append(45); digits(month, 2); out.append(45); digits(day, 2); out.append(84)
+        digits(secondOfDay / 3600, 2); out.append(58); digits(secondOfDay / 60 % 60, 2); out.append(58)
+        digits(secondOfDay % 60, 2); out.append(46); digits(milli, 3); out.append(90)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Year, month (1...12) and day (1...31) of the proleptic Gregorian date `days` days after 1970-01-01
+    /// (Howard Hinnant's `civil_from_days`).
+    private static func civil(fromDays days: Int64) -> (Int64, Int64, Int64) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let day = doy - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        return (yoe + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 
     /// Parses RFC 3339 `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` (`T` and `Z` in either case); `nil` when

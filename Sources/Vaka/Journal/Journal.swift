@@ -153,7 +153,7 @@ public final class Journal: Sendable {
             flags |= VAKA_JOURNAL_NO_MMAP
         }
         var handle: OpaquePointer?
-        let rc = path.path.withCString { p -> Int32 in
+        let rc = path.fileSystemPath.withCString { p -> Int32 in
             var options = vaka_journal_options(path: p, size: max(0, size), flags: flags)
             return vaka_journal_open(&options, &handle)
         }

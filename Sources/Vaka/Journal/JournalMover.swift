@@ -114,6 +114,18 @@ final class JournalMover: @unchecked Sendable {
         t.start()
     }
 
+    /// Runs the `vaka.journal` loop on the calling thread (renamed so) until ``stop()``, as ``start()``'s thread
+    /// would: for a thread that has nothing else to do (the background part of start, once done), so that the
+    /// process has one thread less to create and to tear down.
+    func runOnCurrentThread() {
+        cond.lock()
+        guard thread == nil, !stopped else { cond.unlock(); return }
+        thread = Thread.current
+        cond.unlock()
+        Thread.current.name = "vaka.journal"
+        run()
+    }
+
     /// Called after an event record was appended: wakes the thread (a store, plus a signal only when it sleeps).
     func eventAppended() { wake() }
 

@@ -38,9 +38,18 @@ final class Client: Sendable {
     /// waits for them before its last drain, so that an event accepted while the run ends is not appended to a
     /// journal that was already drained (and then removed with the run directory).
     private let capturesInFlight = Atomic<Int>(0)
-    /// Closed by ``begin()``, opened again when the background part of start is done (``finishStart()``); open
+    /// Closed by ``begin()``, opened again when the background part of start is done (``finishStart(onStartThread:)``); open
     /// for a client that was never begun.
     private let startGate = Gate()
+    /// Set when ``end(timeout:)`` begins: the background part of start then leaves out this run's first session
+    /// update, and the end's `exited` update is the first (`init: true`): a run that exits while its start is
+    /// still in the background sends one session update instead of two.
+    private let ending = Atomic<Bool>(false)
+    /// Whether the background part of start (``finishStart(onStartThread:)``) was taken by a thread: `true` until
+    /// ``begin()`` (nothing to take), then taken by the `vaka.start` thread, or by the first ``waitForStart()``
+    /// that comes before it, which then runs it itself instead of waiting for a thread the scheduler has not yet
+    /// run (a short-lived program on a busy machine).
+    private let startTaken = Atomic<Bool>(true)
     /// The process that created the client. A `fork()`ed child (another pid) shares the run directory and the
     /// journal's mapping with it, but not its threads: the mover, and captures in progress at the fork.
     private let ownerPID = getpid()
@@ -111,7 +120,7 @@ final class Client: Sendable {
             var opened: Result<Journal, Error> = .failure(JournalError(code: EINVAL, operation: "open"))
             _ = PrivateFiles.withFileSizeSignalBlocked {
                 opened = Result {
-                    try Journal(path: directory.appendingPathComponent("journal"), size: size, failed: { code in
+                    try Journal(path: directory.appendingPathComponent("journal", isDirectory: false), size: size, failed: { code in
                         log?("journal append failed: \(String(cString: strerror(code)))")
                     })
                 }
@@ -141,26 +150,37 @@ final class Client: Sendable {
     /// The part of start that a crash of this run right after ``Vaka/start(_:)`` needs, on the caller's thread:
     /// `scope.json` written (release, environment, tags and the session before its first update, so the next
     /// launch's crash join sends this run's crash with its scope and a `crashed` session) and the journal
-    /// registered with the crash handler. The rest runs on a thread of its own (`vaka.start`, ``finishStart()``):
+    /// registered with the crash handler. The rest runs on a thread of its own (`vaka.start`, ``finishStart(onStartThread:)``):
     /// ``flush(timeout:)``, ``end(timeout:)`` and the captures that bypass the journal wait for it.
     func begin() {
         state.withLock { persistScope($0) }
         // The crash handler reads the journal's last seq into a report (and syncs the fallback's rings).
         journal?.registerWithCrashHandler()
         startGate.close()
-        let thread = Thread { [self] in finishStart() }
+        startTaken.store(false, ordering: .releasing)
+        // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
+        // run directory's lock with it), as the mover's own thread never held it.
+        let thread = Thread { [weak self] in
+            guard let mover = self?.finishStartOnStartThread() else { return }
+            mover.runOnCurrentThread()
+        }
         thread.name = "vaka.start"
         thread.start()
     }
 
     /// The background part of start: the crash join and leftover sessions of earlier runs (their envelopes
-    /// first), then the mover (this run's events after them), then this run's first session update. Marks
-    /// start done (``waitForStart()``).
-    private func finishStart() {
+    /// first), then this run's first session update, then the mover (this run's events after them). Marks
+    /// start done (``waitForStart()``). On the `vaka.start` thread, that thread then becomes the mover's
+    /// (`vaka.journal`); run by ``waitForStart()``, the mover gets a thread of its own. A run already ending
+    /// (``end(timeout:)``) gets neither the first update (the `exited` one is then the first) nor a mover thread
+    /// (the end drains the journal itself).
+    private func finishStart(onStartThread: Bool) {
         joinPreviousRuns()
-        mover?.start()
+        let endingNow = ending.load(ordering: .acquiring)
+        if !endingNow && !onStartThread { mover?.start() }
+        defer { startGate.open() }
         let items: [EnvelopeItem] = state.withLock { state in
-            guard let update = sessionUpdate(.ok, &state) else { return [] }
+            guard !ending.load(ordering: .acquiring), let update = sessionUpdate(.ok, &state) else { return [] }
             return [.session(update.jsonData())]
         }
         if !items.isEmpty {
@@ -170,13 +190,25 @@ final class Client: Sendable {
             state.withLock { persistScope($0) }
         }
         delivery.wake()
-        startGate.open()
     }
 
-    /// Waits until the background part of start (``finishStart()``) is done. Returns at once in a `fork()`ed
-    /// child: that thread is its parent's.
+    /// The `vaka.start` thread's part: ``finishStart(onStartThread:)`` unless a ``waitForStart()`` took it first;
+    /// returns the mover whose loop the thread is to run then (`nil`: none, or the run is already ending).
+    private func finishStartOnStartThread() -> JournalMover? {
+        guard !startTaken.exchange(true, ordering: .acquiringAndReleasing) else { return nil }
+        finishStart(onStartThread: true)
+        return ending.load(ordering: .acquiring) ? nil : mover
+    }
+
+    /// Waits until the background part of start (``finishStart(onStartThread:)``) is done; runs it on the
+    /// calling thread when the `vaka.start` thread has not taken it yet. Returns at once in a `fork()`ed child:
+    /// that thread is its parent's.
     func waitForStart() {
         guard getpid() == ownerPID else { return }
+        if !startTaken.exchange(true, ordering: .acquiringAndReleasing) {
+            finishStart(onStartThread: false)
+            return
+        }
         startGate.wait()
     }
 
@@ -544,15 +576,17 @@ final class Client: Sendable {
         return delivery.flush(timeout: timeout)
     }
 
-    /// Ends the session (`exited`), moves what the journal holds to delivery, flushes (up to `timeout` s),
-    /// keeps what was not sent for the next launch, closes the journal and removes this run's directory (the
-    /// journal with it). Idempotent.
+    /// Ends the session (`exited`; the first update, `init: true`, when the background part of start had not made
+    /// one), moves what the journal holds to delivery, closes the journal, removes this run's directory (the
+    /// journal with it), then flushes (up to `timeout` s), keeping what was not sent for the next launch.
+    /// Idempotent.
     func end(timeout: TimeInterval) {
         // A fork child leaves the journal (shared with its parent: the parent's mover moves what the child
         // appended), the run directory and the session to the parent; it neither waits for threads it does not
         // have nor removes them, and sends no session update (the session is the parent process's).
         let forkChild = getpid() != ownerPID
-        // The background part of start first: its session update comes before the `exited` one.
+        if !forkChild { ending.store(true, ordering: .releasing) }
+        // The background part of start first: its session update, if it made one, comes before the `exited` one.
         waitForStart()
         let items: [EnvelopeItem]? = state.withLock { state in
             if state.ended { return nil }
@@ -572,28 +606,40 @@ final class Client: Sendable {
         }
         // Waits for appends in progress (a thread past the `ended` check), unregisters it from the crash handler.
         journal?.close()
-        if !items.isEmpty {
-            submit(Envelope(items: items))
-            state.withLock { persistScope($0) }
-        }
+        if !items.isEmpty { submit(Envelope(items: items)) }
+        // `ended` is set and the journal closed: no other call uses the run directory any more. Removed once the
+        // `exited` update is written (its `scope.json` still says `ok`, so a process killed before this point
+        // is `abnormal` at the next launch) and before the flush (a run that is gone needs no `scope.json`
+        // saying `exited`: the next launch finds nothing to close).
+        if !forkChild { state.withLock { $0.runDirectory?.remove() } }
         delivery.close(timeout: timeout)
         log(delivery.summary)
-        // `ended` is set: no other call uses the run directory any more.
-        if !forkChild { state.withLock { $0.runDirectory?.remove() } }
     }
+
+    /// Marks the run as ending before ``begin()``, as ``end(timeout:)`` does: tests of the single session update
+    /// of a run that ends before the background part of start made its first one.
+    func markEndingForTesting() { ending.store(true, ordering: .releasing) }
 
     // MARK: - Storage
 
     /// The anon id (`did`): a random UUID kept in `<storage>/anon_id` (mode 0600), created on first use.
     /// At most 4 KiB of the file is read; a bigger or unreadable one is replaced by a new id.
     static func anonID(storage: URL, log: ((String) -> Void)?) -> String? {
-        let url = storage.appendingPathComponent("anon_id")
-        if case .data(let data) = PrivateFiles.readCapped(url.path, maxBytes: 4096) {
-            let text = String(decoding: data, as: UTF8.self)
-            let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
-            if UUID(uuidString: id) != nil { return id.lowercased() }
+        let url = storage.appendingPathComponent("anon_id", isDirectory: false)
+        if case .data(let data) = PrivateFiles.readCapped(url.fileSystemPath, maxBytes: 4096) {
+            // ASCII whitespace around the id trimmed with index loops (generic collection adapters would cost
+            // `Vaka.start` their first-use type lookups); a UUID is ASCII, so lower-casing is per byte.
+            let bytes = [UInt8](data)
+            func isSpace(_ b: UInt8) -> Bool { b == 0x20 || (0x09...0x0D).contains(b) }
+            var start = 0, end = bytes.count
+            while start < end && isSpace(bytes[start]) { start += 1 }
+            while end > start && isSpace(bytes[end - 1]) { end -= 1 }
+            var lower = [UInt8]()
+            for i in start..<end { lower.append((65...90).contains(bytes[i]) ? bytes[i] + 32 : bytes[i]) }
+            let id = String(decoding: lower, as: UTF8.self)
+            if RandomID.isUUID(id) { return id }
         }
-        let id = UUID().uuidString.lowercased()
+        let id = RandomID.uuid(lowercase: true)
         do { try PrivateFiles.writeAtomically(Data(id.utf8), to: url, sync: false) } catch { log?("cannot write anon_id: \(error)") }
         return id
     }

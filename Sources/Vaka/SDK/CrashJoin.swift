@@ -58,7 +58,7 @@ extension Client {
             runs[run.runID] = run
         }
         live.insert(runID)
-        var names = ((try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? [])
+        var names = PrivateFiles.directoryNames(crashes.fileSystemPath)
             .filter { $0.hasSuffix(reportSuffix) && $0 != runID + reportSuffix }.sorted()
         // A report of a run whose process still lives (a sibling process of the same program) may be half
         // written by its crash handler: left for a later launch.
@@ -73,7 +73,7 @@ extension Client {
         var cache: String?
         if !names.isEmpty {
             let dir = storage.appendingPathComponent("symcache", isDirectory: true)
-            do { try PrivateFiles.makeDirectory(dir); cache = dir.path } catch { logLine("no symbol cache: \(error)") }
+            do { try PrivateFiles.makeDirectory(dir); cache = dir.fileSystemPath } catch { logLine("no symbol cache: \(error)") }
         }
         let builder = FatalEventBuilder(symbolicator: Symbolicator(cacheDirectory: cache))
         // Read once, not once per report (that was quadratic in reports × pending/). An event settled by the
@@ -460,7 +460,7 @@ extension Client {
     /// `runs/<run-id>/lock` is still held (a live process), are left alone.
     func removeStaleSpares() {
         let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? []
+        let names = PrivateFiles.directoryNames(crashes.fileSystemPath)
         for name in names where name.hasPrefix(".") && name.hasSuffix(".spare") {
             // `.<run-id>-<pid>.spare` (the pid of the process that kept it: a fork child keeps its parent's
             // run id); `.<run-id>.spare` from an older version.
@@ -472,13 +472,13 @@ extension Client {
             }
             guard !run.isEmpty, run != runID, whole != runID, !run.contains("/") else { continue }
             let held = Set([run, whole]).contains { candidate in
-                let lock = open(storage.appendingPathComponent("runs/\(candidate)/lock").path, O_RDWR | O_CLOEXEC)
+                let lock = open(storage.appendingPathComponent("runs/\(candidate)/lock").fileSystemPath, O_RDWR | O_CLOEXEC)
                 guard lock >= 0 else { return false }
                 defer { Glibc.close(lock) }
                 return flock(lock, LOCK_EX | LOCK_NB) != 0
             }
             if held { continue }
-            if unlink(crashes.appendingPathComponent(name).path) == 0 { logLine("removed \(name), left by a killed run") }
+            if unlink(crashes.appendingPathComponent(name).fileSystemPath) == 0 { logLine("removed \(name), left by a killed run") }
         }
     }
 }

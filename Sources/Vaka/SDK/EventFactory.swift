@@ -87,7 +87,7 @@ struct EventFactory: Sendable {
 
     /// A new event id: a random UUID as 32 lower-case hex digits.
     static func newEventID() -> String {
-        UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        RandomID.hex32()
     }
 
     /// The common fields of every event (see the type's documentation), for `scope` and `breadcrumbs` at `date`.

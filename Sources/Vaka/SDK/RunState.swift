@@ -72,6 +72,19 @@ struct RunScope: Codable, Equatable {
         + (Vaka.Options.maxReleaseBytes + Vaka.Options.maxEnvironmentBytes) * 6 + maxDataBytes
         + Attachment.maxRegistered * ((2 * Attachment.maxPathBytes + Vaka.Options.maxTagChars) * 6 + 64) + 16 * 1024
 
+    /// The `scope.json` bytes: the `Codable` form (what the next launch decodes) with sorted keys, written by
+    /// ``JSONWriter``.
+    func jsonData() -> Data {
+        var json = JSONWriter()
+        json.add("environment", environment)
+        json.add("release", release)
+        json.add("runID", runID)
+        json.add("session", object: session?.json)
+        json.add("tags", strings: tags)
+        json.add("userID", userID)
+        return json.data
+    }
+
     /// `tags` with at most ``maxTags`` entries (the first by key order) and each key and value cut to
     /// ``Vaka/Options/maxTagChars`` scalars; `dropped` is how many tags were left out.
     static func bounded(tags: [String: String]) -> (tags: [String: String], dropped: Int) {
@@ -92,14 +105,12 @@ final class RunDirectory {
     let url: URL
     /// The run id (directory name).
     let runID: String
+    /// `url`'s file-system path (file paths are made from it as strings: URL operations on the start and exit
+    /// path cost more than the system calls they name).
+    let path: String
     private var lockFD: Int32 = -1
     /// Whether `scope.json` was written once (later writes replace it atomically).
     private var wroteScope = false
-    private let encoder: JSONEncoder = {
-        let e = JSONEncoder()
-        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return e
-    }()
 
     /// Largest `scope.json` read back, bytes: 1 MiB (a scope is release, environment, tags, user id and
     /// session: a few KiB). A bigger file is ignored with a debug line, without being read.
@@ -117,7 +128,8 @@ final class RunDirectory {
         // `runs/` first: each level is then one mkdir(2) (see PrivateFiles.makeDirectory).
         try PrivateFiles.makeDirectory(root)
         try PrivateFiles.makeDirectory(url)
-        lockFD = open(url.appendingPathComponent("lock").path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        path = url.fileSystemPath
+        lockFD = open(path + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if lockFD >= 0 { _ = flock(lockFD, LOCK_EX | LOCK_NB) }
     }
 
@@ -130,30 +142,35 @@ final class RunDirectory {
     /// and no other process reads it while this run's lock is held; a file torn by a crash during that write
     /// gives the next launch no scope, as no file would).
     func write(_ scope: RunScope) throws {
-        var data = try encoder.encode(scope)
+        var data = scope.jsonData()
         if data.count > RunDirectory.maxScopeBytes {
             var smaller = scope
             smaller.tags = [:]
-            data = try encoder.encode(smaller)
+            data = smaller.jsonData()
         }
-        let file = url.appendingPathComponent("scope.json")
+        let file = url.appendingPathComponent("scope.json", isDirectory: false)
         if !wroteScope {
-            let fd = open(file.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            let fd = open(file.fileSystemPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             if fd >= 0 {
                 let code = PrivateFiles.withFileSizeSignalBlocked { PrivateFiles.writeAll(fd, data) }
                 Glibc.close(fd)
                 if code == 0 { wroteScope = true; return }
-                unlink(file.path)
+                unlink(file.fileSystemPath)
             }
         }
         try PrivateFiles.writeAtomically(data, to: file, sync: false)
         wroteScope = true
     }
 
-    /// Deletes the directory (the run ended and everything about it was sent or queued).
+    /// The files a run directory holds: the journal and its spill file, `scope.json`, the lock.
+    static let fileNames = ["journal", "journal.spill", "scope.json", "lock"]
+
+    /// Deletes the directory (the run ended and everything about it was sent or queued): its known files with
+    /// `unlink(2)` and the directory with `rmdir(2)`; anything else in it through `FileManager`.
     func remove() {
         if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
-        try? FileManager.default.removeItem(at: url)
+        for name in RunDirectory.fileNames { unlink(path + "/" + name) }
+        if rmdir(path) != 0 && errno != ENOENT { try? FileManager.default.removeItem(at: url) }
     }
 
     /// A run directory left by an earlier process.
@@ -179,18 +196,18 @@ final class RunDirectory {
     static func finishedRuns(storage: URL, except current: String, live: inout Set<String>,
                              log: ((String) -> Void)? = nil) -> [Previous] {
         let root = root(storage)
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []
+        let names = PrivateFiles.directoryNames(root.fileSystemPath)
         var runs: [Previous] = []
         for name in names.sorted() where name != current && !name.hasPrefix(".") {
             let dir = root.appendingPathComponent(name, isDirectory: true)
-            let fd = open(dir.appendingPathComponent("lock").path, O_RDWR | O_CLOEXEC)
+            let fd = open(dir.appendingPathComponent("lock").fileSystemPath, O_RDWR | O_CLOEXEC)
             if fd >= 0 {
                 let free = flock(fd, LOCK_EX | LOCK_NB) == 0
                 Glibc.close(fd)
                 if !free { live.insert(name); continue }
             }
             var scope: RunScope? = nil
-            switch PrivateFiles.readCapped(dir.appendingPathComponent("scope.json").path, maxBytes: RunDirectory.maxScopeBytes) {
+            switch PrivateFiles.readCapped(dir.appendingPathComponent("scope.json").fileSystemPath, maxBytes: RunDirectory.maxScopeBytes) {
             case .data(let data): scope = try? JSONDecoder().decode(RunScope.self, from: data)
             case .tooLarge(let size): log?("run \(name): scope.json is \(size) B, over \(RunDirectory.maxScopeBytes) B; ignored")
             case .notRegular: log?("run \(name): scope.json is not a regular file; ignored")

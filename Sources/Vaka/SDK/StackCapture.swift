@@ -20,19 +20,21 @@ final class StackCapture: Sendable {
     /// What captures share: the symbolicator (its files opened once) and the images loaded at the last look.
     private struct State: ~Copyable {
         // No /usr/lib/debug here: inflating a distro debug file (e.g. libc6-dbg) would cost the capturing
-        // process hundreds of ms; names still come from the images' own symbol tables and DWARF.
-        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        // process hundreds of ms; names still come from the images' own symbol tables and DWARF. Made at the
+        // first capture, not at `Vaka.start`.
+        var symbolicator: Symbolicator?
         var images: [CrashReport.Image] = []
     }
 
     private let state = Mutex(State())
-    private let executable: String?
     private let arch: String
 
-    /// Reads nothing yet: images are collected at the first capture.
+    /// The executable's path (`/proc/self/exe`), read at the first capture.
+    private static let executable: String? = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+
+    /// Reads nothing yet: images (and the executable's path) are collected at the first capture.
     init(arch: String) {
         self.arch = arch
-        executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
     }
 
     /// The calling thread's stack, unwound now.
@@ -57,9 +59,11 @@ final class StackCapture: Sendable {
                 state.images = StackCapture.loadedImages()
             }
             let stack = FatalEventBuilder.NativeStack(frames: addresses.map { CrashReport.Frame(address: $0, method: VAKA_REPORT_FRAME_METHOD_CFI) },
-                                                      images: state.images, executable: executable ?? state.images.first?.path,
+                                                      images: state.images, executable: StackCapture.executable ?? state.images.first?.path,
                                                       arch: arch)
-            let mapped = FatalEventBuilder(symbolicator: state.symbolicator).map(stack)
+            let symbolicator = state.symbolicator ?? Symbolicator(systemDebugDirectory: nil)
+            state.symbolicator = symbolicator
+            let mapped = FatalEventBuilder(symbolicator: symbolicator).map(stack)
             return (mapped.frames.isEmpty ? nil : Stacktrace(frames: mapped.frames), mapped.images)
         }
     }
