@@ -121,6 +121,28 @@ final class SDKOptionsTests: XCTestCase {
         XCTAssertEqual(crumbs.map { $0["category"] as? String }, ["cart", "log"])
     }
 
+    /// A `beforeBreadcrumb` that adds a breadcrumb itself (directly, or by logging): the nested one is kept as
+    /// given instead of passing through the hook again (which would call itself until the stack overflows).
+    func testBeforeBreadcrumbAddingBreadcrumbsDoesNotRecurse() throws {
+        let calls = Atomic<Int>(0)
+        let storage = start("crumb-reentry") { options in
+            options.beforeBreadcrumb = { crumb in
+                calls.wrappingAdd(1, ordering: .relaxed)
+                Vaka.addBreadcrumb(category: "hook", message: "from the hook")
+                Vaka.logger.info("logged by the hook")
+                var crumb = crumb
+                crumb.message = "[" + (crumb.message ?? "") + "]"
+                return crumb
+            }
+        }
+        Vaka.addBreadcrumb(category: "cart", message: "added")
+        Vaka.capture(message: "with crumbs")
+        let envelopes = try finish(storage)
+        let crumbs = (events(envelopes).first?["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]] ?? []
+        XCTAssertEqual(crumbs.map { $0["message"] as? String }, ["from the hook", "logged by the hook", "[added]"])
+        XCTAssertEqual(calls.load(ordering: .relaxed), 1)
+    }
+
     func testMaxBreadcrumbsKeepsTheLastOnes() throws {
         let storage = start("max-crumbs") { $0.maxBreadcrumbs = 3 }
         for i in 0..<10 { Vaka.addBreadcrumb(category: "step", message: "crumb \(i)") }

@@ -188,8 +188,10 @@ final class Client: Sendable {
     func addBreadcrumb(_ crumb: Breadcrumb) {
         guard !endedFlag.load(ordering: .relaxed) else { return }
         var crumb = crumb
-        if let hook = options.beforeBreadcrumb {
-            guard let kept = hook(crumb) else { return }
+        // A breadcrumb added from inside the hook (by the hook, or by a log it writes) is kept as given: passed
+        // to the hook again, it would call itself without end.
+        if let hook = options.beforeBreadcrumb, !HookThread.current.contains(.beforeBreadcrumb) {
+            guard let kept = HookThread.running(.beforeBreadcrumb, { hook(crumb) }) else { return }
             crumb = kept
         }
         crumb = EventBudget.limited(crumb)
@@ -537,8 +539,11 @@ final class Client: Sendable {
     // MARK: - End
 
     /// Moves everything in the journal to delivery (``JournalMover/drain()``), then sends everything queued,
-    /// waiting up to `timeout` seconds. `true` when nothing is left.
+    /// waiting up to `timeout` seconds. `true` when nothing is left. From inside `beforeSend` (``HookThread``)
+    /// only the last part: the hook runs on the start thread, or inside a pass of the mover that a drain would
+    /// wait for, so the events still in the journal stay there for the mover.
     func flush(timeout: TimeInterval) -> Bool {
+        if HookThread.current.contains(.beforeSend) { return delivery.flush(timeout: timeout) }
         waitForStart()
         mover?.drain()
         return delivery.flush(timeout: timeout)

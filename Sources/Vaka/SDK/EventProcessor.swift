@@ -74,7 +74,7 @@ struct EventProcessor: Sendable {
             EventProcessor.replaceHome(home, in: &event)
         }
         guard let beforeSend else { return event }
-        guard var kept = beforeSend(event) else {
+        guard var kept = HookThread.running(.beforeSend, { beforeSend(event) }) else {
             reports?.record(.beforeSend, category: "error")
             return nil
         }
@@ -191,5 +191,40 @@ struct EventProcessor: Sendable {
         object["ip_address"] = .string("{{auto}}")
         guard let changed = try? JSONEncoder().encode(object), let withIP = try? JSONDecoder().decode(User.self, from: changed) else { return }
         event.user = withIP
+    }
+}
+
+/// Which of the options' hooks (``Vaka/Options/beforeSend``, ``Vaka/Options/beforeBreadcrumb``) the calling
+/// thread is running: a thread-specific value (`pthread_getspecific`), so that a hook that calls back into Vaka
+/// neither waits for the thread that runs it nor calls itself without end. ``Vaka/flush(timeout:)`` and
+/// ``Vaka/close(timeout:)`` from `beforeSend` do not wait for the journal mover or the start thread (which may be
+/// the hook's own, holding the mover's pass); a breadcrumb added from `beforeBreadcrumb` is kept without
+/// passing through it again.
+enum HookThread {
+    /// A set of hooks.
+    struct Hooks: OptionSet, Sendable {
+        let rawValue: Int
+        /// ``Vaka/Options/beforeSend``.
+        static let beforeSend = Hooks(rawValue: 1)
+        /// ``Vaka/Options/beforeBreadcrumb``.
+        static let beforeBreadcrumb = Hooks(rawValue: 2)
+    }
+
+    /// The thread-specific key holding the calling thread's ``Hooks`` (its raw value as the pointer's bits).
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        precondition(pthread_key_create(&key, nil) == 0, "pthread_key_create failed")
+        return key
+    }()
+
+    /// The hooks the calling thread is running (nested calls add up).
+    static var current: Hooks { Hooks(rawValue: Int(bitPattern: pthread_getspecific(key))) }
+
+    /// Runs `body` (the call of `hook`) with `hook` added to the calling thread's ``current``.
+    static func running<T>(_ hook: Hooks, _ body: () -> T) -> T {
+        let outer = current
+        pthread_setspecific(key, UnsafeRawPointer(bitPattern: outer.union(hook).rawValue))
+        defer { pthread_setspecific(key, UnsafeRawPointer(bitPattern: outer.rawValue)) }
+        return body()
     }
 }

@@ -102,13 +102,16 @@ extension Vaka {
         /// contexts, breadcrumbs, the in-app marking, and the ``sendDefaultPii`` rule applied; the size
         /// limits are applied after it; its `event_id` cannot be changed (it is kept). A crash it drops is not sent again (its report is deleted); the
         /// crashed session's update is still sent. It cannot throw; a hook that traps crashes the app, as in
-        /// any SDK. Default `nil`.
+        /// any SDK. It may call back into Vaka: ``Vaka/flush(timeout:)`` from it sends what is queued without
+        /// moving the journal, ``Vaka/close(timeout:)`` ends the run on a thread of its own (`vaka.close`) once
+        /// the hook has returned, and an event it captures passes through it too. Default `nil`.
         public var beforeSend: (@Sendable (Event) -> Event?)? = nil
         /// Called with every breadcrumb on the thread that adds it, before it is recorded: return it (changed or
         /// not) to keep it, `nil` to drop it. Breadcrumbs made by ``Vaka/screen(_:)`` and by logs
         /// (``logBreadcrumbLevel``) pass through it too. Without it, ``Vaka/addBreadcrumb(category:message:)``
         /// stays one lock-free journal append; with it, each breadcrumb is built as a ``Breadcrumb`` value
-        /// first. Default `nil`.
+        /// first. A breadcrumb added from inside the hook (directly, or by a log it writes) is kept as given,
+        /// not passed to the hook again. Default `nil`.
         public var beforeBreadcrumb: (@Sendable (Breadcrumb) -> Breadcrumb?)? = nil
         /// Frames whose image is one of these are marked `in_app: true`: each entry is a prefix of the image's
         /// file name (`libMyKit`) or of its path (`/opt/myapp/`). Wins over ``inAppExclude``. Applied to every
