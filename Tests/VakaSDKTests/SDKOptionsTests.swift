@@ -102,6 +102,34 @@ final class SDKOptionsTests: XCTestCase {
         XCTAssertEqual(onMain.withLock { $0 }, [false, false, false])
     }
 
+    /// A `beforeSend` that writes values JSON cannot hold (a NaN time, NaN and too-deep extra, a NaN breadcrumb
+    /// time): the event is still sent with what the hook kept, not replaced by an empty object.
+    func testBeforeSendWritingUnencodableValuesStillSendsTheEvent() throws {
+        let storage = start("before-send-nan") { options in
+            options.beforeSend = { event in
+                var event = event
+                var deep: JSONValue = .int(1)
+                for _ in 0..<600 { deep = .array([deep]) }
+                event.timestamp = .nan
+                event.extra = ["ratio": .double(.nan), "deep": deep]
+                if var crumbs = event.breadcrumbs {
+                    crumbs.values[0].timestamp = -.infinity
+                    event.breadcrumbs = crumbs
+                }
+                return event
+            }
+        }
+        Vaka.addBreadcrumb(category: "cart", message: "added")
+        Vaka.capture(message: "kept whole")
+        let sent = events(try finish(storage))
+        XCTAssertEqual(sent.map(message), ["kept whole"])
+        XCTAssertGreaterThan(sent.first?["timestamp"] as? Double ?? 0, 1_700_000_000)
+        XCTAssertEqual((sent.first?["extra"] as? [String: Any])?["ratio"] as? String, "nan")
+        let crumbs = (sent.first?["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]] ?? []
+        XCTAssertEqual(crumbs.map { $0["message"] as? String }, ["added"])
+        XCTAssertGreaterThan(crumbs.first?["timestamp"] as? Double ?? 0, 1_700_000_000)
+    }
+
     func testBeforeBreadcrumbDropsAndEditsEveryKindOfBreadcrumb() throws {
         let storage = start("before-crumb") { options in
             options.beforeBreadcrumb = { crumb in

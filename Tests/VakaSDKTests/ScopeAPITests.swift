@@ -39,6 +39,43 @@ final class ScopeAPITests: XCTestCase {
         return envelopes
     }
 
+    /// Values JSON cannot hold (nested deeper than JSONEncoder/JSONDecoder take, NaN, a NaN breadcrumb time)
+    /// in contexts, extra, breadcrumb data and a per-call scope: each event is still sent whole (its message),
+    /// the deep value cut to `"..."` at ``JSONValue/maxDepth``, NaN as text.
+    func testValuesJSONCannotHoldNeverCostTheEvent() throws {
+        let storage = start("unencodable")
+        var deep: JSONValue = .string("bottom")
+        for _ in 0..<600 { deep = .object(["a": deep]) }
+        Vaka.setContext("deep", ["v": deep])
+        Vaka.capture(message: "deep context")
+        Vaka.setContext("deep", nil)
+        Vaka.setExtra("deep", deep)
+        Vaka.capture(message: "deep extra")
+        Vaka.setExtra("deep", nil)
+        Vaka.addBreadcrumb(Breadcrumb(timestamp: .nan, category: "db", message: "deep crumb", data: ["v": deep, "nan": .double(.infinity)]))
+        Vaka.capture(message: "deep crumb")
+        Vaka.capture(message: "deep scope") { $0.setExtra("deep", .array([deep])) }
+        Vaka.close(timeout: 5)
+        let events = try checkedOutbox(storage).flatMap(\.events)
+        XCTAssertEqual(events.map { ($0["logentry"] as? [String: Any])?["formatted"] as? String },
+                       ["deep context", "deep extra", "deep crumb", "deep scope"])
+        func depth(_ value: Any?) -> (levels: Int, leaf: Any?) {
+            var levels = 0
+            var value = value
+            while let object = value as? [String: Any], let inner = object["a"] { levels += 1; value = inner }
+            return (levels, value)
+        }
+        let context = ((events[0]["contexts"] as? [String: Any])?["deep"] as? [String: Any])?["v"]
+        XCTAssertEqual(depth(context).leaf as? String, "...", "cut, not lost")
+        XCTAssertEqual(depth(context).levels, JSONValue.maxDepth - 3)  // contexts.deep.v is level 3
+        XCTAssertEqual(depth((events[1]["extra"] as? [String: Any])?["deep"]).leaf as? String, "...")
+        let crumb = ((events[2]["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]])?.last
+        XCTAssertEqual(crumb?["message"] as? String, "deep crumb")
+        XCTAssertEqual((crumb?["data"] as? [String: Any])?["nan"] as? String, "inf")
+        XCTAssertGreaterThan(crumb?["timestamp"] as? Double ?? 0, 1_700_000_000, "a NaN time is the time it was added")
+        XCTAssertNotNil((events[3]["extra"] as? [String: Any])?["deep"] as? [Any])
+    }
+
     func testEachScopeCallReachesTheNextEventsWithExactFields() throws {
         let storage = start("scope-calls")
         Vaka.setUser(User(id: "u-1", email: "ana@example.com", username: "ana", ipAddress: "203.0.113.7"))

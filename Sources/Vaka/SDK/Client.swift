@@ -194,6 +194,7 @@ final class Client: Sendable {
             guard let kept = HookThread.running(.beforeBreadcrumb, { hook(crumb) }) else { return }
             crumb = kept
         }
+        if !crumb.timestamp.isFinite { crumb.timestamp = Date().timeIntervalSince1970 }  // JSON has no NaN
         crumb = EventBudget.limited(crumb)
         if let journal {
             journal.append(crumb)

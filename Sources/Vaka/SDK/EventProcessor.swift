@@ -15,7 +15,8 @@ import Glibc
 /// 3. the PII rule (``Vaka/Options/sendDefaultPii``): without it the home directory becomes `~` in paths; with
 ///    it `user.ip_address` is `{{auto}}` when not set;
 /// 4. ``Vaka/Options/beforeSend``: `nil` drops the event, counted in ``ClientReports`` (`before_send`, `error`);
-///    the `event_id` of an event it returns is kept as it was.
+///    the `event_id` of an event it returns is kept as it was, and a NaN or infinite `timestamp` it set (the
+///    event's, a breadcrumb's) is the event's again.
 struct EventProcessor: Sendable {
     /// Where the event comes from (for the documentation of the hook's thread; both are processed alike).
     enum Kind: Sendable {
@@ -79,6 +80,14 @@ struct EventProcessor: Sendable {
             return nil
         }
         kept.eventID = event.eventID  // the envelope header, deduplication and the crash ledger go by it
+        // Times JSON cannot hold (which would make the event unencodable) are the event's own again.
+        if !(kept.timestamp?.isFinite ?? true) { kept.timestamp = event.timestamp }
+        if var crumbs = kept.breadcrumbs, crumbs.values.contains(where: { !$0.timestamp.isFinite }) {
+            for i in crumbs.values.indices where !crumbs.values[i].timestamp.isFinite {
+                crumbs.values[i].timestamp = kept.timestamp ?? Date().timeIntervalSince1970
+            }
+            kept.breadcrumbs = crumbs
+        }
         return kept
     }
 
