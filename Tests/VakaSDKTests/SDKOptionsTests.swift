@@ -320,8 +320,23 @@ final class SDKOptionsTests: XCTestCase {
         XCTAssertEqual(empty.0.environment, "production")
     }
 
+    /// Values read from a file with a line ending (a mounted secret, a CRLF `.env` file) or padded with blanks
+    /// are used without them, as Sentry's SDKs use them; blanks alone count as not set.
+    func testSentryVariablesAreUsedWithoutSurroundingWhitespace() {
+        let (o, notes) = resolved(Vaka.Options(), ["SENTRY_DSN": " http://envkey@127.0.0.1:9/7\r\n",
+                                                   "SENTRY_RELEASE": "app@2.0\n", "SENTRY_ENVIRONMENT": "staging\r\n"])
+        XCTAssertEqual(o.dsn, "http://envkey@127.0.0.1:9/7")
+        XCTAssertEqual(o.release, "app@2.0")
+        XCTAssertEqual(o.environment, "staging")
+        XCTAssertEqual(notes, [])
+        let (blank, blankNotes) = resolved(Vaka.Options(), ["SENTRY_DSN": " \n", "SENTRY_RELEASE": "\t", "SENTRY_ENVIRONMENT": " "])
+        XCTAssertNil(blank.dsn)
+        XCTAssertEqual(blank.environment, Vaka.Options.defaultEnvironment)
+        XCTAssertEqual(blankNotes, [])
+    }
+
     func testBadSentryVariablesGiveOneLineEachAndNeverStopVaka() {
-        let (o, notes) = resolved(Vaka.Options(), ["SENTRY_DSN": "ftp://nokey", "SENTRY_RELEASE": "a/b\n",
+        let (o, notes) = resolved(Vaka.Options(), ["SENTRY_DSN": "ftp://nokey", "SENTRY_RELEASE": "a/b\u{1}",
                                                    "SENTRY_ENVIRONMENT": String(repeating: "e", count: 100)])
         XCTAssertNil(o.dsn)
         XCTAssertEqual(o.release, "a_b_")

@@ -200,15 +200,16 @@ extension Vaka.Options {
 
     /// These options completed from the environment variables Sentry's SDKs read, each only when the code did
     /// not give the value: ``dsn`` from `SENTRY_DSN` (when no DSN, key or endpoint is given), ``release`` from
-    /// `SENTRY_RELEASE` (when `VAKA_RELEASE` is not set either), ``environment`` from `SENTRY_ENVIRONMENT`. An
-    /// empty variable counts as not set. A value that cannot be used gives one line to `note` and is left
+    /// `SENTRY_RELEASE` (when `VAKA_RELEASE` is not set either), ``environment`` from `SENTRY_ENVIRONMENT`, each
+    /// without leading and trailing whitespace and line ends. An empty (or blank) variable counts as not set. A value that cannot be used gives one line to `note` and is left
     /// out or changed: a `SENTRY_DSN` that does not parse is ignored (outbox mode: nothing is sent), a
     /// release or environment Relay would refuse is bounded (``boundedRelease(_:)``, ``boundedEnvironment(_:)``).
     /// `variable` reads one variable (`getenv` in the SDK).
     func fromEnvironment(_ variable: (String) -> String?, note: (String) -> Void) -> Vaka.Options {
         var o = self
         func value(_ name: String) -> String? {
-            guard let v = variable(name), !v.isEmpty else { return nil }
+            // Without surrounding blanks and line ends (a value read from a file, a CRLF `.env`), as Sentry's SDKs.
+            guard let v = variable(name)?.trimmingCharacters(in: .whitespacesAndNewlines), !v.isEmpty else { return nil }
             return v
         }
         if dsn == nil, key == nil, endpoint == nil, let env = value("SENTRY_DSN") {
