@@ -76,6 +76,27 @@ final class ScopeAPITests: XCTestCase {
         XCTAssertNotNil((events[3]["extra"] as? [String: Any])?["deep"] as? [Any])
     }
 
+    /// Empty values an app may well pass: an `NSError` with an empty domain and description (Relay drops an
+    /// exception with neither type nor value, and its stack trace with it), an attachment without a file name or
+    /// content type (Relay refuses it), a user of empty fields (no user).
+    func testEmptyNamesStillMakeEventsRelayKeepsWhole() throws {
+        let storage = start("empty-names")
+        Vaka.setUser(User(id: "", email: "", username: ""))
+        Vaka.addAttachment(data: Data("a".utf8), filename: "", contentType: "")
+        Vaka.capture(NSError(domain: "", code: 7, userInfo: [NSLocalizedDescriptionKey: ""]))
+        Vaka.close(timeout: 5)
+        let envelopes = try checkedOutbox(storage)
+        let event = try XCTUnwrap(envelopes.flatMap(\.events).first)
+        let exception = try XCTUnwrap(((event["exception"] as? [String: Any])?["values"] as? [[String: Any]])?.last)
+        XCTAssertEqual(exception["type"] as? String, "Foundation.NSError")
+        XCTAssertNotNil(exception["stacktrace"])
+        XCTAssertNil(event["user"], "a user of empty fields is no user")
+        let attachment = try XCTUnwrap(envelopes.flatMap(\.attachments).first)
+        XCTAssertEqual(attachment.header["filename"] as? String, "attachment")
+        XCTAssertEqual(attachment.header["content_type"] as? String, "application/octet-stream")
+        XCTAssertEqual(attachment.payload, Data("a".utf8))
+    }
+
     func testEachScopeCallReachesTheNextEventsWithExactFields() throws {
         let storage = start("scope-calls")
         Vaka.setUser(User(id: "u-1", email: "ana@example.com", username: "ana", ipAddress: "203.0.113.7"))

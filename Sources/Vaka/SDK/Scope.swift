@@ -77,7 +77,7 @@ public struct Scope: Sendable, Equatable {
             }
             event.tags = merged
         }
-        if let user { event.user = user.isEmpty ? nil : user.bounded }
+        if let user { event.user = user.bounded.isEmpty ? nil : user.bounded }
         if !contexts.isEmpty {
             var merged = event.contexts ?? Contexts()
             for (name, value) in contexts.sorted(by: { $0.key < $1.key }) { merged.set(name, value.mapValues(\.finite)) }
@@ -94,9 +94,12 @@ public struct Scope: Sendable, Equatable {
 }
 
 extension User {
-    /// This user with each field cut to ``Vaka/Options/maxTagChars`` (200) Unicode scalars.
+    /// This user with each field cut to ``Vaka/Options/maxTagChars`` (200) Unicode scalars, an empty one left
+    /// out (a user of empty fields only is no user).
     var bounded: User {
-        func cut(_ s: String?) -> String? { s.map { Vaka.Options.cut($0, maxChars: Vaka.Options.maxTagChars) } }
+        func cut(_ s: String?) -> String? {
+            s.flatMap { $0.isEmpty ? nil : Vaka.Options.cut($0, maxChars: Vaka.Options.maxTagChars) }
+        }
         var user = User(id: cut(id), email: cut(email), username: cut(username), ipAddress: cut(ipAddress))
         user.other = other
         return user
