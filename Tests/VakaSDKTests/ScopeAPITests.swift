@@ -78,12 +78,15 @@ final class ScopeAPITests: XCTestCase {
 
     /// Empty values an app may well pass: an `NSError` with an empty domain and description (Relay drops an
     /// exception with neither type nor value, and its stack trace with it), an attachment without a file name or
-    /// content type (Relay refuses it), a user of empty fields (no user).
+    /// content type (Relay refuses it), a user of empty fields (no user), an IP address that is none.
     func testEmptyNamesStillMakeEventsRelayKeepsWhole() throws {
         let storage = start("empty-names")
         Vaka.setUser(User(id: "", email: "", username: ""))
         Vaka.addAttachment(data: Data("a".utf8), filename: "", contentType: "")
         Vaka.capture(NSError(domain: "", code: 7, userInfo: [NSLocalizedDescriptionKey: ""]))
+        Vaka.setUser(User(id: "u-1", ipAddress: "not an address"))
+        Vaka.capture(message: "bad address")
+        Vaka.capture(message: "IPv6") { $0.setUser(User(id: "u-2", ipAddress: "2001:db8::7")) }
         Vaka.close(timeout: 5)
         let envelopes = try checkedOutbox(storage)
         let event = try XCTUnwrap(envelopes.flatMap(\.events).first)
@@ -95,6 +98,8 @@ final class ScopeAPITests: XCTestCase {
         XCTAssertEqual(attachment.header["filename"] as? String, "attachment")
         XCTAssertEqual(attachment.header["content_type"] as? String, "application/octet-stream")
         XCTAssertEqual(attachment.payload, Data("a".utf8))
+        let users = envelopes.flatMap(\.events).dropFirst().map { $0["user"] as? [String: String] }
+        XCTAssertEqual(users, [["id": "u-1"], ["id": "u-2", "ip_address": "2001:db8::7"]], "an address Relay would refuse is left out")
     }
 
     func testEachScopeCallReachesTheNextEventsWithExactFields() throws {
