@@ -102,6 +102,20 @@ final class ScopeAPITests: XCTestCase {
         XCTAssertEqual(users, [["id": "u-1"], ["id": "u-2", "ip_address": "2001:db8::7"]], "an address Relay would refuse is left out")
     }
 
+    /// Breadcrumb level names as logging libraries write them (upper case, `warn`, `critical`, `trace`) keep
+    /// their severity; an unknown name is `info`.
+    func testBreadcrumbLevelNamesInAnyCaseKeepTheirSeverity() throws {
+        let storage = start("crumb-levels")
+        for level in ["WARNING", "warn", "Critical", "trace", "ERROR", "notice"] {
+            Vaka.addBreadcrumb(Breadcrumb(category: "log", message: level, level: level))
+        }
+        Vaka.capture(message: "crumbs")
+        Vaka.close(timeout: 5)
+        let event = try XCTUnwrap(try checkedOutbox(storage).flatMap(\.events).first)
+        let crumbs = (event["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]] ?? []
+        XCTAssertEqual(crumbs.map { $0["level"] as? String }, ["warning", "warning", "fatal", "debug", "error", "info"])
+    }
+
     func testEachScopeCallReachesTheNextEventsWithExactFields() throws {
         let storage = start("scope-calls")
         Vaka.setUser(User(id: "u-1", email: "ana@example.com", username: "ana", ipAddress: "203.0.113.7"))
