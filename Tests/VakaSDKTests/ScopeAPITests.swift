@@ -116,6 +116,22 @@ final class ScopeAPITests: XCTestCase {
         XCTAssertEqual(crumbs.map { $0["level"] as? String }, ["warning", "warning", "fatal", "debug", "error", "info"])
     }
 
+    /// Without a journal (`runs` cannot be a directory: breadcrumbs kept in memory) a breadcrumb level is named
+    /// as the journal names it: Relay's normalizer refuses any other name.
+    func testBreadcrumbLevelsKeptInMemoryAreSentryNames() throws {
+        let storage = dirs.make("memory-levels")
+        try Data().write(to: storage.appendingPathComponent("runs"))
+        var options = Vaka.Options(sessionTracking: false, storageDirectory: storage)
+        options.crashReporting = false
+        Vaka.start(options)
+        for level in ["WARNING", "notice", "Critical"] { Vaka.addBreadcrumb(Breadcrumb(category: "log", message: level, level: level)) }
+        Vaka.capture(message: "crumbs")
+        Vaka.close(timeout: 5)
+        let event = try XCTUnwrap(try checkedOutbox(storage).flatMap(\.events).first)
+        let crumbs = (event["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]] ?? []
+        XCTAssertEqual(crumbs.map { $0["level"] as? String }, ["warning", "info", "fatal"])
+    }
+
     func testEachScopeCallReachesTheNextEventsWithExactFields() throws {
         let storage = start("scope-calls")
         Vaka.setUser(User(id: "u-1", email: "ana@example.com", username: "ana", ipAddress: "203.0.113.7"))

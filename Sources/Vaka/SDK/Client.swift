@@ -196,6 +196,8 @@ final class Client: Sendable {
         }
         if !crumb.timestamp.isFinite { crumb.timestamp = Date().timeIntervalSince1970 }  // JSON has no NaN
         crumb = EventBudget.limited(crumb)
+        // The level as the journal records it (also for breadcrumbs kept in memory: Relay refuses other names).
+        crumb.level = Breadcrumb.levelName(Breadcrumb.journalLevel(crumb.level))
         if let journal {
             journal.append(crumb)
             return

@@ -219,18 +219,22 @@ enum HookThread {
         static let beforeBreadcrumb = Hooks(rawValue: 2)
     }
 
-    /// The thread-specific key holding the calling thread's ``Hooks`` (its raw value as the pointer's bits).
-    private static let key: pthread_key_t = {
+    /// The thread-specific key holding the calling thread's ``Hooks`` (its raw value as the pointer's bits);
+    /// `nil` when the process has used up its keys (`PTHREAD_KEYS_MAX`): then no hook is known to run.
+    private static let key: pthread_key_t? = {
         var key = pthread_key_t()
-        precondition(pthread_key_create(&key, nil) == 0, "pthread_key_create failed")
-        return key
+        return pthread_key_create(&key, nil) == 0 ? key : nil
     }()
 
     /// The hooks the calling thread is running (nested calls add up).
-    static var current: Hooks { Hooks(rawValue: Int(bitPattern: pthread_getspecific(key))) }
+    static var current: Hooks {
+        guard let key else { return [] }
+        return Hooks(rawValue: Int(bitPattern: pthread_getspecific(key)))
+    }
 
     /// Runs `body` (the call of `hook`) with `hook` added to the calling thread's ``current``.
     static func running<T>(_ hook: Hooks, _ body: () -> T) -> T {
+        guard let key else { return body() }
         let outer = current
         pthread_setspecific(key, UnsafeRawPointer(bitPattern: outer.union(hook).rawValue))
         defer { pthread_setspecific(key, UnsafeRawPointer(bitPattern: outer.rawValue)) }
