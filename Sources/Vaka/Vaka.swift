@@ -284,15 +284,22 @@ public enum Vaka {
     /// 2; what is left stays in `pending/` for the next launch), delivery stopped, crash handlers restored to
     /// those before ``start(_:)``. Later calls are no-ops until the next ``start(_:)``. Also run automatically
     /// at process exit, with ``Options/shutdownTimeout``. From inside ``Options/beforeSend`` it returns at once
-    /// and the end runs on a thread of its own (`vaka.close`), once the hook has returned.
+    /// and the end runs on a thread of its own (`vaka.close`), once the hook has returned; an exit meanwhile
+    /// waits for it.
     public static func close(timeout: TimeInterval? = nil) {
         end(timeout: timeout ?? current?.options.shutdownTimeout ?? 2, uninstall: true)
     }
 
     /// The exit hook: ``close(timeout:)`` with ``Options/shutdownTimeout``, leaving the handlers installed.
     private static func endAtExit() {
+        // An end that `close()` from inside `beforeSend` left to the `vaka.close` thread completes first (its
+        // `exited` update is written), unless this exit comes from inside the hook, which that end waits for.
+        if !HookThread.current.contains(.beforeSend) { detachedEnd.wait() }
         end(timeout: current?.options.shutdownTimeout ?? 2, uninstall: false)
     }
+
+    /// Closed while an end runs on the `vaka.close` thread (``close(timeout:)`` from inside ``Options/beforeSend``).
+    private static let detachedEnd = Gate()
 
     private static func end(timeout: TimeInterval, uninstall: Bool) {
         let ending = state.withLock { state -> Client? in
@@ -312,7 +319,11 @@ public enum Vaka {
         // From inside `beforeSend` the end waits for the hook's own thread (the start thread, or the mover's
         // pass): it runs on a thread of its own (`vaka.close`) and completes once the hook has returned.
         guard HookThread.current.contains(.beforeSend) else { return finish() }
-        let thread = Thread { finish() }
+        detachedEnd.close()
+        let thread = Thread {
+            finish()
+            detachedEnd.open()
+        }
         thread.name = "vaka.close"
         thread.start()
     }

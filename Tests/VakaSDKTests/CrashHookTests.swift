@@ -109,6 +109,8 @@ final class CrashHookTests: XCTestCase {
         var envelopes = try readOutbox(handled)
         try checkPeers(envelopes)
         XCTAssertEqual(envelopes.flatMap(\.events).filter { $0["exception"] != nil }.count, 1)
+        // The program exits right after: the exit waits for that end, whose `exited` update is written.
+        XCTAssertEqual(envelopes.flatMap(\.sessions).compactMap { $0["status"] as? String }.last, "exited")
 
         let crashed = dirs.make("close-crash")
         try crash(crashed)
