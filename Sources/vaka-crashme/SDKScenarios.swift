@@ -145,7 +145,7 @@ func captureMany(storage: URL) {
 /// `$VAKA_IN_APP_EXCLUDE` (comma-separated prefixes) `inAppInclude` and `inAppExclude`; `$VAKA_BEFORE_SEND`
 /// sets a `beforeSend` hook: `drop` drops every event, `edit` adds the tag `before_send: edited` and
 /// `extra.before_send_main_thread` (whether the hook ran on the main thread), `reenter` calls `setTag`,
-/// `addBreadcrumb`, the logger, `capture(message: "from beforeSend")` (not for that message) and `flush` from
+/// `addBreadcrumb`, the logger, `capture(message: "from beforeSend")` and `flush` from
 /// the hook and tags the event `before_send: reentered`, `close` calls `Vaka.close()` from the hook.
 func harnessOptions(_ options: Vaka.Options) -> Vaka.Options {
     var options = options
@@ -170,7 +170,7 @@ func harnessOptions(_ options: Vaka.Options) -> Vaka.Options {
             Vaka.setTag("seen_by_hook", "yes")
             Vaka.addBreadcrumb(category: "hook", message: "in beforeSend")
             Vaka.logger.info("beforeSend ran")
-            if event.logentry?.formatted != "from beforeSend" { Vaka.capture(message: "from beforeSend") }
+            Vaka.capture(message: "from beforeSend")
             _ = Vaka.flush(timeout: 1)
             var event = event
             event.tags = (event.tags ?? [:]).merging(["before_send": "reentered"]) { _, new in new }

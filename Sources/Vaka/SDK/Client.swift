@@ -492,6 +492,8 @@ final class Client: Sendable {
     private func record(_ event: Event, session: Data?, attachments: [Attachment] = []) {
         var event = event
         var refs: [AttachmentRef] = []
+        // Captured from inside `beforeSend`: not passed to it (``EventProcessor/process(_:kind:runsBeforeSend:)``).
+        let inBeforeSend = HookThread.current.contains(.beforeSend)
         if let journal, let mover {
             if !attachments.isEmpty {
                 let directory = state.withLock { $0.runDirectory?.url }.map(AttachmentItems.sideDirectory)
@@ -500,6 +502,7 @@ final class Client: Sendable {
             if let body = try? event.jsonData() {
                 var attributes = [Journal.Attribute(key: "event_id", value: .string(event.eventID), meta: true)]
                 if let session { attributes.append(Journal.Attribute(key: "session", value: .string(String(decoding: session, as: UTF8.self)), meta: true)) }
+                if inBeforeSend { attributes.append(Journal.Attribute(key: EventProcessor.capturedInBeforeSendKey, value: .string("1"), meta: true)) }
                 if !refs.isEmpty, let list = try? JSONEncoder().encode(refs) {
                     attributes.append(Journal.Attribute(key: AttachmentItems.journalKey, value: .string(String(decoding: list, as: UTF8.self)), meta: true))
                 }
@@ -515,7 +518,7 @@ final class Client: Sendable {
             event = factory.completed(event, breadcrumbs: Breadcrumb.last(journal.breadcrumbs(), before: nil))
         }
         if journal == nil { waitForStart() }  // after earlier runs' envelopes and this run's first session update
-        guard let processed = processor.process(event, kind: .captured) else {
+        guard let processed = processor.process(event, kind: .captured, runsBeforeSend: !inBeforeSend) else {
             if let session { submit(Envelope(items: [.session(session)])) }
             // Its attachments go with it, counted as attachments dropped by the same hook.
             let dropped = journal == nil ? AttachmentItems.items([], inMemory: attachments, eventID: event.eventID, log: logSink)

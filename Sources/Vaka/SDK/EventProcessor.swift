@@ -60,8 +60,13 @@ struct EventProcessor: Sendable {
         self.reports = reports
     }
 
+    /// The meta attribute marking a journalled event captured from inside ``beforeSend`` (``process(_:kind:runsBeforeSend:)``).
+    static let capturedInBeforeSendKey = "captured_in_before_send"
+
     /// `event` after the steps in the type's documentation, or `nil` when ``beforeSend`` dropped it (counted).
-    func process(_ event: Event, kind: Kind) -> Event? {
+    /// `runsBeforeSend` `false` (an event captured from inside the hook): the hook is not called, which would
+    /// otherwise capture again for every event it sees, without end.
+    func process(_ event: Event, kind: Kind, runsBeforeSend: Bool = true) -> Event? {
         var event = event
         if let crumbs = event.breadcrumbs, crumbs.values.count > maxBreadcrumbs {
             event.breadcrumbs = maxBreadcrumbs == 0 ? nil : ValueList(Array(crumbs.values.suffix(maxBreadcrumbs)))
@@ -74,7 +79,7 @@ struct EventProcessor: Sendable {
         } else if let home {
             EventProcessor.replaceHome(home, in: &event)
         }
-        guard let beforeSend else { return event }
+        guard let beforeSend, runsBeforeSend else { return event }
         guard var kept = HookThread.running(.beforeSend, { beforeSend(event) }) else {
             reports?.record(.beforeSend, category: "error")
             return nil

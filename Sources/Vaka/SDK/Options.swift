@@ -104,7 +104,8 @@ extension Vaka {
         /// crashed session's update is still sent. It cannot throw; a hook that traps crashes the app, as in
         /// any SDK. It may call back into Vaka: ``Vaka/flush(timeout:)`` from it sends what is queued without
         /// moving the journal, ``Vaka/close(timeout:)`` ends the run on a thread of its own (`vaka.close`) once
-        /// the hook has returned, and an event it captures passes through it too. Default `nil`.
+        /// the hook has returned, and an event it captures is sent without passing through it (else each event
+        /// would capture one more, without end). Default `nil`.
         public var beforeSend: (@Sendable (Event) -> Event?)? = nil
         /// Called with every breadcrumb on the thread that adds it, before it is recorded: return it (changed or
         /// not) to keep it, `nil` to drop it. Breadcrumbs made by ``Vaka/screen(_:)`` and by logs
