@@ -132,6 +132,21 @@ final class ScopeAPITests: XCTestCase {
         XCTAssertEqual(crumbs.map { $0["level"] as? String }, ["warning", "info", "fatal"])
     }
 
+    /// Tags Relay would remove from the event (an empty key or value, a line break or other control character)
+    /// are made keepable: the characters become spaces, an empty one is left out.
+    func testTagsRelayWouldRemoveAreMadeKeepable() throws {
+        let storage = start("odd-tags")
+        Vaka.setTag("", "empty key")
+        Vaka.setTag("empty value", "")
+        Vaka.setTag("new\nline", "a\r\nb")
+        Vaka.setTag("tab\tkey", "nul\u{0}")
+        Vaka.setTag("plain", "kept")
+        Vaka.capture(message: "tags")
+        Vaka.close(timeout: 5)
+        let event = try XCTUnwrap(try checkedOutbox(storage).flatMap(\.events).first)
+        XCTAssertEqual(event["tags"] as? [String: String], ["new line": "a b", "tab key": "nul ", "plain": "kept"])
+    }
+
     func testEachScopeCallReachesTheNextEventsWithExactFields() throws {
         let storage = start("scope-calls")
         Vaka.setUser(User(id: "u-1", email: "ana@example.com", username: "ana", ipAddress: "203.0.113.7"))

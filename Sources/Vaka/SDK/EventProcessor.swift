@@ -16,7 +16,8 @@ import Glibc
 ///    it `user.ip_address` is `{{auto}}` when not set;
 /// 4. ``Vaka/Options/beforeSend``: `nil` drops the event, counted in ``ClientReports`` (`before_send`, `error`);
 ///    the `event_id` of an event it returns is kept as it was, and a NaN or infinite `timestamp` it set (the
-///    event's, a breadcrumb's) is the event's again.
+///    event's, a breadcrumb's) is the event's again;
+/// 5. tags Relay would remove made keepable (``keepableTags(_:)``).
 struct EventProcessor: Sendable {
     /// Where the event comes from (for the documentation of the hook's thread; both are processed alike).
     enum Kind: Sendable {
@@ -79,7 +80,10 @@ struct EventProcessor: Sendable {
         } else if let home {
             EventProcessor.replaceHome(home, in: &event)
         }
-        guard let beforeSend, runsBeforeSend else { return event }
+        guard let beforeSend, runsBeforeSend else {
+            EventProcessor.keepableTags(&event)
+            return event
+        }
         guard var kept = HookThread.running(.beforeSend, { beforeSend(event) }) else {
             reports?.record(.beforeSend, category: "error")
             return nil
@@ -93,7 +97,28 @@ struct EventProcessor: Sendable {
             }
             kept.breadcrumbs = crumbs
         }
+        EventProcessor.keepableTags(&kept)
         return kept
+    }
+
+    // MARK: - Tags
+
+    /// Makes every tag one Relay keeps (it removes a tag whose key or value is empty or holds a line break, with
+    /// an error): control characters and line breaks become spaces, then a tag with an empty key or value is left
+    /// out. Tags within these rules are left as they are.
+    static func keepableTags(_ event: inout Event) {
+        func bad(_ c: Character) -> Bool {
+            c.isNewline || c.unicodeScalars.contains { $0.properties.generalCategory == .control }
+        }
+        guard let tags = event.tags,
+              tags.contains(where: { $0.key.isEmpty || $0.value.isEmpty || $0.key.contains(where: bad) || $0.value.contains(where: bad) })
+        else { return }
+        var out: [String: String] = [:]
+        for (key, value) in tags {
+            let k = String(key.map { bad($0) ? " " : $0 }), v = String(value.map { bad($0) ? " " : $0 })
+            if !k.isEmpty && !v.isEmpty { out[k] = v }
+        }
+        event.tags = out.isEmpty ? nil : out
     }
 
     // MARK: - In-app
