@@ -141,8 +141,8 @@ enum AttachmentItems {
         return out
     }
 
-    /// The one place an attachment is left out of an event: a debug line (what client reports count, category
-    /// `attachment`, is counted here).
+    /// The one place an attachment is left out of an event: a debug line. Not counted in client reports
+    /// (``ClientReports`` counts an attachment only when its whole event or envelope is dropped).
     static func leftOut(_ filename: String, eventID: String, reason: String, log: ((String) -> Void)?) {
         log?("attachment \(filename.prefix(200).debugDescription) of event \(eventID) left out: \(reason)")
     }
