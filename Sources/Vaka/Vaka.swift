@@ -273,7 +273,8 @@ public enum Vaka {
     ///   when something is still queued (server unreachable, backing off or rate limited beyond the timeout,
     ///   401), or when an envelope was neither written to storage nor sent since the previous flush (storage
     ///   full, read-only or over `RLIMIT_FSIZE`, and more than 4 MiB held in memory; or an outbox file that
-    ///   could not be written). Always `true` before ``start(_:)``.
+    ///   could not be written). Always `true` before ``start(_:)``. From inside ``Options/beforeSend`` it sends
+    ///   what is queued without moving what the journal holds (the hook's thread may be the one doing that).
     @discardableResult
     public static func flush(timeout: TimeInterval = 10) -> Bool {
         current?.flush(timeout: timeout) ?? true
@@ -282,15 +283,23 @@ public enum Vaka {
     /// Ends this run: session `exited`, flush (at most `timeout` seconds, default ``Options/shutdownTimeout``,
     /// 2; what is left stays in `pending/` for the next launch), delivery stopped, crash handlers restored to
     /// those before ``start(_:)``. Later calls are no-ops until the next ``start(_:)``. Also run automatically
-    /// at process exit, with ``Options/shutdownTimeout``.
+    /// at process exit, with ``Options/shutdownTimeout``. From inside ``Options/beforeSend`` it returns at once
+    /// and the end runs on a thread of its own (`vaka.close`), once the hook has returned; an exit meanwhile
+    /// waits for it.
     public static func close(timeout: TimeInterval? = nil) {
         end(timeout: timeout ?? current?.options.shutdownTimeout ?? 2, uninstall: true)
     }
 
     /// The exit hook: ``close(timeout:)`` with ``Options/shutdownTimeout``, leaving the handlers installed.
     private static func endAtExit() {
+        // An end that `close()` from inside `beforeSend` left to the `vaka.close` thread completes first (its
+        // `exited` update is written), unless this exit comes from inside the hook, which that end waits for.
+        if !HookThread.current.contains(.beforeSend) { detachedEnd.wait() }
         end(timeout: current?.options.shutdownTimeout ?? 2, uninstall: false)
     }
+
+    /// Closed while an end runs on the `vaka.close` thread (``close(timeout:)`` from inside ``Options/beforeSend``).
+    private static let detachedEnd = Gate()
 
     private static func end(timeout: TimeInterval, uninstall: Bool) {
         let ending = state.withLock { state -> Client? in
@@ -301,10 +310,22 @@ public enum Vaka {
             return ending
         }
         guard let ending else { return }
-        ending.end(timeout: timeout)
-        // Under the lock, and only when no `start` ran meanwhile: a start during the flush above installed (or
-        // retargeted) the handlers for its own run, which must keep them.
-        if uninstall { state.withLock { state in if state.client == nil { _ = vaka_crash_uninstall() } } }
+        @Sendable func finish() {
+            ending.end(timeout: timeout)
+            // Under the lock, and only when no `start` ran meanwhile: a start during the flush above installed (or
+            // retargeted) the handlers for its own run, which must keep them.
+            if uninstall { state.withLock { state in if state.client == nil { _ = vaka_crash_uninstall() } } }
+        }
+        // From inside `beforeSend` the end waits for the hook's own thread (the start thread, or the mover's
+        // pass): it runs on a thread of its own (`vaka.close`) and completes once the hook has returned.
+        guard HookThread.current.contains(.beforeSend) else { return finish() }
+        detachedEnd.close()
+        let thread = Thread {
+            finish()
+            detachedEnd.open()
+        }
+        thread.name = "vaka.close"
+        thread.start()
     }
 
     /// The id of the current run (a UUID string, also the crash report's file name), or `nil` before start.

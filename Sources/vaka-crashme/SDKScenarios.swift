@@ -144,7 +144,9 @@ func captureMany(storage: URL) {
 /// journal that holds 100 breadcrumbs of 8 KiB. `$VAKA_SAMPLE_RATE` sets `sampleRate`, `$VAKA_IN_APP_INCLUDE` and
 /// `$VAKA_IN_APP_EXCLUDE` (comma-separated prefixes) `inAppInclude` and `inAppExclude`; `$VAKA_BEFORE_SEND`
 /// sets a `beforeSend` hook: `drop` drops every event, `edit` adds the tag `before_send: edited` and
-/// `extra.before_send_main_thread` (whether the hook ran on the main thread).
+/// `extra.before_send_main_thread` (whether the hook ran on the main thread), `reenter` calls `setTag`,
+/// `addBreadcrumb`, the logger, `capture(message: "from beforeSend")` and `flush` from
+/// the hook and tags the event `before_send: reentered`, `close` calls `Vaka.close()` from the hook.
 func harnessOptions(_ options: Vaka.Options) -> Vaka.Options {
     var options = options
     let environment = ProcessInfo.processInfo.environment
@@ -160,6 +162,23 @@ func harnessOptions(_ options: Vaka.Options) -> Vaka.Options {
             var event = event
             event.tags = (event.tags ?? [:]).merging(["before_send": "edited"]) { _, new in new }
             event.extra = (event.extra ?? [:]).merging(["before_send_main_thread": .bool(Thread.isMainThread)]) { _, new in new }
+            return event
+        }
+    case "reenter":
+        // Calls back into Vaka from the hook, as an app's scrubbing or bookkeeping code might.
+        options.beforeSend = { event in
+            Vaka.setTag("seen_by_hook", "yes")
+            Vaka.addBreadcrumb(category: "hook", message: "in beforeSend")
+            Vaka.logger.info("beforeSend ran")
+            Vaka.capture(message: "from beforeSend")
+            _ = Vaka.flush(timeout: 1)
+            var event = event
+            event.tags = (event.tags ?? [:]).merging(["before_send": "reentered"]) { _, new in new }
+            return event
+        }
+    case "close":
+        options.beforeSend = { event in
+            Vaka.close()
             return event
         }
     default:
@@ -369,8 +388,10 @@ func printSDKHelp() {
         $VAKA_JOURNAL_SIZE=BYTES (Options.journalSize), $VAKA_FLUSH_TIMEOUT=S (the flush before exit, default 30),
         $VAKA_NO_FLUSH=1 (exit without that flush: the exit hook moves and ends everything),
         $VAKA_SAMPLE_RATE=R (Options.sampleRate), $VAKA_IN_APP_INCLUDE / $VAKA_IN_APP_EXCLUDE=P1,P2 (image name or
-        path prefixes: Options.inAppInclude / inAppExclude), $VAKA_BEFORE_SEND=drop|edit (a beforeSend hook that drops every
-        event, or tags it before_send=edited with extra.before_send_main_thread false/true). Without
+        path prefixes: Options.inAppInclude / inAppExclude), $VAKA_BEFORE_SEND=drop|edit|reenter|close (a beforeSend hook that drops every
+        event, or tags it before_send=edited with extra.before_send_main_thread false/true, or calls setTag,
+        addBreadcrumb, the logger, capture(message:) and flush from the hook and tags it before_send=reentered,
+        or calls Vaka.close()). Without
         --dsn and $VAKA_DSN, Vaka itself reads $SENTRY_DSN (and $SENTRY_RELEASE, $SENTRY_ENVIRONMENT).
         """)
 }

@@ -74,6 +74,57 @@ final class CrashHookTests: XCTestCase {
         XCTAssertEqual(discarded(envelopes).count, 0)
     }
 
+    /// A `beforeSend` that calls back into Vaka (`setTag`, `addBreadcrumb`, the logger, `capture(message:)`,
+    /// `flush`): on the mover thread (inside its pass) and on the start thread at the next launch (inside the
+    /// crash join) the harness still exits; the event the hook captures is sent once, without the hook.
+    func testBeforeSendCallingBackIntoVakaNeitherTrapsNorHangs() throws {
+        let reenter = ["VAKA_BEFORE_SEND": "reenter"]
+        let handled = dirs.make("reenter-handled")
+        try launch(handled, ["handled-error"], environment: reenter)
+        var envelopes = try readOutbox(handled)
+        try checkPeers(envelopes)
+        var events = envelopes.flatMap(\.events)
+        func fromHook(_ event: [String: Any]) -> Bool { (event["logentry"] as? [String: Any])?["formatted"] as? String == "from beforeSend" }
+        let error = events.filter { $0["exception"] != nil }
+        XCTAssertEqual(error.count, 1, "the handled error")
+        XCTAssertEqual(error.first.flatMap { ($0["tags"] as? [String: String])?["before_send"] }, "reentered")
+        // The event the hook captured is sent without passing through it (else one more for each, without end).
+        let captured = events.filter(fromHook)
+        XCTAssertEqual(captured.count, 1, "the message the hook captured")
+        XCTAssertNil(captured.first.flatMap { ($0["tags"] as? [String: String])?["before_send"] })
+
+        let crashed = dirs.make("reenter-crash")
+        try crash(crashed)
+        try launch(crashed, environment: reenter)
+        envelopes = try readOutbox(crashed)
+        try checkPeers(envelopes)
+        events = envelopes.flatMap(\.events)
+        let fatal = try XCTUnwrap(events.first { $0["level"] as? String == "fatal" })
+        XCTAssertEqual((fatal["tags"] as? [String: String])?["before_send"], "reentered")
+        XCTAssertEqual(events.filter(fromHook).count, 1, "captured by the hook on the start thread, sent once")
+        XCTAssertEqual(reports(crashed), [], "the crash was sent")
+    }
+
+    /// `Vaka.close()` from `beforeSend` (on the thread that drains the journal, and on the start thread for a
+    /// crash) ends the run once the hook has returned; the event the hook saw is still sent.
+    func testBeforeSendCallingCloseEndsTheRunWithoutTrapOrHang() throws {
+        let close = ["VAKA_BEFORE_SEND": "close"]
+        let handled = dirs.make("close-handled")
+        try launch(handled, ["handled-error"], environment: close)
+        var envelopes = try readOutbox(handled)
+        try checkPeers(envelopes)
+        XCTAssertEqual(envelopes.flatMap(\.events).filter { $0["exception"] != nil }.count, 1)
+        // The program exits right after: the exit waits for that end, whose `exited` update is written.
+        XCTAssertEqual(envelopes.flatMap(\.sessions).compactMap { $0["status"] as? String }.last, "exited")
+
+        let crashed = dirs.make("close-crash")
+        try crash(crashed)
+        try launch(crashed, environment: close)
+        envelopes = try readOutbox(crashed)
+        try checkPeers(envelopes)
+        XCTAssertEqual(envelopes.flatMap(\.events).filter { $0["level"] as? String == "fatal" }.count, 1)
+    }
+
     func testSampleRateZeroDropsHandledErrorsButNeverACrash() throws {
         let storage = dirs.make("sample-crash")
         let zero = ["VAKA_SAMPLE_RATE": "0"]

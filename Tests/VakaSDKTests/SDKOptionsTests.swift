@@ -102,6 +102,34 @@ final class SDKOptionsTests: XCTestCase {
         XCTAssertEqual(onMain.withLock { $0 }, [false, false, false])
     }
 
+    /// A `beforeSend` that writes values JSON cannot hold (a NaN time, NaN and too-deep extra, a NaN breadcrumb
+    /// time): the event is still sent with what the hook kept, not replaced by an empty object.
+    func testBeforeSendWritingUnencodableValuesStillSendsTheEvent() throws {
+        let storage = start("before-send-nan") { options in
+            options.beforeSend = { event in
+                var event = event
+                var deep: JSONValue = .int(1)
+                for _ in 0..<600 { deep = .array([deep]) }
+                event.timestamp = .nan
+                event.extra = ["ratio": .double(.nan), "deep": deep]
+                if var crumbs = event.breadcrumbs {
+                    crumbs.values[0].timestamp = -.infinity
+                    event.breadcrumbs = crumbs
+                }
+                return event
+            }
+        }
+        Vaka.addBreadcrumb(category: "cart", message: "added")
+        Vaka.capture(message: "kept whole")
+        let sent = events(try finish(storage))
+        XCTAssertEqual(sent.map(message), ["kept whole"])
+        XCTAssertGreaterThan(sent.first?["timestamp"] as? Double ?? 0, 1_700_000_000)
+        XCTAssertEqual((sent.first?["extra"] as? [String: Any])?["ratio"] as? String, "nan")
+        let crumbs = (sent.first?["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]] ?? []
+        XCTAssertEqual(crumbs.map { $0["message"] as? String }, ["added"])
+        XCTAssertGreaterThan(crumbs.first?["timestamp"] as? Double ?? 0, 1_700_000_000)
+    }
+
     func testBeforeBreadcrumbDropsAndEditsEveryKindOfBreadcrumb() throws {
         let storage = start("before-crumb") { options in
             options.beforeBreadcrumb = { crumb in
@@ -119,6 +147,28 @@ final class SDKOptionsTests: XCTestCase {
         let crumbs = (events(envelopes).first?["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]] ?? []
         XCTAssertEqual(crumbs.map { $0["message"] as? String }, ["[added]", "[logged]"])
         XCTAssertEqual(crumbs.map { $0["category"] as? String }, ["cart", "log"])
+    }
+
+    /// A `beforeBreadcrumb` that adds a breadcrumb itself (directly, or by logging): the nested one is kept as
+    /// given instead of passing through the hook again (which would call itself until the stack overflows).
+    func testBeforeBreadcrumbAddingBreadcrumbsDoesNotRecurse() throws {
+        let calls = Atomic<Int>(0)
+        let storage = start("crumb-reentry") { options in
+            options.beforeBreadcrumb = { crumb in
+                calls.wrappingAdd(1, ordering: .relaxed)
+                Vaka.addBreadcrumb(category: "hook", message: "from the hook")
+                Vaka.logger.info("logged by the hook")
+                var crumb = crumb
+                crumb.message = "[" + (crumb.message ?? "") + "]"
+                return crumb
+            }
+        }
+        Vaka.addBreadcrumb(category: "cart", message: "added")
+        Vaka.capture(message: "with crumbs")
+        let envelopes = try finish(storage)
+        let crumbs = (events(envelopes).first?["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]] ?? []
+        XCTAssertEqual(crumbs.map { $0["message"] as? String }, ["from the hook", "logged by the hook", "[added]"])
+        XCTAssertEqual(calls.load(ordering: .relaxed), 1)
     }
 
     func testMaxBreadcrumbsKeepsTheLastOnes() throws {
@@ -270,8 +320,23 @@ final class SDKOptionsTests: XCTestCase {
         XCTAssertEqual(empty.0.environment, "production")
     }
 
+    /// Values read from a file with a line ending (a mounted secret, a CRLF `.env` file) or padded with blanks
+    /// are used without them, as Sentry's SDKs use them; blanks alone count as not set.
+    func testSentryVariablesAreUsedWithoutSurroundingWhitespace() {
+        let (o, notes) = resolved(Vaka.Options(), ["SENTRY_DSN": " http://envkey@127.0.0.1:9/7\r\n",
+                                                   "SENTRY_RELEASE": "app@2.0\n", "SENTRY_ENVIRONMENT": "staging\r\n"])
+        XCTAssertEqual(o.dsn, "http://envkey@127.0.0.1:9/7")
+        XCTAssertEqual(o.release, "app@2.0")
+        XCTAssertEqual(o.environment, "staging")
+        XCTAssertEqual(notes, [])
+        let (blank, blankNotes) = resolved(Vaka.Options(), ["SENTRY_DSN": " \n", "SENTRY_RELEASE": "\t", "SENTRY_ENVIRONMENT": " "])
+        XCTAssertNil(blank.dsn)
+        XCTAssertEqual(blank.environment, Vaka.Options.defaultEnvironment)
+        XCTAssertEqual(blankNotes, [])
+    }
+
     func testBadSentryVariablesGiveOneLineEachAndNeverStopVaka() {
-        let (o, notes) = resolved(Vaka.Options(), ["SENTRY_DSN": "ftp://nokey", "SENTRY_RELEASE": "a/b\n",
+        let (o, notes) = resolved(Vaka.Options(), ["SENTRY_DSN": "ftp://nokey", "SENTRY_RELEASE": "a/b\u{1}",
                                                    "SENTRY_ENVIRONMENT": String(repeating: "e", count: 100)])
         XCTAssertNil(o.dsn)
         XCTAssertEqual(o.release, "a_b_")

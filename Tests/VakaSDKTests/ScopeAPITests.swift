@@ -39,6 +39,114 @@ final class ScopeAPITests: XCTestCase {
         return envelopes
     }
 
+    /// Values JSON cannot hold (nested deeper than JSONEncoder/JSONDecoder take, NaN, a NaN breadcrumb time)
+    /// in contexts, extra, breadcrumb data and a per-call scope: each event is still sent whole (its message),
+    /// the deep value cut to `"..."` at ``JSONValue/maxDepth``, NaN as text.
+    func testValuesJSONCannotHoldNeverCostTheEvent() throws {
+        let storage = start("unencodable")
+        var deep: JSONValue = .string("bottom")
+        for _ in 0..<600 { deep = .object(["a": deep]) }
+        Vaka.setContext("deep", ["v": deep])
+        Vaka.capture(message: "deep context")
+        Vaka.setContext("deep", nil)
+        Vaka.setExtra("deep", deep)
+        Vaka.capture(message: "deep extra")
+        Vaka.setExtra("deep", nil)
+        Vaka.addBreadcrumb(Breadcrumb(timestamp: .nan, category: "db", message: "deep crumb", data: ["v": deep, "nan": .double(.infinity)]))
+        Vaka.capture(message: "deep crumb")
+        Vaka.capture(message: "deep scope") { $0.setExtra("deep", .array([deep])) }
+        Vaka.close(timeout: 5)
+        let events = try checkedOutbox(storage).flatMap(\.events)
+        XCTAssertEqual(events.map { ($0["logentry"] as? [String: Any])?["formatted"] as? String },
+                       ["deep context", "deep extra", "deep crumb", "deep scope"])
+        func depth(_ value: Any?) -> (levels: Int, leaf: Any?) {
+            var levels = 0
+            var value = value
+            while let object = value as? [String: Any], let inner = object["a"] { levels += 1; value = inner }
+            return (levels, value)
+        }
+        let context = ((events[0]["contexts"] as? [String: Any])?["deep"] as? [String: Any])?["v"]
+        XCTAssertEqual(depth(context).leaf as? String, "...", "cut, not lost")
+        XCTAssertEqual(depth(context).levels, JSONValue.maxDepth - 3)  // contexts.deep.v is level 3
+        XCTAssertEqual(depth((events[1]["extra"] as? [String: Any])?["deep"]).leaf as? String, "...")
+        let crumb = ((events[2]["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]])?.last
+        XCTAssertEqual(crumb?["message"] as? String, "deep crumb")
+        XCTAssertEqual((crumb?["data"] as? [String: Any])?["nan"] as? String, "inf")
+        XCTAssertGreaterThan(crumb?["timestamp"] as? Double ?? 0, 1_700_000_000, "a NaN time is the time it was added")
+        XCTAssertNotNil((events[3]["extra"] as? [String: Any])?["deep"] as? [Any])
+    }
+
+    /// Empty values an app may well pass: an `NSError` with an empty domain and description (Relay drops an
+    /// exception with neither type nor value, and its stack trace with it), an attachment without a file name or
+    /// content type (Relay refuses it), a user of empty fields (no user), an IP address that is none.
+    func testEmptyNamesStillMakeEventsRelayKeepsWhole() throws {
+        let storage = start("empty-names")
+        Vaka.setUser(User(id: "", email: "", username: ""))
+        Vaka.addAttachment(data: Data("a".utf8), filename: "", contentType: "")
+        Vaka.capture(NSError(domain: "", code: 7, userInfo: [NSLocalizedDescriptionKey: ""]))
+        Vaka.setUser(User(id: "u-1", ipAddress: "not an address"))
+        Vaka.capture(message: "bad address")
+        Vaka.capture(message: "IPv6") { $0.setUser(User(id: "u-2", ipAddress: "2001:db8::7")) }
+        Vaka.close(timeout: 5)
+        let envelopes = try checkedOutbox(storage)
+        let event = try XCTUnwrap(envelopes.flatMap(\.events).first)
+        let exception = try XCTUnwrap(((event["exception"] as? [String: Any])?["values"] as? [[String: Any]])?.last)
+        XCTAssertEqual(exception["type"] as? String, "Foundation.NSError")
+        XCTAssertNotNil(exception["stacktrace"])
+        XCTAssertNil(event["user"], "a user of empty fields is no user")
+        let attachment = try XCTUnwrap(envelopes.flatMap(\.attachments).first)
+        XCTAssertEqual(attachment.header["filename"] as? String, "attachment")
+        XCTAssertEqual(attachment.header["content_type"] as? String, "application/octet-stream")
+        XCTAssertEqual(attachment.payload, Data("a".utf8))
+        let users = envelopes.flatMap(\.events).dropFirst().map { $0["user"] as? [String: String] }
+        XCTAssertEqual(users, [["id": "u-1"], ["id": "u-2", "ip_address": "2001:db8::7"]], "an address Relay would refuse is left out")
+    }
+
+    /// Breadcrumb level names as logging libraries write them (upper case, `warn`, `critical`, `trace`) keep
+    /// their severity; an unknown name is `info`.
+    func testBreadcrumbLevelNamesInAnyCaseKeepTheirSeverity() throws {
+        let storage = start("crumb-levels")
+        for level in ["WARNING", "warn", "Critical", "trace", "ERROR", "notice"] {
+            Vaka.addBreadcrumb(Breadcrumb(category: "log", message: level, level: level))
+        }
+        Vaka.capture(message: "crumbs")
+        Vaka.close(timeout: 5)
+        let event = try XCTUnwrap(try checkedOutbox(storage).flatMap(\.events).first)
+        let crumbs = (event["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]] ?? []
+        XCTAssertEqual(crumbs.map { $0["level"] as? String }, ["warning", "warning", "fatal", "debug", "error", "info"])
+    }
+
+    /// Without a journal (`runs` cannot be a directory: breadcrumbs kept in memory) a breadcrumb level is named
+    /// as the journal names it: Relay's normalizer refuses any other name.
+    func testBreadcrumbLevelsKeptInMemoryAreSentryNames() throws {
+        let storage = dirs.make("memory-levels")
+        try Data().write(to: storage.appendingPathComponent("runs"))
+        var options = Vaka.Options(sessionTracking: false, storageDirectory: storage)
+        options.crashReporting = false
+        Vaka.start(options)
+        for level in ["WARNING", "notice", "Critical"] { Vaka.addBreadcrumb(Breadcrumb(category: "log", message: level, level: level)) }
+        Vaka.capture(message: "crumbs")
+        Vaka.close(timeout: 5)
+        let event = try XCTUnwrap(try checkedOutbox(storage).flatMap(\.events).first)
+        let crumbs = (event["breadcrumbs"] as? [String: Any])?["values"] as? [[String: Any]] ?? []
+        XCTAssertEqual(crumbs.map { $0["level"] as? String }, ["warning", "info", "fatal"])
+    }
+
+    /// Tags Relay would remove from the event (an empty key or value, a line break or other control character)
+    /// are made keepable: the characters become spaces, an empty one is left out.
+    func testTagsRelayWouldRemoveAreMadeKeepable() throws {
+        let storage = start("odd-tags")
+        Vaka.setTag("", "empty key")
+        Vaka.setTag("empty value", "")
+        Vaka.setTag("new\nline", "a\r\nb")
+        Vaka.setTag("tab\tkey", "nul\u{0}")
+        Vaka.setTag("plain", "kept")
+        Vaka.capture(message: "tags")
+        Vaka.close(timeout: 5)
+        let event = try XCTUnwrap(try checkedOutbox(storage).flatMap(\.events).first)
+        XCTAssertEqual(event["tags"] as? [String: String], ["new line": "a b", "tab key": "nul ", "plain": "kept"])
+    }
+
     func testEachScopeCallReachesTheNextEventsWithExactFields() throws {
         let storage = start("scope-calls")
         Vaka.setUser(User(id: "u-1", email: "ana@example.com", username: "ana", ipAddress: "203.0.113.7"))

@@ -314,7 +314,8 @@ final class JournalMover: @unchecked Sendable {
         }
         let session = record.meta("session").map { EnvelopeItem.session(Data($0.utf8)) }
         let attachments = AttachmentItems.refs(of: record)
-        guard let processed = processor.process(factory.completed(event, breadcrumbs: breadcrumbs), kind: .captured) else {
+        guard let processed = processor.process(factory.completed(event, breadcrumbs: breadcrumbs), kind: .captured,
+                                                runsBeforeSend: record.meta(EventProcessor.capturedInBeforeSendKey) == nil) else {
             log?("event \(event.eventID) dropped by beforeSend")
             // Its attachments go with it, counted as attachments dropped by the same hook.
             for item in AttachmentItems.items(attachments, eventID: event.eventID, log: log) {

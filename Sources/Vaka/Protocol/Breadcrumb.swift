@@ -17,8 +17,9 @@ public struct Breadcrumb: Codable, Equatable, Sendable {
     public var data: [String: JSONValue]?
 
     /// Creates a breadcrumb; every field is described on its property. `timestamp` defaults to now; `level`
-    /// is one of Sentry's breadcrumb levels `debug`, `info`, `warning`, `error`, `fatal` (any other name is
-    /// recorded as `info` in the journal); `type` one of Sentry's breadcrumb types (`default`, `navigation`,
+    /// is one of Sentry's breadcrumb levels `debug`, `info`, `warning`, `error`, `fatal` (in any case; `trace`,
+    /// `warn`, `critical` are taken as `debug`, `warning`, `fatal`; any other name is recorded as `info` in the
+    /// journal); `type` one of Sentry's breadcrumb types (`default`, `navigation`,
     /// `http`, `query`, `user`, `debug`, `error`, ...).
     public init(timestamp: Double = Date().timeIntervalSince1970, type: String = "default", category: String? = nil,
                 message: String? = nil, level: String? = "info", data: [String: JSONValue]? = nil) {

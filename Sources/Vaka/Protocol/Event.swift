@@ -158,7 +158,7 @@ public struct Event: Codable, Equatable, Sendable, FieldCoded {
 
     /// The event as UTF-8 JSON with sorted keys and unescaped slashes, in `encoding` (default ``Encoding/report``,
     /// with frame `trust`); `pretty` adds indentation and newlines. Throws `EncodingError.invalidValue` only for
-    /// a non-finite number (``timestamp``, an `extra` value).
+    /// a non-finite ``timestamp`` (a breadcrumb's, the event's; ``JSONValue``s write theirs as text).
     public func jsonData(pretty: Bool = false, encoding: Encoding = .report) throws -> Data {
         try Event.encoder(pretty: pretty, encoding: encoding).encode(self)
     }

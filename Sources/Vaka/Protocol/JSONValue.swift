@@ -42,19 +42,29 @@ public enum JSONValue: Codable, Equatable, Sendable {
         }
     }
 
-    /// Encodes the plain JSON value.
+    /// Encodes the plain JSON value; what JSON (or a JSON decoder) cannot take is written as text instead, so
+    /// that a document holding the value always encodes and decodes: a NaN or infinity as `"nan"`, `"inf"`,
+    /// `"-inf"`, and an array or object nested deeper than ``maxDepth`` levels in the document as `"..."`.
     public func encode(to encoder: Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {
         case .string(let value): try container.encode(value)
         case .int(let value): try container.encode(value)
+        case .double(let value) where !value.isFinite: try container.encode(value.description)
         case .double(let value): try container.encode(value)
         case .bool(let value): try container.encode(value)
         case .null: try container.encodeNil()
+        case .array where encoder.codingPath.count >= JSONValue.maxDepth, .object where encoder.codingPath.count >= JSONValue.maxDepth:
+            try container.encode("...")
         case .array(let value): try container.encode(value)
         case .object(let value): try container.encode(value)
         }
     }
+
+    /// Deepest array or object nesting written, counted from the root of the encoded document (an event's
+    /// `extra` values start at level 2): 64. JSONEncoder and JSONDecoder refuse documents nested more than 512
+    /// levels, Relay trims free-form data far earlier, and a refused event would lose every field.
+    public static let maxDepth = 64
 
     /// The string, when this is ``string(_:)``; otherwise `nil`.
     public var stringValue: String? {
@@ -126,7 +136,7 @@ extension JSONValue {
     var jsonText: String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        // A non-finite double is the only value JSONEncoder refuses: written as null.
+        // Never fails (``encode(to:)`` writes what JSON cannot hold as text); `null` only as a last resort.
         return (try? encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
     }
 }

@@ -23,10 +23,11 @@ public struct Attachment: Equatable, Sendable {
 
     /// The bytes or the file.
     public var content: Content
-    /// The file name shown on the server (`filename`): the path's last component by default.
+    /// The file name shown on the server (`filename`): the path's last component by default; an empty one is
+    /// sent as `attachment`.
     public var filename: String
-    /// The MIME type (`content_type`); by default `text/plain` for `.txt` and `.log`, `application/json` for
-    /// `.json`, else `application/octet-stream`.
+    /// The MIME type (`content_type`); by default (also when empty) `text/plain` for `.txt` and `.log`,
+    /// `application/json` for `.json`, else `application/octet-stream`.
     public var contentType: String
 
     /// The attachment of the file at `path` (read when the event is sent); `filename` defaults to its last
@@ -55,6 +56,9 @@ public struct Attachment: Equatable, Sendable {
     public static let maxRegistered = 8
     /// Longest path or file name kept, bytes: 4096 (`PATH_MAX`). A longer one is left out (a debug line).
     public static let maxPathBytes = 4096
+
+    /// The `filename` sent for an attachment whose name is empty: `attachment`.
+    static let defaultFilename = "attachment"
 
     /// The default content type of a file named `name`.
     static func defaultContentType(_ name: String) -> String {
@@ -112,7 +116,9 @@ enum AttachmentItems {
                 leftOut(filename, eventID: eventID, reason: "the envelope's attachments would pass \(Attachment.maxEnvelopeBytes) B", log: log)
             } else {
                 total += data.count
-                out.append(.attachment(data, filename: filename, contentType: contentType))
+                // Relay refuses an attachment item without a file name.
+                out.append(.attachment(data, filename: filename.isEmpty ? Attachment.defaultFilename : filename,
+                                       contentType: contentType.isEmpty ? Attachment.defaultContentType(filename) : contentType))
             }
         }
         for ref in refs {
@@ -135,8 +141,8 @@ enum AttachmentItems {
         return out
     }
 
-    /// The one place an attachment is left out of an event: a debug line (what client reports count, category
-    /// `attachment`, is counted here).
+    /// The one place an attachment is left out of an event: a debug line. Not counted in client reports
+    /// (``ClientReports`` counts an attachment only when its whole event or envelope is dropped).
     static func leftOut(_ filename: String, eventID: String, reason: String, log: ((String) -> Void)?) {
         log?("attachment \(filename.prefix(200).debugDescription) of event \(eventID) left out: \(reason)")
     }

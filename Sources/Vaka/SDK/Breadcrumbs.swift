@@ -12,14 +12,15 @@ import Foundation
 /// `json:KEY` holding the value's JSON text), `timestamp` ↔ the record's time (ns since the epoch:
 /// ``Journal/nanoseconds(_:)``). ``Vaka/addBreadcrumb(category:message:)`` writes no attributes at all.
 extension Breadcrumb {
-    /// The journal level of a Sentry breadcrumb level name (`nil`: 0, none).
+    /// The journal level of a Sentry breadcrumb level name (`nil`: 0, none), in any case, with the other names
+    /// Relay and logging libraries use (`trace`, `warn`, `critical`, `log`); any other name is `info`.
     static func journalLevel(_ level: String?) -> UInt8 {
-        switch level {
-        case nil: return 0
-        case "debug": return LogLevel.debug.rawValue
-        case "warning": return LogLevel.warn.rawValue
+        guard let level else { return 0 }
+        switch level.lowercased() {
+        case "debug", "trace": return LogLevel.debug.rawValue
+        case "warning", "warn": return LogLevel.warn.rawValue
         case "error": return LogLevel.error.rawValue
-        case "fatal": return LogLevel.fatal.rawValue
+        case "fatal", "critical": return LogLevel.fatal.rawValue
         default: return LogLevel.info.rawValue
         }
     }

@@ -220,11 +220,16 @@ final class Client: Sendable {
     func addBreadcrumb(_ crumb: Breadcrumb) {
         guard !endedFlag.load(ordering: .relaxed) else { return }
         var crumb = crumb
-        if let hook = options.beforeBreadcrumb {
-            guard let kept = hook(crumb) else { return }
+        // A breadcrumb added from inside the hook (by the hook, or by a log it writes) is kept as given: passed
+        // to the hook again, it would call itself without end.
+        if let hook = options.beforeBreadcrumb, !HookThread.current.contains(.beforeBreadcrumb) {
+            guard let kept = HookThread.running(.beforeBreadcrumb, { hook(crumb) }) else { return }
             crumb = kept
         }
+        if !crumb.timestamp.isFinite { crumb.timestamp = Date().timeIntervalSince1970 }  // JSON has no NaN
         crumb = EventBudget.limited(crumb)
+        // The level as the journal records it (also for breadcrumbs kept in memory: Relay refuses other names).
+        crumb.level = Breadcrumb.levelName(Breadcrumb.journalLevel(crumb.level))
         if let journal {
             journal.append(crumb)
             return
@@ -519,6 +524,8 @@ final class Client: Sendable {
     private func record(_ event: Event, session: Data?, attachments: [Attachment] = []) {
         var event = event
         var refs: [AttachmentRef] = []
+        // Captured from inside `beforeSend`: not passed to it (``EventProcessor/process(_:kind:runsBeforeSend:)``).
+        let inBeforeSend = HookThread.current.contains(.beforeSend)
         if let journal, let mover {
             if !attachments.isEmpty {
                 let directory = state.withLock { $0.runDirectory?.url }.map(AttachmentItems.sideDirectory)
@@ -527,6 +534,7 @@ final class Client: Sendable {
             if let body = try? event.jsonData() {
                 var attributes = [Journal.Attribute(key: "event_id", value: .string(event.eventID), meta: true)]
                 if let session { attributes.append(Journal.Attribute(key: "session", value: .string(String(decoding: session, as: UTF8.self)), meta: true)) }
+                if inBeforeSend { attributes.append(Journal.Attribute(key: EventProcessor.capturedInBeforeSendKey, value: .string("1"), meta: true)) }
                 if !refs.isEmpty, let list = try? JSONEncoder().encode(refs) {
                     attributes.append(Journal.Attribute(key: AttachmentItems.journalKey, value: .string(String(decoding: list, as: UTF8.self)), meta: true))
                 }
@@ -542,7 +550,7 @@ final class Client: Sendable {
             event = factory.completed(event, breadcrumbs: Breadcrumb.last(journal.breadcrumbs(), before: nil))
         }
         if journal == nil { waitForStart() }  // after earlier runs' envelopes and this run's first session update
-        guard let processed = processor.process(event, kind: .captured) else {
+        guard let processed = processor.process(event, kind: .captured, runsBeforeSend: !inBeforeSend) else {
             if let session { submit(Envelope(items: [.session(session)])) }
             // Its attachments go with it, counted as attachments dropped by the same hook.
             let dropped = journal == nil ? AttachmentItems.items([], inMemory: attachments, eventID: event.eventID, log: logSink)
@@ -569,8 +577,11 @@ final class Client: Sendable {
     // MARK: - End
 
     /// Moves everything in the journal to delivery (``JournalMover/drain()``), then sends everything queued,
-    /// waiting up to `timeout` seconds. `true` when nothing is left.
+    /// waiting up to `timeout` seconds. `true` when nothing is left. From inside `beforeSend` (``HookThread``)
+    /// only the last part: the hook runs on the start thread, or inside a pass of the mover that a drain would
+    /// wait for, so the events still in the journal stay there for the mover.
     func flush(timeout: TimeInterval) -> Bool {
+        if HookThread.current.contains(.beforeSend) { return delivery.flush(timeout: timeout) }
         waitForStart()
         mover?.drain()
         return delivery.flush(timeout: timeout)

@@ -19,7 +19,8 @@ public protocol WrappingError: Error {
 ///
 /// Each entry:
 /// - `type`: the error's Swift type as `String(reflecting:)` names it, with the enum case for an enum error
-///   (`MyModule.CheckoutError.cardDeclined`); for an `NSError` object its domain (`NSCocoaErrorDomain`);
+///   (`MyModule.CheckoutError.cardDeclined`); for an `NSError` object its domain (`NSCocoaErrorDomain`), or
+///   its class (`Foundation.NSError`) when the domain is empty;
 /// - `value`: `String(describing:)` of the error (`localizedDescription` for an `NSError` object);
 /// - `mechanism`: `{type: "swift.error", handled: true}`, with `meta.ns_error {code, domain}` for an `NSError`
 ///   object or a `CustomNSError`, and for a cause `source`: `"underlyingError"` or `"NSUnderlyingErrorKey"`.
@@ -57,7 +58,9 @@ enum ErrorExceptions {
     static func describe(_ error: any Error) -> Exception {
         if type(of: error) is NSError.Type {
             let ns = error as NSError
-            return Exception(type: ns.domain, value: ns.localizedDescription)
+            // Relay drops an exception with neither type nor value (and its stack trace): an empty domain is
+            // the class's name.
+            return Exception(type: ns.domain.isEmpty ? String(reflecting: type(of: error)) : ns.domain, value: ns.localizedDescription)
         }
         var name = String(reflecting: type(of: error))
         if let caseName = enumCaseName(error) { name += "." + caseName }

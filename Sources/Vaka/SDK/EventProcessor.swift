@@ -15,7 +15,9 @@ import Glibc
 /// 3. the PII rule (``Vaka/Options/sendDefaultPii``): without it the home directory becomes `~` in paths; with
 ///    it `user.ip_address` is `{{auto}}` when not set;
 /// 4. ``Vaka/Options/beforeSend``: `nil` drops the event, counted in ``ClientReports`` (`before_send`, `error`);
-///    the `event_id` of an event it returns is kept as it was.
+///    the `event_id` of an event it returns is kept as it was, and a NaN or infinite `timestamp` it set (the
+///    event's, a breadcrumb's) is the event's again;
+/// 5. tags Relay would remove made keepable (``keepableTags(_:)``).
 struct EventProcessor: Sendable {
     /// Where the event comes from (for the documentation of the hook's thread; both are processed alike).
     enum Kind: Sendable {
@@ -59,8 +61,13 @@ struct EventProcessor: Sendable {
         self.reports = reports
     }
 
+    /// The meta attribute marking a journalled event captured from inside ``beforeSend`` (``process(_:kind:runsBeforeSend:)``).
+    static let capturedInBeforeSendKey = "captured_in_before_send"
+
     /// `event` after the steps in the type's documentation, or `nil` when ``beforeSend`` dropped it (counted).
-    func process(_ event: Event, kind: Kind) -> Event? {
+    /// `runsBeforeSend` `false` (an event captured from inside the hook): the hook is not called, which would
+    /// otherwise capture again for every event it sees, without end.
+    func process(_ event: Event, kind: Kind, runsBeforeSend: Bool = true) -> Event? {
         var event = event
         if let crumbs = event.breadcrumbs, crumbs.values.count > maxBreadcrumbs {
             event.breadcrumbs = maxBreadcrumbs == 0 ? nil : ValueList(Array(crumbs.values.suffix(maxBreadcrumbs)))
@@ -73,13 +80,45 @@ struct EventProcessor: Sendable {
         } else if let home {
             EventProcessor.replaceHome(home, in: &event)
         }
-        guard let beforeSend else { return event }
-        guard var kept = beforeSend(event) else {
+        guard let beforeSend, runsBeforeSend else {
+            EventProcessor.keepableTags(&event)
+            return event
+        }
+        guard var kept = HookThread.running(.beforeSend, { beforeSend(event) }) else {
             reports?.record(.beforeSend, category: "error")
             return nil
         }
         kept.eventID = event.eventID  // the envelope header, deduplication and the crash ledger go by it
+        // Times JSON cannot hold (which would make the event unencodable) are the event's own again.
+        if !(kept.timestamp?.isFinite ?? true) { kept.timestamp = event.timestamp }
+        if var crumbs = kept.breadcrumbs, crumbs.values.contains(where: { !$0.timestamp.isFinite }) {
+            for i in crumbs.values.indices where !crumbs.values[i].timestamp.isFinite {
+                crumbs.values[i].timestamp = kept.timestamp ?? Date().timeIntervalSince1970
+            }
+            kept.breadcrumbs = crumbs
+        }
+        EventProcessor.keepableTags(&kept)
         return kept
+    }
+
+    // MARK: - Tags
+
+    /// Makes every tag one Relay keeps (it removes a tag whose key or value is empty or holds a line break, with
+    /// an error): control characters and line breaks become spaces, then a tag with an empty key or value is left
+    /// out. Tags within these rules are left as they are.
+    static func keepableTags(_ event: inout Event) {
+        func bad(_ c: Character) -> Bool {
+            c.isNewline || c.unicodeScalars.contains { $0.properties.generalCategory == .control }
+        }
+        guard let tags = event.tags,
+              tags.contains(where: { $0.key.isEmpty || $0.value.isEmpty || $0.key.contains(where: bad) || $0.value.contains(where: bad) })
+        else { return }
+        var out: [String: String] = [:]
+        for (key, value) in tags {
+            let k = String(key.map { bad($0) ? " " : $0 }), v = String(value.map { bad($0) ? " " : $0 })
+            if !k.isEmpty && !v.isEmpty { out[k] = v }
+        }
+        event.tags = out.isEmpty ? nil : out
     }
 
     // MARK: - In-app
@@ -191,5 +230,44 @@ struct EventProcessor: Sendable {
         object["ip_address"] = .string("{{auto}}")
         guard let changed = try? JSONEncoder().encode(object), let withIP = try? JSONDecoder().decode(User.self, from: changed) else { return }
         event.user = withIP
+    }
+}
+
+/// Which of the options' hooks (``Vaka/Options/beforeSend``, ``Vaka/Options/beforeBreadcrumb``) the calling
+/// thread is running: a thread-specific value (`pthread_getspecific`), so that a hook that calls back into Vaka
+/// neither waits for the thread that runs it nor calls itself without end. ``Vaka/flush(timeout:)`` and
+/// ``Vaka/close(timeout:)`` from `beforeSend` do not wait for the journal mover or the start thread (which may be
+/// the hook's own, holding the mover's pass); a breadcrumb added from `beforeBreadcrumb` is kept without
+/// passing through it again.
+enum HookThread {
+    /// A set of hooks.
+    struct Hooks: OptionSet, Sendable {
+        let rawValue: Int
+        /// ``Vaka/Options/beforeSend``.
+        static let beforeSend = Hooks(rawValue: 1)
+        /// ``Vaka/Options/beforeBreadcrumb``.
+        static let beforeBreadcrumb = Hooks(rawValue: 2)
+    }
+
+    /// The thread-specific key holding the calling thread's ``Hooks`` (its raw value as the pointer's bits);
+    /// `nil` when the process has used up its keys (`PTHREAD_KEYS_MAX`): then no hook is known to run.
+    private static let key: pthread_key_t? = {
+        var key = pthread_key_t()
+        return pthread_key_create(&key, nil) == 0 ? key : nil
+    }()
+
+    /// The hooks the calling thread is running (nested calls add up).
+    static var current: Hooks {
+        guard let key else { return [] }
+        return Hooks(rawValue: Int(bitPattern: pthread_getspecific(key)))
+    }
+
+    /// Runs `body` (the call of `hook`) with `hook` added to the calling thread's ``current``.
+    static func running<T>(_ hook: Hooks, _ body: () -> T) -> T {
+        guard let key else { return body() }
+        let outer = current
+        pthread_setspecific(key, UnsafeRawPointer(bitPattern: outer.union(hook).rawValue))
+        defer { pthread_setspecific(key, UnsafeRawPointer(bitPattern: outer.rawValue)) }
+        return body()
     }
 }

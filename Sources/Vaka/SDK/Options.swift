@@ -102,13 +102,17 @@ extension Vaka {
         /// contexts, breadcrumbs, the in-app marking, and the ``sendDefaultPii`` rule applied; the size
         /// limits are applied after it; its `event_id` cannot be changed (it is kept). A crash it drops is not sent again (its report is deleted); the
         /// crashed session's update is still sent. It cannot throw; a hook that traps crashes the app, as in
-        /// any SDK. Default `nil`.
+        /// any SDK. It may call back into Vaka: ``Vaka/flush(timeout:)`` from it sends what is queued without
+        /// moving the journal, ``Vaka/close(timeout:)`` ends the run on a thread of its own (`vaka.close`) once
+        /// the hook has returned, and an event it captures is sent without passing through it (else each event
+        /// would capture one more, without end). Default `nil`.
         public var beforeSend: (@Sendable (Event) -> Event?)? = nil
         /// Called with every breadcrumb on the thread that adds it, before it is recorded: return it (changed or
         /// not) to keep it, `nil` to drop it. Breadcrumbs made by ``Vaka/screen(_:)`` and by logs
         /// (``logBreadcrumbLevel``) pass through it too. Without it, ``Vaka/addBreadcrumb(category:message:)``
         /// stays one lock-free journal append; with it, each breadcrumb is built as a ``Breadcrumb`` value
-        /// first. Default `nil`.
+        /// first. A breadcrumb added from inside the hook (directly, or by a log it writes) is kept as given,
+        /// not passed to the hook again. Default `nil`.
         public var beforeBreadcrumb: (@Sendable (Breadcrumb) -> Breadcrumb?)? = nil
         /// Frames whose image is one of these are marked `in_app: true`: each entry is a prefix of the image's
         /// file name (`libMyKit`) or of its path (`/opt/myapp/`). Wins over ``inAppExclude``. Applied to every
@@ -197,15 +201,16 @@ extension Vaka.Options {
 
     /// These options completed from the environment variables Sentry's SDKs read, each only when the code did
     /// not give the value: ``dsn`` from `SENTRY_DSN` (when no DSN, key or endpoint is given), ``release`` from
-    /// `SENTRY_RELEASE` (when `VAKA_RELEASE` is not set either), ``environment`` from `SENTRY_ENVIRONMENT`. An
-    /// empty variable counts as not set. A value that cannot be used gives one line to `note` and is left
+    /// `SENTRY_RELEASE` (when `VAKA_RELEASE` is not set either), ``environment`` from `SENTRY_ENVIRONMENT`, each
+    /// without leading and trailing whitespace and line ends. An empty (or blank) variable counts as not set. A value that cannot be used gives one line to `note` and is left
     /// out or changed: a `SENTRY_DSN` that does not parse is ignored (outbox mode: nothing is sent), a
     /// release or environment Relay would refuse is bounded (``boundedRelease(_:)``, ``boundedEnvironment(_:)``).
     /// `variable` reads one variable (`getenv` in the SDK).
     func fromEnvironment(_ variable: (String) -> String?, note: (String) -> Void) -> Vaka.Options {
         var o = self
         func value(_ name: String) -> String? {
-            guard let v = variable(name), !v.isEmpty else { return nil }
+            // Without surrounding blanks and line ends (a value read from a file, a CRLF `.env`), as Sentry's SDKs.
+            guard let v = variable(name)?.trimmingCharacters(in: .whitespacesAndNewlines), !v.isEmpty else { return nil }
             return v
         }
         if dsn == nil, key == nil, endpoint == nil, let env = value("SENTRY_DSN") {

@@ -77,7 +77,7 @@ public struct Scope: Sendable, Equatable {
             }
             event.tags = merged
         }
-        if let user { event.user = user.isEmpty ? nil : user.bounded }
+        if let user { event.user = user.bounded.isEmpty ? nil : user.bounded }
         if !contexts.isEmpty {
             var merged = event.contexts ?? Contexts()
             for (name, value) in contexts.sorted(by: { $0.key < $1.key }) { merged.set(name, value.mapValues(\.finite)) }
@@ -94,12 +94,25 @@ public struct Scope: Sendable, Equatable {
 }
 
 extension User {
-    /// This user with each field cut to ``Vaka/Options/maxTagChars`` (200) Unicode scalars.
+    /// This user with each field cut to ``Vaka/Options/maxTagChars`` (200) Unicode scalars, an empty one left
+    /// out (a user of empty fields only is no user), and an `ipAddress` left out unless it is an IPv4 or IPv6
+    /// address or `{{auto}}` (Relay removes any other value from the event, noting an error).
     var bounded: User {
-        func cut(_ s: String?) -> String? { s.map { Vaka.Options.cut($0, maxChars: Vaka.Options.maxTagChars) } }
-        var user = User(id: cut(id), email: cut(email), username: cut(username), ipAddress: cut(ipAddress))
+        func cut(_ s: String?) -> String? {
+            s.flatMap { $0.isEmpty ? nil : Vaka.Options.cut($0, maxChars: Vaka.Options.maxTagChars) }
+        }
+        var user = User(id: cut(id), email: cut(email), username: cut(username),
+                        ipAddress: ipAddress.flatMap { User.isIPAddress($0) ? $0 : nil })
         user.other = other
         return user
+    }
+
+    /// Whether `text` is what Relay takes as `user.ip_address`: an IPv4 or IPv6 address (`inet_pton`), or
+    /// `{{auto}}` (the address the envelope came from).
+    static func isIPAddress(_ text: String) -> Bool {
+        if text == "{{auto}}" { return true }
+        var buffer = in6_addr()
+        return inet_pton(AF_INET, text, &buffer) == 1 || inet_pton(AF_INET6, text, &buffer) == 1
     }
 
     /// Whether no field is set.
