@@ -3,73 +3,12 @@ import VakaTestSupport
 import VakaSymbolication
 @testable import Vaka
 
-/// The pieces `Vaka.start` and a run's exit use instead of heavier Foundation calls: the hand-written JSON of
-/// `scope.json`, session updates and envelope headers (byte-equal to `JSONEncoder`'s), RFC 3339 times (equal to
+/// The pieces `Vaka.start` and a run's exit use instead of heavier Foundation calls: RFC 3339 times (equal to
 /// glibc's `gmtime_r`), random ids, file paths and directory listings, the default release from the loaded image list, and the single session
 /// update of a run that ends before its start's background part made the first one.
 final class StartPathTests: XCTestCase {
     let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
-
-    private func encoderBytes<T: Encodable>(_ value: T) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: try encoder.encode(value), as: UTF8.self)
-    }
-
-    /// Strings that need escaping (quotes, backslashes, every control character), slashes and non-ASCII text.
-    private let awkward = "a\"b\\c/d\u{0}\u{1}\u{8}\u{9}\u{A}\u{C}\u{D}\u{1F}\u{7F} é 日本 🙂"
-
-    func testScopeJSONIsWhatJSONEncoderWrites() throws {
-        var session = SessionState(did: "d1d1d1d1-0000-4000-8000-000000000000", started: Date(timeIntervalSince1970: 1_764_530_441.444_318))
-        session.errors = 3
-        _ = session.update(.ok, now: Date(), release: "r", environment: "e")
-        let scopes = [
-            RunScope(runID: "0C0FFEE0-0000-4000-8000-000000000002", release: "shop@1.2.3", environment: "staging",
-                     tags: [awkward: awkward, "b": "2", "a": "1"], userID: awkward, session: session),
-            RunScope(runID: "R", release: "", environment: "production", tags: [:], userID: nil, session: nil),
-            RunScope(runID: "R", release: "x", environment: "y", tags: ["k": "v"], userID: "u",
-                     session: SessionState(did: nil, started: Date(timeIntervalSince1970: 1_700_000_000))),
-        ]
-        for scope in scopes {
-            XCTAssertEqual(String(decoding: scope.jsonData(), as: UTF8.self), try encoderBytes(scope))
-            XCTAssertEqual(try JSONDecoder().decode(RunScope.self, from: scope.jsonData()), scope)
-        }
-        // A stored property the writer does not know would be missing from scope.json: count them.
-        XCTAssertEqual(Mirror(reflecting: scopes[0]).children.count, 6, "RunScope changed: add the field to RunScope.jsonData()")
-        XCTAssertEqual(Mirror(reflecting: session).children.count, 6, "SessionState changed: add the field to SessionState.json")
-    }
-
-    func testSessionUpdateJSONIsWhatJSONEncoderWrites() throws {
-        var session = SessionState(did: "d1d1d1d1-0000-4000-8000-000000000000", started: Date(timeIntervalSince1970: 1_764_530_441.444_318))
-        let first = session.update(.ok, now: Date(timeIntervalSince1970: 1_764_530_441.5), release: awkward, environment: "production")
-        session.errors = 2
-        let last = session.update(.exited, now: Date(timeIntervalSince1970: 1_764_530_452.123_456), release: "app@1", environment: nil)
-        var anonymous = SessionState(did: nil, started: Date(timeIntervalSince1970: 1_700_000_000))
-        let crashed = anonymous.update(.crashed, now: Date(timeIntervalSince1970: 1_700_000_011), release: "a", environment: "b")
-        for update in [first, last, crashed] {
-            XCTAssertEqual(String(decoding: update.jsonData(), as: UTF8.self), try encoderBytes(update))
-        }
-        XCTAssertEqual(Mirror(reflecting: first).children.count, 10, "SessionUpdate changed: add the field to jsonData()")
-    }
-
-    func testEnvelopeHeaderLinesAreWhatJSONEncoderWrites() throws {
-        let header = Envelope.Header(eventID: "0123456789abcdef0123456789abcdef", sentAt: Date(timeIntervalSince1970: 1_714_566_896.789))
-        var withDSN = header
-        withDSN.dsn = "https://key@example.com/1"
-        var bare = Envelope.Header(eventID: nil, sentAt: nil)
-        bare.sdk = nil
-        for h in [header, withDSN, bare] {
-            let line = String(decoding: Envelope(header: h, items: []).serialized(), as: UTF8.self)
-            var expected: [String: Any] = [:]
-            if let id = h.eventID { expected["event_id"] = id }
-            if let dsn = h.dsn { expected["dsn"] = dsn }
-            if let sent = h.sentAt { expected["sent_at"] = Timestamps.rfc3339(sent) }
-            if let sdk = h.sdk { expected["sdk"] = ["name": sdk.name, "version": sdk.version] }
-            let reference = try JSONSerialization.data(withJSONObject: expected, options: [.sortedKeys, .withoutEscapingSlashes])
-            XCTAssertEqual(line, String(decoding: reference, as: UTF8.self) + "\n")
-        }
-    }
 
     /// Every millisecond is written as glibc's `gmtime_r` names its second (proleptic Gregorian, UTC), over years
     /// 1 to 9999, with the millisecond rounded down.

@@ -55,15 +55,10 @@ public struct Envelope: Equatable, Sendable {
     /// The envelope's bytes in Sentry's wire format (see the type's documentation).
     public func serialized() -> Data {
         var out = Data()
-        out.append(Envelope.headerJSON(header))
+        out.append(Envelope.encodeJSON(HeaderJSON(header)))
         out.append(0x0A)
         for item in items {
-            var itemHeader = JSONWriter()  // the bytes of ItemHeaderJSON's sorted-key encoding
-            itemHeader.add("content_type", item.contentType)
-            itemHeader.add("item_count", item.itemCount.map(Int64.init))
-            itemHeader.add("length", Int64(item.payload.count))
-            itemHeader.add("type", item.type.rawValue)
-            out.append(itemHeader.data)
+            out.append(Envelope.encodeJSON(ItemHeaderJSON(item)))
             out.append(0x0A)
             out.append(item.payload)
             out.append(0x0A)
@@ -167,25 +162,6 @@ public struct Envelope: Equatable, Sendable {
             filename = i.filename
             attachment_type = i.attachmentType
         }
-    }
-
-    /// The header line: written by ``JSONWriter`` when `sdk` is absent or only a name and version (the SDK's
-    /// own envelopes), else by `JSONEncoder`; the same bytes either way.
-    private static func headerJSON(_ header: Header) -> Data {
-        if let sdk = header.sdk, sdk.packages != nil || sdk.integrations != nil || sdk.other != nil {
-            return encodeJSON(HeaderJSON(header))
-        }
-        var json = JSONWriter()
-        json.add("dsn", header.dsn)
-        json.add("event_id", header.eventID)
-        if let sdk = header.sdk {
-            var info = JSONWriter()
-            info.add("name", sdk.name)
-            info.add("version", sdk.version)
-            json.add("sdk", object: info)
-        }
-        json.add("sent_at", header.sentAt.map(Timestamps.rfc3339))
-        return json.data
     }
 
     private static func encodeJSON<T: Encodable>(_ value: T) -> Data {

@@ -98,7 +98,9 @@ extension Vaka {
         /// (`vaka.journal`), not on the thread that captured them (events still in the journal when
         /// ``Vaka/flush(timeout:)`` or ``Vaka/close(timeout:)`` is called are moved, and the hook called, on
         /// that caller's thread; without a journal, on the capturing thread), and for a crash **at the next launch**, on
-        /// the `vaka.start` thread (the crashed run's event, with that run's scope). It sees the event complete:
+        /// the `vaka.start` thread (the crashed run's event, with that run's scope), or on the thread calling
+        /// ``Vaka/flush(timeout:)``/``Vaka/close(timeout:)`` (or exiting) when that call comes before the
+        /// `vaka.start` thread has begun (it then does start's background part itself). It sees the event complete:
         /// contexts, breadcrumbs, the in-app marking, and the ``sendDefaultPii`` rule applied; the size
         /// limits are applied after it; its `event_id` cannot be changed (it is kept). A crash it drops is not sent again (its report is deleted); the
         /// crashed session's update is still sent. It cannot throw; a hook that traps crashes the app, as in

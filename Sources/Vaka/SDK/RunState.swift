@@ -72,17 +72,11 @@ struct RunScope: Codable, Equatable {
         + (Vaka.Options.maxReleaseBytes + Vaka.Options.maxEnvironmentBytes) * 6 + maxDataBytes
         + Attachment.maxRegistered * ((2 * Attachment.maxPathBytes + Vaka.Options.maxTagChars) * 6 + 64) + 16 * 1024
 
-    /// The `scope.json` bytes: the `Codable` form (what the next launch decodes) with sorted keys, written by
-    /// ``JSONWriter``.
-    func jsonData() -> Data {
-        var json = JSONWriter()
-        json.add("environment", environment)
-        json.add("release", release)
-        json.add("runID", runID)
-        json.add("session", object: session?.json)
-        json.add("tags", strings: tags)
-        json.add("userID", userID)
-        return json.data
+    /// The `scope.json` bytes: the `Codable` form (what the next launch decodes), keys sorted.
+    func jsonData() throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return try encoder.encode(self)
     }
 
     /// `tags` with at most ``maxTags`` entries (the first by key order) and each key and value cut to
@@ -142,11 +136,11 @@ final class RunDirectory {
     /// and no other process reads it while this run's lock is held; a file torn by a crash during that write
     /// gives the next launch no scope, as no file would).
     func write(_ scope: RunScope) throws {
-        var data = scope.jsonData()
+        var data = try scope.jsonData()
         if data.count > RunDirectory.maxScopeBytes {
             var smaller = scope
             smaller.tags = [:]
-            data = smaller.jsonData()
+            data = try smaller.jsonData()
         }
         let file = url.appendingPathComponent("scope.json", isDirectory: false)
         if !wroteScope {

@@ -51,23 +51,11 @@ struct SessionUpdate: Codable, Equatable {
     /// `attrs`.
     var attrs: Attributes
 
-    /// The JSON payload (sorted keys; the bytes `JSONEncoder` with `.sortedKeys` would write, see ``JSONWriter``).
+    /// The JSON payload (sorted keys).
     func jsonData() -> Data {
-        var attributes = JSONWriter()
-        attributes.add("environment", attrs.environment)
-        attributes.add("release", attrs.release)
-        var json = JSONWriter()
-        json.add("attrs", object: attributes)
-        json.add("did", did)
-        json.add("duration", duration)
-        json.add("errors", Int64(errors))
-        json.add("init", self.`init`)
-        json.add("seq", seq)
-        json.add("sid", sid)
-        json.add("started", started)
-        json.add("status", status.rawValue)
-        json.add("timestamp", timestamp)
-        return json.data
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return (try? encoder.encode(self)) ?? Data("{}".utf8)
     }
 }
 
@@ -85,18 +73,6 @@ struct SessionState: Codable, Equatable {
     var status: SessionUpdate.Status
     /// Whether the `init: true` update was already made.
     var initSent: Bool
-
-    /// This state as a JSON object (the keys of its `Codable` form, sorted).
-    var json: JSONWriter {
-        var json = JSONWriter()
-        json.add("did", did)
-        json.add("errors", Int64(errors))
-        json.add("initSent", initSent)
-        json.add("sid", sid)
-        json.add("started", started)
-        json.add("status", status.rawValue)
-        return json
-    }
 
     /// A new running session.
     init(did: String?, started: Date) {
