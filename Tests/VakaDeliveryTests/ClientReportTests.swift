@@ -100,6 +100,51 @@ final class ClientReportTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: url.path))
     }
 
+    /// Outbox mode: a death after the outbox file carrying the client report is written and before the report
+    /// is committed leaves both on disk (the state the test hook copies at that point, its entry then given a pid
+    /// that does not exist). The next process finds the file the entry names and does not send the counts again;
+    /// an entry whose file was never written goes back to `pending` and out with the next envelope.
+    func testADeathBetweenTheOutboxWriteAndTheCommitSendsTheCountsOnce() throws {
+        let storage = dirs.make("outbox-death")
+        let url = storage.appendingPathComponent("client_reports.json")
+        let atDeath = Locked<Data?>(nil)
+        var config = Delivery.Configuration(storageDirectory: storage, dsn: nil)
+        config.afterOutboxWrite = { _ in
+            let data = try? Data(contentsOf: url)
+            atDeath.withLock { $0 = data }
+        }
+        let first = try Delivery(configuration: config)
+        first.clientReports.record(.sampleRate, category: "error")
+        try first.submit(sessionEnvelope(1))
+        var file = ClientReports.File(data: try XCTUnwrap(atDeath.withLock { $0 }, "the hook ran"))
+        XCTAssertEqual(file.inFlight.count, 1)
+        let (owner, counts) = try XCTUnwrap(file.inFlight.first)
+        let carrier = try XCTUnwrap(file.carriers[owner], "the entry names its outbox file")
+        XCTAssertEqual(Outbox(storageDirectory: storage).list().map(\.lastPathComponent), [carrier])
+        file.inFlight = ["2147483646:dead": counts]
+        file.carriers = ["2147483646:dead": carrier]
+        try file.encoded().write(to: url)
+
+        let second = try Delivery(configuration: .init(storageDirectory: storage, dsn: nil))
+        try second.submit(sessionEnvelope(2))
+        let outbox = Outbox(storageDirectory: storage)
+        XCTAssertEqual(try outbox.list().map { reported(try outbox.read($0)) }, [["sample_rate/error": 1], [:]], "sent once")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: url.path), "the entry is settled")
+
+        // The death came before the write: no such file, the counts go again.
+        let reports = ClientReports(storageDirectory: storage)
+        reports.record(.beforeSend, category: "error")
+        let ticket = try XCTUnwrap(reports.take(carrier: outbox.directory.appendingPathComponent("20260101T000000.000Z-000009-x.envelope")))
+        var unwritten = ClientReports.File(data: try Data(contentsOf: url))
+        XCTAssertEqual(unwritten.carriers.count, 1)
+        unwritten.inFlight = ["2147483646:dead": ticket.counts]
+        unwritten.carriers = ["2147483646:dead": "20260101T000000.000Z-000009-x.envelope"]
+        try unwritten.encoded().write(to: url)
+        try Delivery(configuration: .init(storageDirectory: storage, dsn: nil)).submit(sessionEnvelope(3))
+        XCTAssertEqual(try outbox.list().map { reported(try outbox.read($0)) }, [["sample_rate/error": 1], [:], ["before_send/error": 1]])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: url.path))
+    }
+
     func testWithStorageThatCannotBeWrittenCountsStillGoOutFromMemory() throws {
         let reports = ClientReports(storageDirectory: URL(fileURLWithPath: "/proc/self/no-such-directory"))
         reports.record(.queueOverflow, category: "error", quantity: 3)

@@ -24,9 +24,14 @@ import Synchronization
 /// - the envelope not accepted (any other answer, no answer, a failed write): ``abort(_:)`` moves the counts
 ///   back to `pending`, so they go with a later envelope, neither lost nor counted twice;
 /// - the process dying while a report travels leaves its entry; a later ``take()`` by a process whose pid is
-///   another moves an entry of a pid that no longer exists back to `pending`. If that envelope had been
-///   accepted just before the death, those counts reach the server twice (the one window; an envelope has
-///   the same window and is deduplicated by `event_id`, a client report cannot be).
+///   another settles an entry of a pid that no longer exists. An entry taken for an outbox file names that
+///   file (`carriers`: pid and token → file name in `<storage>/outbox/`): when the file is there, it was
+///   written and the report went out in it, so the entry is removed; otherwise (the death came before the
+///   write) its counts go back to `pending`. An entry taken for a POST goes back to `pending`: if the server
+///   had accepted that envelope just before the death, those counts reach the server twice (the one window;
+///   an envelope has the same window and is deduplicated by `event_id`, a client report cannot be). So does an
+///   outbox file that something else removed between the death and the next take (a cap's trim: its items
+///   were never read, so the counts rightly go again).
 /// Drops are written to the file at once when the last write is at least 1 s old, otherwise held in memory
 /// and written by the next ``record(_:category:quantity:)`` after that second, ``take()`` or ``persist()``
 /// (called at close): a burst (sampling thousands of events) costs one write per second, and a process
@@ -92,6 +97,8 @@ final class ClientReports: Sendable {
     let url: URL
     /// `<storage>/client_reports.lock`.
     let lockURL: URL
+    /// `<storage>/outbox` as a path: where the carrier files of in-flight entries are looked for.
+    let outboxDirectory: String
     /// This value's in-flight key in the file: `<pid>:<random token>`.
     let owner: String
     /// `false`: nothing is counted, nothing is sent (``Vaka/Options/sendClientReports``).
@@ -116,6 +123,7 @@ final class ClientReports: Sendable {
     init(storageDirectory: URL, enabled: Bool = true, log: (@Sendable (String) -> Void)? = nil) {
         url = storageDirectory.appendingPathComponent("client_reports.json")
         lockURL = storageDirectory.appendingPathComponent("client_reports.lock")
+        outboxDirectory = storageDirectory.appendingPathComponent("outbox", isDirectory: true).fileSystemPath
         owner = "\(getpid()):\(UUID().uuidString.prefix(8).lowercased())"
         self.enabled = enabled
         logSink = log
@@ -209,7 +217,10 @@ final class ClientReports: Sendable {
     /// A report of everything counted and not sent yet (also by earlier runs and other processes), moved to
     /// this value's in-flight entry; `nil` when there is nothing to send, a report of this value is already
     /// travelling, or the file cannot be used. Settle it with ``commit(_:)`` or ``abort(_:)``.
-    func take(now: Date = Date()) -> Ticket? {
+    /// - Parameter carrier: the outbox file (a name from ``Outbox/newFileURL(for:at:)``) the report will be
+    ///   written in, recorded with the entry so that a death between that write and ``commit(_:)`` does not
+    ///   send the counts again; `nil` for a POST.
+    func take(now: Date = Date(), carrier: URL? = nil) -> Ticket? {
         guard enabled else { return nil }
         let started: (unsaved: [Key: Int], recorded: UInt64)? = state.withLock { state in
             guard !state.inFlight, state.fileMayHoldCounts || !state.unsaved.isEmpty else { return nil }
@@ -228,12 +239,17 @@ final class ClientReports: Sendable {
         }
         var taken: [Key: Int] = [:]
         let owner = self.owner
+        let outbox = outboxDirectory
+        let carrierName = carrier.map(\.lastPathComponent).flatMap { File.isCarrierName($0) ? $0 : nil }
         let ok = withFile { file in
             file.pending.merge(unsaved, uniquingKeysWith: ClientReports.add)
-            file.reclaimDeadOwners(except: owner)
+            file.reclaimDeadOwners(except: owner, outbox: outbox)
             taken = file.pending
             file.pending = [:]
-            if !taken.isEmpty { file.inFlight[owner] = taken }
+            if !taken.isEmpty {
+                file.inFlight[owner] = taken
+                file.carriers[owner] = carrierName
+            }
         }
         if !ok {
             // Storage that cannot be written: what this process counted still goes out, from memory.
@@ -256,7 +272,10 @@ final class ClientReports: Sendable {
     /// The envelope that carried `ticket` was accepted (or written to the outbox): its counts are done.
     func commit(_ ticket: Ticket) {
         let owner = self.owner
-        if !ticket.inMemory, !withFile(body: { file in file.inFlight[owner] = nil }) {
+        if !ticket.inMemory, !withFile(body: { file in
+            file.inFlight[owner] = nil
+            file.carriers[owner] = nil
+        }) {
             logSink?("client reports: could not update \(url.lastPathComponent) after a report was sent; its counts may be sent again")
         }
         state.withLock { $0.inFlight = false }
@@ -274,6 +293,7 @@ final class ClientReports: Sendable {
         }
         if !withFile(body: { file in
             if let counts = file.inFlight.removeValue(forKey: owner) { file.pending.merge(counts, uniquingKeysWith: ClientReports.add) }
+            file.carriers[owner] = nil
         }) {
             // The file still names the counts as in flight for this pid: a later process reclaims them.
             logSink?("client reports: could not put back a report that was not sent")
@@ -308,22 +328,35 @@ final class ClientReports: Sendable {
     struct File {
         var pending: [Key: Int] = [:]
         var inFlight: [String: [Key: Int]] = [:]
+        /// The outbox file (name in `<storage>/outbox/`) an in-flight entry travels in, by entry key; no entry
+        /// here for a report taken for a POST.
+        var carriers: [String: String] = [:]
 
-        /// Moves the in-flight counts of processes that no longer exist (not `owner`) back to `pending`, and
-        /// the oldest entries beyond ``ClientReports/maxInFlight``.
-        mutating func reclaimDeadOwners(except owner: String) {
-            for (key, counts) in inFlight where key != owner {
+        /// Whether `name` can be an outbox file's name (no path, not hidden, `.envelope`, at most 128 bytes).
+        static func isCarrierName(_ name: String) -> Bool {
+            name.utf8.count <= 128 && name.hasSuffix(".envelope") && !name.hasPrefix(".") && !name.contains("/")
+        }
+
+        /// Settles the in-flight entries of processes that no longer exist (not `owner`), and the oldest
+        /// entries beyond ``ClientReports/maxInFlight``: one whose carrier file is in `outbox` went out in it
+        /// and is removed; the others' counts move back to `pending`.
+        mutating func reclaimDeadOwners(except owner: String, outbox: String) {
+            for key in inFlight.keys where key != owner {
                 let pid = key.split(separator: ":").first.flatMap { Int32($0) } ?? 0
                 // An entry of this process under another token belongs to another live value: kept.
                 let alive = pid > 0 && (pid == getpid() || kill(pid, 0) == 0 || errno == EPERM)
-                if !alive {
-                    pending.merge(counts, uniquingKeysWith: ClientReports.add)
-                    inFlight[key] = nil
-                }
+                if !alive { settle(key, outbox: outbox) }
             }
             while inFlight.count > ClientReports.maxInFlight, let oldest = inFlight.keys.sorted().first {
-                pending.merge(inFlight.removeValue(forKey: oldest) ?? [:], uniquingKeysWith: ClientReports.add)
+                settle(oldest, outbox: outbox)
             }
+        }
+
+        /// Removes the entry `key`: its counts go back to `pending` unless its carrier file exists in `outbox`.
+        private mutating func settle(_ key: String, outbox: String) {
+            let counts = inFlight.removeValue(forKey: key) ?? [:]
+            if let carrier = carriers.removeValue(forKey: key), access(outbox + "/" + carrier, F_OK) == 0 { return }
+            pending.merge(counts, uniquingKeysWith: ClientReports.add)
         }
 
         /// Parses the file's JSON; unknown or malformed entries are skipped.
@@ -345,6 +378,9 @@ final class ClientReports: Sendable {
                 let c = counts(value)
                 if !c.isEmpty { inFlight[key] = c }
             }
+            for (key, value) in object["carriers"] as? [String: Any] ?? [:] {
+                if inFlight[key] != nil, let name = value as? String, File.isCarrierName(name) { carriers[key] = name }
+            }
         }
 
         init() {}
@@ -353,7 +389,9 @@ final class ClientReports: Sendable {
         func encoded() -> Data {
             var flight: [String: Any] = [:]
             for (key, counts) in inFlight { flight[key] = ClientReports.list(counts) }
-            return ClientReports.json(["pending": ClientReports.list(pending), "in_flight": flight])
+            var object: [String: Any] = ["pending": ClientReports.list(pending), "in_flight": flight]
+            if !carriers.isEmpty { object["carriers"] = carriers }
+            return ClientReports.json(object)
         }
     }
 

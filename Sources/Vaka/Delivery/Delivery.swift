@@ -55,6 +55,9 @@ final class Delivery: @unchecked Sendable {
         /// Count what is dropped and send it as client reports (``ClientReports``; `Options.sendClientReports`,
         /// default `true`).
         var sendClientReports = true
+        /// Tests only: called in outbox mode after an outbox file carrying a client report is written and
+        /// before that report is committed, with the file's URL (where a death leaves both on disk). `nil`: none.
+        var afterOutboxWrite: (@Sendable (URL) -> Void)?
 
         /// Creates a configuration; see the properties for defaults.
         init(storageDirectory: URL, dsn: DSN?, flushInterval: TimeInterval = 10, maxBatchSize: Int = 50,
@@ -167,14 +170,17 @@ final class Delivery: @unchecked Sendable {
     ///   in memory).
     func submit(_ envelope: Envelope, durable: Bool = false) throws {
         guard let queue = queue else {
-            let url: URL
             let droppedBefore = outbox.droppedFiles
-            // The client report of what was dropped so far travels in this file (settled by the write).
-            let ticket = clientReports.take(now: clock.now)
+            // The client report of what was dropped so far travels in this file (settled by the write). Its
+            // in-flight entry names the file, so a death between the write and the commit does not send the
+            // counts again.
+            let now = clock.now
+            let url = outbox.newFileURL(for: envelope, at: now)
+            let ticket = clientReports.take(now: now, carrier: url)
             var written = envelope
             if let ticket { written.items.append(ticket.item) }
             do {
-                url = try outbox.write(written, at: clock.now)
+                try outbox.write(written, to: url)
             } catch {
                 if let ticket { clientReports.abort(ticket) }
                 clientReports.record(.internalSDKError, envelope: envelope)
@@ -182,7 +188,10 @@ final class Delivery: @unchecked Sendable {
                 log("outbox write failed (\(error)); the envelope is dropped")
                 throw error
             }
-            if let ticket { clientReports.commit(ticket) }
+            if let ticket {
+                configuration.afterOutboxWrite?(url)
+                clientReports.commit(ticket)
+            }
             log("wrote \(url.lastPathComponent)")
             let dropped = outbox.droppedFiles - droppedBefore
             if dropped > 0 {

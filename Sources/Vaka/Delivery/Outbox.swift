@@ -59,7 +59,15 @@ public struct Outbox: Sendable {
     /// - Throws: ``DeliveryIOError`` or a `FileManager` error when the directory or file cannot be written.
     @discardableResult
     public func write(_ envelope: Envelope, at date: Date = Date()) throws -> URL {
-        try PrivateFiles.makeDirectory(directory)
+        let url = newFileURL(for: envelope, at: date)
+        try write(envelope, to: url)
+        return url
+    }
+
+    /// The name of a new file for `envelope` stamped with `date`, numbered in this process's sequence (nothing
+    /// is written): what ``write(_:to:)`` writes, so a caller can record the name before the file exists
+    /// (``ClientReports``: the file a client report travels in).
+    func newFileURL(for envelope: Envelope, at date: Date) -> URL {
         let id = envelope.header.eventID ?? RandomID.hex32()
         let stamp = String(Timestamps.rfc3339(date).filter { $0 != "-" && $0 != ":" })
         // Letters and digits only (an event id from elsewhere never makes a path); ASCII ones need no table.
@@ -71,11 +79,17 @@ public struct Outbox: Sendable {
         let sequence = String(number % 1_000_000)
         let url = directory.appendingPathComponent("\(stamp)-\(String(repeating: "0", count: 6 - sequence.count))\(sequence)-\(safeID).envelope",
                                                    isDirectory: false)
+        return url
+    }
+
+    /// Writes `envelope` to `url` (a name from ``newFileURL(for:at:)``) atomically, then trims the outbox.
+    /// - Throws: ``DeliveryIOError`` or a `FileManager` error when the directory or file cannot be written.
+    func write(_ envelope: Envelope, to url: URL) throws {
+        try PrivateFiles.makeDirectory(directory)
         let bytes = envelope.serialized()
         try PrivateFiles.writeAtomically(bytes, to: url, sync: false)
         let removed = trim(adding: url.lastPathComponent, size: bytes.count)
         if let dropSink, !removed.isEmpty { dropSink(removed) }
-        return url
     }
 
     /// Records the file just written and removes the oldest files while over ``maxFiles`` or ``maxBytes``
