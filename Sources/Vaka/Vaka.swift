@@ -321,6 +321,7 @@ public enum Vaka {
         guard HookThread.current.contains(.beforeSend) else { return finish() }
         detachedEnd.close()
         let thread = Thread {
+            ThreadName.setCurrent("vaka.close")
             finish()
             detachedEnd.open()
         }

@@ -164,6 +164,7 @@ final class Client: Sendable {
         // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
         // run directory's lock with it), as the mover's own thread never held it.
         let thread = Thread { [weak self] in
+            ThreadName.setCurrent("vaka.start")
             guard let mover = self?.finishStartOnStartThread() else { return }
             mover.runOnCurrentThread()
         }
