@@ -321,6 +321,7 @@ public enum Vaka {
         guard HookThread.current.contains(.beforeSend) else { return finish() }
         detachedEnd.close()
         let thread = Thread {
+            ThreadName.setCurrent("vaka.close")
             finish()
             detachedEnd.open()
         }
@@ -333,6 +334,11 @@ public enum Vaka {
 
     /// The storage directory in use, or `nil` before start.
     public static var storageDirectory: URL? { current?.storage }
+
+    /// Whether this run sends to a server: `true` when started with a valid DSN, given in code (``Options/dsn``,
+    /// ``Options/key`` and ``Options/endpoint``) or read from `$SENTRY_DSN`; `false` in outbox mode (envelopes
+    /// go to `<storage>/outbox/`), before start and after ``close(timeout:)``.
+    public static var hasDSN: Bool { current?.hasDSN ?? false }
 
     /// Covers the calling thread for crash reports: unblocks the synchronous crash signals (SIGSEGV, SIGBUS,
     /// SIGILL, SIGFPE, SIGTRAP, SIGSYS) in its signal mask — a thread may have inherited them blocked, and a

@@ -185,11 +185,18 @@ void vaka_rt_threads_install(size_t stack_size)
         memset(&action, 0, sizeof action);
         action.sa_sigaction = vaka_sig_thread_signal;
         action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-        /* Nothing interrupts the unwinding but a crash signal (a fault inside it must still reach the handler). */
+        /* Nothing interrupts the unwinding but a crash signal (a fault inside it must still reach the handler)
+         * and SIGPROF. SIGPROF stays unblocked for Swift's backtracer, which runs right after Vaka's crash
+         * handler: it suspends every other thread with SIGUSR1, SIGUSR2 or SIGPROF, the first one the thread's
+         * /proc status does not show blocked, and gives up on a thread that blocks all three ("failed to suspend
+         * thread N"). A thread that has just answered the crash-time round may still be in this handler then.
+         * A SIGPROF taken during the unwinding runs its handler on top of this one (a profiler's sample) and
+         * returns; the slots and cursors this handler uses are its own. */
         sigfillset(&action.sa_mask);
         static const int crash_signals[] = { VAKA_CRASH_SIGNALS };
         for (size_t i = 0; i < sizeof crash_signals / sizeof crash_signals[0]; i++)
             sigdelset(&action.sa_mask, crash_signals[i]);
+        sigdelset(&action.sa_mask, SIGPROF);
         if (sigaction(sig, &action, &vaka_threads.previous) != 0) return;
         installed_signal = sig;
         vaka_threads.signal = sig;

@@ -357,7 +357,8 @@ func runSDKScenario(_ scenario: SDKScenario?, storage: URL, dsn: String?, withSc
     let sent = Vaka.flush(timeout: flushTimeout)
     if !sent {
         // `Vaka.flush` returns false for a loss as well as for what is still queued (its documentation).
-        writeErr(dsn == nil
+        // Outbox mode or not as the SDK decided it (a DSN from --dsn, or from $SENTRY_DSN).
+        writeErr(!Vaka.hasDSN
             ? "vaka-crashme: flush returned false: an outbox file could not be written, or older outbox files were dropped at the outbox cap (1,000 files / 64 MiB)\n"
             : "vaka-crashme: flush returned false: envelopes still queued (server unreachable, backing off, rate limited or refusing), or dropped unwritten and unsent (storage full, read-only or over RLIMIT_FSIZE)\n")
     }

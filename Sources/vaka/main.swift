@@ -15,9 +15,10 @@ let toolUsage = """
     Commands:
       report convert FILE [--pretty]   Turn a crash report (<run-id>.crash) into a Sentry fatal event
                                        and print it as JSON to stdout.
-      symbolicate FILE [--debug-dir DIR]... [--pretty]
+      symbolicate FILE [--debug-dir DIR]... [--no-system-debug-dir] [--cache DIR] [--pretty] [--stats]
                                        Print the event for a crash report or event JSON with every frame
-                                       resolved that the files on this machine and DIR can resolve.
+                                       resolved that the files on this machine and DIR can resolve
+                                       (vaka symbolicate --help).
       debug-files check FILE... [--json]
                                        Show type, arch, code_id, debug_id and features of ELF files.
       debug-files collect DIR... --out OUTDIR

@@ -178,6 +178,20 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path), [])
     }
 
+    func testAFailedFlushWithSentryDSNFromTheEnvironmentIsExplainedAsQueuedNotAsOutbox() throws {
+        let storage = dirs.make("sentry-dsn")
+        let logs = dirs.make("sentry-dsn-logs")
+        // No --dsn: the SDK reads $SENTRY_DSN (port 9 on loopback: nothing listens, the envelopes stay queued).
+        let child = try runHarness(["message", "--storage", storage.path],
+                                   environment: ["SENTRY_DSN": "http://envkey@127.0.0.1:9/7", "VAKA_FLUSH_TIMEOUT": "0"],
+                                   logDirectory: logs)
+        XCTAssertEqual(child.outcome, "exit 0", child.stderr)
+        XCTAssertTrue(child.stderr.contains("flush returned false: envelopes still queued"), child.stderr)
+        XCTAssertFalse(child.stderr.contains("outbox file"), child.stderr)
+        let pending = try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("pending").path)
+        XCTAssertFalse(pending.isEmpty, "unsent envelopes stay in pending/")
+    }
+
     func testDebugOutputNeverShowsTheKey() throws {
         let storage = dirs.make("debug")
         let logs = dirs.make("debug-logs")

@@ -54,8 +54,8 @@ final class IdentityAndStorageTests: XCTestCase {
         }
         defer { Vaka.close() }
         let lines = stderr.split(separator: "\n")
-        XCTAssertEqual(lines.filter { $0.hasPrefix("[vaka] release of 1200009 bytes changed to 200 bytes") }.count, 1, stderr)
-        XCTAssertEqual(lines.filter { $0.hasPrefix("[vaka] environment of 100000 bytes changed to 64 bytes") }.count, 1, stderr)
+        XCTAssertEqual(lines.filter { $0.hasPrefix(#"[vaka] release "app@1.0/\#(String(repeating: "r", count: 32))…" (1200009 bytes) changed to "app@1.0_\#(String(repeating: "r", count: 32))…" (200 bytes)"#) }.count, 1, stderr)
+        XCTAssertEqual(lines.filter { $0.hasPrefix(#"[vaka] environment "\#(String(repeating: "e", count: 40))…" (100000 bytes) changed to "\#(String(repeating: "e", count: 40))…" (64 bytes)"#) }.count, 1, stderr)
         XCTAssertEqual(lines.filter { $0.hasPrefix("[vaka] 1000 tag(s) cut to 200 characters") }.count, 1, stderr)
         XCTAssertLessThan(stderr.utf8.count, 2_000, "one short line each, not the values: \(stderr.prefix(500))")
 

@@ -47,4 +47,26 @@ final class ReadmeSnippetTests: XCTestCase {
         }
         _ = snippet
     }
+
+    /// README's demo output quotes the force-unwrap's `file:line` in `vaka-crashme swift-force-unwrap`'s fatal
+    /// message: that line of Sources/vaka-crashme/Scenarios.swift must still be the force-unwrap of
+    /// `swiftForceUnwrap()`.
+    func testDemoOutputQuotesTheForceUnwrapsLine() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        let marker = "vaka_crashme/Scenarios.swift:"
+        let range = try XCTUnwrap(readme.range(of: marker), "README quotes the demo's fatal message")
+        let number = readme[range.upperBound...].prefix { $0.isNumber }
+        let line = try XCTUnwrap(Int(number), "a line number after \(marker)")
+        XCTAssertTrue(readme[range.upperBound...].dropFirst(number.count).hasPrefix(": Fatal error:"))
+        let source = try String(contentsOf: root.appendingPathComponent("Sources/vaka-crashme/Scenarios.swift"),
+                                encoding: .utf8)
+        let lines = source.components(separatedBy: "\n")
+        XCTAssertGreaterThan(lines.count, line)
+        let quoted = lines[line - 1]
+        XCTAssertTrue(quoted.contains("value!"), "README's line \(line) is `\(quoted)`, not the force-unwrap")
+        XCTAssertTrue(lines[max(0, line - 4)..<line].contains { $0.contains("func swiftForceUnwrap()") },
+                      "line \(line) is not in swiftForceUnwrap()")
+    }
 }

@@ -343,8 +343,8 @@ final class SDKOptionsTests: XCTestCase {
         XCTAssertEqual(o.environment, String(repeating: "e", count: 64))
         XCTAssertEqual(notes.count, 3, "\(notes)")
         XCTAssertTrue(notes[0].hasPrefix("invalid SENTRY_DSN ("), notes[0])
-        XCTAssertTrue(notes[1].hasPrefix("SENTRY_RELEASE of 4 bytes changed to 4 bytes"), notes[1])
-        XCTAssertTrue(notes[2].hasPrefix("SENTRY_ENVIRONMENT of 100 bytes changed to 64 bytes"), notes[2])
+        XCTAssertTrue(notes[1].hasPrefix(#"SENTRY_RELEASE "a/b\u{01}" changed to "a_b_" ("#), notes[1])
+        XCTAssertTrue(notes[2].hasPrefix(#"SENTRY_ENVIRONMENT "\#(String(repeating: "e", count: 40))…" (100 bytes) changed to "\#(String(repeating: "e", count: 40))…" (64 bytes) ("#), notes[2])
     }
 
     func testOutOfRangeOptionsAreClampedWithALine() {
@@ -359,5 +359,36 @@ final class SDKOptionsTests: XCTestCase {
         XCTAssertEqual(notes.count, 3, "\(notes)")
         options.sampleRate = .nan
         XCTAssertEqual(resolved(options, [:]).0.sampleRate, 1)
+    }
+
+    func testEveryClampGivesItsLineWithoutDebug() {
+        var options = Vaka.Options(flushInterval: 0, maxBatchSize: 0, debug: false)
+        options.journalSize = 1
+        let (o, notes) = resolved(options, [:])
+        XCTAssertEqual(o.flushInterval, 0.1)
+        XCTAssertEqual(o.maxBatchSize, 1)
+        XCTAssertEqual(o.journalSize, 16 * 1024)
+        XCTAssertEqual(notes, ["flushInterval 0.0 is outside 0.1...86400.0 s; using 0.1",
+                               "maxBatchSize 0 is outside 1...1000; using 1",
+                               "journalSize 1 is outside 16384...67108864 bytes; using 16384"])
+        options = Vaka.Options(flushInterval: .nan, maxBatchSize: 5_000)
+        options.journalSize = 1 << 40
+        let (big, bigNotes) = resolved(options, [:])
+        XCTAssertEqual(big.flushInterval, 10)
+        XCTAssertEqual(big.maxBatchSize, 1_000)
+        XCTAssertEqual(big.journalSize, 64 * 1024 * 1024)
+        XCTAssertEqual(bigNotes.count, 3, "\(bigNotes)")
+    }
+
+    func testAChangedReleaseIsQuotedOldAndNew() {
+        var options = Vaka.Options()
+        options.release = "a/b\nc"
+        let (o, notes) = resolved(options, [:])
+        XCTAssertEqual(o.release, "a_b_c")
+        XCTAssertEqual(notes.count, 1, "\(notes)")
+        XCTAssertTrue(notes[0].hasPrefix(#"release "a/b\nc" changed to "a_b_c" (Relay refuses"#), notes[0])
+        options.release = String(repeating: "r", count: 300)
+        let long = resolved(options, [:]).1
+        XCTAssertTrue(long[0].hasPrefix(#"release "\#(String(repeating: "r", count: 40))…" (300 bytes) changed to "\#(String(repeating: "r", count: 40))…" (200 bytes)"#), long[0])
     }
 }

@@ -164,6 +164,40 @@ final class CommandLineTests: XCTestCase {
         }
     }
 
+    /// `vaka --help` names every option each command's own `--help` shows in its `Usage:` lines (outbox's line
+    /// there sends to `vaka outbox --help`).
+    func testToolHelpListsEveryOptionOfEachCommand() throws {
+        let tool = try vaka(["--help"])
+        XCTAssertEqual(tool.status, 0)
+        for command in [["report"], ["symbolicate"], ["debug-files"], ["journal"]] {
+            let own = try vaka(command + ["--help"])
+            XCTAssertEqual(own.status, 0, "\(command)")
+            let usage = own.stdoutText.components(separatedBy: "\n\n").first ?? ""
+            let options = usage.split(whereSeparator: { " []|.\n".contains($0) }).filter { $0.hasPrefix("--") }
+            XCTAssertFalse(options.isEmpty, "\(command): \(own.stdoutText)")
+            for option in options {
+                XCTAssertTrue(tool.stdoutText.contains(option), "vaka --help lacks \(option) of \(command): \(tool.stdoutText)")
+            }
+        }
+    }
+
+    func testOutboxShowPrintsEachItemsHeader() throws {
+        let payload = #"{"event_id":"5d7e4c1a2b8f4f0e9a510c2d3e4f5a6b","message":"hello"}"#
+        let text = "attachment body"
+        let envelope = "{\"event_id\":\"5d7e4c1a2b8f4f0e9a510c2d3e4f5a6b\"}\n"
+            + "{\"type\":\"event\",\"length\":\(payload.utf8.count),\"content_type\":\"application/json\"}\n\(payload)\n"
+            + "{\"type\":\"attachment\",\"length\":\(text.utf8.count),\"filename\":\"note.txt\",\"content_type\":\"text/plain\",\"attachment_type\":\"event.attachment\"}\n\(text)\n"
+        let file = try write(Data(envelope.utf8), "items.envelope")
+        let result = try vaka(["outbox", "show", file])
+        XCTAssertEqual(result.status, 0, result.stderrText)
+        let lines = result.stdoutText.components(separatedBy: "\n")
+        XCTAssertTrue(lines.contains(#"# item 1: event (\#(payload.utf8.count) bytes) {"content_type":"application/json","length":\#(payload.utf8.count),"type":"event"}"#),
+                      result.stdoutText)
+        XCTAssertTrue(lines.contains(#"# item 2: attachment (15 bytes) {"attachment_type":"event.attachment","content_type":"text/plain","filename":"note.txt","length":15,"type":"attachment"}"#),
+                      result.stdoutText)
+        XCTAssertTrue(lines.contains(text), result.stdoutText)
+    }
+
     /// The one argument parser: each usage error's exact line, for every command.
     func testUsageErrorsReadTheSameForEveryCommand() throws {
         let cases: [([String], String)] = [

@@ -157,7 +157,10 @@ final class Delivery: @unchecked Sendable {
                             clock: clock, requestTimeout: config.requestTimeout, log: log,
                             onEventSettled: config.onEventSettled, clientReports: reports)
         log("sending to \(dsn) (envelope URL \(dsn.envelopeURL.absoluteString))")
-        let t = Thread { [weak self] in self?.run() }
+        let t = Thread { [weak self] in
+            ThreadName.setCurrent("vaka.delivery")
+            self?.run()
+        }
         t.name = "vaka.delivery"
         thread = t
         t.start()

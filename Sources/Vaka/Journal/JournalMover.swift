@@ -108,7 +108,10 @@ final class JournalMover: @unchecked Sendable {
     func start() {
         cond.lock(); defer { cond.unlock() }
         guard thread == nil, !stopped else { return }
-        let t = Thread { [self] in run() }
+        let t = Thread { [self] in
+            ThreadName.setCurrent("vaka.journal")
+            run()
+        }
         t.name = "vaka.journal"
         thread = t
         t.start()
@@ -122,6 +125,7 @@ final class JournalMover: @unchecked Sendable {
         guard thread == nil, !stopped else { cond.unlock(); return }
         thread = Thread.current
         cond.unlock()
+        ThreadName.setCurrent("vaka.journal")
         Thread.current.name = "vaka.journal"
         run()
     }

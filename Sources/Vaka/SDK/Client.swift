@@ -16,6 +16,8 @@ final class Client: Sendable {
     let options: Vaka.Options
     /// The storage directory (created, 0700).
     let storage: URL
+    /// Whether envelopes go to a server: a valid DSN (given in code or from `$SENTRY_DSN`); `false` in outbox mode.
+    let hasDSN: Bool
     /// This run's id (UUID string).
     let runID: String
     /// Delivery (queue + uploader, or outbox).
@@ -77,6 +79,7 @@ final class Client: Sendable {
         self.options = options
         self.storage = storage
         self.runID = runID
+        hasDSN = dsn != nil
         self.logSink = log
         let now = Date()
         let release = options.release ?? Vaka.defaultRelease()
@@ -161,6 +164,7 @@ final class Client: Sendable {
         // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
         // run directory's lock with it), as the mover's own thread never held it.
         let thread = Thread { [weak self] in
+            ThreadName.setCurrent("vaka.start")
             guard let mover = self?.finishStartOnStartThread() else { return }
             mover.runOnCurrentThread()
         }

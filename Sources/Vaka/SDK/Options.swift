@@ -41,9 +41,11 @@ extension Vaka {
         /// Accepted for API parity; on Linux a session lasts from ``Vaka/start(_:)`` to process exit, so it is
         /// not used. Default 30.
         public var sessionTimeout: TimeInterval
-        /// Seconds between automatic sends of queued envelopes. Default 10.
+        /// Seconds between automatic sends of queued envelopes, 0.1...86,400. Default 10. NaN counts as 10; a
+        /// value outside the range is clamped, with one `[vaka]` line on stderr.
         public var flushInterval: TimeInterval
-        /// Envelopes per batch file, and the batch size that triggers a send at once. Default 50.
+        /// Envelopes per batch file, and the batch size that triggers a send at once, 1...1,000. Default 50. A
+        /// value outside the range is clamped, with one `[vaka]` line on stderr.
         public var maxBatchSize: Int
         /// Log what the SDK does to stderr (`[vaka] ...` lines). The key is never printed. Default `false`.
         public var debug: Bool
@@ -77,7 +79,7 @@ extension Vaka {
         /// Bytes of this run's journal, `<storage>/runs/<run-id>/journal` (see docs/ingest.md, *The journal*):
         /// the memory-mapped file that holds the newest breadcrumbs and the events and logs not yet moved to
         /// `pending/` or `outbox/`, so that they survive the process dying in any way. Default 256 KiB; raised
-        /// to 16 KiB and lowered to 64 MiB, rounded to pages. Of it, 3/8 hold breadcrumbs (the newest that fit:
+        /// to 16 KiB and lowered to 64 MiB (with one `[vaka]` line on stderr), rounded to pages. Of it, 3/8 hold breadcrumbs (the newest that fit:
         /// about 1,000 short ones with the default), 3/8 events, 2/8 logs. Not an init parameter: set the property.
         public var journalSize: Int = Journal.defaultSize
 
@@ -225,12 +227,12 @@ extension Vaka.Options {
         }
         if release == nil, value("VAKA_RELEASE") == nil, let env = value("SENTRY_RELEASE") {
             let b = Self.boundedRelease(env)
-            if b != env { note("SENTRY_RELEASE of \(env.utf8.count) bytes changed to \(b.utf8.count) bytes (Relay refuses a release over \(Self.maxReleaseBytes) bytes or with control characters, / or \\)") }
+            if b != env { note("SENTRY_RELEASE \(Self.quoted(env)) changed to \(Self.quoted(b)) (Relay refuses a release over \(Self.maxReleaseBytes) bytes or with control characters, / or \\)") }
             o.release = b
         }
         if !environmentGiven, let env = value("SENTRY_ENVIRONMENT") {
             let b = Self.boundedEnvironment(env)
-            if b != env { note("SENTRY_ENVIRONMENT of \(env.utf8.count) bytes changed to \(b.utf8.count) bytes (Relay refuses an environment over \(Self.maxEnvironmentBytes) bytes or with control characters, / or \\)") }
+            if b != env { note("SENTRY_ENVIRONMENT \(Self.quoted(env)) changed to \(Self.quoted(b)) (Relay refuses an environment over \(Self.maxEnvironmentBytes) bytes or with control characters, / or \\)") }
             o.environment = b
         }
         return o
@@ -283,6 +285,19 @@ extension Vaka.Options {
         return String(out)
     }
 
+    /// Most Unicode scalars of a value quoted in a `[vaka]` line (``quoted(_:)``).
+    static let maxQuotedChars = 40
+
+    /// `s` for a `[vaka]` line: in double quotes with control characters, quotes and backslashes escaped as in
+    /// Swift source (`"a/b\nc"`); one over ``maxQuotedChars`` scalars is cut there, marked `…`, and followed by
+    /// its whole size in UTF-8 bytes (`"aaaa…" (300 bytes)`).
+    static func quoted(_ s: String) -> String {
+        let scalars = s.unicodeScalars
+        guard scalars.count > maxQuotedChars else { return s.debugDescription }
+        let head = String(String.UnicodeScalarView(scalars.prefix(maxQuotedChars))).debugDescription
+        return "\(head.dropLast())…\" (\(s.utf8.count) bytes)"
+    }
+
     /// `s` cut to `maxChars` Unicode scalars (no mark added), or `s` itself when not longer.
     static func cut(_ s: String, maxChars: Int) -> String {
         if s.utf8.count <= maxChars { return s }  // at least one byte per scalar
@@ -291,11 +306,18 @@ extension Vaka.Options {
         return String(String.UnicodeScalarView(scalars.prefix(maxChars)))
     }
 
+    /// Seconds ``flushInterval`` may be: 0.1 ... 86,400 (NaN counts as 10).
+    static let flushIntervalRange: ClosedRange<Double> = 0.1...Bounded.maxDelay
+    /// Envelopes ``maxBatchSize`` may be: 1 ... 1,000.
+    static let maxBatchSizeRange: ClosedRange<Int> = 1...1_000
+    /// Bytes ``journalSize`` may be: 16 KiB ... 64 MiB (the journal rounds it up to whole pages).
+    static let journalSizeRange: ClosedRange<Int> = (16 * 1024)...(64 * 1024 * 1024)  // VAKA_JOURNAL_MIN/MAX_SIZE
+
     /// These options as ``Vaka/start(_:)`` uses them: first completed from `SENTRY_DSN`, `SENTRY_RELEASE` and
     /// `SENTRY_ENVIRONMENT` (``fromEnvironment(_:note:)``; `variable` reads one, `getenv` by default), then
     /// with ``release``, ``environment`` and ``tags`` made acceptable to Sentry (see each property), at most
-    /// ``RunScope/maxTags`` tags (the first by key order), and ``sampleRate``, ``maxBreadcrumbs`` and
-    /// ``shutdownTimeout`` within their ranges. `note` gets one line per field that was changed or refused
+    /// ``RunScope/maxTags`` tags (the first by key order), and ``sampleRate``, ``maxBreadcrumbs``,
+    /// ``shutdownTimeout``, ``flushInterval``, ``maxBatchSize`` and ``journalSize`` within their ranges. `note` gets one line per field that was changed or refused
     /// (``Vaka/start(_:)`` prints it on stderr): a value set by mistake (a whole file read into `release`)
     /// would otherwise make every event too large or be dropped by the server.
     func bounded(variable: (String) -> String? = Vaka.Options.environmentVariable, note: (String) -> Void) -> Vaka.Options {
@@ -316,14 +338,27 @@ extension Vaka.Options {
             o.shutdownTimeout = Bounded.timeout(shutdownTimeout)
             note("shutdownTimeout \(shutdownTimeout) is outside 0...\(Bounded.maxDelay) s; using \(o.shutdownTimeout)")
         }
+        if flushInterval.isNaN || !(Self.flushIntervalRange).contains(flushInterval) {
+            o.flushInterval = flushInterval.isNaN ? 10 : min(max(flushInterval, Self.flushIntervalRange.lowerBound),
+                                                               Self.flushIntervalRange.upperBound)
+            note("flushInterval \(flushInterval) is outside \(Self.flushIntervalRange.lowerBound)...\(Self.flushIntervalRange.upperBound) s; using \(o.flushInterval)")
+        }
+        if !Self.maxBatchSizeRange.contains(maxBatchSize) {
+            o.maxBatchSize = min(max(maxBatchSize, Self.maxBatchSizeRange.lowerBound), Self.maxBatchSizeRange.upperBound)
+            note("maxBatchSize \(maxBatchSize) is outside \(Self.maxBatchSizeRange.lowerBound)...\(Self.maxBatchSizeRange.upperBound); using \(o.maxBatchSize)")
+        }
+        if !Self.journalSizeRange.contains(journalSize) {
+            o.journalSize = min(max(journalSize, Self.journalSizeRange.lowerBound), Self.journalSizeRange.upperBound)
+            note("journalSize \(journalSize) is outside \(Self.journalSizeRange.lowerBound)...\(Self.journalSizeRange.upperBound) bytes; using \(o.journalSize)")
+        }
         if let release, case let b = Self.boundedRelease(release), b != release {
             o.release = b
-            note("release of \(release.utf8.count) bytes changed to \(b.utf8.count) bytes (Relay refuses a release over \(Self.maxReleaseBytes) bytes or with control characters, / or \\)")
+            note("release \(Self.quoted(release)) changed to \(Self.quoted(b)) (Relay refuses a release over \(Self.maxReleaseBytes) bytes or with control characters, / or \\)")
         }
         let env = Self.boundedEnvironment(environment)
         if env != environment {
             o.environment = env
-            note("environment of \(environment.utf8.count) bytes changed to \(env.utf8.count) bytes (Relay refuses an environment over \(Self.maxEnvironmentBytes) bytes or with control characters, / or \\)")
+            note("environment \(Self.quoted(environment)) changed to \(Self.quoted(env)) (Relay refuses an environment over \(Self.maxEnvironmentBytes) bytes or with control characters, / or \\)")
         }
         if tags.contains(where: { $0.key.utf8.count > Self.maxTagChars || $0.value.utf8.count > Self.maxTagChars }) {
             var cutTags: [String: String] = [:]

@@ -13,8 +13,10 @@ let outboxUsage = """
 
       list            One line per envelope, oldest first: file name, size in bytes, item types, and the
                       first event's level and title (message, or exception type: value).
-      show ENVELOPE   The envelope header and each item's payload as indented JSON. ENVELOPE is a path, a file
-                      name in DIR/outbox, or an index from `list` (1 = oldest; -1 = newest).
+      show ENVELOPE   The envelope header, then per item a `# item N: TYPE (LENGTH bytes) {item header}` line
+                      (content_type, filename, attachment_type, ... as JSON) and its payload as indented JSON
+                      (as text when it is not JSON). ENVELOPE is a path, a file name in DIR/outbox, or an
+                      index from `list` (1 = oldest; -1 = newest).
 
     Exit status: 0 success (also for an empty outbox, with a note on stderr); 1 a missing or unreadable
     storage directory, outbox or envelope, or a file that is not an envelope; 2 usage error.
@@ -81,7 +83,7 @@ func outboxShow(_ arguments: ParsedArguments) -> Never {
     if let sdk = envelope.header.sdk { header["sdk"] = ["name": sdk.name, "version": sdk.version] }
     printOut("# envelope \(url.lastPathComponent)\n\(pretty(header))\n")
     for (index, item) in envelope.items.enumerated() {
-        printOut("# item \(index + 1): \(item.type.rawValue) (\(item.payload.count) bytes)\n")
+        printOut("# item \(index + 1): \(item.type.rawValue) (\(item.payload.count) bytes) \(itemHeader(item))\n")
         if let object = try? JSONSerialization.jsonObject(with: item.payload) {
             printOut(pretty(object) + "\n")
         } else {
@@ -122,6 +124,18 @@ private func summary(_ envelope: Envelope) -> String? {
         if item.type.rawValue == "session" { return "session \(object["status"] as? String ?? "?")" }
     }
     return nil
+}
+
+/// The item header's fields as the envelope has them, one line of JSON (keys sorted): `type`, `length`, and
+/// `content_type`, `item_count`, `filename`, `attachment_type` where given.
+private func itemHeader(_ item: EnvelopeItem) -> String {
+    var header: [String: Any] = ["type": item.type.rawValue, "length": item.payload.count]
+    header["content_type"] = item.contentType
+    header["item_count"] = item.itemCount
+    header["filename"] = item.filename
+    header["attachment_type"] = item.attachmentType
+    guard let data = try? JSONSerialization.data(withJSONObject: header, options: [.sortedKeys, .withoutEscapingSlashes]) else { return "" }
+    return String(decoding: data, as: UTF8.self)
 }
 
 private func pretty(_ object: Any) -> String {
