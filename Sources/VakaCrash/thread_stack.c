@@ -60,19 +60,20 @@ void vaka_thread_stack_set_size(size_t bytes)
     atomic_store(&requested_size, bytes);
 }
 
-static size_t stack_size(size_t page)
+size_t vaka_alt_stack_size(size_t requested, size_t page)
 {
-    size_t size = atomic_load(&requested_size);
-    if (size == 0) size = VAKA_DEFAULT_ALT_STACK_SIZE;
+    size_t size = requested != 0 ? requested : VAKA_DEFAULT_ALT_STACK_SIZE;
     size_t min = (size_t)MINSIGSTKSZ;
 #ifdef _SC_MINSIGSTKSZ
     long dyn = sysconf(_SC_MINSIGSTKSZ);
     if (dyn > 0 && (size_t)dyn > min) min = (size_t)dyn;
 #endif
     if (size < min) size = min;
-    if (size > SIZE_MAX / 2) return 0; /* absurd request: mmap would fail anyway */
+    if (size > ((size_t)1 << 30)) size = (size_t)1 << 30; /* absurd request: 1 GiB of address space at most */
     return (size + page - 1) & ~(page - 1);
 }
+
+static size_t stack_size(size_t page) { return vaka_alt_stack_size(atomic_load(&requested_size), page); }
 
 int vaka_crash_thread_attach(void)
 {
@@ -88,7 +89,6 @@ int vaka_crash_thread_attach(void)
 
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t size = stack_size(page);
-    if (size == 0) return ENOMEM;
     alt_stack *s = malloc(sizeof *s);
     if (s == NULL) return ENOMEM;
     s->mapping_size = size + page;

@@ -89,19 +89,6 @@ static int waits_for_signals(pid_t tid)
     return got == 1 && nr == SYS_rt_sigtimedwait;
 }
 
-static size_t attach_stack_size(size_t requested, size_t page)
-{
-    size_t size = requested != 0 ? requested : VAKA_DEFAULT_ALT_STACK_SIZE;
-    size_t min = (size_t)MINSIGSTKSZ;
-#ifdef _SC_MINSIGSTKSZ
-    long dyn = sysconf(_SC_MINSIGSTKSZ);
-    if (dyn > 0 && (size_t)dyn > min) min = (size_t)dyn;
-#endif
-    if (size < min) size = min;
-    if (size > ((size_t)1 << 30)) size = (size_t)1 << 30;
-    return (size + page - 1) & ~(page - 1);
-}
-
 /* The install-time round: an alternate stack for every thread that exists now (but this one). */
 static void attach_existing_threads(size_t requested)
 {
@@ -132,7 +119,7 @@ static void attach_existing_threads(size_t requested)
 
     size_t page = vaka_state.page_size ? vaka_state.page_size : 4096;
     if (vaka_threads.pool == 0) {
-        size_t stack = attach_stack_size(requested, page);
+        size_t stack = vaka_alt_stack_size(requested, page);
         size_t total = VAKA_THREADS_ATTACH_MAX * (stack + page);
         void *pool = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (pool == MAP_FAILED) return;
