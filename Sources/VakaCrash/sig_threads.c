@@ -210,17 +210,18 @@ static void attach(ucontext_t *uc)
     syscall(SYS_futex, &vaka_threads.attached, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* Crash-time round: this thread unwinds itself from `uc` into its slot. */
-static void unwind_self(ucontext_t *uc)
+/* Crash-time round: this thread unwinds itself from `uc` into its slot. @return 1 when it answered (it counts
+ * itself in `left` just before its handler returns). */
+static int unwind_self(ucontext_t *uc)
 {
-    if (!atomic_load(&vaka_threads.round) || uc == NULL) return;
+    if (!atomic_load(&vaka_threads.round) || uc == NULL) return 0;
     int tid = (int)vaka_sig_gettid();
     int i = 0;
     while (i < VAKA_THREAD_SLOTS && atomic_load(&vaka_thread_slots[i].tid) != tid) i++;
-    if (i == VAKA_THREAD_SLOTS) return;
+    if (i == VAKA_THREAD_SLOTS) return 0;
     vaka_thread_slot *slot = &vaka_thread_slots[i];
     int expected = VAKA_TSLOT_ASKED;
-    if (!atomic_compare_exchange_strong(&slot->state, &expected, VAKA_TSLOT_BUSY)) return; /* missed, or twice */
+    if (!atomic_compare_exchange_strong(&slot->state, &expected, VAKA_TSLOT_BUSY)) return 0; /* missed, or twice */
     slot->name[0] = '\0';
     if (prctl(PR_GET_NAME, slot->name, 0, 0, 0) != 0) slot->name[0] = '\0';
     slot->name[VAKA_REPORT_THREAD_NAME_MAX + 1] = '\0';
@@ -242,6 +243,7 @@ static void unwind_self(ucontext_t *uc)
     atomic_store(&slot->state, VAKA_TSLOT_DONE);
     atomic_fetch_add(&vaka_threads.answered, 1);
     syscall(SYS_futex, &vaka_threads.answered, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    return 1;
 }
 
 void vaka_sig_thread_signal(int sig, siginfo_t *info, void *context)
@@ -250,8 +252,11 @@ void vaka_sig_thread_signal(int sig, siginfo_t *info, void *context)
     if (info != NULL && info->si_code == SI_QUEUE && info->si_pid == (pid_t)syscall(SYS_getpid) &&
         sig == vaka_threads.signal) {
         if (info->si_value.sival_int == VAKA_THREADS_ASK_UNWIND) {
-            unwind_self(context);
+            int answered = unwind_self(context);
             errno = saved_errno;
+            /* Last: the crashed thread waits for this before the crash goes on to the previous handler, which
+             * must find this thread as it was, not inside this handler with every signal blocked. */
+            if (answered) atomic_fetch_add(&vaka_threads.left, 1);
             return;
         }
         if (info->si_value.sival_int == VAKA_THREADS_ASK_ATTACH) {
@@ -389,28 +394,37 @@ static const char *status_field(const char *key)
     return NULL;
 }
 
-/* What thread `tid`'s status says while it has not answered: VAKA_TSLOT_GONE (no status any more, or a zombie:
- * it is ending), VAKA_TSLOT_BLOCKED (it blocks the thread signal: it will not answer — a thread that is ending
- * blocks every signal too), or 0 (it may still answer). */
-static int unanswered_verdict(pid_t tid)
+/* 1 when `key`'s line of proc_buf (a status mask: 16 hex digits, signal 1 the lowest bit) has signal `sig`. */
+static int status_mask_has(const char *key, int sig)
+{
+    const char *p = status_field(key);
+    uintptr_t mask = 0;
+    return sig > 0 && p != NULL && parse_hex(&p, &mask) && ((mask >> (sig - 1)) & 1);
+}
+
+/* What thread `tid`'s status says: VAKA_TSLOT_GONE (no status any more, or a zombie: it is ending),
+ * VAKA_TSLOT_BLOCKED (it blocks the thread signal: it will not answer — a thread that is ending blocks every signal
+ * too), or 0 (it may still answer). `asked`: the request was sent to it. Then blocking is not enough: a thread that
+ * has just taken the request blocks the signal too, while its handler runs (the handler's mask), and is about to
+ * answer. Only one whose request is still pending (SigPnd, the thread's own queue; the status is read under the
+ * signal lock, so both masks come from one moment) blocks it. */
+static int unanswered_verdict(pid_t tid, int asked)
 {
     long got = read_task_file(tid, "status");
     if (got < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) return 0; /* no descriptor: unknown */
     if (got <= 0) return VAKA_TSLOT_GONE;
     const char *state = status_field("State:");
     if (state != NULL && (*state == 'Z' || *state == 'X')) return VAKA_TSLOT_GONE;
-    const char *p = status_field("SigBlk:");
-    uintptr_t mask = 0;
     int sig = vaka_threads.signal;
-    /* 16 hex digits, signal 1 is the lowest bit of the last one. */
-    if (sig > 0 && p != NULL && parse_hex(&p, &mask) && ((mask >> (sig - 1)) & 1)) return VAKA_TSLOT_BLOCKED;
-    return 0;
+    if (!status_mask_has("SigBlk:", sig)) return 0;
+    if (asked && !status_mask_has("SigPnd:", sig) && !status_mask_has("ShdPnd:", sig)) return 0;
+    return VAKA_TSLOT_BLOCKED;
 }
 
-/* 1 when thread `tid` blocks the thread signal (the SigBlk line of its status). */
-static int blocks_thread_signal(pid_t tid)
+/* 1 when thread `tid`, which was sent the request (`asked`) or not, blocks the thread signal (see above). */
+static int blocks_thread_signal(pid_t tid, int asked)
 {
-    return unanswered_verdict(tid) == VAKA_TSLOT_BLOCKED;
+    return unanswered_verdict(tid, asked) == VAKA_TSLOT_BLOCKED;
 }
 
 /* 1 when thread `tid` sits in sigwait, sigwaitinfo or sigtimedwait (rt_sigtimedwait, the first number of its
@@ -432,7 +446,7 @@ static int waits_for_signals(pid_t tid)
  * signals, e.g. a "shut down" one), or 0 (ask it). */
 static int verdict_before_asking(pid_t tid)
 {
-    int verdict = unanswered_verdict(tid);
+    int verdict = unanswered_verdict(tid, 0);
     if (verdict == 0 && waits_for_signals(tid)) verdict = VAKA_TSLOT_BLOCKED;
     return verdict;
 }
@@ -542,6 +556,7 @@ void vaka_sig_write_threads(pid_t crashed_tid)
 
     /* The slots: every listed thread but the crashed one, which is written from the report's own lines. */
     atomic_store(&vaka_threads.answered, 0u);
+    atomic_store(&vaka_threads.left, 0u);
     int slots = 0;
     for (int k = 0; k < count && slots < VAKA_THREAD_SLOTS - 1; k++) {
         if (listed[k] == crashed_tid) continue;
@@ -590,7 +605,7 @@ void vaka_sig_write_threads(pid_t crashed_tid)
         for (int k = 0; k < slots; k++) {
             vaka_thread_slot *slot = &vaka_thread_slots[k];
             if (atomic_load(&slot->state) != VAKA_TSLOT_ASKED) continue;
-            int verdict = unanswered_verdict((pid_t)atomic_load(&slot->tid));
+            int verdict = unanswered_verdict((pid_t)atomic_load(&slot->tid), 1);
             int asked = VAKA_TSLOT_ASKED;
             if (verdict != 0 && atomic_compare_exchange_strong(&slot->state, &asked, verdict)) sent--;
         }
@@ -641,10 +656,23 @@ void vaka_sig_write_threads(pid_t crashed_tid)
             write_thread_line(tid, VAKA_REPORT_THREAD_GONE, name, len);
             continue;
         }
-        int blocked = state == VAKA_TSLOT_BLOCKED || blocks_thread_signal(tid);
+        int blocked = state == VAKA_TSLOT_BLOCKED || blocks_thread_signal(tid, state == VAKA_TSLOT_MISSED);
         write_thread_line(tid, blocked ? VAKA_REPORT_THREAD_BLOCKED
                                : state == VAKA_TSLOT_UNSENT ? VAKA_REPORT_THREAD_UNASKED : VAKA_REPORT_THREAD_MISSED,
                           name, len);
         describe_from_proc(tid, proc_ips, proc_methods);
+    }
+
+    /* A thread that answered wakes this one with its last system call and may be preempted right there, still in
+     * its handler with every signal blocked: the crash would then go on to the previous handler (Swift's
+     * backtracer, which suspends each thread with a signal) while that thread cannot take a signal. Give those
+     * threads the processor until each has reached the handler's last instruction (polled, not woken: a wake-up
+     * would be that same preemption point again), within VAKA_THREADS_LEAVE_NS. Usually they have long since
+     * returned, while the lines above were written. */
+    uint64_t leave_by = vaka_sig_now_ns(CLOCK_MONOTONIC) + VAKA_THREADS_LEAVE_NS;
+    while (atomic_load(&vaka_threads.left) < atomic_load(&vaka_threads.answered) &&
+           vaka_sig_now_ns(CLOCK_MONOTONIC) < leave_by) {
+        struct timespec step = { 0, 100000 };
+        nanosleep(&step, NULL);
     }
 }

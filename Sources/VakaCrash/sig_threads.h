@@ -23,6 +23,9 @@
 #define VAKA_THREADS_FIRST_WAIT_NS 200000LL
 /** Then how often it looks again (ns): a thread may block the signal, or start ending, meanwhile. */
 #define VAKA_THREADS_RECHECK_NS 2000000LL
+/** At most this long (ns) the crashed thread waits, after the thread lines, for the threads that answered to
+ *  leave the thread signal's handler (their signal mask is restored only then). */
+#define VAKA_THREADS_LEAVE_NS 50000000LL
 /** How long install waits, in all, for the existing threads to take their alternate stacks (ns). */
 #define VAKA_THREADS_ATTACH_DEADLINE_NS 100000000LL
 /** Most threads given an alternate stack by install (the pool prepared for them). */
@@ -63,6 +66,8 @@ typedef struct vaka_threads_state {
     struct sigaction previous;    /* its action before install (a foreign sender's signal goes there) */
     atomic_int round;             /* 1 while the crash-time round waits for answers */
     atomic_uint answered;         /* futex word: threads that finished unwinding in this round */
+    atomic_uint left;             /* of those, the ones at the last instruction of the handler (then only its return
+                                     and rt_sigreturn, which restores their signal mask, are left) */
     atomic_uint attached;         /* futex word: threads that answered the install-time round */
     uintptr_t pool;               /* the alternate stacks for existing threads: guard page + stack, each */
     size_t pool_count;

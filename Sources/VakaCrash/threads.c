@@ -14,8 +14,9 @@
  * MAP_NORESERVE; kept for the life of the process, as a thread that ends does not say so) unless it has one, and
  * to unblock the synchronous crash signals — but not a thread that blocks the signal on purpose or waits in
  * sigwait: a signal thread (a sigwait or signalfd loop) would take the request as a signal of its own. Install
- * waits at most VAKA_THREADS_ATTACH_DEADLINE_NS for the answers of the threads that do not block the signal (one
- * just created, which blocks every signal until its start routine runs, takes the request when it unblocks them).
+ * waits at most VAKA_THREADS_ATTACH_DEADLINE_NS for the answers of the threads that do not block the signal. A
+ * thread just created blocks every signal until its start routine runs with its creator's mask: it is looked at
+ * again until then (within that deadline too), and asked only if that mask lets the signal through.
  */
 #include "vaka_internal.h"
 #include "sig_threads.h"
@@ -108,14 +109,45 @@ static void attach_existing_threads(size_t requested)
         if (state == 'Z' || state == 'X') continue;
         /* A thread that blocks the signal on purpose, or waits for signals with sigwait, is not asked: it would
          * take the request as a signal of its own (a sigwait or signalfd loop; its signal may mean "shut down").
-         * A thread that blocks every signal because it is starting (glibc) is asked but not waited for: it takes
-         * the request when its start routine runs. A stopped thread likewise. */
+         * A thread that blocks every signal because it is starting (glibc) is looked at again below, once its
+         * start routine has its own mask. A stopped thread is asked but not waited for. */
         if (blocks == 2 || waits_for_signals(tid)) continue;
-        blocking[n] = blocks || state == 'T' || state == 't';
+        blocking[n] = blocks == 1 ? -1 : state == 'T' || state == 't';
         asked[n++] = tid;
     }
     closedir(dir);
     if (n == 0) return;
+
+    /* The starting threads: their mask becomes the one their creator had (pthread_create), which may block the
+     * signal on purpose (a signal thread made with every signal blocked, about to call sigwait or read its
+     * signalfd). Asked now, such a thread would find the request pending and take it as its own signal once it
+     * waits. So each is looked at every millisecond until it has its own mask, within the round's deadline; one
+     * still starting then is not asked (it gets no alternate stack from here; threads made after start get one
+     * from pthread_create). */
+    struct timespec started;
+    clock_gettime(CLOCK_MONOTONIC, &started);
+    for (;;) {
+        int waiting = 0;
+        for (size_t k = 0; k < n; k++) {
+            if (blocking[k] != -1) continue;
+            char state;
+            int blocks;
+            if (task_status(asked[k], installed_signal, &state, &blocks) != 0 || state == 'Z' || state == 'X' ||
+                blocks == 2 || (blocks == 0 && waits_for_signals(asked[k]))) {
+                blocking[k] = -2; /* ended, or blocks the signal on purpose: not asked */
+            } else if (blocks == 0) {
+                blocking[k] = state == 'T' || state == 't';
+            } else {
+                waiting = 1;
+            }
+        }
+        if (!waiting) break;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long spent = (now.tv_sec - started.tv_sec) * 1000000000LL + (now.tv_nsec - started.tv_nsec);
+        if (spent >= VAKA_THREADS_ATTACH_DEADLINE_NS) break;
+        usleep(1000);
+    }
 
     size_t page = vaka_state.page_size ? vaka_state.page_size : 4096;
     if (vaka_threads.pool == 0) {
@@ -132,7 +164,7 @@ static void attach_existing_threads(size_t requested)
     atomic_store(&vaka_threads.attached, 0u);
     unsigned sent = 0;
     for (size_t k = 0; k < n; k++)
-        if (vaka_sig_thread_ask(asked[k], VAKA_THREADS_ASK_ATTACH) == 0 && !blocking[k]) sent++;
+        if (blocking[k] >= 0 && vaka_sig_thread_ask(asked[k], VAKA_THREADS_ASK_ATTACH) == 0 && !blocking[k]) sent++;
 
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);

@@ -44,6 +44,10 @@ final class ConcurrentStackScanTests: XCTestCase {
                 let functions = (thread.stacktrace?.frames ?? []).compactMap(\.function)
                 // Only the threads already spinning (a starved one may still be starting): their PC is nocfi_spin.
                 guard functions.last == "nocfi_spin" else { continue }
+                // Nor one that was still scanning at the round's deadline (32 spinning threads on a loaded machine):
+                // the deadline is guaranteed, not that every thread finishes by it, so such a thread honestly has
+                // only the frames it had (its PC) and says so in its state.
+                if thread.state?.contains("before the deadline") == true { continue }
                 checked += 1
                 let workers = Set(functions.filter { $0.hasPrefix("worker_") })
                 XCTAssertEqual(workers, ["worker_\(index)"], "round \(round), \(name): \(functions)")
