@@ -60,7 +60,7 @@ void vaka_thread_stack_set_size(size_t bytes)
     atomic_store(&requested_size, bytes);
 }
 
-size_t vaka_alt_stack_size(size_t requested, size_t page)
+size_t vaka_thread_stack_size(size_t requested, size_t page)
 {
     size_t size = requested != 0 ? requested : VAKA_DEFAULT_ALT_STACK_SIZE;
     size_t min = (size_t)MINSIGSTKSZ;
@@ -73,7 +73,7 @@ size_t vaka_alt_stack_size(size_t requested, size_t page)
     return (size + page - 1) & ~(page - 1);
 }
 
-static size_t stack_size(size_t page) { return vaka_alt_stack_size(atomic_load(&requested_size), page); }
+static size_t stack_size(size_t page) { return vaka_thread_stack_size(atomic_load(&requested_size), page); }
 
 int vaka_crash_thread_attach(void)
 {

@@ -151,7 +151,7 @@ static void attach_existing_threads(size_t requested)
 
     size_t page = vaka_state.page_size ? vaka_state.page_size : 4096;
     if (vaka_threads.pool == 0) {
-        size_t stack = vaka_alt_stack_size(requested, page);
+        size_t stack = vaka_thread_stack_size(requested, page);
         size_t total = VAKA_THREADS_ATTACH_MAX * (stack + page);
         void *pool = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (pool == MAP_FAILED) return;

@@ -315,7 +315,7 @@ void vaka_rt_unblock_crash_signals(void);
 /** thread_stack.c: sets the size used by vaka_crash_thread_attach() (0 = default). */
 /* The size of an alternate signal stack for a request of `requested` bytes (0: the default), at least the
  * kernel's minimum, at most 1 GiB, rounded up to whole pages of `page` bytes. Install time only. */
-size_t vaka_alt_stack_size(size_t requested, size_t page);
+size_t vaka_thread_stack_size(size_t requested, size_t page);
 void vaka_thread_stack_set_size(size_t bytes);
 /** thread_stack.c: removes the alternate stack this runtime gave the calling thread, if any. */
 void vaka_thread_stack_detach(void);
