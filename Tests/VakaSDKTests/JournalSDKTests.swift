@@ -420,41 +420,4 @@ final class JournalSDKTests: XCTestCase {
             XCTAssertEqual(ids, (0..<count).map { "f5125" + String(format: "%027x", $0) }, "\(label): every event once, in order")
         }
     }
-    /// Runs killed before they ended (40 run directories, each with a journal and a session still `ok`), and the
-    /// launches that end them SIGKILLed at random moments while their crash join sends the `abnormal` updates and
-    /// removes the directories, 16 times, then one launch that finishes: every session is ended once, with one
-    /// `abnormal` update, never twice (a launch killed while a directory was being removed, after its update was
-    /// on disk, left that run's `scope.json`, so the next launch ended the session again).
-    func testLaunchesKilledWhileEndingLeftoverRunsEndEachSessionOnce() throws {
-        var generator = SystemRandomNumberGenerator()
-        let storage = dirs.make("leftover-kill")
-        let logs = dirs.make("leftover-kill-logs")
-        var leftover = Set<String>()
-        for _ in 0..<16 {
-            for _ in 0..<40 {
-                let runID = UUID().uuidString
-                let dir = try RunDirectory(storage: storage, runID: runID)
-                let session = SessionState(did: nil, started: Date())
-                try dir.write(RunScope(runID: runID, release: "app@1.0", environment: "production", tags: [:], userID: nil, session: session))
-                // A journal as a killed run leaves one: the removal that follows the update takes a while.
-                let journal = try Journal(path: dir.url.appendingPathComponent("journal"), size: 1 << 20)
-                journal.close()
-                leftover.insert(session.sid)
-            }
-            let child = try RunningChild(Paths.harness, ["--storage", storage.path], logDirectory: logs)
-            usleep(UInt32.random(in: 0...40_000, using: &generator))
-            child.sigkill()
-            XCTAssertNotNil(child.wait(timeout: 60), "the harness hung")
-        }
-        let last = try runHarness(["--storage", storage.path], logDirectory: logs)
-        XCTAssertEqual(last.outcome, "exit 0", last.stderr)
-        var finals: [String: [String]] = [:]
-        for session in try readOutbox(storage).flatMap(\.sessions) {
-            guard let sid = session["sid"] as? String, let status = session["status"] as? String, status != "ok" else { continue }
-            finals[sid, default: []].append(status)
-        }
-        let twice = finals.filter { $0.value.count > 1 }
-        XCTAssertEqual(twice.count, 0, "sessions ended more than once: \(twice.prefix(5))")
-        for sid in leftover { XCTAssertEqual(finals[sid], ["abnormal"], "leftover session \(sid)") }
-    }
 }
