@@ -127,6 +127,26 @@ final class CrashHookTests: XCTestCase {
         XCTAssertEqual(envelopes.flatMap(\.events).filter { $0["level"] as? String == "fatal" }.count, 1)
     }
 
+    /// A `beforeSend` that captures, in a run without a journal (`runs/` cannot be created: events go to delivery
+    /// at once): the hook of the crash event runs inside the crash join, on the thread that does start's background
+    /// part, and its capture does not wait for that part to end (it waited for itself: the harness hung in its
+    /// flush or its exit).
+    func testBeforeSendCapturingWithoutJournalDuringTheCrashJoinDoesNotHang() throws {
+        let storage = dirs.make("reenter-no-journal")
+        try crash(storage)
+        let runs = storage.appendingPathComponent("runs")
+        try FileManager.default.removeItem(at: runs)
+        XCTAssertTrue(FileManager.default.createFile(atPath: runs.path, contents: Data("not a directory".utf8)))
+        let child = try runHarness(["--storage", storage.path], environment: ["VAKA_BEFORE_SEND": "reenter"],
+                                   logDirectory: dirs.make("logs"), timeout: 30)
+        XCTAssertEqual(child.outcome, "exit 0", child.stderr.suffix(1000).description)
+        let events = try readOutbox(storage).flatMap(\.events)
+        XCTAssertEqual(events.filter { $0["level"] as? String == "fatal" }.count, 1, "the crash")
+        XCTAssertEqual(events.filter { ($0["logentry"] as? [String: Any])?["formatted"] as? String == "from beforeSend" }.count, 1,
+                       "the message the hook captured")
+        XCTAssertEqual(reports(storage), [], "the crash was sent")
+    }
+
     func testSampleRateZeroDropsHandledErrorsButNeverACrash() throws {
         let storage = dirs.make("sample-crash")
         let zero = ["VAKA_SAMPLE_RATE": "0"]

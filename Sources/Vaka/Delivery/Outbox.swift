@@ -87,9 +87,26 @@ public struct Outbox: Sendable {
     func write(_ envelope: Envelope, to url: URL) throws {
         try PrivateFiles.makeDirectory(directory)
         let bytes = envelope.serialized()
+        // The first write of the process lists the directory before its file is there, not after: the caller's
+        // step that follows a durable write (deleting an ended run's `scope.json`) then comes at once.
+        usage.state.withLock { usage in if usage.files == nil { listFiles(&usage) } }
         try PrivateFiles.writeAtomically(bytes, to: url, sync: false)
         let removed = trim(adding: url.lastPathComponent, size: bytes.count)
         if let dropSink, !removed.isEmpty { dropSink(removed) }
+    }
+
+    /// Fills `usage` from a listing of the directory (once per process): the names as `list()` takes them, sized
+    /// with stat(2) on string paths (FileManager's attributes look up the owner's user and group names; a URL per
+    /// file costs more than its stat).
+    private func listFiles(_ usage: inout Usage) {
+        var files: [String: Int] = [:]
+        let root = directory.fileSystemPath
+        for name in PrivateFiles.directoryNames(root) where name.hasSuffix(".envelope") && !name.hasPrefix(".") {
+            var st = stat()
+            files[name] = stat(root + "/" + name, &st) == 0 ? Int(st.st_size) : 0
+        }
+        usage.files = files
+        usage.bytes = files.values.reduce(0, +)
     }
 
     /// Records the file just written and removes the oldest files while over ``maxFiles`` or ``maxBytes``
@@ -99,16 +116,7 @@ public struct Outbox: Sendable {
         var removed: [Data] = []
         usage.state.withLock { usage in
             if usage.files == nil {
-                var files: [String: Int] = [:]
-                // The names as `list()` takes them, sized with stat(2) on string paths (FileManager's attributes
-                // look up the owner's user and group names; a URL per file costs more than its stat).
-                let root = directory.fileSystemPath
-                for name in PrivateFiles.directoryNames(root) where name.hasSuffix(".envelope") && !name.hasPrefix(".") {
-                    var st = stat()
-                    files[name] = stat(root + "/" + name, &st) == 0 ? Int(st.st_size) : 0
-                }
-                usage.files = files
-                usage.bytes = files.values.reduce(0, +)
+                listFiles(&usage)
             } else {
                 usage.bytes += size - (usage.files?[name] ?? 0)
                 usage.files?[name] = size

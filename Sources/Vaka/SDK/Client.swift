@@ -549,11 +549,17 @@ final class Client: Sendable {
                 }
             }
             log("could not journal event \(event.eventID); written to storage at once")
-            waitForStart()  // earlier runs' envelopes and the mover's first: order is kept
-            mover.drain()
+            // Earlier runs' envelopes and the mover's first: order is kept. Not from inside `beforeSend`: the hook's
+            // thread may be the one doing start's background part (it would wait for itself) or a pass of the
+            // mover (whose lock it holds).
+            if !inBeforeSend {
+                waitForStart()
+                mover.drain()
+            }
             event = factory.completed(event, breadcrumbs: Breadcrumb.last(journal.breadcrumbs(), before: nil))
         }
-        if journal == nil { waitForStart() }  // after earlier runs' envelopes and this run's first session update
+        // After earlier runs' envelopes and this run's first session update; not from inside `beforeSend` (above).
+        if journal == nil && !inBeforeSend { waitForStart() }
         guard let processed = processor.process(event, kind: .captured, runsBeforeSend: !inBeforeSend) else {
             if let session { submit(Envelope(items: [.session(session)])) }
             // Its attachments go with it, counted as attachments dropped by the same hook.

@@ -191,6 +191,9 @@ extension Client {
                     continue
                 }
             }
+            // Its `scope.json` first (one unlink right after the update is on disk): a process killed while the
+            // rest of the directory goes would otherwise leave a session still `ok`, ended again by the next launch.
+            unlink(run.url.fileSystemPath + "/scope.json")
             try? FileManager.default.removeItem(at: run.url)
         }
     }
@@ -448,6 +451,10 @@ final class CrashLedger: Sendable {
 
     /// Deletes the report and the run directory of a crash whose event is done.
     static func remove(_ entry: Entry) {
+        // The run's `scope.json` before the report: a process killed between the two leaves a report without a
+        // session (its event, same id, written again) rather than a run whose session is still `ok` (an `abnormal`
+        // update after its `crashed` one).
+        if let dir = entry.runDirectory { unlink(dir.fileSystemPath + "/scope.json") }
         unlink(entry.reportPath)
         if let dir = entry.runDirectory { try? FileManager.default.removeItem(at: dir) }
     }

@@ -156,8 +156,10 @@ final class RunDirectory {
         wroteScope = true
     }
 
-    /// The files a run directory holds: the journal and its spill file, `scope.json`, the lock.
-    static let fileNames = ["journal", "journal.spill", "scope.json", "lock"]
+    /// The files a run directory holds: `scope.json`, the journal and its spill file, the lock (the order
+    /// ``remove()`` deletes them in: once `scope.json` is gone, a process killed during the rest leaves no
+    /// session for the next launch to end again).
+    static let fileNames = ["scope.json", "journal", "journal.spill", "lock"]
 
     /// Deletes the directory (the run ended and everything about it was sent or queued): its known files with
     /// `unlink(2)` and the directory with `rmdir(2)`; anything else in it through `FileManager`.
