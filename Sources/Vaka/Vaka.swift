@@ -149,13 +149,7 @@ public enum Vaka {
         guard let client = current else { return }
         guard client.sampled() else { return client.countSampledOutError() }
         let stack = client.stacks.capture(skip: 1)  // skip capture(_:) itself
-        var callScope: Scope?
-        if let scope {
-            var s = Scope()
-            scope(&s)
-            callScope = s
-        }
-        client.capture(error: error, stack: stack, fingerprint: fingerprint, scope: callScope)
+        client.capture(error: error, stack: stack, scope: callScope(fingerprint: fingerprint, scope))
     }
 
     /// Captures a message (`logentry.formatted`) at `level` (default `info`), with the global scope's attachments;
@@ -167,14 +161,18 @@ public enum Vaka {
                                scope: ((inout Scope) -> Void)? = nil) {
         guard let client = current, client.sampled() else { return }
         let stack = client.options.attachStacktrace ? client.stacks.capture(skip: 1) : nil  // skip this function
-        var callScope: Scope?
-        if let scope {
-            var s = Scope()
-            scope(&s)
-            callScope = s
-        }
-        client.capture(message: message, level: level, fingerprint: fingerprint, scope: callScope, attachments: true,
+        client.capture(message: message, level: level, scope: callScope(fingerprint: fingerprint, scope), attachments: true,
                        stack: stack)
+    }
+
+    /// The per-call scope of a capture: `fingerprint` first, then what `fill` sets (a fingerprint set there
+    /// replaces the argument); `nil` when there is neither.
+    private static func callScope(fingerprint: [String]?, _ fill: ((inout Scope) -> Void)?) -> Scope? {
+        guard fingerprint != nil || fill != nil else { return nil }
+        var scope = Scope()
+        scope.fingerprint = fingerprint
+        fill?(&scope)
+        return scope
     }
 
     /// ``capture(message:level:)`` with a caller-chosen `event_id` (32 lower-case hex digits): capturing
@@ -381,14 +379,8 @@ public enum Vaka {
            let idLengthOffset = MemoryLayout<vaka_crash_image>.offset(of: \.build_id_len) {
             let pathLength = min(image.load(fromByteOffset: pathLengthOffset, as: Int.self), size - pathOffset)
             path = String(decoding: UnsafeRawBufferPointer(start: image + pathOffset, count: pathLength), as: UTF8.self)
-            let digits: [UInt8] = Array("0123456789abcdef".utf8)
-            var hex = [UInt8]()
-            let id = (image + idOffset).assumingMemoryBound(to: UInt8.self)
-            for i in 0..<min(image.load(fromByteOffset: idLengthOffset, as: Int.self), 6) {
-                hex.append(digits[Int(id[i] >> 4)])
-                hex.append(digits[Int(id[i] & 0x0F)])
-            }
-            buildID = String(decoding: hex, as: UTF8.self)
+            let idLength = min(image.load(fromByteOffset: idLengthOffset, as: Int.self), 6)
+            buildID = DebugID.hexString(UnsafeRawBufferPointer(start: image + idOffset, count: max(idLength, 0)))
         }
         if path.isEmpty { path = EventFactory.executablePath() }
         let name = path.split(separator: "/").last.map(String.init) ?? path

@@ -336,8 +336,8 @@ final class Client: Sendable {
         }
     }
 
-    /// Adds an attachment to later events (``capture(error:stack:fingerprint:scope:)``, and
-    /// ``capture(message:level:eventID:extra:tags:fingerprint:scope:attachments:)`` with `attachments`); a file
+    /// Adds an attachment to later events (``capture(error:stack:scope:)``, and
+    /// ``capture(message:level:eventID:extra:tags:scope:attachments:stack:)`` with `attachments`); a file
     /// attachment also to this run's crash (its path made absolute and kept in `scope.json`). Left out with a
     /// debug line: beyond ``Attachment/maxRegistered``, bytes over ``Attachment/maxBytes``, a path or file name
     /// over ``Attachment/maxPathBytes``. The content type is cut to ``Vaka/Options/maxTagChars`` scalars.
@@ -401,11 +401,10 @@ final class Client: Sendable {
     // MARK: - Events
 
     /// Captures a handled error with the given stack trace (its exceptions: ``ErrorExceptions``); counts it in
-    /// the session (the session update travels in the same envelope). `fingerprint`, then the per-call `scope`,
-    /// are laid over the global scope for this event only; the global attachments (unless `scope` clears them)
+    /// the session (the session update travels in the same envelope). The per-call `scope` (with the call's
+    /// `fingerprint`) is laid over the global scope for this event only; the global attachments (unless `scope` clears them)
     /// and the scope's go with it.
-    func capture(error: Error, stack: (stacktrace: Stacktrace?, images: [DebugImage]), fingerprint: [String]? = nil,
-                 scope: Scope? = nil) {
+    func capture(error: Error, stack: (stacktrace: Stacktrace?, images: [DebugImage]), scope: Scope? = nil) {
         capturesInFlight.wrappingAdd(1, ordering: .sequentiallyConsistent)
         defer { capturesInFlight.wrappingSubtract(1, ordering: .releasing) }
         let exceptions = ErrorExceptions.exceptions(for: error, stacktrace: stack.stacktrace)
@@ -432,7 +431,6 @@ final class Client: Sendable {
         }
         guard let taken else { return }
         var event = taken.event
-        if let fingerprint { event.fingerprint = fingerprint }
         scope?.apply(to: &event)
         record(event, session: taken.session, attachments: taken.attachments + (scope?.attachments ?? []))
         log("captured error \(type) as \(id)")
@@ -462,13 +460,12 @@ final class Client: Sendable {
 
     /// Captures a message event at `level` (`eventID` given only by tests that need a known id). `extra` and
     /// `tags` are the call's own (``Vaka/track(_:_:)``, ``Vaka/screen(_:)``), over the global scope's;
-    /// `fingerprint` and `scope` as for ``capture(error:stack:fingerprint:scope:)``; `attachments`: whether the
+    /// `scope` as for ``capture(error:stack:scope:)``; `attachments`: whether the
     /// global scope's attachments go with it (``Vaka/capture(message:level:fingerprint:scope:)``; screens and
     /// custom events carry none). `stack`: the calling thread's stack for ``Vaka/Options/attachStacktrace``
     /// (`threads.values[0]`, `current: true`).
     func capture(message: String, level: Event.Level, eventID: String? = nil, extra: [String: JSONValue] = [:],
-                 tags: [String: String] = [:], fingerprint: [String]? = nil, scope: Scope? = nil,
-                 attachments: Bool = false, stack: (stacktrace: Stacktrace?, images: [DebugImage])? = nil) {
+                 tags: [String: String] = [:], scope: Scope? = nil, attachments: Bool = false, stack: (stacktrace: Stacktrace?, images: [DebugImage])? = nil) {
         capturesInFlight.wrappingAdd(1, ordering: .sequentiallyConsistent)
         defer { capturesInFlight.wrappingSubtract(1, ordering: .releasing) }
         let id = eventID ?? EventFactory.newEventID()
@@ -489,7 +486,6 @@ final class Client: Sendable {
             event.threads = ValueList([SentryThread(name: Client.currentThreadName(), crashed: false, current: true, stacktrace: trace)])
             if !stack.images.isEmpty { event.debugMeta = DebugMeta(images: stack.images) }
         }
-        if let fingerprint { event.fingerprint = fingerprint }
         scope?.apply(to: &event)
         record(event, session: nil, attachments: base.attachments + (scope?.attachments ?? []))
         log("captured \(event.level.rawValue) message as \(id)")
@@ -560,21 +556,20 @@ final class Client: Sendable {
         }
         // After earlier runs' envelopes and this run's first session update; not from inside `beforeSend` (above).
         if journal == nil && !inBeforeSend { waitForStart() }
+        // The event's attachments (the `event_id` stays what it is: beforeSend cannot change it).
+        let attachmentItems = attachments.isEmpty ? []
+            : journal == nil ? AttachmentItems.items([], inMemory: attachments, eventID: event.eventID, log: logSink)
+                             : AttachmentItems.items(refs, eventID: event.eventID, log: logSink)
         guard let processed = processor.process(event, kind: .captured, runsBeforeSend: !inBeforeSend) else {
             if let session { submit(Envelope(items: [.session(session)])) }
             // Its attachments go with it, counted as attachments dropped by the same hook.
-            let dropped = journal == nil ? AttachmentItems.items([], inMemory: attachments, eventID: event.eventID, log: logSink)
-                                         : AttachmentItems.items(refs, eventID: event.eventID, log: logSink)
-            for item in dropped { processor.reports?.record(.beforeSend, item: item) }
+            for item in attachmentItems { processor.reports?.record(.beforeSend, item: item) }
             AttachmentItems.removeSideFiles(refs)
             return
         }
         var items: [EnvelopeItem] = [.event(EventFactory.finalize(processed, log: logSink))]
         if let session { items.append(.session(session)) }
-        if !attachments.isEmpty {
-            items += journal == nil ? AttachmentItems.items([], inMemory: attachments, eventID: processed.eventID, log: logSink)
-                                    : AttachmentItems.items(refs, eventID: processed.eventID, log: logSink)
-        }
+        items += attachmentItems
         submit(Envelope(header: .init(eventID: processed.eventID), items: items))
         AttachmentItems.removeSideFiles(refs)
     }
