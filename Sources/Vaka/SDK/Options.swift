@@ -306,6 +306,16 @@ extension Vaka.Options {
         return String(String.UnicodeScalarView(scalars.prefix(maxChars)))
     }
 
+    /// `value` within `range`: the nearer bound when outside, with one note (`name value is outside lo...hi<unit>;
+    /// using v`).
+    static func clamped(_ value: Int, to range: ClosedRange<Int>, _ name: String, unit: String = "",
+                        note: (String) -> Void) -> Int {
+        guard !range.contains(value) else { return value }
+        let kept = min(max(value, range.lowerBound), range.upperBound)
+        note("\(name) \(value) is outside \(range.lowerBound)...\(range.upperBound)\(unit); using \(kept)")
+        return kept
+    }
+
     /// Seconds ``flushInterval`` may be: 0.1 ... 86,400 (NaN counts as 10).
     static let flushIntervalRange: ClosedRange<Double> = 0.1...Bounded.maxDelay
     /// Envelopes ``maxBatchSize`` may be: 1 ... 1,000.
@@ -330,10 +340,7 @@ extension Vaka.Options {
             o.sampleRate = min(max(sampleRate, 0), 1)
             note("sampleRate \(sampleRate) is outside 0...1; using \(o.sampleRate)")
         }
-        if !(0...EventBudget.maxBreadcrumbs).contains(maxBreadcrumbs) {
-            o.maxBreadcrumbs = min(max(maxBreadcrumbs, 0), EventBudget.maxBreadcrumbs)
-            note("maxBreadcrumbs \(maxBreadcrumbs) is outside 0...\(EventBudget.maxBreadcrumbs); using \(o.maxBreadcrumbs)")
-        }
+        o.maxBreadcrumbs = Self.clamped(maxBreadcrumbs, to: 0...EventBudget.maxBreadcrumbs, "maxBreadcrumbs", note: note)
         if shutdownTimeout.isNaN || !(0...Bounded.maxDelay).contains(shutdownTimeout) {
             o.shutdownTimeout = Bounded.timeout(shutdownTimeout)
             note("shutdownTimeout \(shutdownTimeout) is outside 0...\(Bounded.maxDelay) s; using \(o.shutdownTimeout)")
@@ -343,14 +350,8 @@ extension Vaka.Options {
                                                                Self.flushIntervalRange.upperBound)
             note("flushInterval \(flushInterval) is outside \(Self.flushIntervalRange.lowerBound)...\(Self.flushIntervalRange.upperBound) s; using \(o.flushInterval)")
         }
-        if !Self.maxBatchSizeRange.contains(maxBatchSize) {
-            o.maxBatchSize = min(max(maxBatchSize, Self.maxBatchSizeRange.lowerBound), Self.maxBatchSizeRange.upperBound)
-            note("maxBatchSize \(maxBatchSize) is outside \(Self.maxBatchSizeRange.lowerBound)...\(Self.maxBatchSizeRange.upperBound); using \(o.maxBatchSize)")
-        }
-        if !Self.journalSizeRange.contains(journalSize) {
-            o.journalSize = min(max(journalSize, Self.journalSizeRange.lowerBound), Self.journalSizeRange.upperBound)
-            note("journalSize \(journalSize) is outside \(Self.journalSizeRange.lowerBound)...\(Self.journalSizeRange.upperBound) bytes; using \(o.journalSize)")
-        }
+        o.maxBatchSize = Self.clamped(maxBatchSize, to: Self.maxBatchSizeRange, "maxBatchSize", note: note)
+        o.journalSize = Self.clamped(journalSize, to: Self.journalSizeRange, "journalSize", unit: " bytes", note: note)
         if let release, case let b = Self.boundedRelease(release), b != release {
             o.release = b
             note("release \(Self.quoted(release)) changed to \(Self.quoted(b)) (Relay refuses a release over \(Self.maxReleaseBytes) bytes or with control characters, / or \\)")
