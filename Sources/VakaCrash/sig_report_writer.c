@@ -111,17 +111,21 @@ void vaka_w_dec(vaka_writer *w, int64_t v)
 
 static const char hex_digits[] = "0123456789abcdef";
 
-void vaka_w_hex(vaka_writer *w, uint64_t v)
+void vaka_w_hexdigits(vaka_writer *w, uint64_t v)
 {
-    char tmp[18];
+    char tmp[16];
     size_t n = sizeof tmp;
     do {
         tmp[--n] = hex_digits[v & 0xf];
         v >>= 4;
     } while (v != 0);
-    tmp[--n] = 'x';
-    tmp[--n] = '0';
     vaka_w_bytes(w, tmp + n, sizeof tmp - n);
+}
+
+void vaka_w_hex(vaka_writer *w, uint64_t v)
+{
+    vaka_w_bytes(w, "0x", 2);
+    vaka_w_hexdigits(w, v);
 }
 
 void vaka_w_hexbytes(vaka_writer *w, const uint8_t *b, size_t n)

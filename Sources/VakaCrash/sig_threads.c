@@ -311,27 +311,12 @@ static void write_frame_token(uintptr_t ip, int lookup_below, long *last_image)
             if ((long)k != *last_image) vaka_w_udec(tw, k);
             *last_image = (long)k;
             vaka_w_char(tw, ':');
-            uintptr_t off = ip - img->base;
-            static const char hex[] = "0123456789abcdef";
-            char digits[16];
-            int n = 0;
-            do {
-                digits[n++] = hex[off & 15];
-                off >>= 4;
-            } while (off != 0 && n < 16);
-            while (n > 0) vaka_w_char(tw, digits[--n]);
+            vaka_w_hexdigits(tw, ip - img->base);
             return;
         }
     }
     *last_image = -1;
-    static const char hex[] = "0123456789abcdef";
-    char digits[16];
-    int n = 0;
-    do {
-        digits[n++] = hex[ip & 15];
-        ip >>= 4;
-    } while (ip != 0 && n < 16);
-    while (n > 0) vaka_w_char(tw, digits[--n]);
+    vaka_w_hexdigits(tw, ip);
 }
 
 static const char *method_name(uint8_t m)

@@ -111,6 +111,8 @@ void vaka_w_str(vaka_writer *w, const char *s);
 void vaka_w_char(vaka_writer *w, char c);
 void vaka_w_dec(vaka_writer *w, int64_t v);
 void vaka_w_udec(vaka_writer *w, uint64_t v);
+/** Lower-case hex, no prefix, no padding. */
+void vaka_w_hexdigits(vaka_writer *w, uint64_t v);
 /** `0x` + lower-case hex, no padding. */
 void vaka_w_hex(vaka_writer *w, uint64_t v);
 /** Lower-case hex of `n` bytes, two digits each, no prefix. */
