@@ -431,13 +431,13 @@ struct ReportParser {
             if let colon = part.firstIndex(of: ":") {
                 // `:<offset>`: the same image as the previous frame.
                 let image = colon == part.startIndex ? lastImage : Int(part[..<colon])
-                guard let image, image >= 0, let offset = ReportParser.bareHex(part[part.index(after: colon)...]) else {
+                guard let image, image >= 0, let offset = ReportText.bareHex(part[part.index(after: colon)...]) else {
                     return malformed("bad thread_frames frame")
                 }
                 tokens.append(.imageOffset(image: image, offset: offset))
                 lastImage = image
             } else {
-                guard let address = ReportParser.bareHex(part) else { return malformed("bad thread_frames frame") }
+                guard let address = ReportText.bareHex(part) else { return malformed("bad thread_frames frame") }
                 tokens.append(.address(address))
                 lastImage = nil
             }
@@ -446,12 +446,6 @@ struct ReportParser {
         report.threads[index].framesTruncated = truncated
         // The first frame is the thread's PC; the method says how the others were found.
         methodByThread[index] = String(parts[1])
-    }
-
-    /// The value of 1 to 16 hex digits without a `0x` prefix (a `thread_frames` frame), or `nil`.
-    static func bareHex(_ text: Substring) -> UInt64? {
-        guard (1...16).contains(text.utf8.count), text.utf8.allSatisfy({ ReportText.isHexDigit($0) }) else { return nil }
-        return UInt64(text, radix: 16)
     }
 
     /// How the frames of each `thread_frames` line after its first were found, by thread index.

@@ -66,7 +66,11 @@ enum ReportText {
     /// The value of `0x`-prefixed hex with 1 to 16 digits (either case), or `nil` for anything else.
     static func hex(_ text: String) -> UInt64? {
         guard text.hasPrefix("0x") else { return nil }
-        let digits = text.dropFirst(2)
+        return bareHex(text.dropFirst(2))
+    }
+
+    /// The value of 1 to 16 hex digits (either case) without a `0x` prefix (a `thread_frames` frame), or `nil`.
+    static func bareHex(_ digits: Substring) -> UInt64? {
         guard (1...16).contains(digits.utf8.count), digits.utf8.allSatisfy({ isHexDigit($0) }) else { return nil }
         return UInt64(digits, radix: 16)
     }
