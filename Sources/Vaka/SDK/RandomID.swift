@@ -9,18 +9,12 @@ enum RandomID {
     /// A random (version 4, RFC 9562) UUID: 36 characters, upper-case hex with dashes like
     /// `UUID().uuidString`, e.g. `0F8D4E2A-3B1C-4D5E-9F60-718293A4B5C6`; `lowercase` gives lower-case hex.
     static func uuid(lowercase: Bool = false) -> String {
-        var bytes = random16()
-        bytes[6] = (bytes[6] & 0x0F) | 0x40
-        bytes[8] = (bytes[8] & 0x3F) | 0x80
-        return hex(bytes, dashes: true, lowercase: lowercase)
+        hex(version4(), dashes: true, lowercase: lowercase)
     }
 
     /// A random version 4 UUID as 32 lower-case hex digits without dashes (Sentry's `event_id` form).
     static func hex32() -> String {
-        var bytes = random16()
-        bytes[6] = (bytes[6] & 0x0F) | 0x40
-        bytes[8] = (bytes[8] & 0x3F) | 0x80
-        return hex(bytes, dashes: false, lowercase: true)
+        hex(version4(), dashes: false, lowercase: true)
     }
 
     /// Whether `text` is a UUID in the 8-4-4-4-12 hex form (either case).
@@ -35,6 +29,14 @@ enum RandomID {
             }
         }
         return true
+    }
+
+    /// 16 random bytes with the version (4) and variant (RFC 9562) bits of a random UUID set.
+    private static func version4() -> [UInt8] {
+        var bytes = random16()
+        bytes[6] = (bytes[6] & 0x0F) | 0x40
+        bytes[8] = (bytes[8] & 0x3F) | 0x80
+        return bytes
     }
 
     private static func random16() -> [UInt8] {
