@@ -30,6 +30,34 @@ final class EnvelopeTests: XCTestCase {
         XCTAssertEqual(back.items.map(\.type), [.event, .session, .init(rawValue: "custom")])
     }
 
+    /// Every member of the envelope header and of an item header is written under its protocol name and read
+    /// back (the header lines are coded member by member, not by a synthesized `CodingKeys`); the header's `sdk`
+    /// carries the name and version only.
+    func testEveryHeaderMemberIsWrittenAndReadBack() throws {
+        var attachment = EnvelopeItem(type: .attachment, payload: Data("log".utf8), contentType: "text/plain")
+        attachment.filename = "app.log"
+        attachment.attachmentType = "event.attachment"
+        let env = Envelope(header: .init(eventID: eventID(7), sentAt: Date(timeIntervalSince1970: 1_700_000_000.5),
+                                         dsn: "https://k@h/1", sdk: SDKInfo(name: "other.sdk", version: "9.8.7")),
+                           items: [.event(Data("{}".utf8)), .logs(Data("{}".utf8), count: 3), attachment])
+        let data = env.serialized()
+        let back = try Envelope(data: data)
+        XCTAssertEqual(back, env)
+        let lines = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+        func keys(_ line: String) throws -> Set<String> {
+            Set(try XCTUnwrap(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]).keys)
+        }
+        XCTAssertEqual(try keys(lines[0]), ["event_id", "sent_at", "dsn", "sdk"])
+        XCTAssertTrue(lines[0].contains(#""sdk":{"name":"other.sdk","version":"9.8.7"}"#), lines[0])
+        XCTAssertEqual(try keys(lines[3]), ["type", "length", "content_type", "item_count"])
+        XCTAssertEqual(try keys(lines[5]), ["type", "length", "content_type", "filename", "attachment_type"])
+
+        var withIntegrations = SDKInfo.vaka
+        withIntegrations.integrations = ["x"]
+        let header = String(decoding: Envelope(header: .init(sdk: withIntegrations), items: []).serialized(), as: UTF8.self)
+        XCTAssertEqual(header, #"{"sdk":{"name":"vaka.swift","version":"\#(SDKInfo.vaka.version)"}}"# + "\n")
+    }
+
     func testParsesItemsWithoutLengthAndForeignHeaders() throws {
         let text = "{\"event_id\":\"9ec79c33ec9942ab8353589fcb2e04dc\",\"dsn\":\"https://e12d836b15bb49d7bbf99e64295d995b:@sentry.io/42\",\"unknown\":true}\n" +
             "{\"type\":\"attachment\",\"length\":10,\"content_type\":\"text/plain\",\"filename\":\"hello.txt\"}\n\u{FEFF}Hello\r\n\n" +

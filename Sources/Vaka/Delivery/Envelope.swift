@@ -22,7 +22,8 @@ public struct Envelope: Equatable, Sendable {
         public var sentAt: Date?
         /// `dsn`: optional; Vaka leaves it out (the key is in the `X-Sentry-Auth` header instead).
         public var dsn: String?
-        /// `sdk`: name and version of the SDK that made the envelope.
+        /// `sdk`: name and version of the SDK that made the envelope (only those two members are written and
+        /// read: an SDK's packages and integrations belong to its events).
         public var sdk: SDKInfo?
 
         /// Creates a header; all fields optional.
@@ -93,7 +94,7 @@ public struct Envelope: Equatable, Sendable {
             guard let d = Timestamps.parseRFC3339(s) else { throw EnvelopeError.invalidHeader("sent_at '\(s)' is not RFC 3339") }
             sentAt = d
         }
-        self.header = Header(eventID: header.event_id, sentAt: sentAt, dsn: header.dsn, sdk: header.sdk)
+        self.header = Header(eventID: header.event_id, sentAt: sentAt, dsn: header.dsn, sdk: header.sdk.map { SDKInfo(name: $0.name, version: $0.version) })
         self.items = []
         while pos < bytes.count {
             let itemLine = line()
@@ -134,16 +135,57 @@ public struct Envelope: Equatable, Sendable {
 
     // MARK: - JSON shapes
 
+    // The header lines' JSON shapes code their members by name through ``OtherFieldKey`` instead of a
+    // synthesized `CodingKeys` enum each: the Swift runtime looks up the conformance of every coding-key type the
+    // first time a process encodes with it (a scan of every loaded library's conformance records, about a
+    // tenth of a millisecond each), and every run's exit path writes an envelope. `EnvelopeTests` checks that
+    // each member is written and read back.
+
     private struct HeaderJSON: Codable {
         var event_id: String?
         var sent_at: String?
         var dsn: String?
-        var sdk: SDKInfo?
+        var sdk: NameAndVersion?
         init(_ h: Header) {
             event_id = h.eventID
             sent_at = h.sentAt.map(Timestamps.rfc3339)
             dsn = h.dsn
-            sdk = h.sdk
+            sdk = h.sdk.map { NameAndVersion(name: $0.name, version: $0.version) }
+        }
+        init(from decoder: Decoder) throws {
+            let c = try decoder.container(keyedBy: OtherFieldKey.self)
+            event_id = try c.decodeIfPresent(String.self, forKey: OtherFieldKey("event_id"))
+            sent_at = try c.decodeIfPresent(String.self, forKey: OtherFieldKey("sent_at"))
+            dsn = try c.decodeIfPresent(String.self, forKey: OtherFieldKey("dsn"))
+            sdk = try c.decodeIfPresent(NameAndVersion.self, forKey: OtherFieldKey("sdk"))
+        }
+        func encode(to encoder: Encoder) throws {
+            var c = encoder.container(keyedBy: OtherFieldKey.self)
+            try c.encodeIfPresent(event_id, forKey: OtherFieldKey("event_id"))
+            try c.encodeIfPresent(sent_at, forKey: OtherFieldKey("sent_at"))
+            try c.encodeIfPresent(dsn, forKey: OtherFieldKey("dsn"))
+            try c.encodeIfPresent(sdk, forKey: OtherFieldKey("sdk"))
+        }
+    }
+
+    /// The header's `sdk`: name and version only (``SDKInfo``'s own coding keeps every member of an event's
+    /// `sdk`, through key paths whose first use costs every run's exit path more than the whole envelope).
+    private struct NameAndVersion: Codable {
+        var name: String
+        var version: String
+        init(name: String, version: String) {
+            self.name = name
+            self.version = version
+        }
+        init(from decoder: Decoder) throws {
+            let c = try decoder.container(keyedBy: OtherFieldKey.self)
+            name = try c.decode(String.self, forKey: OtherFieldKey("name"))
+            version = try c.decode(String.self, forKey: OtherFieldKey("version"))
+        }
+        func encode(to encoder: Encoder) throws {
+            var c = encoder.container(keyedBy: OtherFieldKey.self)
+            try c.encode(name, forKey: OtherFieldKey("name"))
+            try c.encode(version, forKey: OtherFieldKey("version"))
         }
     }
 
@@ -161,6 +203,24 @@ public struct Envelope: Equatable, Sendable {
             item_count = i.itemCount
             filename = i.filename
             attachment_type = i.attachmentType
+        }
+        init(from decoder: Decoder) throws {
+            let c = try decoder.container(keyedBy: OtherFieldKey.self)
+            type = try c.decode(String.self, forKey: OtherFieldKey("type"))
+            length = try c.decodeIfPresent(Int.self, forKey: OtherFieldKey("length"))
+            content_type = try c.decodeIfPresent(String.self, forKey: OtherFieldKey("content_type"))
+            item_count = try c.decodeIfPresent(Int.self, forKey: OtherFieldKey("item_count"))
+            filename = try c.decodeIfPresent(String.self, forKey: OtherFieldKey("filename"))
+            attachment_type = try c.decodeIfPresent(String.self, forKey: OtherFieldKey("attachment_type"))
+        }
+        func encode(to encoder: Encoder) throws {
+            var c = encoder.container(keyedBy: OtherFieldKey.self)
+            try c.encode(type, forKey: OtherFieldKey("type"))
+            try c.encodeIfPresent(length, forKey: OtherFieldKey("length"))
+            try c.encodeIfPresent(content_type, forKey: OtherFieldKey("content_type"))
+            try c.encodeIfPresent(item_count, forKey: OtherFieldKey("item_count"))
+            try c.encodeIfPresent(filename, forKey: OtherFieldKey("filename"))
+            try c.encodeIfPresent(attachment_type, forKey: OtherFieldKey("attachment_type"))
         }
     }
 
