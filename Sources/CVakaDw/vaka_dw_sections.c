@@ -41,7 +41,8 @@ struct section {
     size_t input_size;
     size_t size;                 /* ch_size: the inflated size */
     size_t align;                /* ch_addralign */
-    unsigned char *output;       /* mmap'd, `size` bytes; NULL until inflated, and when inflating failed */
+    unsigned char *output;       /* mmap'd, `size` bytes; NULL when mmap failed, or after inflating failed */
+    int inflated;                /* 1 once the stream inflated to exactly `size` bytes */
 };
 
 struct vaka_dw_inflated {
@@ -64,11 +65,21 @@ static int plausible(size_t input_size, size_t size) {
     return size > 0 && input_size > 0 && size / 1032 <= input_size + 1;
 }
 
-static void inflate_one(struct section *section) {
+/* Maps `section->output` (anonymous, not yet touched); NULL when mmap fails. */
+static void map_output(struct section *section) {
     void *output = mmap(NULL, section->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (output == MAP_FAILED) return;
     /* Fewer page faults for the large ones (.debug_info is megabytes) where transparent huge pages are on. */
     if (section->size >= (size_t)2 << 20) madvise(output, section->size, MADV_HUGEPAGE);
+    section->output = output;
+}
+
+/* Inflates the section into its mapping; `inflated` says whether the stream gave exactly ch_size bytes. The mapping
+   stays (the other thread may be faulting it in); vaka_dw_inflate_sections unmaps it after the threads are done
+   when it failed. */
+static void inflate_one(struct section *section) {
+    unsigned char *output = section->output;
+    if (!output) return;
     int ok = 0;
     if (deflate_zlib) {
         struct libdeflate_decompressor *decompressor = deflate_alloc();
@@ -106,20 +117,28 @@ static void inflate_one(struct section *section) {
             inflateEnd(&stream);
         }
     }
-    if (ok) {
-        section->output = output;
-    } else {
-        munmap(output, section->size);
-    }
+    section->inflated = ok;
 }
 
 struct group {
     struct section **sections;
     size_t count;
+    /* The other group, whose mappings this one faults in first (NULL: none). */
+    const struct group *prefault;
 };
 
 static void *inflate_group(void *argument) {
-    struct group *group = argument;
+    const struct group *group = argument;
+    /* The second thread first faults in (zero-fills) the pages the first thread is about to write: that is
+       faster than inflating, so the first thread, which has the longest section, finds them ready. At most 32
+       times the compressed size (DWARF inflates 2-8 times), so a header claiming a far larger size than its
+       stream gives does not make this commit that memory. */
+    if (group->prefault)
+        for (size_t i = 0; i < group->prefault->count; i++) {
+            const struct section *section = group->prefault->sections[i];
+            size_t bound = section->input_size > SIZE_MAX / 32 ? SIZE_MAX : section->input_size * 32;
+            if (section->output) madvise(section->output, section->size < bound ? section->size : bound, MADV_POPULATE_WRITE);
+        }
     for (size_t i = 0; i < group->count; i++) inflate_one(group->sections[i]);
     return NULL;
 }
@@ -185,25 +204,32 @@ struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads) {
             order[j] = order[j - 1];
             order[j - 1] = swap;
         }
-    struct group groups[2] = {{order + result->count, 0}, {order + 2 * result->count, 0}};
+    for (size_t i = 0; i < result->count; i++) map_output(&result->sections[i]);
+    struct group groups[2] = {{order + result->count, 0, NULL}, {order + 2 * result->count, 0, NULL}};
     size_t sizes[2] = {0, 0};
     for (size_t i = 0; i < result->count; i++) {
         int lighter = sizes[1] < sizes[0];
         groups[lighter].sections[groups[lighter].count++] = order[i];
         sizes[lighter] += order[i]->size;
     }
+    groups[1].prefault = &groups[0];
     pthread_t thread;
     int threaded = threads > 1 && groups[1].count > 0 && pthread_create(&thread, NULL, inflate_group, &groups[1]) == 0;
     inflate_group(&groups[0]);
     if (threaded) {
         pthread_join(thread, NULL);
     } else {
+        groups[1].prefault = NULL;
         inflate_group(&groups[1]);
     }
     free(order);
 
     for (size_t i = 0; i < result->count; i++) {
         struct section *section = &result->sections[i];
+        if (section->output && !section->inflated) {
+            munmap(section->output, section->size);
+            section->output = NULL;
+        }
         if (!section->output) {
             /* Damaged: libdw would fail to inflate it too and leave it out. */
             hide(section->scn);

@@ -3,8 +3,8 @@ import Foundation
 
 /// A directory of symbol caches, one file per GNU build ID: what ``Symbolicator`` resolved for the
 /// addresses of an image (function, symbol, file, line, column and inlined frames), so that a later
-/// process symbolicating the same addresses opens no ELF or DWARF file for them (libdw inflates a distro
-/// debug file's compressed DWARF on open, the slow part of a cold symbolication).
+/// process symbolicating the same addresses opens no ELF or DWARF file for them (inflating a distro debug
+/// file's compressed DWARF on open is the slow part of a cold symbolication).
 ///
 /// File: `DIR/<build ID in lower-case hex>.symcache`, a header line
 /// `VAKA-SYMCACHE <format version> <CRC-32 of the rest, 8 hex digits> <byte count of the rest>\n`, then a
@@ -14,7 +14,8 @@ import Foundation
 /// those of this run; otherwise it is ignored and written again at ``save()``.
 /// Bounded: files above ``maxFileBytes`` are neither read nor written, at most ``maxAddressesPerFile``
 /// addresses are kept per build ID, and at most ``maxFiles`` cache files of at most ``maxDirectoryBytes``
-/// together stay in the directory (the least recently written are removed). Written atomically (a temporary file in the directory, then `rename(2)`).
+/// together stay in the directory (the least recently written are removed). Written atomically (a temporary
+/// file in the directory, then `rename(2)`).
 /// Thread-safe (one lock).
 final class SymbolCache: Sendable {
     /// The format version in the header; a file of another version is ignored (and replaced).
