@@ -50,8 +50,9 @@ const char *vaka_libdw_error(void);
  * libdw's dwarf_begin_elf inflates every SHF_COMPRESSED DWARF section it knows with zlib, one after the other,
  * whether a lookup reads it or not. vaka_dw_inflate_sections(elf, threads) does it first, in libelf's copy of the
  * section data: the ELFCOMPRESS_ZLIB .debug_* sections are inflated with libdeflate (libdeflate.so.0, opened with
- * dlopen on first use; zlib when it is missing), the largest on one thread and the rest on a second one when
- * `threads` > 1, each into its own anonymous mapping; each section's data descriptor then holds the inflated bytes
+ * dlopen on first use; zlib when it is missing), each into its own anonymous mapping: the largest on the calling
+ * thread and the rest on a second one when `threads` > 1 (which first faults in the calling thread's mappings, at
+ * most 32 times their compressed size); each section's data descriptor then holds the inflated bytes
  * and its header no longer says SHF_COMPRESSED (as elf_compress(scn, 0, 0) leaves them), so dwarf_begin_elf
  * inflates nothing. Location lists and macros (.debug_loc, .debug_loclists, .debug_macro, .debug_macinfo,
  * .debug_pubnames, .debug_pubtypes), which no lookup reads, and sections whose stream is damaged (does not inflate

@@ -116,6 +116,11 @@ final class CompressedDebugSectionsTests: XCTestCase {
         XCTAssertLessThan(compressedSections.first { $0.name == ".debug_info" }!.size,
                           plain.sectionHeaders.first { $0.name == ".debug_info" }!.size, "objcopy compressed .debug_info")
 
+        // This process inflates with libdeflate when Debian's libdeflate0 is installed (testZlibInflatesWhenLibdeflateIsMissing
+        // covers zlib).
+        if FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libdeflate.so.0") {
+            XCTAssertEqual(vaka_dw_has_libdeflate(), 1)
+        }
         let plainDwarf = try XCTUnwrap(DwarfFile(file: plain))
         let compressedDwarf = try XCTUnwrap(DwarfFile(file: compressed))
         assertInflatedAhead(compressed)
