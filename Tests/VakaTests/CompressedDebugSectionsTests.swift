@@ -162,7 +162,9 @@ final class CompressedDebugSectionsTests: XCTestCase {
         let libc = try ElfFile(path: "/lib/x86_64-linux-gnu/libc.so.6")
         let buildID = try XCTUnwrap(libc.buildID)
         let path = "/usr/lib/debug/.build-id/\(buildID.prefix(2))/\(buildID.dropFirst(2)).debug"
-        guard FileManager.default.fileExists(atPath: path) else { throw XCTSkip("libc6-dbg is not installed (\(path))") }
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw Peers.missing("libc6-dbg is not installed, no \(path) (scripts/bootstrap)")
+        }
         let debug = try ElfFile(path: path)
         let dwarf = try XCTUnwrap(DwarfFile(file: debug))
         assertInflatedAhead(debug)
