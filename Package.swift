@@ -40,8 +40,10 @@ let package = Package(
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
         // libdw is opened with dlopen() on first use (CVakaDw), so that it is not loaded at process start.
         .target(name: "VakaSymbolication", dependencies: ["CLibdw", "CVakaDw", "CZlib"]),
-        // vaka_libdw(): libdw's functions through dlopen/dlsym (declared in Sources/CLibdw/shim.h; no -ldw).
-        .target(name: "CVakaDw", cSettings: [.define("_GNU_SOURCE")]),
+        // vaka_libdw(): libdw's functions through dlopen/dlsym (declared in Sources/CLibdw/shim.h; no -ldw), and
+        // vaka_dw_inflate_sections(): compressed DWARF sections inflated ahead of libdw with libdeflate (opened with
+        // dlopen, compiled against Debian's libdeflate-dev header, no -ldeflate) or zlib.
+        .target(name: "CVakaDw", dependencies: ["CZlib"], cSettings: [.define("_GNU_SOURCE")]),
         // The HTTP client: libcurl opened with dlopen() on the delivery thread at the first send (not linked:
         // compiled against Debian's curl headers from libcurl4-openssl-dev, no -lcurl).
         .target(name: "CVakaCurl", cSettings: [.define("_GNU_SOURCE")]),

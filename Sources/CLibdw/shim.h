@@ -44,3 +44,32 @@ const Dwfl_Callbacks *vaka_libdw_offline_callbacks(void);
 /* Why vaka_libdw() returned NULL (dlerror's text, or "libdw.so.1: no <function>"), or NULL when it did not.
  * A static string, valid for the process's lifetime. */
 const char *vaka_libdw_error(void);
+
+/* The compressed DWARF sections of an ELF file, inflated ahead of libdw (defined in Sources/CVakaDw).
+ *
+ * libdw's dwarf_begin_elf inflates every SHF_COMPRESSED DWARF section it knows with zlib, one after the other,
+ * whether a lookup reads it or not. vaka_dw_inflate_sections(elf, threads) does it first, in libelf's copy of the
+ * section data: the ELFCOMPRESS_ZLIB .debug_* sections are inflated with libdeflate (libdeflate.so.0, opened with
+ * dlopen on first use; zlib when it is missing), each into its own anonymous mapping: the largest on the calling
+ * thread and the rest on a second one when `threads` > 1 (which first faults in the calling thread's mappings, at
+ * most 32 times their compressed size); each section's data descriptor then holds the inflated bytes
+ * and its header no longer says SHF_COMPRESSED (as elf_compress(scn, 0, 0) leaves them), so dwarf_begin_elf
+ * inflates nothing. Location lists and macros (.debug_loc, .debug_loclists, .debug_macro, .debug_macinfo,
+ * .debug_pubnames, .debug_pubtypes), which no lookup reads, and sections whose stream is damaged (does not inflate
+ * to exactly ch_size bytes) are marked SHT_NOBITS in libelf's copy of their header, which libdw skips, as it skips
+ * a section it fails to inflate. Sections in section groups, other compression types and .zdebug_ sections are
+ * left to libdw. Nothing on disk changes.
+ *
+ * `elf` must be open for reading (ELF_C_READ_MMAP) and used by one thread for the duration. Returns what must be
+ * released with vaka_dw_inflated_free after elf_end (the inflated bytes stay referenced by `elf` until then), or
+ * NULL when the section headers cannot be read (then nothing was changed). */
+struct vaka_dw_inflated;
+struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads);
+
+/* Unmaps the sections vaka_dw_inflate_sections inflated and frees `inflated`; NULL is ignored. Call it after
+ * elf_end of the Elf they were inflated for. */
+void vaka_dw_inflated_free(struct vaka_dw_inflated *inflated);
+
+/* 1 when libdeflate.so.0 could be opened (vaka_dw_inflate_sections inflates with it), 0 when zlib is used.
+ * Opens it if it was not yet opened. */
+int vaka_dw_has_libdeflate(void);

@@ -61,12 +61,13 @@ public final class DwarfFile: Sendable {
         vaka_libdw_error().map { String(cString: $0) }
     }
 
-    /// Opens the DWARF sections of `file`.
+    /// Opens the DWARF sections of `file`: its compressed sections are inflated first, only those a lookup
+    /// reads (``ElfFile/withDwarfSections(_:)``), then handed to libdw.
     /// - Returns: `nil` when the file has no DWARF (`.debug_info`), libdw cannot read it, or libdw cannot be
     ///   loaded (``unavailableReason``).
     public init?(file: ElfFile) {
         guard file.sections.hasDebugInfo, let dw = vaka_libdw()?.pointee,
-              let handle = file.withHandle({ DwarfHandle(dwarf: dw.dwarf_begin_elf($0, DWARF_C_READ, nil)) }).dwarf else {
+              let handle = file.withDwarfSections({ DwarfHandle(dwarf: dw.dwarf_begin_elf($0, DWARF_C_READ, nil)) }).dwarf else {
             return nil
         }
         self.file = file
@@ -82,8 +83,8 @@ public final class DwarfFile: Sendable {
         file.withHandle { _ in reader.withLock { $0.locations(at: vaddr) } }
     }
 
-    /// Does the per-file setup of lookups now (reading `.debug_aranges` or building the compile-unit range
-    /// table), so the first lookup is not slower than the others.
+    /// Does the per-file setup of lookups now (reading `.debug_aranges`, or building the compile-unit range
+    /// table when the file has none), so the first lookup is not slower than the others.
     public func prepare() {
         file.withHandle { _ in reader.withLock { $0.prepare() } }
     }
@@ -200,20 +201,26 @@ private final class DwarfReader {
         return result
     }
 
-    /// ``DwarfFile/prepare()``.
+    /// ``DwarfFile/prepare()``: reads `.debug_aranges`; builds the table of all units' ranges only when the
+    /// file has no `.debug_aranges` (with it, the table is built by the first lookup it does not answer).
     func prepare() {
-        _ = unit(containing: 0)
+        if !arangesPresent() { _ = unitRanges ?? buildUnitRanges() }
     }
 
     // MARK: - Compile units
 
+    /// `true` when libdw reads a non-empty `.debug_aranges` (read on the first call, then remembered).
+    private func arangesPresent() -> Bool {
+        if let hasAranges { return hasAranges }
+        var aranges: OpaquePointer?
+        var count = 0
+        let present = dw.dwarf_getaranges(dwarf, &aranges, &count) == 0 && count > 0
+        hasAranges = present
+        return present
+    }
+
     private func unit(containing vaddr: UInt64) -> Unit? {
-        if hasAranges == nil {
-            var aranges: OpaquePointer?
-            var count = 0
-            hasAranges = dw.dwarf_getaranges(dwarf, &aranges, &count) == 0 && count > 0
-        }
-        if hasAranges == true {
+        if arangesPresent() {
             // .debug_aranges (GCC emits it): libdw maps the address to its compile unit directly.
             var die = Dwarf_Die()
             if dw.dwarf_addrdie(dwarf, vaddr, &die) != nil {

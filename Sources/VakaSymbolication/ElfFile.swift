@@ -196,6 +196,11 @@ public final class ElfFile: Sendable {
         let elf: OpaquePointer
         var symtab: ElfSymbolTable?
         var dynsym: ElfSymbolTable?
+        /// `true` once ``ElfFile/withDwarfSections(_:)`` inflated the compressed DWARF sections into `elf`.
+        var dwarfSectionsInflated = false
+        /// The inflated sections' memory (`vaka_dw_inflate_sections`), referenced by `elf`'s section data:
+        /// released after `elf_end`.
+        var inflated: OpaquePointer?
     }
 
     private enum TableKind { case symtab, dynsym }
@@ -266,7 +271,10 @@ public final class ElfFile: Sendable {
     }
 
     deinit {
-        handle.withLock { _ = elf_end($0.elf) }
+        handle.withLock { handle in
+            _ = elf_end(handle.elf)
+            vaka_dw_inflated_free(handle.inflated)
+        }
     }
 
     /// The ELF virtual address for `address` in a process where this file was loaded with its first byte
@@ -336,6 +344,26 @@ public final class ElfFile: Sendable {
     func withHandle<Result: Sendable>(_ body: (OpaquePointer) -> Result) -> Result {
         handle.withLock { handle -> Result in body(handle.elf) }
     }
+
+    /// Runs `body` with the libelf handle, holding the file's lock, after the file's zlib-compressed DWARF
+    /// sections were inflated into libelf's copy of their data (the first call does it; see
+    /// `vaka_dw_inflate_sections` in Sources/CLibdw/shim.h): how ``DwarfFile`` opens libdw, whose
+    /// `dwarf_begin_elf` then inflates nothing itself. The sections a lookup reads are inflated with libdeflate
+    /// (zlib when `libdeflate.so.0` is missing), the largest on a thread of its own on a machine with more than
+    /// one core; location lists and macros, which no lookup reads, are not inflated; a section whose stream is
+    /// damaged is left out, as libdw leaves out one it fails to inflate.
+    func withDwarfSections<Result: Sendable>(_ body: (OpaquePointer) -> Result) -> Result {
+        handle.withLock { handle -> Result in
+            if !handle.dwarfSectionsInflated {
+                handle.inflated = vaka_dw_inflate_sections(handle.elf, ElfFile.inflateThreads)
+                handle.dwarfSectionsInflated = true
+            }
+            return body(handle.elf)
+        }
+    }
+
+    /// Threads that inflate one file's DWARF sections: 2 when the machine has more than one core online.
+    private static let inflateThreads: Int32 = sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1 ? 2 : 1
 
     // MARK: - Reading
 

@@ -3,8 +3,8 @@ import Foundation
 
 /// A directory of symbol caches, one file per GNU build ID: what ``Symbolicator`` resolved for the
 /// addresses of an image (function, symbol, file, line, column and inlined frames), so that a later
-/// process symbolicating the same addresses opens no ELF or DWARF file for them (libdw inflates a distro
-/// debug file's compressed DWARF on open, the slow part of a cold symbolication).
+/// process symbolicating the same addresses opens no ELF or DWARF file for them (inflating a distro debug
+/// file's compressed DWARF on open is the slow part of a cold symbolication).
 ///
 /// File: `DIR/<build ID in lower-case hex>.symcache`, a header line
 /// `VAKA-SYMCACHE <format version> <CRC-32 of the rest, 8 hex digits> <byte count of the rest>\n`, then a
@@ -14,7 +14,8 @@ import Foundation
 /// those of this run; otherwise it is ignored and written again at ``save()``.
 /// Bounded: files above ``maxFileBytes`` are neither read nor written, at most ``maxAddressesPerFile``
 /// addresses are kept per build ID, and at most ``maxFiles`` cache files of at most ``maxDirectoryBytes``
-/// together stay in the directory (the least recently written are removed). Written atomically (a temporary file in the directory, then `rename(2)`).
+/// together stay in the directory (the least recently written are removed). Written atomically (a temporary
+/// file in the directory, then `rename(2)`).
 /// Thread-safe (one lock).
 final class SymbolCache: Sendable {
     /// The format version in the header; a file of another version is ignored (and replaced).
@@ -147,10 +148,33 @@ final class SymbolCache: Sendable {
             let header = "VAKA-SYMCACHE \(SymbolCache.formatVersion) \(SymbolCache.crcHex(body)) \(body.count)\n"
             let target = path(of: contents.buildID)
             let temporary = (directory as NSString).appendingPathComponent(".\(contents.buildID).\(getpid()).tmp")
-            guard FileManager.default.createFile(atPath: temporary, contents: Data(header.utf8) + body) else { continue }
+            guard SymbolCache.write(Data(header.utf8) + body, toNewFile: temporary) else { continue }
             if rename(temporary, target) != 0 { unlink(temporary) }
         }
         trim()
+    }
+
+    /// Writes `bytes` to `path` with `open(2)` (created, or truncated when a temporary file of that name was
+    /// left by a process that died; mode 0666 less the umask), `write(2)` and `close(2)`: a fraction of what
+    /// `FileManager.createFile`, which writes atomically through a temporary file of its own, takes.
+    /// - Returns: `false` when a call fails; the partial file is then removed.
+    private static func write(_ bytes: Data, toNewFile path: String) -> Bool {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
+        guard fd >= 0 else { return false }
+        var written = bytes.withUnsafeBytes { raw -> Bool in
+            guard let base = raw.baseAddress else { return true }
+            var offset = 0
+            while offset < raw.count {
+                let count = Glibc.write(fd, base + offset, raw.count - offset)
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { return false }
+                offset += count
+            }
+            return true
+        }
+        if close(fd) != 0 { written = false }
+        if !written { unlink(path) }
+        return written
     }
 
     /// The contents of the file for `buildID` when it is intact (see the type's documentation), else `nil`.

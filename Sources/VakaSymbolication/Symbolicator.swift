@@ -382,20 +382,38 @@ public final class Symbolicator: Sendable {
             return (work, cache.paths, cache.filesByIdentity)
         }
         guard !pending.isEmpty else { return }
+        // The image files are opened here, one after the other (headers only: a fraction of a millisecond
+        // each, and the tasks use them), to see which carry DWARF.
+        var opened: [String: Result<ElfFile, ElfError>] = [:]
+        for item in pending {
+            guard let path = item.imagePath, path.hasPrefix("/"), opened[path] == nil, knownPaths[path] == nil else { continue }
+            if let identity = Symbolicator.identity(ofPath: path), knownFiles[identity] != nil { continue }
+            opened[path] = Symbolicator.open(path)
+        }
+        let preopened = opened
         // Longest first, so the slowest image does not start last: images with debug files (DWARF to open,
-        // often zlib-compressed) before the others, then by file size.
+        // often zlib-compressed) before those whose own file has DWARF (its compile units are walked when it
+        // has no .debug_aranges, as Swift and clang emit none), then the others; by size within each.
         func size(_ path: String?) -> Int64 {
             var info = stat()
             guard let path, stat(path, &info) == 0 else { return 0 }
             return Int64(info.st_size)
         }
-        let work = pending.map { ($0, (!$0.candidates.isEmpty ? 1 << 40 : 0) + size($0.imagePath) + $0.candidates.map(size).reduce(0, +)) }
-            .sorted { $0.1 > $1.1 }.map(\.0)
+        func cost(_ item: Work) -> Int64 {
+            if !item.candidates.isEmpty { return 1 << 42 + size(item.imagePath) + item.candidates.map(size).reduce(0, +) }
+            if let path = item.imagePath, case .success(let file)? = preopened[path] ?? knownPaths[path],
+               file.sections.hasDebugInfo {
+                return 1 << 41 + Int64(clamping: file.sectionHeaders.first { $0.name == ".debug_info" }?.size ?? 0)
+            }
+            return size(item.imagePath)
+        }
+        let work = pending.map { ($0, cost($0)) }.sorted { $0.1 > $1.1 }.map(\.0)
 
         let outcomes = Locked([Outcome](repeating: Outcome(), count: work.count))
         DispatchQueue.concurrentPerform(iterations: work.count) { index in
             let item = work[index]
             var outcome = Outcome()
+            if let path = item.imagePath, let opened = preopened[path] { outcome.opened[path] = opened }
             let open = { (path: String) -> Result<ElfFile, ElfError> in
                 if let cached = outcome.opened[path] ?? knownPaths[path] { return cached }
                 if let identity = Symbolicator.identity(ofPath: path), let file = knownFiles[identity] { return .success(file) }
