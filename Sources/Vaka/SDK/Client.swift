@@ -144,8 +144,8 @@ final class Client: Sendable {
     /// The first step of start's background part (the `vaka.start` thread, ``begin()``); run first by a call
     /// that comes before it: a breadcrumb or log (the journal), a scope change or a capture (both), so that what
     /// it records survives a crash or a kill right after it returned.
-    /// A run already ending (``end(timeout:)``) gets neither run directory nor journal: nothing is recorded any
-    /// more, and its `exited` update follows at once. Does nothing in a `fork()`ed child (the files are its
+    /// A run already ending (``end(timeout:)``) gets neither run directory nor journal nor `scope.json`: nothing
+    /// is recorded any more, and its `exited` update follows at once. Does nothing in a `fork()`ed child (the files are its
     /// parent's).
     func setUp(through stage: SetUpStage = .scope) {
         guard setUpReached.load(ordering: .acquiring) < stage.rawValue, getpid() == ownerPID else { return }
@@ -192,6 +192,14 @@ final class Client: Sendable {
             state.withLock { $0.scope.session?.did = did }
         }
         guard let (dir, written) = state.withLock({ state in state.pendingRunDirectory.map { ($0, state.scope) } }) else { return }
+        // A run already ending (its journal made by an early breadcrumb or log) removes the directory next.
+        if ending.load(ordering: .acquiring) {
+            state.withLock { state in
+                state.runDirectory = dir
+                state.pendingRunDirectory = nil
+            }
+            return
+        }
         do { try dir.write(written) } catch { log("cannot write the run scope: \(error)") }
         state.withLock { state in
             state.runDirectory = dir
