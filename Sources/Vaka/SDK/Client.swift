@@ -182,10 +182,10 @@ final class Client: Sendable {
         state.withLock { $0.pendingRunDirectory = dir }
     }
 
-    /// ``SetUpStage/scope``'s work, under ``setUpLock``: the anon id, then `scope.json` written once, outside the
-    /// state lock (the first `Codable` encode of the scope costs the runtime's type lookups: scope calls on other
-    /// threads do not wait for it), and again under it when a scope call changed the scope meanwhile (before
-    /// `runDirectory` is set, such a call writes nothing).
+    /// ``SetUpStage/scope``'s work, under ``setUpLock``: the anon id, then `scope.json` written once with the
+    /// scope as it is then, outside the state lock (the first `Codable` encode of the scope costs the runtime's
+    /// type lookups), and again under it should the scope have changed meanwhile (scope calls and captures wait
+    /// for this stage first, so none is expected; before `runDirectory` is set such a change writes nothing).
     private func makeScopeFile() {
         if options.sessionTracking {
             let did = Client.anonID(storage: storage, log: logSink)
