@@ -189,7 +189,8 @@ public enum Vaka {
 
     /// Adds a breadcrumb (type `default`, level `info`, time now) to later events and to this run's crash: one
     /// record in the run's journal (no lock, no allocation, no system call for a category and message of at
-    /// most 8192 bytes each; longer ones are cut to 8192 characters first). Events carry the last 100 added
+    /// most 8192 bytes each; longer ones are cut to 8192 characters first; a breadcrumb that comes before
+    /// start's background part made the journal makes it first, once). Events carry the last 100 added
     /// before them; the journal keeps the newest that fit in its breadcrumb ring (3/8 of
     /// ``Options/journalSize``), which survive the process dying in any way.
     public static func addBreadcrumb(category: String, message: String) {
