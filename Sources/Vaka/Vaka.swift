@@ -11,12 +11,16 @@ import VakaSymbolication
 ///
 /// What `start` does, in order, on the caller's thread: creates the storage directory (0700); installs the C
 /// crash runtime under a fresh run id (a random UUID), so a fatal signal writes
-/// `<storage>/crashes/<run-id>.crash`; opens delivery (pending files of earlier runs are sent at once); maps
-/// this run's journal; registers an `atexit` hook that ends the session as `exited` and flushes (like
-/// ``close()``); writes this run's scope (`runs/<run-id>/scope.json`). Then, on a background thread (`vaka.start`): turns
-/// each earlier run's crash report into its fatal event with that run's scope and `crashed` session (the crash
-/// join, see docs/ingest.md), sends `abnormal` for runs that were killed, then this run's first session update.
-/// ``flush(timeout:)`` and ``close(timeout:)`` wait for that thread first.
+/// `<storage>/crashes/<run-id>.crash`; opens delivery (pending files of earlier runs are sent at once);
+/// registers an `atexit` hook that ends the session as `exited` and flushes (like ``close()``). Then, on a
+/// background thread (`vaka.start`): makes this run's files (`runs/<run-id>/` with its lock, the journal, the
+/// anon id, `scope.json`); turns each earlier run's crash report into its fatal event with that run's scope
+/// and `crashed` session (the crash join, see docs/ingest.md), sends `abnormal` for runs that were killed, then
+/// this run's first session update. A breadcrumb, log, scope change or capture that comes before the run's
+/// files exist makes them first on its own thread (once), so what it recorded survives a crash right after it;
+/// a crash before any of that is reported at the next launch with that launch's release and environment.
+/// ``flush(timeout:)`` and ``close(timeout:)`` wait for that thread first (or do its work when it has not
+/// begun).
 public enum Vaka {
     /// What ``start(_:)`` sets up and ``close(timeout:)`` takes down.
     private struct State {
@@ -87,8 +91,9 @@ public enum Vaka {
             do {
                 let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log)
                 state.client = started
-                // Logs: the run's journal (from which the mover sends them), breadcrumbs, the options' sinks.
-                LogRouter.activate(options: options, journal: started.journal.map { LogRouter.journalSink($0, mover: started.mover) },
+                // Logs: the run's journal once start's background part made it (the mover sends them from there),
+                // breadcrumbs, the options' sinks.
+                LogRouter.activate(options: options, journal: { started.appendLog(timeNs: $0, level: $1, body: $2, attributes: $3) },
                                    addBreadcrumb: { started.addBreadcrumb($0) })
             } catch {
                 PrivateFiles.writeStandardError("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n")
@@ -184,7 +189,8 @@ public enum Vaka {
 
     /// Adds a breadcrumb (type `default`, level `info`, time now) to later events and to this run's crash: one
     /// record in the run's journal (no lock, no allocation, no system call for a category and message of at
-    /// most 8192 bytes each; longer ones are cut to 8192 characters first). Events carry the last 100 added
+    /// most 8192 bytes each; longer ones are cut to 8192 characters first; a breadcrumb that comes before
+    /// start's background part made the journal makes it first, once). Events carry the last 100 added
     /// before them; the journal keeps the newest that fit in its breadcrumb ring (3/8 of
     /// ``Options/journalSize``), which survive the process dying in any way.
     public static func addBreadcrumb(category: String, message: String) {

@@ -87,6 +87,7 @@ final class JournalHugeInputTests: XCTestCase {
         let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
                                 runID: "H-\(UUID().uuidString)", dsn: nil, log: nil)
         client.begin()
+        client.setUp(through: .journal)  // made by start's background part, or now
         let journal = try XCTUnwrap(client.journal)
         for i in 0..<10 { XCTAssertNotNil(journal.append(.log, level: LogLevel.info.rawValue, body: "before \(i)")) }
         XCTAssertNotNil(journal.append(.log, level: LogLevel.info.rawValue, body: String(repeating: "h", count: 2 << 20)))
@@ -113,6 +114,7 @@ final class JournalForkChildTests: XCTestCase {
         let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
                                 runID: "F-\(UUID().uuidString)", dsn: nil, log: nil)
         client.begin()
+        client.setUp(through: .journal)  // made by start's background part, or now
         let journal = try XCTUnwrap(client.journal)
         client.addBreadcrumb(category: "parent", message: "before fork")
         let pid = fork()

@@ -268,6 +268,7 @@ final class JournalSDKTests: XCTestCase {
         let client = try Client(options: Vaka.Options(release: "live@2.0", sessionTracking: false, storageDirectory: storage),
                                 storage: storage, runID: "L-\(UUID().uuidString)", dsn: nil, log: nil)
         client.begin()
+        client.setUp(through: .journal)  // made by start's background part, or now
         let journal = try XCTUnwrap(client.journal)
         for i in 0..<2 { journal.append(.log, level: LogLevel.info.rawValue, body: "live log \(i)") }
         XCTAssertTrue(client.flush(timeout: 1))
@@ -305,7 +306,9 @@ final class JournalSDKTests: XCTestCase {
                                     storage: storage, runID: "Q-\(UUID().uuidString)", dsn: try DSN("http://key@127.0.0.1:9/1"), log: nil)
             client.begin()
             client.end(timeout: 0)
-            let queue = try XCTUnwrap(client.delivery.queue)
+            // `pending/` as the next process finds it (every batch file sealed; the client's own queue may still
+            // hold its last batch open when it ends before its uploader took it).
+            let queue = try PersistentQueue(storageDirectory: storage)
             return queue.sealedBatches().flatMap { queue.records(of: $0) ?? [] }.compactMap { data in
                 let header = data.prefix { $0 != 0x0A }
                 return (try? JSONSerialization.jsonObject(with: header) as? [String: Any])?["event_id"] as? String
@@ -387,6 +390,7 @@ final class JournalSDKTests: XCTestCase {
         let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
                                 runID: "P-\(UUID().uuidString)", dsn: nil, log: nil)
         client.begin()
+        client.setUp(through: .journal)  // made by start's background part, or now
         let journal = try XCTUnwrap(client.journal)
         let append = LogRouter.journalSink(journal, mover: client.mover)
         let spill = journal.url.path + ".spill"

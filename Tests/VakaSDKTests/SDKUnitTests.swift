@@ -13,6 +13,7 @@ final class SDKUnitTests: XCTestCase {
         let storage = dirs.make("crumbs")
         let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
                                 runID: "B-\(UUID().uuidString)", dsn: nil, log: nil)
+        client.setUp(through: .journal)  // made by start's background part, or now
         let journal = try XCTUnwrap(client.journal)
         let odd = [Breadcrumb(timestamp: 1_700_000_000.5, type: "navigation", category: "navigation", message: "Home",
                               level: "warning", data: ["from": "Cart", "to": "Home"]),

@@ -105,6 +105,7 @@ final class StartPathTests: XCTestCase {
         XCTAssertEqual(sessions.first?["status"] as? String, "exited")
         XCTAssertEqual(sessions.first?["init"] as? Bool, true)
         XCTAssertNotNil(sessions.first?["duration"] as? Double)
+        XCTAssertNotNil(sessions.first?["did"] as? String, "the anon id, read even when the run ends before start's background part")
         XCTAssertFalse(FileManager.default.fileExists(atPath: RunDirectory.root(storage).appendingPathComponent(runID).path))
     }
 }

@@ -121,8 +121,8 @@ final class ClientReports: Sendable {
 
     /// Client reports kept in `storageDirectory`.
     init(storageDirectory: URL, enabled: Bool = true, log: (@Sendable (String) -> Void)? = nil) {
-        url = storageDirectory.appendingPathComponent("client_reports.json")
-        lockURL = storageDirectory.appendingPathComponent("client_reports.lock")
+        url = storageDirectory.appendingPathComponent("client_reports.json", isDirectory: false)
+        lockURL = storageDirectory.appendingPathComponent("client_reports.lock", isDirectory: false)
         outboxDirectory = storageDirectory.appendingPathComponent("outbox", isDirectory: true).fileSystemPath
         owner = "\(getpid()):\(UUID().uuidString.prefix(8).lowercased())"
         self.enabled = enabled

@@ -123,7 +123,11 @@ public struct DSN: Equatable, Sendable, CustomStringConvertible, CustomDebugStri
     private struct Parts { var scheme: String; var user: String?; var host: String; var port: Int?; var path: String }
 
     private static func split(_ string: String) throws -> Parts {
-        let trimmed = string.trimmingCharacters(in: .whitespacesAndNewlines)
+        // Trimmed only when it has to be: `trimmingCharacters` goes through `NSString`, whose first use in a
+        // process costs `Vaka.start` about 0.75 M instructions.
+        let space = CharacterSet.whitespacesAndNewlines
+        let padded = string.unicodeScalars.first.map(space.contains) == true || string.unicodeScalars.last.map(space.contains) == true
+        let trimmed = padded ? string.trimmingCharacters(in: space) : string
         guard !trimmed.isEmpty, let c = URLComponents(string: trimmed), let rawScheme = c.scheme else {
             throw DSNError.notAURL
         }

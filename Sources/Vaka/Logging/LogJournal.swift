@@ -17,12 +17,18 @@ extension LogRouter {
     /// breadcrumb and the sinks still get it.
     static func journalSink(_ journal: Journal, mover: JournalMover? = nil) -> JournalAppend {
         { timeNs, level, body, attributes in
-            if journal.append(.log, level: level.rawValue, timeNs: timeNs, body: body,
-                              attributes: attributes.map { Journal.Attribute(key: $0.key, value: $0.value) }) != nil {
-                mover?.logAppended()
-            } else {
-                mover?.logNotRecorded()
-            }
+            appendLog(to: journal, mover: mover, timeNs: timeNs, level: level, body: body, attributes: attributes)
+        }
+    }
+
+    /// One call of ``journalSink(_:mover:)``'s route.
+    static func appendLog(to journal: Journal, mover: JournalMover?, timeNs: UInt64, level: LogLevel, body: String,
+                          attributes: [(key: String, value: LogAttribute)]) {
+        if journal.append(.log, level: level.rawValue, timeNs: timeNs, body: body,
+                          attributes: attributes.map { Journal.Attribute(key: $0.key, value: $0.value) }) != nil {
+            mover?.logAppended()
+        } else {
+            mover?.logNotRecorded()
         }
     }
 }

@@ -9,8 +9,17 @@ import VakaSymbolication
 /// themselves) live in one `Mutex` (``State``), and scope changes and event building run under it; the journal
 /// is lock-free; unwinding, encoding and delivery happen outside the lock.
 ///
+/// The run's files are made by ``setUp(through:)``, the first step of start's background part (the `vaka.start`
+/// thread), not by `init`: the run directory and its lock and the journal (registered with the crash handler,
+/// then published with its mover: ``SetUpStage/journal``), then the anon id and `scope.json`
+/// (``SetUpStage/scope``). A call that comes before the stage it needs runs it itself (or waits for the thread
+/// doing it), once: a breadcrumb or a log the journal, a scope change or a capture both. So whatever a call
+/// recorded survives the process dying once it returned, as it does later in the run, and only a program that
+/// calls none of them at once leaves all of it to the background.
+///
 /// Without a journal (no run directory, or the journal file could not be created) breadcrumbs are kept in
-/// memory (``MemoryBreadcrumbs``) and each event is written to delivery durably before the call returns.
+/// memory (``MemoryBreadcrumbs``, the last 100) and each event is written to delivery durably before the call
+/// returns.
 final class Client: Sendable {
     /// The options given to start.
     let options: Vaka.Options
@@ -28,10 +37,32 @@ final class Client: Sendable {
     let stacks: StackCapture
     /// The crash reports whose events are queued, deleted once the server accepts them (see CrashJoin.swift).
     let crashLedger: CrashLedger
-    /// This run's journal, `<storage>/runs/<run-id>/journal` (`nil`: memory only, see the type's documentation).
-    let journal: Journal?
+    /// The mover of this run's journal, set once by ``setUp(through:)`` (with the journal: `mover.journal`).
+    /// Read without a lock by the breadcrumb fast path.
+    private let published = AtomicLazyReference<JournalMover>()
+    /// This run's journal, `<storage>/runs/<run-id>/journal`: `nil` until ``setUp(through:)`` made it, and for
+    /// good when it could not (memory only, see the type's documentation).
+    var journal: Journal? { published.load()?.journal }
     /// Moves the journal's events (and logs) to delivery; `nil` without a journal.
-    let mover: JournalMover?
+    var mover: JournalMover? { published.load() }
+    /// `published`'s journal as the bits of an unretained reference, 0 until it is published: what the breadcrumb
+    /// fast path reads (one acquiring load, no reference counting, which `published.load()` costs: about 80 ns a
+    /// breadcrumb). `published` keeps the journal alive as long as the client.
+    private let journalBits = Atomic<UInt>(0)
+
+    /// The steps of ``setUp(through:)``, in order (raw value: how far it went).
+    enum SetUpStage: Int {
+        /// Nothing made yet.
+        case none = 0
+        /// The run directory, its lock and the journal (published with its mover).
+        case journal = 1
+        /// The anon id (the session's `did`) and `scope.json`.
+        case scope = 2
+    }
+    /// Held while a stage of ``setUp(through:)`` runs; the stage reached.
+    private let setUpLock = Mutex<Int>(SetUpStage.none.rawValue)
+    /// The stage reached, read without a lock by every call that needs one.
+    private let setUpReached = Atomic<Int>(SetUpStage.none.rawValue)
     /// The in-app, PII and `beforeSend` step of every event (``EventProcessor``).
     let processor: EventProcessor
     /// Set by ``end(timeout:)`` (also in `State`): read without the lock by the breadcrumb fast path.
@@ -59,8 +90,11 @@ final class Client: Sendable {
     /// What the lock guards: everything the capture and scope calls change.
     private struct State {
         var scope: RunScope
-        /// `<storage>/runs/<run-id>/` (nil when it cannot be created): where `scope` is persisted.
-        let runDirectory: RunDirectory?
+        /// `<storage>/runs/<run-id>/`, where `scope` is persisted: set by ``Client/setUp(through:)`` once
+        /// `scope.json` is written (nil before, and when it cannot be created).
+        var runDirectory: RunDirectory?
+        /// The run directory between the two stages of ``Client/setUp(through:)`` (made, `scope.json` not yet written).
+        var pendingRunDirectory: RunDirectory?
         /// The breadcrumbs when there is no journal.
         var memoryBreadcrumbs = MemoryBreadcrumbs()
         /// Set by ``Client/end(timeout:)``: later calls do nothing.
@@ -73,7 +107,9 @@ final class Client: Sendable {
     private let state: Mutex<State>
     private let logSink: (@Sendable (String) -> Void)?
 
-    /// Starts everything except the crash handlers (``Vaka/start(_:)`` installs those first).
+    /// Starts what the caller's part of start needs (``Vaka/start(_:)`` installs the crash handlers first):
+    /// release, contexts, the session (its `did` comes with ``setUp(through:)``) and delivery. The run's files
+    /// are made by ``setUp(through:)``.
     /// - Throws: when the storage directory or `pending/` cannot be created.
     init(options: Vaka.Options, storage: URL, runID: String, dsn: DSN?, log: (@Sendable (String) -> Void)?) throws {
         self.options = options
@@ -95,23 +131,86 @@ final class Client: Sendable {
         delivery = try Delivery(configuration: configuration)
         processor = EventProcessor(options: options, reports: delivery.clientReports)
         var session: SessionState?
-        if options.sessionTracking { session = SessionState(did: Client.anonID(storage: storage, log: log), started: now) }
+        if options.sessionTracking { session = SessionState(did: nil, started: now) }
         let tags = RunScope.bounded(tags: options.tags)
         if tags.dropped > 0 { log?("\(tags.dropped) of \(options.tags.count) tags left out: a run keeps at most \(RunScope.maxTags) tags") }
         let scope = RunScope(runID: runID, release: Vaka.Options.boundedRelease(release),
                              environment: Vaka.Options.boundedEnvironment(options.environment), tags: tags.tags,
                              userID: nil, session: session)
-        var dir: RunDirectory?
-        do { dir = try RunDirectory(storage: storage, runID: runID) } catch { log?("cannot create the run directory: \(error)") }
-        let opened = dir.flatMap { Client.openJournal(in: $0.url, size: options.journalSize, log: log) }
-        journal = opened
-        if let opened {
-            mover = JournalMover(journal: opened, delivery: delivery, factory: factory,
-                                 logs: ScopedLogBatcher(scope: LogScope(run: scope)), processor: processor, log: log)
-        } else {
-            mover = nil
+        state = Mutex(State(scope: scope, runDirectory: nil, tagOrder: tags.tags.keys.sorted()))
+    }
+
+    /// Makes the run's files up to `stage`, each stage once (the first caller does it, a concurrent one waits
+    /// for it; a call whose stage was reached costs one atomic load):
+    /// - ``SetUpStage/journal``: the run directory and its lock, the journal (registered with the crash handler
+    ///   before it is published with its mover);
+    /// - ``SetUpStage/scope``: the anon id (the session's `did`), then `scope.json` (the scope as it is then).
+    /// The first step of start's background part (the `vaka.start` thread, ``begin()``); run first by a call
+    /// that comes before it: a breadcrumb or log (the journal), a scope change or a capture (both), so that what
+    /// it records survives a crash or a kill right after it returned.
+    /// A run already ending (``end(timeout:)``) gets neither run directory nor journal nor `scope.json`: nothing
+    /// is recorded any more, and its `exited` update follows at once. Does nothing in a `fork()`ed child (the files are its
+    /// parent's).
+    func setUp(through stage: SetUpStage = .scope) {
+        guard setUpReached.load(ordering: .acquiring) < stage.rawValue, getpid() == ownerPID else { return }
+        setUpLock.withLock { reached in
+            if reached < SetUpStage.journal.rawValue {
+                makeJournal()
+                reached = SetUpStage.journal.rawValue
+                setUpReached.store(reached, ordering: .releasing)
+            }
+            if stage == .scope && reached < SetUpStage.scope.rawValue {
+                makeScopeFile()
+                reached = SetUpStage.scope.rawValue
+                setUpReached.store(reached, ordering: .releasing)
+            }
         }
-        state = Mutex(State(scope: scope, runDirectory: dir, tagOrder: tags.tags.keys.sorted()))
+    }
+
+    /// ``SetUpStage/journal``'s work, under ``setUpLock``.
+    private func makeJournal() {
+        guard !ending.load(ordering: .acquiring) else { return }
+        let dir: RunDirectory
+        do { dir = try RunDirectory(storage: storage, runID: runID) } catch {
+            log("cannot create the run directory: \(error)")
+            return
+        }
+        if let journal = Client.openJournal(in: dir.url, size: options.journalSize, log: logSink) {
+            // Before it is published: a crash report then carries `journal_seq` (and in the fallback the handler
+            // writes the rings to the file) for every record appended to it.
+            journal.registerWithCrashHandler()
+            let logScope = state.withLock { LogScope(run: $0.scope) }
+            let mover = published.storeIfNil(JournalMover(journal: journal, delivery: delivery, factory: factory,
+                                                          logs: ScopedLogBatcher(scope: logScope), processor: processor, log: logSink))
+            journalBits.store(UInt(bitPattern: Unmanaged.passUnretained(mover.journal).toOpaque()), ordering: .releasing)
+        }
+        state.withLock { $0.pendingRunDirectory = dir }
+    }
+
+    /// ``SetUpStage/scope``'s work, under ``setUpLock``: the anon id, then `scope.json` written once with the
+    /// scope as it is then, outside the state lock (the first `Codable` encode of the scope costs the runtime's
+    /// type lookups), and again under it should the scope have changed meanwhile (scope calls and captures wait
+    /// for this stage first, so none is expected; before `runDirectory` is set such a change writes nothing).
+    private func makeScopeFile() {
+        if options.sessionTracking {
+            let did = Client.anonID(storage: storage, log: logSink)
+            state.withLock { $0.scope.session?.did = did }
+        }
+        guard let (dir, written) = state.withLock({ state in state.pendingRunDirectory.map { ($0, state.scope) } }) else { return }
+        // A run already ending (its journal made by an early breadcrumb or log) removes the directory next.
+        if ending.load(ordering: .acquiring) {
+            state.withLock { state in
+                state.runDirectory = dir
+                state.pendingRunDirectory = nil
+            }
+            return
+        }
+        do { try dir.write(written) } catch { log("cannot write the run scope: \(error)") }
+        state.withLock { state in
+            state.runDirectory = dir
+            state.pendingRunDirectory = nil
+            if state.scope != written { persistScope(state) }
+        }
     }
 
     /// Opens `<run directory>/journal` (`size` bytes; `VAKA_JOURNAL_NO_MMAP=1` selects the write(2) fallback,
@@ -150,21 +249,22 @@ final class Client: Sendable {
     /// The release of this run.
     var currentRelease: String { state.withLock { $0.scope.release } }
 
-    /// The part of start that a crash of this run right after ``Vaka/start(_:)`` needs, on the caller's thread:
-    /// `scope.json` written (release, environment, tags and the session before its first update, so the next
-    /// launch's crash join sends this run's crash with its scope and a `crashed` session) and the journal
-    /// registered with the crash handler. The rest runs on a thread of its own (`vaka.start`, ``finishStart(onStartThread:)``):
-    /// ``flush(timeout:)``, ``end(timeout:)`` and the captures that bypass the journal wait for it.
+    /// Starts the background part of start on a thread of its own (`vaka.start`): ``setUp(through:)`` (the run's
+    /// files, unless a call already made them), then ``finishStart(onStartThread:)``. ``flush(timeout:)``,
+    /// ``end(timeout:)`` and the captures that bypass the journal wait for it (or run it themselves when that
+    /// thread has not begun it). A crash before `scope.json` was written (nothing recorded since start) is still
+    /// reported at the next launch (the crash handlers are installed): with that launch's release and
+    /// environment, and no session update (this run never made one).
     func begin() {
-        state.withLock { persistScope($0) }
-        // The crash handler reads the journal's last seq into a report (and syncs the fallback's rings).
-        journal?.registerWithCrashHandler()
         startGate.close()
         startTaken.store(false, ordering: .releasing)
         // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
         // run directory's lock with it), as the mover's own thread never held it.
         let thread = Thread { [weak self] in
             ThreadName.setCurrent("vaka.start")
+            // In two steps: a breadcrumb or log waiting for the journal does not wait for `scope.json` as well.
+            self?.setUp(through: .journal)
+            self?.setUp(through: .scope)
             guard let mover = self?.finishStartOnStartThread() else { return }
             mover.runOnCurrentThread()
         }
@@ -179,6 +279,7 @@ final class Client: Sendable {
     /// (``end(timeout:)``) gets neither the first update (the `exited` one is then the first) nor a mover thread
     /// (the end drains the journal itself).
     private func finishStart(onStartThread: Bool) {
+        setUp()
         joinPreviousRuns()
         let endingNow = ending.load(ordering: .acquiring)
         if !endingNow && !onStartThread { mover?.start() }
@@ -234,14 +335,34 @@ final class Client: Sendable {
         crumb = EventBudget.limited(crumb)
         // The level as the journal records it (also for breadcrumbs kept in memory: Relay refuses other names).
         crumb.level = Breadcrumb.levelName(Breadcrumb.journalLevel(crumb.level))
-        if let journal {
-            journal.append(crumb)
-            return
-        }
+        if appendToJournal({ $0.append(crumb) }) { return }
         state.withLock { state in
             guard !state.ended else { return }
             state.memoryBreadcrumbs.add(crumb)
         }
+    }
+
+    /// The journal route of ``LogRouter`` (a ``LogRouter/JournalAppend``): the log appended to this run's journal
+    /// (``LogRouter/journalSink(_:mover:)``), made first when start's background part has not made it yet;
+    /// without a journal, nothing (the log still goes to breadcrumbs and the options' sinks).
+    func appendLog(timeNs: UInt64, level: LogLevel, body: String, attributes: [(key: String, value: LogAttribute)]) {
+        if journalBits.load(ordering: .acquiring) == 0 { setUp(through: .journal) }
+        guard let mover = published.load() else { return }
+        LogRouter.appendLog(to: mover.journal, mover: mover, timeNs: timeNs, level: level, body: body, attributes: attributes)
+    }
+
+    /// Runs `append` with this run's journal: once published, after one atomic load (``journalBits``); before,
+    /// made first (``setUp(through:)``, the journal stage). `false` (nothing run) without a journal.
+    @inline(__always)
+    private func appendToJournal(_ append: (Journal) -> Void) -> Bool {
+        var bits = journalBits.load(ordering: .acquiring)
+        if bits == 0 {
+            setUp(through: .journal)
+            bits = journalBits.load(ordering: .acquiring)
+        }
+        guard let pointer = UnsafeRawPointer(bitPattern: bits) else { return false }
+        Unmanaged<Journal>.fromOpaque(pointer)._withUnsafeGuaranteedRef { append($0) }
+        return true
     }
 
     /// ``Vaka/addBreadcrumb(category:message:)``'s fast path: a breadcrumb of type `default`, level `info`, time
@@ -250,8 +371,8 @@ final class Client: Sendable {
     func addBreadcrumb(category: String, message: String) {
         guard !endedFlag.load(ordering: .relaxed) else { return }
         // With a `beforeBreadcrumb` hook the breadcrumb is built as a value for it (``addBreadcrumb(_:)``).
-        if let journal, options.beforeBreadcrumb == nil, message.utf8.count <= EventBudget.maxMessageChars, category.utf8.count <= EventBudget.maxMessageChars {
-            journal.append(.breadcrumb, level: LogLevel.info.rawValue, category: category, body: message)
+        if options.beforeBreadcrumb == nil, message.utf8.count <= EventBudget.maxMessageChars, category.utf8.count <= EventBudget.maxMessageChars,
+           appendToJournal({ $0.append(.breadcrumb, level: LogLevel.info.rawValue, category: category, body: message) }) {
             return
         }
         addBreadcrumb(Breadcrumb(timestamp: Date().timeIntervalSince1970, category: category, message: message))
@@ -263,6 +384,7 @@ final class Client: Sendable {
     /// newest tags win. `scope.json` is rewritten only when the tags change, and stays under
     /// ``RunScope/maxEncodedBytes`` (so each call costs at most one bounded write).
     func setTag(_ key: String, _ value: String?) {
+        setUp()  // `scope.json`, so that a crash right after this call carries it
         let key = EventBudget.truncated(key, EventBudget.maxTagChars) ?? key
         let value = value.map { EventBudget.truncated($0, EventBudget.maxTagChars) ?? $0 }
         state.withLock { state in
@@ -290,6 +412,7 @@ final class Client: Sendable {
     /// Sets (or with `nil` or an empty user clears) the user of later events and of this run's crash, each field
     /// cut to ``Vaka/Options/maxTagChars`` scalars; `scope.json` is rewritten when it changed.
     func setUser(_ user: User?) {
+        setUp()  // `scope.json`, so that a crash right after this call carries it
         let user = user.map(\.bounded).flatMap { $0.isEmpty ? nil : $0 }
         state.withLock { state in
             guard !state.ended, state.scope.user != user else { return }
@@ -322,6 +445,7 @@ final class Client: Sendable {
     /// Applies `change` to the scope's contexts or extra and rewrites `scope.json`, unless nothing changed or
     /// (when not `removing`) the result passes ``RunScope/maxDataBytes`` (then a debug line naming `what`).
     private func changeScopeData(_ what: String, removing: Bool, _ change: (inout RunScope) -> Void) {
+        setUp()  // `scope.json`, so that a crash right after this call carries it
         state.withLock { state in
             guard !state.ended else { return }
             var scope = state.scope
@@ -342,6 +466,7 @@ final class Client: Sendable {
     /// debug line: beyond ``Attachment/maxRegistered``, bytes over ``Attachment/maxBytes``, a path or file name
     /// over ``Attachment/maxPathBytes``. The content type is cut to ``Vaka/Options/maxTagChars`` scalars.
     func addAttachment(_ attachment: Attachment) {
+        setUp()  // `scope.json`, so that a crash right after this call carries it
         var attachment = attachment
         attachment.contentType = Vaka.Options.cut(attachment.contentType, maxChars: Vaka.Options.maxTagChars)
         let name = attachment.filename.prefix(200).debugDescription
@@ -375,6 +500,7 @@ final class Client: Sendable {
 
     /// Removes every attachment of the global scope (also from this run's crash).
     func clearAttachments() {
+        setUp()  // `scope.json`, so that a crash right after this call carries it
         state.withLock { state in
             guard !state.ended, !state.attachments.isEmpty else { return }
             state.attachments = []
@@ -405,6 +531,7 @@ final class Client: Sendable {
     /// `fingerprint`) is laid over the global scope for this event only; the global attachments (unless `scope` clears them)
     /// and the scope's go with it.
     func capture(error: Error, stack: (stacktrace: Stacktrace?, images: [DebugImage]), scope: Scope? = nil) {
+        setUp()  // the journal, `scope.json` and the session's `did` (a capture right after start)
         capturesInFlight.wrappingAdd(1, ordering: .sequentiallyConsistent)
         defer { capturesInFlight.wrappingSubtract(1, ordering: .releasing) }
         let exceptions = ErrorExceptions.exceptions(for: error, stacktrace: stack.stacktrace)
@@ -451,6 +578,7 @@ final class Client: Sendable {
     /// count it): `errors` goes up in `scope.json`, and the next session update (the next kept error, `exited`,
     /// `crashed` or `abnormal`) carries it; no update is sent for it alone.
     func countSampledOutError() {
+        setUp()  // `scope.json`, so that a crash right after this call carries it
         state.withLock { state in
             guard !state.ended, state.scope.session != nil else { return }
             state.scope.session!.errors += 1
@@ -466,6 +594,7 @@ final class Client: Sendable {
     /// (`threads.values[0]`, `current: true`).
     func capture(message: String, level: Event.Level, eventID: String? = nil, extra: [String: JSONValue] = [:],
                  tags: [String: String] = [:], scope: Scope? = nil, attachments: Bool = false, stack: (stacktrace: Stacktrace?, images: [DebugImage])? = nil) {
+        setUp()  // the journal and `scope.json` (a capture right after start)
         capturesInFlight.wrappingAdd(1, ordering: .sequentiallyConsistent)
         defer { capturesInFlight.wrappingSubtract(1, ordering: .releasing) }
         let id = eventID ?? EventFactory.newEventID()
@@ -526,7 +655,9 @@ final class Client: Sendable {
         var refs: [AttachmentRef] = []
         // Captured from inside `beforeSend`: not passed to it (``EventProcessor/process(_:kind:runsBeforeSend:)``).
         let inBeforeSend = HookThread.current.contains(.beforeSend)
-        if let journal, let mover {
+        let mover = self.mover
+        if let mover {
+            let journal = mover.journal
             if !attachments.isEmpty {
                 let directory = state.withLock { $0.runDirectory?.url }.map(AttachmentItems.sideDirectory)
                 refs = AttachmentItems.record(attachments, eventID: event.eventID, directory: directory, log: logSink)
@@ -555,10 +686,10 @@ final class Client: Sendable {
             event = factory.completed(event, breadcrumbs: Breadcrumb.last(journal.breadcrumbs(), before: nil))
         }
         // After earlier runs' envelopes and this run's first session update; not from inside `beforeSend` (above).
-        if journal == nil && !inBeforeSend { waitForStart() }
+        if mover == nil && !inBeforeSend { waitForStart() }
         // The event's attachments (the `event_id` stays what it is: beforeSend cannot change it).
         let attachmentItems = attachments.isEmpty ? []
-            : journal == nil ? AttachmentItems.items([], inMemory: attachments, eventID: event.eventID, log: logSink)
+            : mover == nil ? AttachmentItems.items([], inMemory: attachments, eventID: event.eventID, log: logSink)
                              : AttachmentItems.items(refs, eventID: event.eventID, log: logSink)
         guard let processed = processor.process(event, kind: .captured, runsBeforeSend: !inBeforeSend) else {
             if let session { submit(Envelope(items: [.session(session)])) }
@@ -602,6 +733,8 @@ final class Client: Sendable {
         // have nor removes them, and sends no session update (the session is the parent process's).
         let forkChild = getpid() != ownerPID
         if !forkChild { ending.store(true, ordering: .releasing) }
+        // The session's `did` for a client whose start's background part never ran (nothing else: it is ending).
+        setUp()
         // The background part of start first: its session update, if it made one, comes before the `exited` one.
         waitForStart()
         let items: [EnvelopeItem]? = state.withLock { state in
@@ -627,7 +760,7 @@ final class Client: Sendable {
         // `exited` update is written (its `scope.json` still says `ok`, so a process killed before this point
         // is `abnormal` at the next launch) and before the flush (a run that is gone needs no `scope.json`
         // saying `exited`: the next launch finds nothing to close).
-        if !forkChild { state.withLock { $0.runDirectory?.remove() } }
+        if !forkChild { state.withLock { ($0.runDirectory ?? $0.pendingRunDirectory)?.remove() } }
         delivery.close(timeout: timeout)
         log(delivery.summary)
     }

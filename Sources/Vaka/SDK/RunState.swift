@@ -94,7 +94,11 @@ struct RunScope: Codable, Equatable {
 
 /// `<storage>/runs/<run-id>/`: the persisted scope, the breadcrumbs and a lock file held (`flock`) for as
 /// long as the run's process lives, so a later launch can tell a finished run (lock free) from a live one.
-final class RunDirectory {
+///
+/// `@unchecked Sendable`: its mutable state (the lock descriptor, whether `scope.json` was written) is touched
+/// by one thread at a time: the client's ``Client/setUp()`` until it hands the directory over, then only under
+/// the client's state lock.
+final class RunDirectory: @unchecked Sendable {
     /// The directory.
     let url: URL
     /// The run id (directory name).
