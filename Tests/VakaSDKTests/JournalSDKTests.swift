@@ -130,7 +130,7 @@ final class JournalSDKTests: XCTestCase {
             // The killed run's session from its scope.json (its first update is sent by the background part of
             // start); when its exit had already removed scope.json, its first update went out (flush waits for
             // start), so the outbox's first session is the killed run's.
-            let scope = try runDir.flatMap { try? JSONSerialization.jsonObject(with: Data(contentsOf: $0.appendingPathComponent("scope.json"))) }
+            let scope = runDir.flatMap { try? JSONSerialization.jsonObject(with: Data(contentsOf: $0.appendingPathComponent("scope.json"))) }
             let sid = try XCTUnwrap(scope.flatMap { dig($0, "session", "sid") as? String }
                                     ?? readOutbox(storage).flatMap(\.sessions).first?["sid"] as? String)
             let relaunch = try runHarness(["--storage", storage.path], logDirectory: logs)
