@@ -89,7 +89,9 @@ struct SessionState: Codable, Equatable {
     /// made what Sentry accepts (``Vaka/Options/boundedRelease(_:)``): for the crash join they come from an
     /// earlier run's `scope.json`.
     mutating func update(_ status: SessionUpdate.Status, now: Date, release: String, environment: String?) -> SessionUpdate {
-        if status == .crashed && self.status != .crashed { errors += 1 }
+        // Saturating: for the crash join `errors` comes from a run's scope.json on disk, and a count that would
+        // overflow must not trap the launch that joins it (the report stays, so every launch would).
+        if status == .crashed && self.status != .crashed && errors < Int.max { errors += 1 }
         self.status = status
         let first = !initSent
         initSent = true
