@@ -37,3 +37,40 @@ final class StartAdversaryTests: XCTestCase {
         XCTAssertEqual((session["errors"] as? NSNumber)?.int64Value, Int64.max)
     }
 }
+
+/// A `fork()` right after start, before start's background part made the journal: the child's breadcrumbs go
+/// to the journal it shares with its parent (the one its crash report is joined with), not to the child's memory.
+final class StartForkTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    func testChildForkedRightAfterStartRecordsInTheSharedJournal() throws {
+        var missing: [Int] = []
+        for round in 0..<10 {
+            let storage = dirs.make("fork-\(round)")
+            let client = try Client(options: Vaka.Options(sessionTracking: true, storageDirectory: storage), storage: storage,
+                                    runID: "FK-\(UUID().uuidString)", dsn: nil, log: nil)
+            client.begin()
+            let pid = fork()
+            if pid == 0 {
+                alarm(30)
+                client.addBreadcrumb(category: "child", message: "round \(round)")
+                _exit(0)
+            }
+            XCTAssertGreaterThan(pid, 0)
+            var status: Int32 = 0
+            var exited = false
+            for _ in 0..<200 {
+                if waitpid(pid, &status, WNOHANG) == pid { exited = true; break }
+                usleep(50_000)
+            }
+            if !exited { kill(pid, SIGKILL); waitpid(pid, &status, 0) }
+            XCTAssertTrue(exited, "round \(round): the child did not exit within 10 s")
+            client.setUp(through: .journal)
+            let journal = try XCTUnwrap(client.journal)
+            if !journal.breadcrumbs().contains(where: { $0.category == "child" && $0.text == "round \(round)" }) { missing.append(round) }
+            client.end(timeout: 0)
+        }
+        XCTAssertEqual(missing, [], "rounds whose child's breadcrumb is not in the shared journal")
+    }
+}

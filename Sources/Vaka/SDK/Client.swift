@@ -258,6 +258,8 @@ final class Client: Sendable {
     func begin() {
         startGate.close()
         startTaken.store(false, ordering: .releasing)
+        Client.forkTarget.withLock { $0.client = self }
+        _ = Client.forkHookRegistered
         // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
         // run directory's lock with it), as the mover's own thread never held it.
         let thread = Thread { [weak self] in
@@ -270,6 +272,25 @@ final class Client: Sendable {
         }
         thread.name = "vaka.start"
         thread.start()
+    }
+
+    /// The client whose journal a `fork()` in this process makes first (``prepareForFork()``): the last one begun
+    /// (weak: a client dropped without `end` is released as before).
+    private struct ForkTarget { weak var client: Client? }
+    private static let forkTarget = Mutex(ForkTarget())
+    /// `pthread_atfork`'s prepare step ``prepareForFork()``, registered once per process by the first ``begin()``.
+    private static let forkHookRegistered: Bool = pthread_atfork({ Client.prepareForFork() }, nil, nil) == 0
+
+    /// Runs in the forking thread just before a `fork()`: makes the journal of the begun client (``setUp(through:)``,
+    /// the journal stage; one atomic load once it is made), so that a child forked right after start shares it
+    /// with its parent (its breadcrumbs and logs in the file its crash report is joined with) instead of finding
+    /// none and keeping them in memory (a child never makes the run's files: they are its parent's, which its
+    /// parent makes next). Waits for a start thread that is making it. Does nothing on top of the crash handler
+    /// (a previous handler chained to that forks): no lock or file is taken there.
+    private static func prepareForFork() {
+        guard vaka_crash_in_progress() == 0 else { return }
+        guard let client = forkTarget.withLock({ $0.client }) else { return }
+        client.setUp(through: .journal)
     }
 
     /// The background part of start: the crash join and leftover sessions of earlier runs (their envelopes
