@@ -74,3 +74,44 @@ final class StartForkTests: XCTestCase {
         XCTAssertEqual(missing, [], "rounds whose child's breadcrumb is not in the shared journal")
     }
 }
+
+/// The harness's `start-storm` (real processes): 8 threads call breadcrumbs, logs, `setTag`, `setUser` and
+/// `capture` from the moment `Vaka.start` returned, with a `beforeBreadcrumb` hook that calls back into Vaka and
+/// debug logging on, after the main thread forked a child right after start.
+final class StartStormTests: XCTestCase {
+    let dirs = ScratchDirs()
+    override func tearDown() { dirs.removeAll() }
+
+    private func logBodies(_ envelopes: [OutboxEnvelope]) -> [String] {
+        envelopes.flatMap(\.items).filter { $0.type == "log" }
+            .flatMap { ($0.payload["items"] as? [[String: Any]]) ?? [] }.compactMap { $0["body"] as? String }
+    }
+
+    /// No deadlock (the harness exits 3 when its threads do not finish within 60 s), every capture and every log
+    /// exactly once, the forked child's capture and log too (its log goes through the journal it shares with its
+    /// parent: without one it was dropped), one session `ok` then `exited`.
+    func testCallsFromManyThreadsRightAfterStartWithAForkedChild() throws {
+        for round in 0..<3 {
+            let storage = dirs.make("storm-\(round)")
+            let run = try runHarness(["start-storm", "--storage", storage.path],
+                                     environment: ["VAKA_DEBUG": "1", "VAKA_BEFORE_BREADCRUMB": "reenter", "VAKA_STORM_FORK": "1"],
+                                     logDirectory: dirs.make("storm-logs-\(round)"), timeout: 90)
+            XCTAssertEqual(run.outcome, "exit 0", run.stderr)
+            let envelopes = try readOutbox(storage)
+            let messages = envelopes.flatMap(\.events).compactMap { dig($0, "logentry", "formatted") as? String }
+            for t in 0..<8 {
+                for j in 0..<4 { XCTAssertEqual(messages.filter { $0 == "storm t\(t) \(j)" }.count, 1, "round \(round): storm t\(t) \(j)") }
+            }
+            XCTAssertEqual(messages.filter { $0 == "storm child" }.count, 1, "round \(round): the child's capture")
+            let logs = logBodies(envelopes)
+            XCTAssertEqual(logs.filter { $0 == "child log" }.count, 1, "round \(round): the child's log")
+            for t in 0..<8 {
+                let own = logs.filter { $0.hasPrefix("t\(t) log ") }
+                XCTAssertEqual(own, (0..<200).map { "t\(t) log \($0)" }, "round \(round): thread \(t)'s logs, once each, in order")
+            }
+            let sessions = envelopes.flatMap(\.sessions)
+            XCTAssertEqual(sessions.map { $0["status"] as? String }, ["ok", "exited"], "round \(round)")
+            XCTAssertEqual(sessions.map { $0["init"] as? Bool }, [true, false], "round \(round)")
+        }
+    }
+}
