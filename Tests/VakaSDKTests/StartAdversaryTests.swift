@@ -13,13 +13,22 @@ final class StartAdversaryTests: XCTestCase {
     /// written by hand): the join sends its fatal event and a `crashed` update that keeps that count, instead of
     /// trapping on the overflow at every launch.
     func testCrashedRunWithLargestErrorCountIsJoined() throws {
-        let storage = dirs.make("max-errors")
+        try assertJoined(errorsInScope: "\(Int.max)", crashedUpdateErrors: Int64.max)
+    }
+
+    /// A negative error count in `scope.json` (which Relay would refuse in the session update) is taken as none.
+    func testCrashedRunWithNegativeErrorCountIsJoined() throws {
+        try assertJoined(errorsInScope: "-5", crashedUpdateErrors: 1)
+    }
+
+    private func assertJoined(errorsInScope: String, crashedUpdateErrors: Int64, file: StaticString = #filePath, line: UInt = #line) throws {
+        let storage = dirs.make("errors")
         let crashed = UUID().uuidString
         let runDir = storage.appendingPathComponent("runs/\(crashed)")
         try FileManager.default.createDirectory(at: runDir, withIntermediateDirectories: true)
         let scope = """
         {"runID":"\(crashed)","release":"app@1","environment":"production","tags":{},
-         "session":{"sid":"\(UUID().uuidString.lowercased())","started":1700000000,"errors":\(Int.max),"status":"ok","initSent":true}}
+         "session":{"sid":"\(UUID().uuidString.lowercased())","started":1700000000,"errors":\(errorsInScope),"status":"ok","initSent":true}}
         """
         try scope.write(to: runDir.appendingPathComponent("scope.json"), atomically: true, encoding: .utf8)
         let crashes = storage.appendingPathComponent("crashes")
@@ -34,7 +43,29 @@ final class StartAdversaryTests: XCTestCase {
         XCTAssertEqual(fatal.events.first?["release"] as? String, "app@1")
         let session = try XCTUnwrap(fatal.sessions.first)
         XCTAssertEqual(session["status"] as? String, "crashed")
-        XCTAssertEqual((session["errors"] as? NSNumber)?.int64Value, Int64.max)
+        XCTAssertEqual((session["errors"] as? NSNumber)?.int64Value, crashedUpdateErrors, file: file, line: line)
+    }
+
+    /// A crashed run whose `scope.json` holds deeply nested JSON in `extra` (a damaged or hostile file within the
+    /// 1 MiB cap): the join does not overflow the stack; the fatal event goes out.
+    func testCrashedRunWithDeeplyNestedScopeIsJoined() throws {
+        let storage = dirs.make("deep")
+        let crashed = UUID().uuidString
+        let runDir = storage.appendingPathComponent("runs/\(crashed)")
+        try FileManager.default.createDirectory(at: runDir, withIntermediateDirectories: true)
+        let depth = 200_000
+        let scope = "{\"runID\":\"\(crashed)\",\"release\":\"app@1\",\"environment\":\"production\",\"tags\":{},\"extra\":{\"a\":"
+            + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "}}"
+        try scope.write(to: runDir.appendingPathComponent("scope.json"), atomically: true, encoding: .utf8)
+        let crashes = storage.appendingPathComponent("crashes")
+        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+        try exampleCrashReport(runID: crashed).write(to: crashes.appendingPathComponent("\(crashed).crash"), atomically: true, encoding: .utf8)
+        let client = try Client(options: Vaka.Options(release: "app@2", sessionTracking: true, storageDirectory: storage),
+                                storage: storage, runID: UUID().uuidString, dsn: nil, log: nil)
+        client.begin()
+        client.end(timeout: 1)
+        let envelopes = try readOutbox(storage)
+        XCTAssertNotNil(envelopes.first { $0.events.first?["level"] as? String == "fatal" })
     }
 }
 
