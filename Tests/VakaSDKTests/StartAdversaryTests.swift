@@ -120,8 +120,8 @@ final class StartStormTests: XCTestCase {
 
     /// No deadlock (the harness exits 3 when its threads do not finish within 60 s), every capture and every log
     /// exactly once, the forked child's capture and log too (its log goes through the journal it shares with its
-    /// parent: without one it was dropped) and no crash of the child (a scope call in a child forked while
-    /// start's thread held the client's lock trapped), one session `ok` then `exited`.
+    /// parent: without one it is dropped) and no crash of the child (a scope call in a child forked while
+    /// start's thread holds the client's lock traps), one session `ok` then `exited`.
     func testCallsFromManyThreadsRightAfterStartWithAForkedChild() throws {
         for round in 0..<3 {
             let storage = dirs.make("storm-\(round)")
@@ -134,7 +134,7 @@ final class StartStormTests: XCTestCase {
             for t in 0..<8 {
                 for j in 0..<4 { XCTAssertEqual(messages.filter { $0 == "storm t\(t) \(j)" }.count, 1, "round \(round): storm t\(t) \(j)") }
             }
-            // A child that crashed (a lock held by start's thread at the fork traps in `Mutex`) leaves a report.
+            // A child that crashes (a lock held by start's thread at the fork traps in `Mutex`) leaves a report.
             let crashes = (try? FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("crashes").path)) ?? []
             XCTAssertEqual(crashes, [], "round \(round): the forked child crashed")
             XCTAssertEqual(messages.filter { $0 == "storm child" }.count, 1, "round \(round): the child's capture")
