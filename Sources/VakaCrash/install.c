@@ -461,6 +461,11 @@ int vaka_crash_is_installed(void)
     return atomic_load(&vaka_state.installed) ? 1 : 0;
 }
 
+int vaka_crash_in_progress(void)
+{
+    return vaka_rt_crash_started() ? 1 : 0;
+}
+
 const char *vaka_crash_report_path(void)
 {
     if (!atomic_load(&vaka_state.installed)) return NULL;

@@ -1,5 +1,6 @@
 // SDK scenarios of vaka-crashme: they end normally (exit 0) after Vaka.flush(), and exercise the event API.
 import Foundation
+import VakaCrashmeC
 @_spi(Testing) import Vaka
 
 /// A scenario that uses the SDK API and exits normally.
@@ -115,6 +116,8 @@ let sdkScenarios: [SDKScenario] = [
                 run: { storage in fsizeFlood(storage: storage) }),
     SDKScenario(name: "start-probe", summary: "right after Vaka.start, then after Vaka.flush(timeout: 0), counts the earlier runs' crash reports and the outbox files; prints one JSON object",
                 run: { storage in startProbe(storage: storage) }),
+    SDKScenario(name: "start-storm", summary: "right after Vaka.start, 8 threads each add 200 breadcrumbs and logs \"t<k> log <i>\", set tags and the user, and capture \"storm t<k> <j>\" every 50th (fixed event ids); with $VAKA_STORM_FORK=1 the main thread first forks (right after start) a child that adds a breadcrumb, logs \"child log\", captures \"storm child\" and exits (=crash: crashes after the breadcrumb)",
+                run: { _ in startStorm() }),
     SDKScenario(name: "bench", summary: "measures Vaka.start, capture(message:) and addBreadcrumb; prints one JSON object",
                 run: { _ in }),
 ]
@@ -146,7 +149,8 @@ func captureMany(storage: URL) {
 /// sets a `beforeSend` hook: `drop` drops every event, `edit` adds the tag `before_send: edited` and
 /// `extra.before_send_main_thread` (whether the hook ran on the main thread), `reenter` calls `setTag`,
 /// `addBreadcrumb`, the logger, `capture(message: "from beforeSend")` and `flush` from
-/// the hook and tags the event `before_send: reentered`, `close` calls `Vaka.close()` from the hook.
+/// the hook and tags the event `before_send: reentered`, `close` calls `Vaka.close()` from the hook;
+/// `$VAKA_BEFORE_BREADCRUMB=reenter` sets a `beforeBreadcrumb` hook that calls `setTag`, `addBreadcrumb` and the logger.
 func harnessOptions(_ options: Vaka.Options) -> Vaka.Options {
     var options = options
     let environment = ProcessInfo.processInfo.environment
@@ -154,6 +158,15 @@ func harnessOptions(_ options: Vaka.Options) -> Vaka.Options {
     if let rate = Double(environment["VAKA_SAMPLE_RATE"] ?? "") { options.sampleRate = rate }
     if let list = environment["VAKA_IN_APP_INCLUDE"] { options.inAppInclude = list.split(separator: ",").map(String.init) }
     if let list = environment["VAKA_IN_APP_EXCLUDE"] { options.inAppExclude = list.split(separator: ",").map(String.init) }
+    if environment["VAKA_BEFORE_BREADCRUMB"] == "reenter" {
+        // Calls back into Vaka from the hook: a tag, a breadcrumb and a log (itself a breadcrumb) of its own.
+        options.beforeBreadcrumb = { crumb in
+            Vaka.setTag("seen_by_breadcrumb_hook", "yes")
+            Vaka.addBreadcrumb(category: "hook", message: "in beforeBreadcrumb")
+            Vaka.logger.info("beforeBreadcrumb ran")
+            return crumb
+        }
+    }
     switch environment["VAKA_BEFORE_SEND"] {
     case "drop":
         options.beforeSend = { _ in nil }
@@ -185,6 +198,56 @@ func harnessOptions(_ options: Vaka.Options) -> Vaka.Options {
         break
     }
     return options
+}
+
+/// The event id of `start-storm`'s capture `j` of thread `t`: `5707` + `t` and `j` as 14 hex digits each.
+func startStormEventID(thread t: Int, _ j: Int) -> String {
+    "5707" + String(format: "%014x%014x", t, j)
+}
+
+/// `start-storm`: 8 threads begin as soon as `Vaka.start` returned (start's background part then still makes the
+/// run's files) and each adds 200 breadcrumbs and info logs, sets a tag and the user every 50th and captures a
+/// message with a fixed event id (``startStormEventID(thread:_:)``); the main thread waits for them (at most
+/// 60 s, then exits 3: a deadlock). With `$VAKA_STORM_FORK=1` the main thread first forks a child (right after
+/// start) that adds a breadcrumb, logs "child log", captures "storm child" (event id `5707c417d` + 23 zeros) and ends with `_exit(0)`;
+/// with `$VAKA_STORM_FORK=crash` the child dereferences NULL after its breadcrumb instead.
+func startStorm() {
+    let threads = 8, perThread = 200
+    let forkMode = ProcessInfo.processInfo.environment["VAKA_STORM_FORK"]
+    if forkMode == "1" || forkMode == "crash" {
+        // Before the storm's threads exist (a child of a process whose other threads hold runtime locks may hang
+        // in the Swift runtime, whatever it calls): only start's background part runs beside this thread.
+        let pid = fork()
+        if pid == 0 {
+            Vaka.addBreadcrumb(category: "child", message: "in child")
+            Vaka.logger.info("child log")
+            if forkMode == "crash" { _ = crashme_null_deref() }
+            Vaka.capture(message: "storm child", level: .info, eventID: "5707c417d" + String(repeating: "0", count: 23))
+            _exit(0)
+        }
+        var status: Int32 = 0
+        if pid > 0 { waitpid(pid, &status, 0) }
+    }
+    let done = DispatchGroup()
+    for t in 0..<threads {
+        done.enter()
+        Thread {
+            for i in 0..<perThread {
+                Vaka.addBreadcrumb(category: "t\(t)", message: "\(i)")
+                Vaka.logger.info("t\(t) log \(i)")
+                if i % 50 == 0 {
+                    Vaka.setTag("t\(t)", "\(i)")
+                    Vaka.setUser(User(id: "user-\(t)"))
+                    Vaka.capture(message: "storm t\(t) \(i / 50)", level: .info, eventID: startStormEventID(thread: t, i / 50))
+                }
+            }
+            done.leave()
+        }.start()
+    }
+    if done.wait(timeout: .now() + 60) == .timedOut {
+        writeErr("vaka-crashme: start-storm threads did not finish within 60 s\n")
+        _exit(3)
+    }
 }
 
 /// The event id of event `index` of `journal-flood`: `f100d` + index as 27 hex digits.

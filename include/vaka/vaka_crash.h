@@ -100,6 +100,11 @@ int vaka_crash_uninstall(void);
 /** @return 1 while the handlers are installed, 0 otherwise. */
 int vaka_crash_is_installed(void);
 
+/** @return 1 once a thread of this process began capturing a crash (it won the handler's arbitration) until
+ *  the handlers are re-armed after a signal the process survived; 0 otherwise. Lets a process hook that may run on top of the handler
+ *  (a `fork()` from a previous handler chained to: pthread_atfork's prepare step) do nothing then. */
+int vaka_crash_in_progress(void);
+
 /**
  * Covers the calling thread, a thread that existed before vaka_crash_install(): while installed, unblocks the
  * synchronous crash signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS as configured) in this thread's

@@ -258,6 +258,8 @@ final class Client: Sendable {
     func begin() {
         startGate.close()
         startTaken.store(false, ordering: .releasing)
+        Client.forkTarget.withLock { $0.client = self }
+        _ = Client.forkHookRegistered
         // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
         // run directory's lock with it), as the mover's own thread never held it.
         let thread = Thread { [weak self] in
@@ -271,6 +273,36 @@ final class Client: Sendable {
         thread.name = "vaka.start"
         thread.start()
     }
+
+    /// The client whose journal a `fork()` in this process makes first (``prepareForFork()``): the last one begun
+    /// (weak: a client dropped without `end` is released as before).
+    private struct ForkTarget { weak var client: Client? }
+    private static let forkTarget = Mutex(ForkTarget())
+    /// `pthread_atfork`'s prepare step ``prepareForFork()``, registered once per process by the first ``begin()``.
+    private static let forkHookRegistered: Bool = pthread_atfork({ Client.prepareForFork() }, nil, nil) == 0
+
+    /// Runs in the forking thread just before a `fork()`, for the begun client:
+    /// - makes its journal (``setUp(through:)``, the journal stage; one atomic load once it is made), so that a
+    ///   child forked right after start shares it with its parent (its breadcrumbs and logs in the file its crash
+    ///   report is joined with) instead of finding none and keeping them in memory (a child never makes the
+    ///   run's files: they are its parent's);
+    /// - then waits (at most ``forkWaitForStart`` seconds) for start's background part to end, so that the
+    ///   `vaka.start` thread holds none of the client's locks (nor the Swift runtime's) when the process is
+    ///   copied: a lock held by another thread at the fork stays held in the child, whose first scope call then
+    ///   traps in `Mutex` (or waits forever). Not from inside `beforeSend` (its thread may be the one doing that
+    ///   part).
+    /// Does nothing on top of the crash handler (a previous handler chained to that forks): no lock or file is
+    /// taken there.
+    private static func prepareForFork() {
+        guard vaka_crash_in_progress() == 0 else { return }
+        guard let client = forkTarget.withLock({ $0.client }) else { return }
+        client.setUp(through: .journal)
+        if !HookThread.current.contains(.beforeSend) { _ = client.startGate.wait(timeout: forkWaitForStart) }
+    }
+
+    /// Longest wait of a `fork()` for start's background part (``prepareForFork()``), seconds: the crash join of
+    /// many earlier reports may take longer, and a fork is not held up for it beyond this.
+    static let forkWaitForStart: TimeInterval = 2
 
     /// The background part of start: the crash join and leftover sessions of earlier runs (their envelopes
     /// first), then this run's first session update, then the mover (this run's events after them). Marks
@@ -823,5 +855,16 @@ final class Gate: @unchecked Sendable {
         condition.lock()
         while !isOpen { condition.wait() }
         condition.unlock()
+    }
+
+    /// Returns once the gate is open (`true`), or after `timeout` seconds (`false` when it is still closed).
+    func wait(timeout: TimeInterval) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while !isOpen {
+            if !condition.wait(until: deadline) { return isOpen }
+        }
+        return true
     }
 }

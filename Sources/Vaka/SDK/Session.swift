@@ -89,7 +89,11 @@ struct SessionState: Codable, Equatable {
     /// made what Sentry accepts (``Vaka/Options/boundedRelease(_:)``): for the crash join they come from an
     /// earlier run's `scope.json`.
     mutating func update(_ status: SessionUpdate.Status, now: Date, release: String, environment: String?) -> SessionUpdate {
-        if status == .crashed && self.status != .crashed { errors += 1 }
+        // For the crash join `errors` comes from a run's scope.json on disk: a negative count (which Relay would
+        // refuse) is taken as none, and one that would overflow saturates instead of trapping the launch that
+        // joins it (the report stays, so every launch would).
+        errors = max(errors, 0)
+        if status == .crashed && self.status != .crashed && errors < Int.max { errors += 1 }
         self.status = status
         let first = !initSent
         initSent = true
