@@ -262,6 +262,31 @@ final class CompressedDebugSectionsTests: XCTestCase {
         XCTAssertTrue(locations.allSatisfy { $0.file == nil }, "\(locations)")
     }
 
+    /// A section header claiming `.debug_info` is 2^64 - 1 bytes long (what `Symbolicator.preload` orders images
+    /// by): the image is preloaded and its frames keep their function names, nothing traps.
+    func testDebugInfoHeaderClaimingTheLargestSizeIsPreloaded() throws {
+        let (_, compressedPath, directory) = try fixture()
+        let original = try ElfFile(path: compressedPath)
+        let info = try XCTUnwrap(original.sectionHeaders.first { $0.name == ".debug_info" })
+        let buildID = try XCTUnwrap(original.buildID)
+        let target = try XCTUnwrap(original.symbol(containing: Self.symbolAddress(original, "sum_squares")))
+        // Elf64_Shdr: sh_name (4), sh_type (4), sh_flags (8), sh_addr (8), sh_offset (8), sh_size (8).
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: compressedPath))
+        let shoff = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x28, as: UInt64.self)) }
+        let shentsize = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x3a, as: UInt16.self)) }
+        let sizeField = shoff + info.index * shentsize + 32
+        withUnsafeBytes(of: UInt64.max.littleEndian) { bytes.replaceSubrange(sizeField..<sizeField + 8, with: $0) }
+        let damagedPath = directory.appendingPathComponent("fixture-huge-info").path
+        try bytes.write(to: URL(fileURLWithPath: damagedPath))
+        XCTAssertEqual(try ElfFile(path: damagedPath).sectionHeaders.first { $0.name == ".debug_info" }?.size, UInt64.max)
+
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        symbolicator.preload([(imagePath: damagedPath, buildID: buildID), (imagePath: compressedPath, buildID: buildID)])
+        let frames = symbolicator.symbolicate(address: target.address + 4, imagePath: damagedPath,
+                                              imageBase: original.firstLoadVaddr, buildID: buildID)
+        XCTAssertEqual(frames.last?.symbol, "sum_squares")
+    }
+
     /// Without libdeflate (a `libdeflate.so.0` without its functions first on the library path), the sections
     /// are inflated with zlib: `vaka symbolicate` gives byte for byte the event it gives with libdeflate.
     func testZlibInflatesWhenLibdeflateIsMissing() throws {
