@@ -262,6 +262,41 @@ final class CompressedDebugSectionsTests: XCTestCase {
         XCTAssertTrue(locations.allSatisfy { $0.file == nil }, "\(locations)")
     }
 
+    /// Two compressed `.debug_line` sections libelf refuses to inflate: one whose section is a byte longer than
+    /// its zlib stream (the stream ends before the section does), one whose `ch_addralign` is 3 (not a power of
+    /// two). Both are left out, as libdw leaves them out: the function still comes from `.debug_info`, there is no
+    /// line, as eu-addr2line says.
+    func testSectionsLibelfRefusesToInflateAreLeftOutAsLibdwLeavesThemOut() throws {
+        let (_, compressedPath, directory) = try fixture()
+        let original = try ElfFile(path: compressedPath)
+        let line = try XCTUnwrap(original.sectionHeaders.first { $0.name == ".debug_line" })
+        let target = try XCTUnwrap(original.symbol(containing: Self.symbolAddress(original, "parse_all")))
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: compressedPath))
+        let shoff = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x28, as: UInt64.self)) }
+        let shentsize = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x3a, as: UInt16.self)) }
+
+        // Elf64_Shdr's sh_size (at 32) one byte longer; Elf64_Chdr's ch_addralign (at 16) 3.
+        var longer = bytes
+        let sizeField = shoff + line.index * shentsize + 32
+        withUnsafeBytes(of: (line.size + 1).littleEndian) { longer.replaceSubrange(sizeField..<sizeField + 8, with: $0) }
+        var oddAlignment = bytes
+        withUnsafeBytes(of: UInt64(3).littleEndian) {
+            oddAlignment.replaceSubrange(Int(line.offset) + 16..<Int(line.offset) + 24, with: $0)
+        }
+        let euAddr2line = try Peers.tool("eu-addr2line", install: "elfutils: scripts/bootstrap")
+        for (name, damaged) in [("fixture-line-longer", longer), ("fixture-line-align3", oddAlignment)] {
+            let path = directory.appendingPathComponent(name).path
+            try damaged.write(to: URL(fileURLWithPath: path))
+            let file = try ElfFile(path: path)
+            let dwarf = try XCTUnwrap(DwarfFile(file: file), "\(name): .debug_info is intact")
+            let locations = dwarf.locations(at: target.address + 4)
+            XCTAssertEqual(locations.last?.symbol, "parse_all", name)
+            XCTAssertTrue(locations.allSatisfy { $0.file == nil && $0.line == nil }, "\(name): \(locations)")
+            let eu = try Self.euAddr2line(euAddr2line, binary: path, addresses: [target.address + 4])
+            XCTAssertEqual(eu[target.address + 4]?.map(\.line), [nil], "\(name): eu-addr2line \(eu)")
+        }
+    }
+
     /// A section header claiming `.debug_info` is 2^64 - 1 bytes long (what `Symbolicator.preload` orders images
     /// by): the image is preloaded and its frames keep their function names, nothing traps.
     func testDebugInfoHeaderClaimingTheLargestSizeIsPreloaded() throws {
