@@ -57,8 +57,8 @@ const char *vaka_libdw_error(void);
  * inflates nothing. Location lists and macros (.debug_loc, .debug_loclists, .debug_macro, .debug_macinfo,
  * .debug_pubnames, .debug_pubtypes), which no lookup reads, and sections whose stream is damaged (does not inflate
  * to exactly ch_size bytes, or ends before the section does) are marked SHT_NOBITS in libelf's copy of their
- * header, which libdw skips, as it skips a section it fails to inflate. Sections in section groups, other
- * compression types, headers libelf refuses (ch_addralign not a power of two, ch_size above 1032 times the
+ * header, which libdw skips, as it skips a section it fails to inflate. Sections in section groups, sections
+ * whose type is neither SHT_PROGBITS nor processor-specific, other compression types, headers libelf refuses (ch_addralign not a power of two, ch_size above 1032 times the
  * stream's) and .zdebug_ sections are left to libdw. Nothing on disk changes.
  *
  * `elf` must be open for reading (ELF_C_READ_MMAP) and used by one thread for the duration. Returns what must be

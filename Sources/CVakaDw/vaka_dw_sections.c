@@ -171,6 +171,9 @@ struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads) {
         if (gelf_getshdr(scn, &shdr) == NULL || shdr.sh_type == SHT_NOBITS || (shdr.sh_flags & SHF_COMPRESSED) == 0)
             continue;
         if ((shdr.sh_flags & SHF_GROUP) != 0) continue;
+        /* DWARF is SHT_PROGBITS (SHT_MIPS_DWARF on MIPS, in the processor range). Other types are left to libdw:
+           libelf would convert their inflated bytes to the host's byte order as that type's records. */
+        if (shdr.sh_type != SHT_PROGBITS && (shdr.sh_type < SHT_LOPROC || shdr.sh_type > SHT_HIPROC)) continue;
         const char *name = elf_strptr(elf, shstrndx, shdr.sh_name);
         if (!name || strncmp(name, ".debug_", 7) != 0) continue;
         if (unread(name)) {
