@@ -71,6 +71,7 @@ struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads);
  * elf_end of the Elf they were inflated for. */
 void vaka_dw_inflated_free(struct vaka_dw_inflated *inflated);
 
-/* 1 when libdeflate.so.0 could be opened (vaka_dw_inflate_sections inflates with it), 0 when zlib is used.
+/* 1 when libdeflate.so.0 could be opened and has libdeflate_zlib_decompress_ex (libdeflate 1.7 or later; Debian 12
+ * has 1.14): vaka_dw_inflate_sections inflates with it; 0 when zlib is used.
  * Opens it if it was not yet opened. */
 int vaka_dw_has_libdeflate(void);

@@ -10,7 +10,8 @@
 #include <sys/mman.h>
 #include <zlib.h>
 
-/* libdeflate (libdeflate.so.0), opened with dlopen on first use; NULL functions when it is not installed. */
+/* libdeflate (libdeflate.so.0, 1.7 or later for libdeflate_zlib_decompress_ex), opened with dlopen on first use;
+   NULL functions when it is not installed. */
 static pthread_once_t deflate_once = PTHREAD_ONCE_INIT;
 static __typeof__(libdeflate_alloc_decompressor) *deflate_alloc;
 static __typeof__(libdeflate_zlib_decompress_ex) *deflate_zlib;
@@ -75,9 +76,9 @@ static void map_output(struct section *section) {
 }
 
 /* Inflates the section into its mapping; `inflated` says whether the stream gave exactly ch_size bytes and ended
-   at the end of the section (libelf's __libelf_decompress fails on either, so libdw leaves such a section out). The mapping
-   stays (the other thread may be faulting it in); vaka_dw_inflate_sections unmaps it after the threads are done
-   when it failed. */
+   at the end of the section (libelf's __libelf_decompress fails on either, so libdw leaves such a section out).
+   The mapping stays (the other thread may be faulting it in); vaka_dw_inflate_sections unmaps it after the
+   threads are done when it failed. */
 static void inflate_one(struct section *section) {
     unsigned char *output = section->output;
     if (!output) return;
