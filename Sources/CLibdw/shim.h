@@ -56,9 +56,10 @@ const char *vaka_libdw_error(void);
  * and its header no longer says SHF_COMPRESSED (as elf_compress(scn, 0, 0) leaves them), so dwarf_begin_elf
  * inflates nothing. Location lists and macros (.debug_loc, .debug_loclists, .debug_macro, .debug_macinfo,
  * .debug_pubnames, .debug_pubtypes), which no lookup reads, and sections whose stream is damaged (does not inflate
- * to exactly ch_size bytes) are marked SHT_NOBITS in libelf's copy of their header, which libdw skips, as it skips
- * a section it fails to inflate. Sections in section groups, other compression types and .zdebug_ sections are
- * left to libdw. Nothing on disk changes.
+ * to exactly ch_size bytes, or ends before the section does) are marked SHT_NOBITS in libelf's copy of their
+ * header, which libdw skips, as it skips a section it fails to inflate. Sections in section groups, sections
+ * whose type is neither SHT_PROGBITS nor processor-specific, other compression types, headers libelf refuses (ch_addralign not a power of two, ch_size above 1032 times the
+ * stream's) and .zdebug_ sections are left to libdw. Nothing on disk changes.
  *
  * `elf` must be open for reading (ELF_C_READ_MMAP) and used by one thread for the duration. Returns what must be
  * released with vaka_dw_inflated_free after elf_end (the inflated bytes stay referenced by `elf` until then), or
@@ -70,6 +71,7 @@ struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads);
  * elf_end of the Elf they were inflated for. */
 void vaka_dw_inflated_free(struct vaka_dw_inflated *inflated);
 
-/* 1 when libdeflate.so.0 could be opened (vaka_dw_inflate_sections inflates with it), 0 when zlib is used.
+/* 1 when libdeflate.so.0 could be opened and has libdeflate_zlib_decompress_ex (libdeflate 1.7 or later; Debian 12
+ * has 1.14): vaka_dw_inflate_sections inflates with it; 0 when zlib is used.
  * Opens it if it was not yet opened. */
 int vaka_dw_has_libdeflate(void);

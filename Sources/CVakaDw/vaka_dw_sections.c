@@ -10,17 +10,18 @@
 #include <sys/mman.h>
 #include <zlib.h>
 
-/* libdeflate (libdeflate.so.0), opened with dlopen on first use; NULL functions when it is not installed. */
+/* libdeflate (libdeflate.so.0, 1.7 or later for libdeflate_zlib_decompress_ex), opened with dlopen on first use;
+   NULL functions when it is not installed. */
 static pthread_once_t deflate_once = PTHREAD_ONCE_INIT;
 static __typeof__(libdeflate_alloc_decompressor) *deflate_alloc;
-static __typeof__(libdeflate_zlib_decompress) *deflate_zlib;
+static __typeof__(libdeflate_zlib_decompress_ex) *deflate_zlib;
 static __typeof__(libdeflate_free_decompressor) *deflate_free;
 
 static void load_deflate(void) {
     void *handle = dlopen("libdeflate.so.0", RTLD_NOW | RTLD_LOCAL);
     if (!handle) return;
     __typeof__(libdeflate_alloc_decompressor) *alloc = (__typeof__(alloc))dlsym(handle, "libdeflate_alloc_decompressor");
-    __typeof__(libdeflate_zlib_decompress) *zlib = (__typeof__(zlib))dlsym(handle, "libdeflate_zlib_decompress");
+    __typeof__(libdeflate_zlib_decompress_ex) *zlib = (__typeof__(zlib))dlsym(handle, "libdeflate_zlib_decompress_ex");
     __typeof__(libdeflate_free_decompressor) *release = (__typeof__(release))dlsym(handle, "libdeflate_free_decompressor");
     if (alloc && zlib && release) {
         deflate_alloc = alloc;
@@ -42,7 +43,7 @@ struct section {
     size_t size;                 /* ch_size: the inflated size */
     size_t align;                /* ch_addralign */
     unsigned char *output;       /* mmap'd, `size` bytes; NULL when mmap failed, or after inflating failed */
-    int inflated;                /* 1 once the stream inflated to exactly `size` bytes */
+    int inflated;                /* 1 once the stream inflated to exactly `size` bytes and ended with the input */
 };
 
 struct vaka_dw_inflated {
@@ -74,9 +75,10 @@ static void map_output(struct section *section) {
     section->output = output;
 }
 
-/* Inflates the section into its mapping; `inflated` says whether the stream gave exactly ch_size bytes. The mapping
-   stays (the other thread may be faulting it in); vaka_dw_inflate_sections unmaps it after the threads are done
-   when it failed. */
+/* Inflates the section into its mapping; `inflated` says whether the stream gave exactly ch_size bytes and ended
+   at the end of the section (libelf's __libelf_decompress fails on either, so libdw leaves such a section out).
+   The mapping stays (the other thread may be faulting it in); vaka_dw_inflate_sections unmaps it after the
+   threads are done when it failed. */
 static void inflate_one(struct section *section) {
     unsigned char *output = section->output;
     if (!output) return;
@@ -84,9 +86,12 @@ static void inflate_one(struct section *section) {
     if (deflate_zlib) {
         struct libdeflate_decompressor *decompressor = deflate_alloc();
         if (decompressor) {
-            /* No actual_out_nbytes: the stream must inflate to exactly ch_size bytes. */
-            ok = deflate_zlib(decompressor, section->input, section->input_size, output, section->size, NULL)
-                 == LIBDEFLATE_SUCCESS;
+            /* No actual_out_nbytes: the stream must inflate to exactly ch_size bytes; and, as libelf requires,
+               it must end where the section ends (no bytes after it). */
+            size_t consumed = 0;
+            ok = deflate_zlib(decompressor, section->input, section->input_size, output, section->size, &consumed, NULL)
+                     == LIBDEFLATE_SUCCESS
+                 && consumed == section->input_size;
             deflate_free(decompressor);
         }
     } else {
@@ -113,7 +118,7 @@ static void inflate_one(struct section *section) {
                 output_left -= out_part - stream.avail_out;
                 if (status == Z_OK && in_part == stream.avail_in && out_part == stream.avail_out) status = Z_BUF_ERROR;
             }
-            ok = status == Z_STREAM_END && output_left == 0;
+            ok = status == Z_STREAM_END && output_left == 0 && input_left == 0;
             inflateEnd(&stream);
         }
     }
@@ -167,6 +172,9 @@ struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads) {
         if (gelf_getshdr(scn, &shdr) == NULL || shdr.sh_type == SHT_NOBITS || (shdr.sh_flags & SHF_COMPRESSED) == 0)
             continue;
         if ((shdr.sh_flags & SHF_GROUP) != 0) continue;
+        /* DWARF is SHT_PROGBITS (SHT_MIPS_DWARF on MIPS, in the processor range). Other types are left to libdw:
+           libelf would convert their inflated bytes to the host's byte order as that type's records. */
+        if (shdr.sh_type != SHT_PROGBITS && (shdr.sh_type < SHT_LOPROC || shdr.sh_type > SHT_HIPROC)) continue;
         const char *name = elf_strptr(elf, shstrndx, shdr.sh_name);
         if (!name || strncmp(name, ".debug_", 7) != 0) continue;
         if (unread(name)) {
@@ -176,8 +184,10 @@ struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads) {
         GElf_Chdr chdr;
         Elf_Data *raw = elf_rawdata(scn, NULL);
         if (gelf_getchdr(scn, &chdr) == NULL || chdr.ch_type != ELFCOMPRESS_ZLIB || !raw || !raw->d_buf
-            || raw->d_size <= header || !plausible(raw->d_size - header, chdr.ch_size)) {
-            /* Left to libdw (another compression it may know, or a damaged header it rejects itself). */
+            || (chdr.ch_addralign & (chdr.ch_addralign - 1)) != 0 || raw->d_size <= header
+            || !plausible(raw->d_size - header, chdr.ch_size)) {
+            /* Left to libdw (another compression it may know, or a damaged header it rejects itself: libelf
+               refuses an alignment that is not a power of two and a size above 1032 times the stream's). */
             continue;
         }
         struct section *section = &result->sections[result->count++];

@@ -399,13 +399,19 @@ public final class Symbolicator: Sendable {
             guard let path, stat(path, &info) == 0 else { return 0 }
             return Int64(info.st_size)
         }
+        // Sizes come from stat and from section headers, so a hostile or sparse file can make them anything:
+        // each is capped below 2^40 (1 TiB) so the sums and class offsets cannot overflow.
+        func capped(_ size: Int64) -> Int64 { min(max(size, 0), (1 << 40) - 1) }
         func cost(_ item: Work) -> Int64 {
-            if !item.candidates.isEmpty { return 1 << 42 + size(item.imagePath) + item.candidates.map(size).reduce(0, +) }
+            if !item.candidates.isEmpty {
+                let files = [capped(size(item.imagePath))] + item.candidates.prefix(64).map { capped(size($0)) }
+                return (1 << 48) + files.reduce(0, +)
+            }
             if let path = item.imagePath, case .success(let file)? = preopened[path] ?? knownPaths[path],
                file.sections.hasDebugInfo {
-                return 1 << 41 + Int64(clamping: file.sectionHeaders.first { $0.name == ".debug_info" }?.size ?? 0)
+                return (1 << 47) + capped(Int64(clamping: file.sectionHeaders.first { $0.name == ".debug_info" }?.size ?? 0))
             }
-            return size(item.imagePath)
+            return capped(size(item.imagePath))
         }
         let work = pending.map { ($0, cost($0)) }.sorted { $0.1 > $1.1 }.map(\.0)
 

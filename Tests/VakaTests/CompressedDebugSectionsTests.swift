@@ -262,6 +262,168 @@ final class CompressedDebugSectionsTests: XCTestCase {
         XCTAssertTrue(locations.allSatisfy { $0.file == nil }, "\(locations)")
     }
 
+    /// Two compressed `.debug_line` sections libelf refuses to inflate: one whose section is a byte longer than
+    /// its zlib stream (the stream ends before the section does), one whose `ch_addralign` is 3 (not a power of
+    /// two). Both are left out, as libdw leaves them out: the function still comes from `.debug_info`, there is no
+    /// line, as eu-addr2line says.
+    func testSectionsLibelfRefusesToInflateAreLeftOutAsLibdwLeavesThemOut() throws {
+        let (_, compressedPath, directory) = try fixture()
+        let original = try ElfFile(path: compressedPath)
+        let line = try XCTUnwrap(original.sectionHeaders.first { $0.name == ".debug_line" })
+        let target = try XCTUnwrap(original.symbol(containing: Self.symbolAddress(original, "parse_all")))
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: compressedPath))
+        let shoff = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x28, as: UInt64.self)) }
+        let shentsize = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x3a, as: UInt16.self)) }
+
+        // Elf64_Shdr's sh_size (at 32) one byte longer; Elf64_Chdr's ch_addralign (at 16) 3.
+        var longer = bytes
+        let sizeField = shoff + line.index * shentsize + 32
+        withUnsafeBytes(of: (line.size + 1).littleEndian) { longer.replaceSubrange(sizeField..<sizeField + 8, with: $0) }
+        var oddAlignment = bytes
+        withUnsafeBytes(of: UInt64(3).littleEndian) {
+            oddAlignment.replaceSubrange(Int(line.offset) + 16..<Int(line.offset) + 24, with: $0)
+        }
+        let euAddr2line = try Peers.tool("eu-addr2line", install: "elfutils: scripts/bootstrap")
+        for (name, damaged) in [("fixture-line-longer", longer), ("fixture-line-align3", oddAlignment)] {
+            let path = directory.appendingPathComponent(name).path
+            try damaged.write(to: URL(fileURLWithPath: path))
+            let file = try ElfFile(path: path)
+            let dwarf = try XCTUnwrap(DwarfFile(file: file), "\(name): .debug_info is intact")
+            let locations = dwarf.locations(at: target.address + 4)
+            XCTAssertEqual(locations.last?.symbol, "parse_all", name)
+            XCTAssertTrue(locations.allSatisfy { $0.file == nil && $0.line == nil }, "\(name): \(locations)")
+            let eu = try Self.euAddr2line(euAddr2line, binary: path, addresses: [target.address + 4])
+            XCTAssertEqual(eu[target.address + 4]?.map(\.line), [nil], "\(name): eu-addr2line \(eu)")
+        }
+    }
+
+    /// Every section ``ElfFile/withDwarfSections(_:)`` inflates holds the bytes libelf's own
+    /// `elf_compress(scn, 0, 0)` gives it, and every section it leaves out as damaged libelf fails on. Files: the
+    /// fixture, a big-endian PowerPC object (the toolchain's clang, `-gz=zlib`), and each with one compressed
+    /// section's `sh_type` made `SHT_GROUP` (libelf converts a group's words to the host's byte order, so that section is
+    /// left to libdw).
+    func testInflatedSectionsHoldWhatLibelfInflates() throws {
+        let (_, compressedPath, directory) = try fixture()
+        var paths = [compressedPath]
+        if let clang = Self.toolchainClang() {
+            let source = directory.appendingPathComponent("freestanding.c")
+            try Data("""
+            static inline __attribute__((always_inline)) int square(int x) { return x * x; }
+            __attribute__((noinline)) int sum_squares(int n) { int t = 0; for (int i = 0; i < n; i++) t += 2 * square(i) + 1; return t; }
+            int entry(int n) { return sum_squares(n) + 3; }
+
+            """.utf8).write(to: source)
+            let object = directory.appendingPathComponent("big-endian.o").path
+            let build = try runProcess(clang, ["--target=powerpc64-linux-gnu", "-g", "-O2", "-gz=zlib", "-c", source.path, "-o", object])
+            XCTAssertEqual(build.status, 0, build.stderrText)
+            paths.append(object)
+        }
+        for path in paths {
+            var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+            let original = try ElfFile(path: path)
+            let headers = Self.debugSectionHeaders(original)
+            let name = try XCTUnwrap([".debug_line", ".debug_info", ".debug_abbrev"].first {
+                (headers[$0]?.flags ?? 0) & UInt64(SHF_COMPRESSED) != 0
+            }, "\(path): no compressed .debug_line, .debug_info or .debug_abbrev")
+            let section = try XCTUnwrap(original.sectionHeaders.first { $0.name == name })
+            try Self.setSectionType(&bytes, index: section.index, type: UInt32(SHT_GROUP))
+            let retyped = path + "-group"
+            try bytes.write(to: URL(fileURLWithPath: retyped))
+
+            let (inflated, _) = try Self.compareWithLibelf(path)
+            XCTAssertGreaterThanOrEqual(inflated, 2, path)
+            let (inflatedRetyped, _) = try Self.compareWithLibelf(retyped)
+            XCTAssertEqual(inflatedRetyped, inflated - 1, retyped)
+            let file = try ElfFile(path: retyped)
+            _ = file.withDwarfSections { _ in 0 }
+            XCTAssertNotEqual((Self.debugSectionHeaders(file)[name]?.flags ?? 0) & UInt64(SHF_COMPRESSED), 0,
+                              "\(retyped): \(name) is left to libdw")
+        }
+    }
+
+    /// Inflates `path`'s sections (``ElfFile/withDwarfSections(_:)``) and compares each compressed `.debug_*` section
+    /// with libelf's `elf_compress(scn, 0, 0)` of a second ``ElfFile`` of it. Returns how many were inflated and how
+    /// many left out as damaged.
+    private static func compareWithLibelf(_ path: String, line: UInt = #line) throws -> (inflated: Int, leftOut: Int) {
+        let ours = try ElfFile(path: path)
+        _ = ours.withDwarfSections { _ in 0 }
+        let theirs = try ElfFile(path: path)
+        let unread: Set = [".debug_loc", ".debug_loclists", ".debug_macro", ".debug_macinfo", ".debug_pubnames", ".debug_pubtypes"]
+        var inflated = 0
+        var leftOut = 0
+        for section in theirs.sectionHeaders where section.name.hasPrefix(".debug_") && !unread.contains(section.name) {
+            ours.withHandle { oursElf in
+                theirs.withHandle { theirsElf in
+                    var before = GElf_Shdr()
+                    var after = GElf_Shdr()
+                    guard let mine = elf_getscn(oursElf, section.index), let reference = elf_getscn(theirsElf, section.index),
+                          gelf_getshdr(mine, &after) != nil, gelf_getshdr(reference, &before) != nil,
+                          before.sh_flags & UInt64(SHF_COMPRESSED) != 0 else { return }
+                    if after.sh_type == UInt32(SHT_NOBITS) {
+                        leftOut += 1
+                        XCTAssertNotEqual(elf_compress(reference, 0, 0), 1, "\(path) \(section.name): left out, libelf inflates it", line: line)
+                    } else if after.sh_flags & UInt64(SHF_COMPRESSED) == 0 {
+                        inflated += 1
+                        XCTAssertEqual(elf_compress(reference, 0, 0), 1, "\(path) \(section.name): libelf fails", line: line)
+                        guard let a = elf_getdata(mine, nil)?.pointee, let b = elf_getdata(reference, nil)?.pointee else {
+                            return XCTFail("\(path) \(section.name): no data", line: line)
+                        }
+                        let same = a.d_size == b.d_size && (a.d_size == 0 || memcmp(a.d_buf, b.d_buf, a.d_size) == 0)
+                        XCTAssertTrue(same, "\(path) \(section.name): \(a.d_size) bytes, libelf's \(b.d_size) differ", line: line)
+                    }
+                }
+            }
+        }
+        return (inflated, leftOut)
+    }
+
+    /// Sets section `index`'s `sh_type` in the bytes of a 64-bit ELF file of either byte order.
+    private static func setSectionType(_ bytes: inout Data, index: Int, type: UInt32) throws {
+        XCTAssertEqual(bytes[4], 2, "ELFCLASS64")
+        let bigEndian = bytes[5] == 2
+        func read<T: FixedWidthInteger>(_ offset: Int, as: T.Type) -> T {
+            let value = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: T.self) }
+            return bigEndian ? T(bigEndian: value) : T(littleEndian: value)
+        }
+        let field = Int(read(0x28, as: UInt64.self)) + index * Int(read(0x3a, as: UInt16.self)) + 4
+        withUnsafeBytes(of: bigEndian ? type.bigEndian : type.littleEndian) { bytes.replaceSubrange(field..<field + 4, with: $0) }
+    }
+
+    /// The clang beside the Swift toolchain in `PATH` (it targets other architectures, as `/usr/bin/cc` does not),
+    /// or `nil`.
+    private static func toolchainClang() -> String? {
+        let directories = (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map(String.init) + ["/opt/swift/usr/bin"]
+        return directories.map { $0 + "/clang" }.first { path in
+            FileManager.default.isExecutableFile(atPath: path)
+                && FileManager.default.isExecutableFile(atPath: (path as NSString).deletingLastPathComponent + "/swift")
+        }
+    }
+
+    /// A section header claiming `.debug_info` is 2^64 - 1 bytes long (what `Symbolicator.preload` orders images
+    /// by): the image is preloaded and its frames keep their function names, nothing traps.
+    func testDebugInfoHeaderClaimingTheLargestSizeIsPreloaded() throws {
+        let (_, compressedPath, directory) = try fixture()
+        let original = try ElfFile(path: compressedPath)
+        let info = try XCTUnwrap(original.sectionHeaders.first { $0.name == ".debug_info" })
+        let buildID = try XCTUnwrap(original.buildID)
+        let target = try XCTUnwrap(original.symbol(containing: Self.symbolAddress(original, "sum_squares")))
+        // Elf64_Shdr: sh_name (4), sh_type (4), sh_flags (8), sh_addr (8), sh_offset (8), sh_size (8).
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: compressedPath))
+        let shoff = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x28, as: UInt64.self)) }
+        let shentsize = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x3a, as: UInt16.self)) }
+        let sizeField = shoff + info.index * shentsize + 32
+        withUnsafeBytes(of: UInt64.max.littleEndian) { bytes.replaceSubrange(sizeField..<sizeField + 8, with: $0) }
+        let damagedPath = directory.appendingPathComponent("fixture-huge-info").path
+        try bytes.write(to: URL(fileURLWithPath: damagedPath))
+        XCTAssertEqual(try ElfFile(path: damagedPath).sectionHeaders.first { $0.name == ".debug_info" }?.size, UInt64.max)
+
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        symbolicator.preload([(imagePath: damagedPath, buildID: buildID), (imagePath: compressedPath, buildID: buildID)])
+        let frames = symbolicator.symbolicate(address: target.address + 4, imagePath: damagedPath,
+                                              imageBase: original.firstLoadVaddr, buildID: buildID)
+        XCTAssertEqual(frames.last?.symbol, "sum_squares")
+    }
+
     /// Without libdeflate (a `libdeflate.so.0` without its functions first on the library path), the sections
     /// are inflated with zlib: `vaka symbolicate` gives byte for byte the event it gives with libdeflate.
     func testZlibInflatesWhenLibdeflateIsMissing() throws {

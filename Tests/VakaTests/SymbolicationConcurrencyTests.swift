@@ -90,6 +90,56 @@ final class SymbolicationConcurrencyTests: XCTestCase {
         }
         XCTAssertEqual(mismatches.all, [])
     }
+
+    /// Two libraries with zlib-compressed DWARF (`objcopy --compress-debug-sections=zlib`) symbolicated from
+    /// several threads at once, each inflating its sections with a second thread of its own
+    /// (`vaka_dw_inflate_sections`): through one shared ``Symbolicator`` (preloading both) and through one
+    /// fresh ``Symbolicator`` per thread (the same files inflated side by side). All get the frames a
+    /// single-threaded ``Symbolicator`` gives for the uncompressed libraries.
+    func testSymbolicatesCompressedDebugSectionsFromSeveralThreads() throws {
+        let dir = try ScratchDirs.directory(for: self)
+        let objcopy = try Peers.tool("objcopy", install: "binutils: scripts/bootstrap")
+        var images: [(path: String, buildID: String, addresses: [UInt64], expected: [[SymbolicatedFrame]])] = []
+        let base: UInt64 = 0x7f30_0000_0000
+        for (name, flags) in [("libinline.so", [String]()), ("libinline-O1.so", ["-O1"])] {
+            let build = dir.appendingPathComponent("build-\(name)")
+            try FileManager.default.createDirectory(at: build, withIntermediateDirectories: true)
+            let library = try NativeFixture.compile(name, in: build, extraFlags: flags)
+            let compressed = dir.appendingPathComponent(name).path
+            let result = try runProcess(objcopy, ["--compress-debug-sections=zlib", library, compressed])
+            XCTAssertEqual(result.status, 0, result.stderrText)
+            // `readelf -S -W`: .debug_info's flags column has C (SHF_COMPRESSED).
+            let sections = try runProcess(try Peers.tool("readelf", install: "binutils: scripts/bootstrap"), ["-S", "-W", compressed])
+            let info = sections.stdoutText.split(separator: "\n").first { $0.contains(" .debug_info ") }
+            XCTAssertEqual(info.flatMap { $0.split(separator: " ").dropLast(3).last.map(String.init) }, "C", info.map(String.init) ?? "no .debug_info")
+            let buildID = try XCTUnwrap(try ElfFile(path: library).buildID)
+            let outer = try XCTUnwrap(try NativeFixture.symbol("vaka_fixture_outer", in: library))
+            let addresses = (0..<outer.size).map { base + outer.value + $0 }
+            let reference = Symbolicator(systemDebugDirectory: nil)
+            let expected = addresses.map { reference.symbolicate(address: $0, imagePath: library, imageBase: base, buildID: buildID) }
+            XCTAssertEqual(expected.first?.last?.symbol, "vaka_fixture_outer")
+            XCTAssertNotNil(expected.first?.last?.line)
+            images.append((compressed, buildID, addresses, expected))
+        }
+        let all = images
+        let shared = Symbolicator(systemDebugDirectory: nil)
+        let mismatches = PerThread(count: Self.threads)
+        onSeveralThreads { thread in
+            let own = Symbolicator(systemDebugDirectory: nil)
+            shared.preload(all.map { (imagePath: $0.path, buildID: $0.buildID) })
+            for (offset, symbolicator) in [shared, own].enumerated() {
+                let image = all[(thread + offset) % all.count]
+                for (index, address) in image.addresses.enumerated() {
+                    let frames = symbolicator.symbolicate(address: address, imagePath: image.path, imageBase: base,
+                                                          buildID: image.buildID)
+                    if frames != image.expected[index] {
+                        mismatches.append("\(image.path) 0x\(String(address, radix: 16)): \(frames)", thread: thread)
+                    }
+                }
+            }
+        }
+        XCTAssertEqual(mismatches.all, [])
+    }
 }
 
 /// Strings collected from several threads, one list per thread (no lock, so the test's own bookkeeping adds
