@@ -126,14 +126,7 @@ final class JournalForkChildTests: XCTestCase {
             _exit(0)
         }
         XCTAssertGreaterThan(pid, 0)
-        var status: Int32 = 0
-        var exited = false
-        for _ in 0..<200 {
-            if waitpid(pid, &status, WNOHANG) == pid { exited = true; break }
-            usleep(100_000)
-        }
-        if !exited { kill(pid, SIGKILL); waitpid(pid, &status, 0) }
-        XCTAssertTrue(exited, "the fork child did not exit within 20 s")
+        XCTAssertTrue(waitForForkedChild(pid, seconds: 20, interval: 100_000).exited, "the fork child did not exit within 20 s")
         XCTAssertTrue(FileManager.default.fileExists(atPath: journal.url.path), "the child removed the parent's journal")
         XCTAssertNotNil(client.journal?.append(.breadcrumb, level: 9, body: "parent goes on"))
         client.end(timeout: 0)

@@ -22,23 +22,12 @@ final class StartAdversaryTests: XCTestCase {
     }
 
     private func assertJoined(errorsInScope: String, crashedUpdateErrors: Int64, file: StaticString = #filePath, line: UInt = #line) throws {
-        let storage = dirs.make("errors")
-        let crashed = UUID().uuidString
-        let runDir = storage.appendingPathComponent("runs/\(crashed)")
-        try FileManager.default.createDirectory(at: runDir, withIntermediateDirectories: true)
-        let scope = """
-        {"runID":"\(crashed)","release":"app@1","environment":"production","tags":{},
-         "session":{"sid":"\(UUID().uuidString.lowercased())","started":1700000000,"errors":\(errorsInScope),"status":"ok","initSent":true}}
-        """
-        try scope.write(to: runDir.appendingPathComponent("scope.json"), atomically: true, encoding: .utf8)
-        let crashes = storage.appendingPathComponent("crashes")
-        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
-        try exampleCrashReport(runID: crashed).write(to: crashes.appendingPathComponent("\(crashed).crash"), atomically: true, encoding: .utf8)
-        let client = try Client(options: Vaka.Options(release: "app@2", sessionTracking: true, storageDirectory: storage),
-                                storage: storage, runID: UUID().uuidString, dsn: nil, log: nil)
-        client.begin()
-        client.end(timeout: 1)
-        let envelopes = try readOutbox(storage)
+        let envelopes = try joinCrashedRun(named: "errors") { crashed in
+            """
+            {"runID":"\(crashed)","release":"app@1","environment":"production","tags":{},
+             "session":{"sid":"\(UUID().uuidString.lowercased())","started":1700000000,"errors":\(errorsInScope),"status":"ok","initSent":true}}
+            """
+        }
         let fatal = try XCTUnwrap(envelopes.first { $0.events.first?["level"] as? String == "fatal" })
         XCTAssertEqual(fatal.events.first?["release"] as? String, "app@1")
         let session = try XCTUnwrap(fatal.sessions.first)
@@ -46,17 +35,15 @@ final class StartAdversaryTests: XCTestCase {
         XCTAssertEqual((session["errors"] as? NSNumber)?.int64Value, crashedUpdateErrors, file: file, line: line)
     }
 
-    /// A crashed run whose `scope.json` holds deeply nested JSON in `extra` (a damaged or hostile file within the
-    /// 1 MiB cap): the join does not overflow the stack; the fatal event goes out.
-    func testCrashedRunWithDeeplyNestedScopeIsJoined() throws {
-        let storage = dirs.make("deep")
+    /// Leaves in a fresh storage directory a crashed run (a run directory with the `scope.json` that `scopeJSON`
+    /// makes from the run id, and an example crash report of that run), then starts and ends a client (release
+    /// `app@2`) on it; returns the outbox's envelopes.
+    private func joinCrashedRun(named name: String, scopeJSON: (String) -> String) throws -> [OutboxEnvelope] {
+        let storage = dirs.make(name)
         let crashed = UUID().uuidString
         let runDir = storage.appendingPathComponent("runs/\(crashed)")
         try FileManager.default.createDirectory(at: runDir, withIntermediateDirectories: true)
-        let depth = 200_000
-        let scope = "{\"runID\":\"\(crashed)\",\"release\":\"app@1\",\"environment\":\"production\",\"tags\":{},\"extra\":{\"a\":"
-            + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "}}"
-        try scope.write(to: runDir.appendingPathComponent("scope.json"), atomically: true, encoding: .utf8)
+        try scopeJSON(crashed).write(to: runDir.appendingPathComponent("scope.json"), atomically: true, encoding: .utf8)
         let crashes = storage.appendingPathComponent("crashes")
         try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
         try exampleCrashReport(runID: crashed).write(to: crashes.appendingPathComponent("\(crashed).crash"), atomically: true, encoding: .utf8)
@@ -64,9 +51,20 @@ final class StartAdversaryTests: XCTestCase {
                                 storage: storage, runID: UUID().uuidString, dsn: nil, log: nil)
         client.begin()
         client.end(timeout: 1)
-        let envelopes = try readOutbox(storage)
+        return try readOutbox(storage)
+    }
+
+    /// A crashed run whose `scope.json` holds deeply nested JSON in `extra` (a damaged or hostile file within the
+    /// 1 MiB cap): the join does not overflow the stack; the fatal event goes out.
+    func testCrashedRunWithDeeplyNestedScopeIsJoined() throws {
+        let depth = 200_000
+        let envelopes = try joinCrashedRun(named: "deep") { crashed in
+            "{\"runID\":\"\(crashed)\",\"release\":\"app@1\",\"environment\":\"production\",\"tags\":{},\"extra\":{\"a\":"
+                + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "}}"
+        }
         XCTAssertNotNil(envelopes.first { $0.events.first?["level"] as? String == "fatal" })
     }
+
 }
 
 /// A `fork()` right after start, before start's background part made the journal: the child's breadcrumbs go
@@ -89,14 +87,7 @@ final class StartForkTests: XCTestCase {
                 _exit(0)
             }
             XCTAssertGreaterThan(pid, 0)
-            var status: Int32 = 0
-            var exited = false
-            for _ in 0..<200 {
-                if waitpid(pid, &status, WNOHANG) == pid { exited = true; break }
-                usleep(50_000)
-            }
-            if !exited { kill(pid, SIGKILL); waitpid(pid, &status, 0) }
-            XCTAssertTrue(exited, "round \(round): the child did not exit within 10 s")
+            XCTAssertTrue(waitForForkedChild(pid, seconds: 10).exited, "round \(round): the child did not exit within 10 s")
             client.setUp(through: .journal)
             let journal = try XCTUnwrap(client.journal)
             if !journal.breadcrumbs().contains(where: { $0.category == "child" && $0.text == "round \(round)" }) { missing.append(round) }

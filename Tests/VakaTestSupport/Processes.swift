@@ -54,3 +54,17 @@ public func vaka(_ arguments: [String], file: StaticString = #filePath, line: UI
                    file: file, line: line)
     return result
 }
+
+/// Waits for the `fork()`ed child `pid`, polling every `interval` µs up to `seconds`; SIGKILLs and reaps it when
+/// it has not exited by then. Returns whether it exited in time and its `waitpid` status.
+public func waitForForkedChild(_ pid: pid_t, seconds: Double, interval: UInt32 = 50_000) -> (exited: Bool, status: Int32) {
+    var status: Int32 = 0
+    let polls = max(1, Int(seconds * 1_000_000 / Double(interval)))
+    for _ in 0..<polls {
+        if waitpid(pid, &status, WNOHANG) == pid { return (true, status) }
+        usleep(interval)
+    }
+    kill(pid, SIGKILL)
+    waitpid(pid, &status, 0)
+    return (false, status)
+}
