@@ -17,14 +17,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* Sections the inflater hides without inflating (no lookup reads them); see unread() in vaka_dw_sections.c. */
-static int unread(const char *name) {
-    static const char *const names[] = {".debug_loc", ".debug_loclists", ".debug_macro", ".debug_macinfo",
-                                        ".debug_pubnames", ".debug_pubtypes"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strcmp(name, names[i]) == 0) return 1;
-    return 0;
-}
 
 /* Compares `ours` (after vaka_dw_inflate_sections) with `theirs` (untouched) section by section. */
 static void check_against_libelf(Elf *ours, Elf *theirs) {
@@ -36,7 +28,7 @@ static void check_against_libelf(Elf *ours, Elf *theirs) {
         if (!inflated || gelf_getshdr(scn, &before) == NULL || gelf_getshdr(inflated, &after) == NULL) continue;
         if ((before.sh_flags & SHF_COMPRESSED) == 0 || before.sh_type == SHT_NOBITS) continue;
         const char *name = elf_strptr(theirs, shstrndx, before.sh_name);
-        if (!name || strncmp(name, ".debug_", 7) != 0 || unread(name)) continue;
+        if (!name || strncmp(name, ".debug_", 7) != 0 || vaka_dw_section_is_unread(name)) continue;
         int hidden = after.sh_type == SHT_NOBITS;
         int done = !hidden && (after.sh_flags & SHF_COMPRESSED) == 0;
         if (!hidden && !done) continue; /* left to libdw */

@@ -67,6 +67,10 @@ const char *vaka_libdw_error(void);
 struct vaka_dw_inflated;
 struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads);
 
+/* 1 when vaka_dw_inflate_sections hides section `name` without inflating it (no lookup reads it: the location
+ * list and macro sections listed above), else 0. */
+int vaka_dw_section_is_unread(const char *name);
+
 /* Unmaps the sections vaka_dw_inflate_sections inflated and frees `inflated`; NULL is ignored. Call it after
  * elf_end of the Elf they were inflated for. */
 void vaka_dw_inflated_free(struct vaka_dw_inflated *inflated);

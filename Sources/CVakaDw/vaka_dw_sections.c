@@ -53,7 +53,7 @@ struct vaka_dw_inflated {
 
 /* Sections libdw would inflate at dwarf_begin_elf that no lookup reads (location lists and macros: Vaka
    evaluates no DW_AT_location / DW_AT_frame_base and reads no macro information). */
-static int unread(const char *name) {
+int vaka_dw_section_is_unread(const char *name) {
     static const char *const names[] = {".debug_loc", ".debug_loclists", ".debug_macro", ".debug_macinfo",
                                         ".debug_pubnames", ".debug_pubtypes"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -177,7 +177,7 @@ struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads) {
         if (shdr.sh_type != SHT_PROGBITS && (shdr.sh_type < SHT_LOPROC || shdr.sh_type > SHT_HIPROC)) continue;
         const char *name = elf_strptr(elf, shstrndx, shdr.sh_name);
         if (!name || strncmp(name, ".debug_", 7) != 0) continue;
-        if (unread(name)) {
+        if (vaka_dw_section_is_unread(name)) {
             hide(scn);
             continue;
         }
