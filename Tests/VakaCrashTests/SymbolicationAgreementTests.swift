@@ -15,12 +15,7 @@ import VakaTestSupport
 /// caller frames.
 final class SymbolicationAgreementTests: XCTestCase {
     /// One resolved location: raw symbol (mangled), file, line.
-    struct Location: Equatable, CustomStringConvertible {
-        var symbol: String?
-        var file: String?
-        var line: Int?
-        var description: String { "\(symbol ?? "??") \(file ?? "??"):\(line.map(String.init) ?? "?")" }
-    }
+    typealias Location = Addr2lineLocation
 
     /// An app frame of an event with its inlined frames: the address looked up and our locations,
     /// innermost first.
@@ -66,35 +61,7 @@ final class SymbolicationAgreementTests: XCTestCase {
                                   outputDirectory: scratch)
         // eu-addr2line exits with status 1 when some address had no source location; its answer still counts.
         guard result.outcome == "exit 0" || (result.outcome == "exit 1" && !result.stdout.isEmpty) else { throw ChildError(description: "\(tool): \(result.outcome) \(result.stderrTail())") }
-        var answers: [UInt64: [Location]] = [:]
-        var current: UInt64?
-        var pendingName: String?
-        for line in String(decoding: result.stdout, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false) {
-            let text = String(line)
-            if text.hasPrefix("0x"), pendingName == nil, let address = UInt64(text.dropFirst(2), radix: 16) {
-                current = address
-                answers[address] = []
-                continue
-            }
-            guard let address = current, !text.isEmpty else { continue }
-            if pendingName == nil {
-                // eu-addr2line prints "inner inlined at FILE:LINE in outer" for the first name of inlined code.
-                pendingName = text.components(separatedBy: " inlined at ").first.map { $0.components(separatedBy: " inlined from ").first! }
-                continue
-            }
-            var location = text
-            if let range = location.range(of: " (discriminator") { location = String(location[..<range.lowerBound]) }
-            var parts = location.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
-            // FILE:LINE or FILE:LINE:COLUMN.
-            if parts.count >= 3, Int(parts[parts.count - 1]) != nil, Int(parts[parts.count - 2]) != nil { parts.removeLast() }
-            let lineNumber = parts.count >= 2 ? Int(parts.removeLast()) : nil
-            let file = parts.joined(separator: ":")
-            let name = pendingName == "??" ? nil : pendingName
-            answers[address, default: []].append(Location(symbol: name, file: file == "??" || file.isEmpty ? nil : file,
-                                                          line: lineNumber == 0 ? nil : lineNumber))
-            pendingName = nil
-        }
-        return answers
+        return parseAddr2line(result.stdout)
     }
 
     /// The `[start, end)` ranges of `binary`'s function symbols of non-zero size, from `readelf -sW`.

@@ -477,11 +477,7 @@ final class CompressedDebugSectionsTests: XCTestCase {
     }
 
     /// One location as eu-addr2line prints it (function, file, line; `nil` for `??` / 0).
-    struct EuLocation: Equatable {
-        var symbol: String?
-        var file: String?
-        var line: Int?
-    }
+    typealias EuLocation = Addr2lineLocation
 
     /// `eu-addr2line -f -i -a -e BINARY ADDR…`: per address, the locations innermost first.
     static func euAddr2line(_ tool: String, binary: String, addresses: [UInt64]) throws -> [UInt64: [EuLocation]] {
@@ -492,33 +488,6 @@ final class CompressedDebugSectionsTests: XCTestCase {
             XCTFail("\(tool): status \(result.status): \(result.stderrText)")
             return [:]
         }
-        var answers: [UInt64: [EuLocation]] = [:]
-        var current: UInt64?
-        var pendingName: String?
-        for line in String(decoding: result.stdout, as: UTF8.self).split(separator: "\n") {
-            let text = String(line)
-            if text.hasPrefix("0x"), pendingName == nil, let address = UInt64(text.dropFirst(2), radix: 16) {
-                current = address
-                answers[address] = []
-                continue
-            }
-            guard let address = current else { continue }
-            if pendingName == nil {
-                // "inner inlined at FILE:LINE in outer" names the inlined function first.
-                pendingName = text.components(separatedBy: " inlined at ").first.map { $0.components(separatedBy: " inlined from ").first! }
-                continue
-            }
-            var location = text
-            if let range = location.range(of: " (discriminator") { location = String(location[..<range.lowerBound]) }
-            var parts = location.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
-            if parts.count >= 3, Int(parts[parts.count - 1]) != nil, Int(parts[parts.count - 2]) != nil { parts.removeLast() }
-            let lineNumber = parts.count >= 2 ? Int(parts.removeLast()) : nil
-            let file = parts.joined(separator: ":")
-            answers[address, default: []].append(EuLocation(symbol: pendingName == "??" ? nil : pendingName,
-                                                            file: file == "??" || file.isEmpty ? nil : file,
-                                                            line: lineNumber == 0 ? nil : lineNumber))
-            pendingName = nil
-        }
-        return answers
+        return parseAddr2line(result.stdout)
     }
 }
