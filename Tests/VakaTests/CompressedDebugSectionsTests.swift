@@ -272,13 +272,10 @@ final class CompressedDebugSectionsTests: XCTestCase {
         let line = try XCTUnwrap(original.sectionHeaders.first { $0.name == ".debug_line" })
         let target = try XCTUnwrap(original.symbol(containing: Self.symbolAddress(original, "parse_all")))
         let bytes = try Data(contentsOf: URL(fileURLWithPath: compressedPath))
-        let shoff = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x28, as: UInt64.self)) }
-        let shentsize = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x3a, as: UInt16.self)) }
 
         // Elf64_Shdr's sh_size (at 32) one byte longer; Elf64_Chdr's ch_addralign (at 16) 3.
         var longer = bytes
-        let sizeField = shoff + line.index * shentsize + 32
-        withUnsafeBytes(of: (line.size + 1).littleEndian) { longer.replaceSubrange(sizeField..<sizeField + 8, with: $0) }
+        try Self.setSectionHeaderField(&longer, index: line.index, offset: 32, to: line.size + 1)
         var oddAlignment = bytes
         withUnsafeBytes(of: UInt64(3).littleEndian) {
             oddAlignment.replaceSubrange(Int(line.offset) + 16..<Int(line.offset) + 24, with: $0)
@@ -379,14 +376,22 @@ final class CompressedDebugSectionsTests: XCTestCase {
 
     /// Sets section `index`'s `sh_type` in the bytes of a 64-bit ELF file of either byte order.
     private static func setSectionType(_ bytes: inout Data, index: Int, type: UInt32) throws {
+        try setSectionHeaderField(&bytes, index: index, offset: 4, to: type)
+    }
+
+    /// Writes `value` (in the file's byte order) at `offset` bytes into section `index`'s Elf64_Shdr in `bytes`
+    /// (an ELFCLASS64 file): `sh_type` at 4, `sh_size` at 32.
+    private static func setSectionHeaderField<T: FixedWidthInteger>(_ bytes: inout Data, index: Int, offset: Int, to value: T) throws {
         XCTAssertEqual(bytes[4], 2, "ELFCLASS64")
         let bigEndian = bytes[5] == 2
-        func read<T: FixedWidthInteger>(_ offset: Int, as: T.Type) -> T {
-            let value = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: T.self) }
-            return bigEndian ? T(bigEndian: value) : T(littleEndian: value)
+        func read<U: FixedWidthInteger>(_ at: Int, as: U.Type) -> U {
+            let raw = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: U.self) }
+            return bigEndian ? U(bigEndian: raw) : U(littleEndian: raw)
         }
-        let field = Int(read(0x28, as: UInt64.self)) + index * Int(read(0x3a, as: UInt16.self)) + 4
-        withUnsafeBytes(of: bigEndian ? type.bigEndian : type.littleEndian) { bytes.replaceSubrange(field..<field + 4, with: $0) }
+        let field = Int(read(0x28, as: UInt64.self)) + index * Int(read(0x3a, as: UInt16.self)) + offset
+        withUnsafeBytes(of: bigEndian ? value.bigEndian : value.littleEndian) {
+            bytes.replaceSubrange(field..<field + MemoryLayout<T>.size, with: $0)
+        }
     }
 
     /// The clang beside the Swift toolchain in `PATH` (it targets other architectures, as `/usr/bin/cc` does not),
@@ -409,10 +414,7 @@ final class CompressedDebugSectionsTests: XCTestCase {
         let target = try XCTUnwrap(original.symbol(containing: Self.symbolAddress(original, "sum_squares")))
         // Elf64_Shdr: sh_name (4), sh_type (4), sh_flags (8), sh_addr (8), sh_offset (8), sh_size (8).
         var bytes = try Data(contentsOf: URL(fileURLWithPath: compressedPath))
-        let shoff = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x28, as: UInt64.self)) }
-        let shentsize = bytes.withUnsafeBytes { Int($0.loadUnaligned(fromByteOffset: 0x3a, as: UInt16.self)) }
-        let sizeField = shoff + info.index * shentsize + 32
-        withUnsafeBytes(of: UInt64.max.littleEndian) { bytes.replaceSubrange(sizeField..<sizeField + 8, with: $0) }
+        try Self.setSectionHeaderField(&bytes, index: info.index, offset: 32, to: UInt64.max)
         let damagedPath = directory.appendingPathComponent("fixture-huge-info").path
         try bytes.write(to: URL(fileURLWithPath: damagedPath))
         XCTAssertEqual(try ElfFile(path: damagedPath).sectionHeaders.first { $0.name == ".debug_info" }?.size, UInt64.max)
