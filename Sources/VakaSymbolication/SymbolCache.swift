@@ -161,17 +161,7 @@ final class SymbolCache: Sendable {
     private static func write(_ bytes: Data, toNewFile path: String) -> Bool {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
         guard fd >= 0 else { return false }
-        var written = bytes.withUnsafeBytes { raw -> Bool in
-            guard let base = raw.baseAddress else { return true }
-            var offset = 0
-            while offset < raw.count {
-                let count = Glibc.write(fd, base + offset, raw.count - offset)
-                if count < 0 && errno == EINTR { continue }
-                guard count > 0 else { return false }
-                offset += count
-            }
-            return true
-        }
+        var written = writeAll(fd, bytes) == 0
         if close(fd) != 0 { written = false }
         if !written { unlink(path) }
         return written

@@ -2,26 +2,7 @@
 // use write(2) directly. `FileHandle.write` traps (SIGILL) on a write error: a full disk (`> /dev/full`), a
 // closed descriptor (`>&-`), a file over RLIMIT_FSIZE, a pipe whose reader is gone.
 import Foundation
-
-/// Writes all of `data` to `fd` with write(2), retrying `EINTR` and short writes.
-/// - Returns: 0, or the `errno` of the first failed write (`EIO` for a write that wrote nothing).
-func writeAll(_ fd: Int32, _ data: Data) -> Int32 {
-    data.withUnsafeBytes { (buffer: UnsafeRawBufferPointer) -> Int32 in
-        guard var next = buffer.baseAddress else { return 0 }
-        var left = buffer.count
-        while left > 0 {
-            let n = write(fd, next, left)
-            if n < 0 {
-                if errno == EINTR { continue }
-                return errno
-            }
-            if n == 0 { return EIO }
-            next += n
-            left -= n
-        }
-        return 0
-    }
-}
+import VakaSymbolication
 
 /// Writes `data` to standard output. When that fails (`ENOSPC`, `EBADF`, `EFBIG`, `EIO`, or `EPIPE` when the
 /// parent ignored SIGPIPE), prints one `vaka: cannot write to standard output: <reason>` line on stderr (if

@@ -1,4 +1,5 @@
 import Foundation
+import VakaSymbolication
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -261,20 +262,7 @@ enum PrivateFiles {
     /// - Returns: 0, or the `errno` of the first failed `write(2)` (`EIO` for a write of 0 bytes).
     /// Call it inside ``withFileSizeSignalBlocked(_:)``.
     static func writeAll(_ fd: Int32, _ data: Data) -> Int32 {
-        data.withUnsafeBytes { raw -> Int32 in
-            guard let base = raw.baseAddress else { return 0 }
-            var off = 0
-            while off < raw.count {
-                let n = write(fd, base + off, raw.count - off)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    return errno
-                }
-                if n == 0 { return EIO }
-                off += n
-            }
-            return 0
-        }
+        VakaSymbolication.writeAll(fd, data)
     }
 
     /// Writes `data` to `url` atomically: a temporary file `.tmp-<uuid>` in the same directory, mode 0600,
