@@ -67,7 +67,8 @@ int vaka_sig_make_reserve(vaka_report_target *t)
     t->reserve_dev = st.st_dev;
     t->reserve_ino = st.st_ino;
     t->reserve_pid = (pid_t)syscall(SYS_getpid);
-    t->reserve_fd = fd;
+    /* Last: a crash on another thread that sees the descriptor sees its identity too. */
+    __atomic_store_n(&t->reserve_fd, fd, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -92,7 +93,7 @@ static int link_reserve(int fd, int dir, const char *name)
  * @return the descriptor, or -1. */
 static int take_reserve(vaka_report_target *target, int dir_ok, int path_ok)
 {
-    int fd = target->reserve_fd;
+    int fd = __atomic_load_n(&target->reserve_fd, __ATOMIC_ACQUIRE);
     struct stat st;
     if (fd < 0 || target->reserve_pid != (pid_t)syscall(SYS_getpid) || fstat(fd, &st) != 0 ||
         st.st_dev != target->reserve_dev || st.st_ino != target->reserve_ino || st.st_nlink != 0)
