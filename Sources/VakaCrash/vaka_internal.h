@@ -237,8 +237,9 @@ typedef struct vaka_report_target {
 } vaka_report_target;
 
 /** Bytes reserved at install for the report (docs/crash-handling.md): tried in this order until the file
- *  system grants one (a nearly full file system still gets room for the header and the frames). */
-#define VAKA_RESERVE_SIZES { 256 * 1024, 32 * 1024, 8 * 1024 }
+ *  system grants one (a nearly full file system still gets room for the header and the frames). A report is
+ *  4-10 KiB (64 threads: 9.6 KiB); the blocks past its end stay allocated until it is removed. */
+#define VAKA_RESERVE_SIZES { 64 * 1024, 32 * 1024, 8 * 1024 }
 
 /** Everything the handler reads. Written only at install/uninstall (under install.c's mutex). */
 typedef struct vaka_sig_state {
