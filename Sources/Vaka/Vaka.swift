@@ -69,7 +69,7 @@ public enum Vaka {
                 let rc = crashes.fileSystemPath.withCString { dir in
                     runID.withCString { id in
                         var config = vaka_crash_config(report_dir: dir, run_id: id, signals: nil,
-                                                       signal_count: 0, alt_stack_size: 0)
+                                                       signal_count: 0, alt_stack_size: 0, defer_preparation: 1)
                         return vaka_crash_install(&config)
                     }
                 }

@@ -2,7 +2,9 @@
  * Install time: configuration, sigaction install/uninstall, and everything the handler needs prepared in
  * static storage before a crash (report path, executable path, image list, the Swift runtime's fatal
  * message buffer, glibc's abort message, the dynamic linker's r_debug, the safe-memory reader, a warmed-up
- * libunwind). Not signal safe; serialised by a mutex.
+ * libunwind, the report's space reserve). With `defer_preparation` the last two are left to
+ * vaka_crash_finish_install(), run later on another thread: the handler works without them (it opens the
+ * report by name and unwinds by frame pointers until they are there). Not signal safe; serialised by a mutex.
  */
 #include "vaka_internal.h"
 #include "sig_threads.h"
@@ -30,6 +32,9 @@
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 /* 1 when install gave the installing thread its alternate stack (uninstall removes it again). */
 static int gave_alt_stack;
+/* 1 once libunwind's warm-up and the first reserve are done (install without deferral, or
+ * vaka_crash_finish_install): later installs make their target's reserve at once. Under install_lock. */
+static int preparation_done;
 
 static const int default_signals[] = { VAKA_CRASH_SIGNALS };
 #define DEFAULT_SIGNAL_COUNT (sizeof default_signals / sizeof default_signals[0])
@@ -121,10 +126,11 @@ static int writable_directory(const char *dir, int fd)
 
 /* Fills `t` from the config, opens the report directory (O_PATH: needs no read permission; the handler
  * creates the report with openat relative to it, so no path length limit applies at crash time), checks that
- * files can be created in it and makes the report's space reserve (vaka_sig_make_reserve). `current` is the
- * target in use, whose descriptors must stay open. @return 0, EINVAL, or the errno of open(2), of the
- * writability check (EACCES, EROFS) or of the reserve's creation. */
-static int make_target(vaka_report_target *t, const vaka_report_target *current, const vaka_crash_config *config)
+ * files can be created in it and, when `reserve`, makes the report's space reserve (vaka_sig_make_reserve).
+ * `current` is the target in use, whose descriptors must stay open. @return 0, EINVAL, or the errno of
+ * open(2), of the writability check (EACCES, EROFS) or of the reserve's creation. */
+static int make_target(vaka_report_target *t, const vaka_report_target *current, const vaka_crash_config *config,
+                       int reserve)
 {
     size_t id_len = 0;
     if (!valid_run_id(config->run_id, &id_len)) return EINVAL;
@@ -163,6 +169,7 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
     p += id_len;
     memcpy(t->path + p, VAKA_REPORT_FILE_SUFFIX, sizeof VAKA_REPORT_FILE_SUFFIX);
     /* The space for the report, reserved now (a full file system at crash time still takes it). */
+    if (!reserve) return 0;
     rc = vaka_sig_make_reserve(t);
     if (rc != 0) close_target_dir(t, current);
     return rc;
@@ -226,8 +233,10 @@ static void preresolve_signal_path_calls(void)
 {
     int saved = errno;
     struct timespec ts = { 0, 0 };
-    struct timespec zero = { 0, 0 };
-    nanosleep(&zero, NULL); /* before clock_gettime fills ts */
+    /* An invalid time (EINVAL at once): even a zero sleep gives the processor away, and on a busy machine the
+     * scheduler may take a few hundred microseconds to give it back. */
+    struct timespec invalid = { 0, -1 };
+    (void)nanosleep(&invalid, NULL); /* before clock_gettime fills ts */
     clock_gettime(CLOCK_MONOTONIC, &ts);
     struct stat st;
     (void)fstat(-1, &st);
@@ -255,7 +264,16 @@ static void preresolve_signal_path_calls(void)
     sigaction(SIGSEGV, NULL, &old);
     stack_t alt;
     (void)sigaltstack(NULL, &alt);
-    /* libunwind: the cursor calls the handler makes (vaka_crash_capture_frames covers unw_init_local). */
+    errno = saved;
+}
+
+/* libunwind's one-time initialisation (it allocates, blocks signals, probes memory with mincore and a pipe) and
+ * the lazy binding of the cursor calls the handler makes (vaka_crash_capture_frames covers unw_init_local),
+ * then vaka_state.unwind_ready: from then on the handler unwinds with libunwind. */
+static void warm_up_libunwind(void)
+{
+    if (atomic_load(&vaka_state.unwind_ready)) return;
+    int saved = errno;
     unw_context_t uc;
     unw_cursor_t cursor;
     unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
@@ -265,7 +283,10 @@ static void preresolve_signal_path_calls(void)
         unw_get_reg(&cursor, UNW_REG_IP, &ip);
         unw_step(&cursor);
     }
+    uintptr_t frames[4];
+    vaka_crash_capture_frames(frames, 4, 0);
     errno = saved;
+    atomic_store(&vaka_state.unwind_ready, 1);
 }
 
 /* ------------------------------------------------------------------ symbols not in the dynamic symbol table */
@@ -328,7 +349,8 @@ static void resolve_message_symbols(void)
     vaka_state.abort_msg = (void **)found[1];
 }
 
-static void prepare_handler_state(void)
+/* Everything the handler reads, but what `defer` leaves to vaka_crash_finish_install (libunwind's warm-up). */
+static void prepare_handler_state(int defer)
 {
     prepare_process_facts();
 
@@ -343,9 +365,7 @@ static void prepare_handler_state(void)
     atomic_store(&vaka_state.images, cache);
 
     preresolve_signal_path_calls();
-    /* Warm libunwind up (its one-time initialisation allocates) so the handler does not do it. */
-    uintptr_t frames[4];
-    vaka_crash_capture_frames(frames, 4, 0);
+    if (!defer) warm_up_libunwind();
 }
 
 int vaka_crash_install(const vaka_crash_config *config)
@@ -358,11 +378,16 @@ int vaka_crash_install(const vaka_crash_config *config)
     pthread_mutex_lock(&install_lock);
     vaka_report_target *current = atomic_load(&vaka_state.target);
     vaka_report_target *next = current == &vaka_state.targets[0] ? &vaka_state.targets[1] : &vaka_state.targets[0];
-    int rc = make_target(next, current, config);
+    int defer = config->defer_preparation != 0 && !preparation_done;
+    int rc = make_target(next, current, config, !defer);
     if (rc != 0) goto out;
 
     if (atomic_load(&vaka_state.installed)) {
         atomic_store(&vaka_state.target, next); /* idempotent: only the report destination changes */
+        if (!defer && !preparation_done) {
+            warm_up_libunwind(); /* a first install that deferred it, and no vaka_crash_finish_install yet */
+            preparation_done = 1;
+        }
         goto out;
     }
 
@@ -380,7 +405,8 @@ int vaka_crash_install(const vaka_crash_config *config)
     if (!atfork_registered && pthread_atfork(NULL, NULL, vaka_sig_after_fork_child) == 0) atfork_registered = 1;
     static int atexit_registered;
     if (!atexit_registered && atexit(vaka_sig_at_exit) == 0) atexit_registered = 1;
-    prepare_handler_state();
+    prepare_handler_state(defer);
+    if (!defer) preparation_done = 1;
     atomic_store(&vaka_state.target, next);
     for (int i = 0; i < signal_count; i++) vaka_state.signals[i] = signals[i];
     vaka_state.signal_count = (size_t)signal_count;
@@ -421,6 +447,23 @@ int vaka_crash_install(const vaka_crash_config *config)
      * for the threads that existed before now (threads.c). */
     vaka_rt_threads_install(config->alt_stack_size);
 out:
+    pthread_mutex_unlock(&install_lock);
+    return rc;
+}
+
+int vaka_crash_finish_install(void)
+{
+    int rc = 0;
+    pthread_mutex_lock(&install_lock);
+    /* Not while a capture runs: the handler may be taking the target's reserve or making one itself. */
+    if (atomic_load(&vaka_state.installed) && !vaka_rt_crash_started()) {
+        vaka_report_target *target = atomic_load(&vaka_state.target);
+        if (target != NULL && target->dir_fd >= 0 && __atomic_load_n(&target->reserve_fd, __ATOMIC_ACQUIRE) < 0 &&
+            !preparation_done)
+            rc = vaka_sig_make_reserve(target);
+        warm_up_libunwind();
+        preparation_done = 1;
+    }
     pthread_mutex_unlock(&install_lock);
     return rc;
 }

@@ -60,7 +60,7 @@ int vaka_sig_chain(int sig, siginfo_t *info, void *context, pid_t tid, int winne
     /* A hardware fault repeats: returning re-runs the instruction, which reaches the previous action. The
      * winner calls a previous handler function directly instead (below), to see it return or leave. */
     if (vaka_sig_is_hardware_fault(sig, info) && !(winner && function)) {
-        vaka_sig_trim_report();
+        vaka_sig_close_kept_report();
         return 0;
     }
 
@@ -71,7 +71,7 @@ int vaka_sig_chain(int sig, siginfo_t *info, void *context, pid_t tid, int winne
     if (!siginfo_handler && prev.sa_handler == SIG_IGN) {
         if (code <= 0) return 1;
         vaka_sig_set_default(sig); /* force_sig: an ignored synchronous trap still ends the process */
-        vaka_sig_trim_report();
+        vaka_sig_close_kept_report();
         vaka_sig_send_self(sig, tid);
         return 0;
     }
@@ -80,7 +80,7 @@ int vaka_sig_chain(int sig, siginfo_t *info, void *context, pid_t tid, int winne
          * action must still end the process, as without Vaka, instead of re-entering that handler forever. */
         struct sigaction now;
         int dfl_now = sigaction(sig, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL;
-        vaka_sig_trim_report();
+        vaka_sig_close_kept_report();
         if (dfl_now && vaka_sig_is_hardware_fault(sig, info)) return 0;
         if (!dfl_now) vaka_sig_set_default(sig);
         vaka_sig_send_self(sig, tid);

@@ -24,7 +24,7 @@ void vaka_sig_after_fork_child(void)
     atomic_store(&vaka_run.capture_phase, VAKA_PHASE_IDLE);
     vaka_run.report_fd = -1;
     /* A report the parent kept (a survived signal death may follow) is the parent's: the child's normal exit
-     * must not remove it, nor its death trim it. */
+     * must not remove it, nor its death close the parent's file. */
     if (vaka_run.kept_fd >= 0) close(vaka_run.kept_fd);
     vaka_run.kept_fd = -1;
     vaka_run.kept_survived = 0;

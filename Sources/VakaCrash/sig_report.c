@@ -305,7 +305,6 @@ void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_n
     long len = (long)syscall(SYS_lseek, fd, 0L, SEEK_CUR);
     if (len >= 0) vaka_sig_cut_at_offset(fd); /* a reused spare may be longer */
     vaka_run.kept_fd = len >= 0 ? fd : -1;
-    vaka_run.kept_len = len;
     if (vaka_run.kept_fd < 0) close(fd);
     vaka_run.report_fd = -1;
 }

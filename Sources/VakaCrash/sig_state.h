@@ -47,11 +47,10 @@ typedef struct vaka_sig_run {
 
     /* The report (sig_report.c, sig_report_file.c). The descriptor being written, -1 when none. */
     int report_fd;
-    /* The last report written, still open after its capture, and its length in bytes: when the process survives
-     * the signal, that file (blocks and all) becomes the next reserve; when death follows, the blocks past its
-     * end are released (vaka_sig_trim_report()). -1 when none. */
+    /* The last report written, still open after its capture: when the process survives the signal, that file
+     * (blocks and all) becomes the next reserve; when death follows, it is closed (vaka_sig_close_kept_report()).
+     * -1 when none. */
     int kept_fd;
-    long kept_len;
     /* 1 while a report of a signal the process survived is kept because death may still follow (SIGABRT:
      * abort() raises it again; a previous handler that put SIG_DFL in place): a normal exit removes it. */
     int kept_survived;
@@ -156,8 +155,8 @@ void vaka_sig_cut_at_offset(int fd);
 /** Raises a soft RLIMIT_FSIZE to the hard one for the capture; vaka_sig_restore_fsize_limit() puts it back. */
 void vaka_sig_raise_fsize_limit(void);
 void vaka_sig_restore_fsize_limit(void);
-/** Death follows the kept report: release the reserve's blocks past its end and close it. */
-void vaka_sig_trim_report(void);
+/** Death follows the kept report: closes it (the reserve's blocks past its end stay allocated). */
+void vaka_sig_close_kept_report(void);
 /** Takes the SIGXFSZ our own report (or journal) write raised off the pending set (defined in sig_journal.c). */
 void vaka_sig_discard_own_sigxfsz(void);
 /** The process survived the captured signal: keeps the report (`keep`: death may follow), else makes it the

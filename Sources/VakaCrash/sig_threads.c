@@ -131,6 +131,7 @@ static const char *task_path(pid_t tid, const char *leaf)
 /* Reads the whole (small) /proc file of thread `tid` into proc_buf, NUL-terminated. @return its length, or -1. */
 static long read_task_file(pid_t tid, const char *leaf)
 {
+    proc_buf[0] = '\0'; /* nothing stale from another thread's file when this one cannot be read */
     int fd = open(task_path(tid, leaf), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     long n = 0;
@@ -425,13 +426,27 @@ static int waits_for_signals(pid_t tid)
     return *p == ' ' && nr == SYS_rt_sigtimedwait;
 }
 
+/* 1 when proc_buf (a status file) names one of Vaka's own threads (VAKA_REPORT_OWN_THREAD_PREFIX). */
+static int status_names_own_thread(void)
+{
+    const char *name = status_field("Name:");
+    if (name == NULL) return 0;
+    static const char prefix[] = VAKA_REPORT_OWN_THREAD_PREFIX;
+    for (size_t i = 0; prefix[i] != '\0'; i++)
+        if (name[i] != prefix[i]) return 0;
+    return 1;
+}
+
 /* What thread `tid` would do with a request, before one is sent: VAKA_TSLOT_GONE (it is ending),
  * VAKA_TSLOT_BLOCKED (it blocks the thread signal, or waits for signals with sigwait: it cannot answer, and one that
  * blocks a signal to take it itself — a sigwait or signalfd loop — would take the request for one of its own
- * signals, e.g. a "shut down" one), or 0 (ask it). */
+ * signals, e.g. a "shut down" one), VAKA_TSLOT_OWN (one of Vaka's own threads: its stack says nothing about the
+ * crash, and waiting for it to be scheduled, unwind and answer only delays the death: described from /proc), or
+ * 0 (ask it). */
 static int verdict_before_asking(pid_t tid)
 {
     int verdict = unanswered_verdict(tid, 0);
+    if (verdict == 0 && status_names_own_thread()) verdict = VAKA_TSLOT_OWN; /* proc_buf: the status just read */
     if (verdict == 0 && waits_for_signals(tid)) verdict = VAKA_TSLOT_BLOCKED;
     return verdict;
 }
@@ -639,6 +654,11 @@ void vaka_sig_write_threads(pid_t crashed_tid)
         size_t len = comm_of(tid, name);
         if (state == VAKA_TSLOT_GONE) {
             write_thread_line(tid, VAKA_REPORT_THREAD_GONE, name, len);
+            continue;
+        }
+        if (state == VAKA_TSLOT_OWN) {
+            write_thread_line(tid, VAKA_REPORT_THREAD_OWN, name, len);
+            describe_from_proc(tid, proc_ips, proc_methods);
             continue;
         }
         int blocked = state == VAKA_TSLOT_BLOCKED || blocks_thread_signal(tid, state == VAKA_TSLOT_MISSED);

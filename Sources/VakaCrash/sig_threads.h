@@ -45,6 +45,7 @@ enum {
     VAKA_TSLOT_GONE = 5,    /* it ended before the signal (tgsigqueueinfo: ESRCH) */
     VAKA_TSLOT_UNSENT = 6,  /* not asked: no thread signal, its action no longer ours, or it could not be sent */
     VAKA_TSLOT_BLOCKED = 7, /* it blocks the thread signal (seen while waiting): not waited for */
+    VAKA_TSLOT_OWN = 8,     /* one of Vaka's own threads (named `vaka.*`): not asked, described from /proc */
 };
 
 /** One thread of the crash-time round. Written by the crashed thread (tid, state ASKED) and then by the thread

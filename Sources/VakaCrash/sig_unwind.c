@@ -11,8 +11,10 @@
  * libunwind's caches take a mutex; the handler switches the local address space to UNW_CACHE_NONE
  * before unwinding (the process is about to die anyway). In libunwind 1.6 that is a field store plus an
  * atomic increment of the cache generation; it would also free .debug_frame tables, which builds without
- * .debug_frame support (Debian's x86_64 libunwind) never allocate. libunwind's one-time initialisation ran
- * at install (install.c warms it up). The cursor is static to keep the alternate stack usage small.
+ * .debug_frame support (Debian's x86_64 libunwind) never allocate. libunwind's one-time initialisation runs
+ * outside the handler (install.c warms it up, at install or in vaka_crash_finish_install) and only then is
+ * vaka_state.unwind_ready set: a crash before that skips libunwind (frame pointers, then the stack scan). The
+ * cursor is static to keep the alternate stack usage small.
  */
 #include "vaka_internal.h"
 
@@ -96,8 +98,11 @@ size_t vaka_sig_unwind_with(void *cursor_memory, uintptr_t *scan_buffer, size_t 
     *truncated = 0;
     if (max == 0) return 0;
 
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
-    if (unw_init_local2(c, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
+    /* Not before libunwind's one-time initialisation has run outside the handler (it allocates): until then the
+     * frame-pointer walk and the stack scan below are all there is. */
+    int use_libunwind = atomic_load(&vaka_state.unwind_ready);
+    if (use_libunwind) unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
+    if (use_libunwind && unw_init_local2(c, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
         unw_word_t ip = 0, sp = 0, prev_ip, prev_sp;
         if (unw_get_reg(c, UNW_REG_IP, &ip) == 0 && ip != 0) {
             unw_get_reg(c, UNW_REG_SP, &sp);

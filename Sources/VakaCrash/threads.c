@@ -97,8 +97,14 @@ static void attach_existing_threads(size_t requested)
     pid_t asked[VAKA_THREADS_ATTACH_MAX];
     int blocking[VAKA_THREADS_ATTACH_MAX];
     size_t n = 0;
-    DIR *dir = opendir("/proc/self/task");
-    if (dir == NULL) return;
+    /* The directory install keeps open, opened again through its descriptor (a file offset of its own: the
+     * crash-time round reads the kept one); by its path when there is none. */
+    int fd = vaka_threads.task_dir_pid == getpid() ? openat(vaka_threads.task_dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    DIR *dir = fd >= 0 ? fdopendir(fd) : opendir("/proc/self/task");
+    if (dir == NULL) {
+        if (fd >= 0) close(fd);
+        return;
+    }
     struct dirent *e;
     while ((e = readdir(dir)) != NULL && n < VAKA_THREADS_ATTACH_MAX) {
         pid_t tid = (pid_t)atoi(e->d_name);

@@ -227,19 +227,26 @@ typedef struct vaka_report_target {
     int dir_fd;                                /* the report directory (O_PATH, opened at install), or -1 */
     dev_t dir_dev;                             /* its identity, checked before use (an app may close/dup2 */
     ino_t dir_ino;                             /* over our descriptor) */
-    int reserve_fd;                            /* the space reserve (vaka_sig_make_reserve), or -1 */
+    int reserve_fd;                            /* the space reserve (vaka_sig_make_reserve), or -1; published
+                                                * last with a release store (__atomic), read by the handler
+                                                * with an acquire load: vaka_crash_finish_install may make it
+                                                * on another thread while a crash reads the target */
     dev_t reserve_dev;                         /* its identity, checked before use */
     ino_t reserve_ino;
     pid_t reserve_pid;                         /* the process that made it: only that one writes into it */
 } vaka_report_target;
 
 /** Bytes reserved at install for the report (docs/crash-handling.md): tried in this order until the file
- *  system grants one (a nearly full file system still gets room for the header and the frames). */
-#define VAKA_RESERVE_SIZES { 256 * 1024, 32 * 1024, 8 * 1024 }
+ *  system grants one (a nearly full file system still gets room for the header and the frames). A report is
+ *  4-10 KiB (64 threads: 9.6 KiB); the blocks past its end stay allocated until it is removed. */
+#define VAKA_RESERVE_SIZES { 64 * 1024, 32 * 1024, 8 * 1024 }
 
 /** Everything the handler reads. Written only at install/uninstall (under install.c's mutex). */
 typedef struct vaka_sig_state {
     atomic_int installed;                      /* 1 while our handlers are in place */
+    atomic_int unwind_ready;                   /* 1 once libunwind's one-time initialisation has run (install,
+                                                * or vaka_crash_finish_install): until then the handler does
+                                                * not call libunwind (frame pointers and stack scan only) */
     pid_t owner_pid;                           /* the process the state belongs to (install, or fork child) */
     int signals[VAKA_NSIG];                    /* handled signals */
     size_t signal_count;

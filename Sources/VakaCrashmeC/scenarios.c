@@ -26,6 +26,7 @@
 /* From include/vaka/vaka_crash.h (the harness executable links the crash runtime; this target does not
  * depend on it so that it stays a plain C library). */
 void vaka_crash_test_fault_in_handler(int stage);
+int vaka_crash_finish_install(void);
 
 #define CRASHME __attribute__((noinline, used))
 
@@ -270,6 +271,10 @@ CRASHME int crashme_crash_in_handler(void) {
 
 void crashme_arm_fault_in_handler(int stage) {
     vaka_crash_test_fault_in_handler(stage);
+}
+
+void crashme_finish_crash_preparation(void) {
+    (void)vaka_crash_finish_install();
 }
 
 CRASHME int crashme_locks_held(void) {

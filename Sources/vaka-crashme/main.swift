@@ -170,6 +170,9 @@ if prepared != 0 { fail("\(scenario.name): could not set up the fault: \(String(
 
 if startVaka {
     Vaka.start(harnessOptions(Vaka.Options(dsn: dsn, storageDirectory: storage)))
+    // The scenarios are about the report of a prepared runtime, not about which thread ran first (a crash before
+    // start's background thread prepared it unwinds by frame pointers: DeferredPreparationTests).
+    crashme_finish_crash_preparation()
     if withScope { applyHarnessScope() }
     if let richScope { applyRichScope(attachment: richScope) }
     bigBreadcrumbs?.add()

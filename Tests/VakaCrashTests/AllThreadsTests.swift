@@ -197,6 +197,29 @@ final class AllThreadsTests: XCTestCase {
         let size = text.utf8.count - 2 * exe.utf8.count + 2 * 64
         XCTAssertLessThanOrEqual(size, 4096, "report of \(text.utf8.count) bytes:\n\(text)")
     }
+
+    /// Vaka's own threads (`vaka.*`: here the journal mover, once start is settled) are not asked to unwind
+    /// themselves, so the crash does not wait for them to be scheduled: each is listed with status `vaka` and
+    /// described from /proc (`thread_proc`).
+    func testVakasOwnThreadsAreDescribedFromProcWithoutAsking() throws {
+        let work = Paths.freshDirectory("own-threads")
+        let storage = work.appendingPathComponent("storage")
+        let child = try runChild(Paths.harness, ["null-deref", "--settle", "--storage", storage.path], label: "null-deref",
+                                 outputDirectory: work, environment: ["SWIFT_BACKTRACE": "enable=no"])
+        XCTAssertEqual(child.outcome, "signal 11 (SIGSEGV)", child.stderrTail())
+        let text = try CrashReportFile.read(try XCTUnwrap(ScenarioRuns.crashFiles(in: storage).first))
+        let lines = text.split(separator: "\n").map(String.init)
+        let own = lines.filter { $0.hasPrefix("thread ") }.map { $0.split(separator: " ", maxSplits: 3).map(String.init) }
+            .filter { $0.count == 4 && $0[3].hasPrefix("vaka.") }
+        XCTAssertFalse(own.isEmpty, "no vaka.* thread in the report:\n\(text)")
+        for thread in own {
+            XCTAssertEqual(thread[2], "vaka", "\(thread[3]) was asked:\n\(text)")
+            XCTAssertTrue(lines.contains { $0.hasPrefix("thread_proc \(thread[1]) ") }, "\(thread[3]) not described:\n\(text)")
+        }
+        let threads = try XCTUnwrap(lines.first { $0.hasPrefix("threads ") }).split(separator: " ")
+        XCTAssertEqual(threads.count, 4, text)
+        XCTAssertTrue(text.hasSuffix("\nend\n"), text)
+    }
 }
 
 /// Reading a report file's text.

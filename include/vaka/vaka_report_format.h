@@ -133,6 +133,12 @@ extern "C" {
 /** It was not asked: the thread signal's action was no longer the runtime's (the application took the signal over
  *  after install), or the signal could not be sent: as for `blocked`. */
 #define VAKA_REPORT_THREAD_UNASKED "unasked"
+/** One of Vaka's own threads (its name starts with VAKA_REPORT_OWN_THREAD_PREFIX: `vaka.start`, `vaka.journal`,
+ *  `vaka.delivery`...): not asked and not waited for (its answer would only delay the process's death); as for
+ *  `blocked`. */
+#define VAKA_REPORT_THREAD_OWN "vaka"
+/** The name prefix (`comm`) of Vaka's own threads. */
+#define VAKA_REPORT_OWN_THREAD_PREFIX "vaka."
 /** It ended between the listing and the signal. */
 #define VAKA_REPORT_THREAD_GONE "gone"
 /** A bare `thread_frames` token after the frames: the walk stopped at VAKA_REPORT_MAX_THREAD_FRAMES. */

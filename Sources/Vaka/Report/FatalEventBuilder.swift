@@ -283,6 +283,8 @@ public struct FatalEventBuilder {
             return "\(where_.isEmpty ? "" : where_ + "; ")did not answer before the deadline: \(frames)"
         case VAKA_REPORT_THREAD_UNASKED:
             return "\(where_.isEmpty ? "" : where_ + "; ")not asked to unwind itself (the program had taken over the signal that asks, or it could not be sent): \(frames)"
+        case VAKA_REPORT_THREAD_OWN:
+            return "\(where_.isEmpty ? "" : where_ + "; ")Vaka's own thread, not asked to unwind itself (the crash does not wait for it): \(frames)"
         case VAKA_REPORT_THREAD_GONE:
             return "ended during the capture"
         default:

@@ -264,6 +264,8 @@ final class Client: Sendable {
         // run directory's lock with it), as the mover's own thread never held it.
         let thread = Thread { [weak self] in
             ThreadName.setCurrent("vaka.start")
+            // The crash runtime's report reserve and libunwind's warm-up, left out of `Vaka.start`'s install.
+            _ = vaka_crash_finish_install()
             // In two steps: a breadcrumb or log waiting for the journal does not wait for `scope.json` as well.
             self?.setUp(through: .journal)
             self?.setUp(through: .scope)

@@ -167,6 +167,11 @@ int crashme_crash_in_handler(void);
  *  flushed, 2 = while unwinding). Used by the harness option --fault-in-handler STAGE (after Vaka.start). */
 void crashme_arm_fault_in_handler(int stage);
 
+/** Runs the part of the crash runtime's install that `Vaka.start` leaves to its background thread
+ *  (vaka_crash_finish_install: the report's space reserve, libunwind's warm-up) on the calling thread now, so
+ *  that a scenario's crash right after start finds the runtime fully prepared whichever thread runs first. */
+void crashme_finish_crash_preparation(void);
+
 /** Locks stdout's and stderr's FILE locks (flockfile) and an application mutex, then reads through NULL
  *  while holding all three. Expect SIGSEGV SEGV_MAPERR at 0x0 and a complete report (the handler takes none
  *  of those locks). */
