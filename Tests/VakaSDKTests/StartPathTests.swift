@@ -4,7 +4,7 @@ import VakaSymbolication
 @testable import Vaka
 
 /// The pieces `Vaka.start` and a run's exit use instead of heavier Foundation calls: RFC 3339 times (equal to
-/// glibc's `gmtime_r`), random ids, file paths and directory listings, the default release from the loaded image list, and the single session
+/// glibc's `gmtime_r`), random ids, file paths, directory listings and creation, the default release from the loaded image list, and the single session
 /// update of a run that ends before its start's background part made the first one.
 final class StartPathTests: XCTestCase {
     let dirs = ScratchDirs()
@@ -80,6 +80,45 @@ final class StartPathTests: XCTestCase {
         XCTAssertEqual(PrivateFiles.directoryNames(dir.path).sorted(), try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted())
         XCTAssertEqual(PrivateFiles.directoryNames(dir.path).count, 6)
         XCTAssertEqual(PrivateFiles.directoryNames(dir.appendingPathComponent("missing").path), [])
+    }
+
+    /// `PrivateFiles.makeDirectory` with system calls: missing parents made, the directory itself 0700 (also when
+    /// it was there with another mode), and errors that name the call, the path and errno: a file in the way,
+    /// a file in the way of a parent.
+    func testMakeDirectoryMakesParentsAndMode0700AndNamesItsErrors() throws {
+        let root = dirs.make("mkdir")
+        let deep = root.appendingPathComponent("a/b/c", isDirectory: true)
+        try PrivateFiles.makeDirectory(deep)
+        var info = stat()
+        XCTAssertEqual(stat(deep.path, &info), 0)
+        XCTAssertEqual(info.st_mode & S_IFMT, S_IFDIR)
+        XCTAssertEqual(info.st_mode & 0o7777, 0o700)
+        XCTAssertEqual(stat(root.appendingPathComponent("a/b").path, &info), 0)
+        XCTAssertEqual(info.st_mode & S_IFMT, S_IFDIR)
+        try PrivateFiles.makeDirectory(deep)  // there already: nothing to do
+
+        let open = root.appendingPathComponent("open")
+        XCTAssertEqual(mkdir(open.path, 0o755), 0)
+        XCTAssertEqual(chmod(open.path, 0o755), 0)
+        try PrivateFiles.makeDirectory(open)
+        XCTAssertEqual(stat(open.path, &info), 0)
+        XCTAssertEqual(info.st_mode & 0o7777, 0o700)
+
+        let file = root.appendingPathComponent("file")
+        XCTAssertTrue(FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8)))
+        XCTAssertThrowsError(try PrivateFiles.makeDirectory(file)) { error in
+            let failure = error as? DeliveryIOError
+            XCTAssertEqual(failure?.operation, "mkdir")
+            XCTAssertEqual(failure?.path, file.path)
+            XCTAssertEqual(failure?.code, EEXIST)
+        }
+        let under = file.appendingPathComponent("sub/dir")
+        XCTAssertThrowsError(try PrivateFiles.makeDirectory(under)) { error in
+            let failure = error as? DeliveryIOError
+            XCTAssertEqual(failure?.operation, "mkdir")
+            XCTAssertEqual(failure?.code, ENOTDIR, "\(error)")
+            XCTAssertTrue(String(describing: error).contains(file.path), "\(error)")
+        }
     }
 
     /// The default release's build ID is the executable's, as libelf reads it from the file.

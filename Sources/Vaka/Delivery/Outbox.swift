@@ -56,7 +56,7 @@ public struct Outbox: Sendable {
     /// Writes `envelope` as a new file, stamped with `date` (file name only; the envelope is unchanged).
     /// Envelopes without `event_id` are named with a random 32-hex id.
     /// - Returns: the file's URL.
-    /// - Throws: ``DeliveryIOError`` or a `FileManager` error when the directory or file cannot be written.
+    /// - Throws: ``DeliveryIOError`` when the directory or file cannot be written.
     @discardableResult
     public func write(_ envelope: Envelope, at date: Date = Date()) throws -> URL {
         let url = newFileURL(for: envelope, at: date)
@@ -83,7 +83,7 @@ public struct Outbox: Sendable {
     }
 
     /// Writes `envelope` to `url` (a name from ``newFileURL(for:at:)``) atomically, then trims the outbox.
-    /// - Throws: ``DeliveryIOError`` or a `FileManager` error when the directory or file cannot be written.
+    /// - Throws: ``DeliveryIOError`` when the directory or file cannot be written.
     func write(_ envelope: Envelope, to url: URL) throws {
         try PrivateFiles.makeDirectory(directory)
         let bytes = envelope.serialized()
