@@ -4,7 +4,8 @@ import VakaSymbolication
 @testable import Vaka
 
 /// The pieces `Vaka.start` and a run's exit use instead of heavier Foundation calls: RFC 3339 times (equal to
-/// glibc's `gmtime_r`), random ids, file paths, directory listings and creation, the default release from the loaded image list, and the single session
+/// glibc's `gmtime_r`), random ids, file paths, directory listings and creation, the crash join's check for earlier runs, the default
+/// release from the loaded image list, and the single session
 /// update of a run that ends before its start's background part made the first one.
 final class StartPathTests: XCTestCase {
     let dirs = ScratchDirs()
@@ -118,6 +119,34 @@ final class StartPathTests: XCTestCase {
             XCTAssertEqual(failure?.operation, "mkdir")
             XCTAssertEqual(failure?.code, ENOTDIR, "\(error)")
             XCTAssertTrue(String(describing: error).contains(file.path), "\(error)")
+        }
+    }
+
+    /// The crash join's "nothing to do" check: only this run's directory and files (its report, its spare) is
+    /// nothing; another run's directory, report or spare is something.
+    func testEarlierRunsLeftSomethingSeesOnlyOtherRuns() throws {
+        let storage = dirs.make("left")
+        let runID = "0C0FFEE0-0000-4000-8000-000000000004"
+        let client = try Client(options: Vaka.Options(storageDirectory: storage), storage: storage, runID: runID, dsn: nil, log: nil)
+        let crashes = storage.appendingPathComponent("crashes")
+        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+        XCTAssertFalse(client.earlierRunsLeftSomething(), "fresh storage")
+        try FileManager.default.createDirectory(at: RunDirectory.root(storage).appendingPathComponent(runID), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: RunDirectory.root(storage).appendingPathComponent(".tmp"), withIntermediateDirectories: true)
+        for own in ["\(runID).crash", ".\(runID)-42.spare", "old.crash.invalid", "old.crash.dropped"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: crashes.appendingPathComponent(own).path, contents: Data()))
+        }
+        XCTAssertFalse(client.earlierRunsLeftSomething(), "\(PrivateFiles.directoryNames(crashes.path))")
+        for (index, other) in ["runs/other-run", "crashes/other-run.crash", "crashes/.other-run-7.spare"].enumerated() {
+            let url = storage.appendingPathComponent(other)
+            if index == 0 {
+                try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+            } else {
+                XCTAssertTrue(FileManager.default.createFile(atPath: url.path, contents: Data()))
+            }
+            XCTAssertTrue(client.earlierRunsLeftSomething(), other)
+            try FileManager.default.removeItem(at: url)
+            XCTAssertFalse(client.earlierRunsLeftSomething(), other)
         }
     }
 
