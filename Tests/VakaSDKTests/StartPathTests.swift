@@ -4,8 +4,8 @@ import VakaSymbolication
 @testable import Vaka
 
 /// The pieces `Vaka.start` and a run's exit use instead of heavier Foundation calls: RFC 3339 times (equal to
-/// glibc's `gmtime_r`), random ids, file paths, directory listings and creation, the crash join's check for earlier runs, the default
-/// release from the loaded image list, and the single session
+/// glibc's `gmtime_r`), random ids, file paths and names, directory listings and creation, outbox file names, the crash join's
+/// check for earlier runs, the default release from the loaded image list, and the single session
 /// update of a run that ends before its start's background part made the first one.
 final class StartPathTests: XCTestCase {
     let dirs = ScratchDirs()
@@ -83,6 +83,23 @@ final class StartPathTests: XCTestCase {
         XCTAssertEqual(PrivateFiles.directoryNames(dir.appendingPathComponent("missing").path), [])
     }
 
+    /// `fileSystemName` is `lastPathComponent` for every file URL the SDK makes (the root, trailing slashes,
+    /// escapes, non-ASCII names), and `lastComponent` the last part `split` gives.
+    func testFileSystemNameIsLastPathComponent() {
+        let names = ["/", "/tmp", "/tmp/", "/a b/c d", "/a%b/%20", "/é/日本/🙂", "relative/dir", "/x//y", "/trailing//"]
+        var urls: [URL] = []
+        for name in names {
+            urls.append(URL(fileURLWithPath: name))
+            urls.append(URL(fileURLWithPath: name, isDirectory: true))
+            urls.append(URL(fileURLWithPath: name).appendingPathComponent("20260101T000000.000Z-000001-ab.envelope"))
+            urls.append(URL(fileURLWithPath: name).appendingPathComponent("a b%c?d#e"))
+        }
+        for url in urls { XCTAssertEqual(url.fileSystemName, url.lastPathComponent, url.absoluteString) }
+        for path in names + ["", "//", "a", "/usr/bin/my-app", "a/b//"] {
+            XCTAssertEqual(PrivateFiles.lastComponent(path), path.split(separator: "/").last.map(String.init) ?? path, path)
+        }
+    }
+
     /// `PrivateFiles.makeDirectory` with system calls: missing parents made, the directory itself 0700 (also when
     /// it was there with another mode), and errors that name the call, the path and errno: a file in the way,
     /// a file in the way of a parent.
@@ -148,6 +165,28 @@ final class StartPathTests: XCTestCase {
             try FileManager.default.removeItem(at: url)
             XCTAssertFalse(client.earlierRunsLeftSomething(), other)
         }
+    }
+
+    /// Outbox file names: the time without `-` and `:`, a 6-digit sequence number, the event id's letters and
+    /// digits (non-ASCII letters kept, anything else left out), `.envelope`.
+    func testOutboxFileNames() {
+        let outbox = Outbox(storageDirectory: dirs.make("names-outbox"))
+        let date = Date(timeIntervalSince1970: 1_767_225_600.123)
+        let first = outbox.newFileURL(for: Envelope(header: .init(eventID: "ab/../Cé-9_x"), items: []), at: date)
+        let second = outbox.newFileURL(for: Envelope(header: .init(eventID: "ab/../Cé-9_x"), items: []), at: date)
+        XCTAssertEqual(first.deletingLastPathComponent().path, outbox.directory.path)
+        let parts = first.lastPathComponent.split(separator: "-").map(String.init)
+        XCTAssertEqual(parts.count, 3, first.lastPathComponent)
+        XCTAssertEqual(parts.first, "20260101T000000.123Z")
+        XCTAssertEqual(parts.last, "abCé9x.envelope")
+        let number = Int(parts[1]) ?? -1
+        XCTAssertEqual(parts[1].count, 6)
+        XCTAssertEqual(second.lastPathComponent, "20260101T000000.123Z-\(String(format: "%06d", (number + 1) % 1_000_000))-abCé9x.envelope")
+        let random = outbox.newFileURL(for: Envelope(header: .init(eventID: nil), items: []), at: date).lastPathComponent
+        XCTAssertEqual(random.count, "20260101T000000.123Z-000000-".count + 32 + ".envelope".count, random)
+        let tag = RandomID.hex8()
+        XCTAssertEqual(tag.count, 8)
+        XCTAssertTrue(tag.allSatisfy { "0123456789abcdef".contains($0) }, tag)
     }
 
     /// The default release's build ID is the executable's, as libelf reads it from the file.
