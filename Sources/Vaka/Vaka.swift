@@ -389,7 +389,7 @@ public enum Vaka {
             buildID = DebugID.hexString(UnsafeRawBufferPointer(start: image + idOffset, count: max(idLength, 0)))
         }
         if path.isEmpty { path = EventFactory.executablePath() }
-        let name = path.split(separator: "/").last.map(String.init) ?? path
+        let name = PrivateFiles.lastComponent(path)
         if !buildID.isEmpty { return Options.boundedRelease("\(name)@0.0.0+\(buildID)") }
         return Options.boundedRelease("\(name)@0.0.0")
     }

@@ -4,7 +4,8 @@ import VakaSymbolication
 @testable import Vaka
 
 /// The pieces `Vaka.start` and a run's exit use instead of heavier Foundation calls: RFC 3339 times (equal to
-/// glibc's `gmtime_r`), random ids, file paths and directory listings, the default release from the loaded image list, and the single session
+/// glibc's `gmtime_r`), random ids, file paths and names, directory listings and creation, outbox file names, the crash join's
+/// check for earlier runs, the default release from the loaded image list, and the single session
 /// update of a run that ends before its start's background part made the first one.
 final class StartPathTests: XCTestCase {
     let dirs = ScratchDirs()
@@ -80,6 +81,112 @@ final class StartPathTests: XCTestCase {
         XCTAssertEqual(PrivateFiles.directoryNames(dir.path).sorted(), try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted())
         XCTAssertEqual(PrivateFiles.directoryNames(dir.path).count, 6)
         XCTAssertEqual(PrivateFiles.directoryNames(dir.appendingPathComponent("missing").path), [])
+    }
+
+    /// `fileSystemName` is `lastPathComponent` for every file URL the SDK makes (the root, trailing slashes,
+    /// escapes, non-ASCII names), and `lastComponent` the last part `split` gives.
+    func testFileSystemNameIsLastPathComponent() {
+        let names = ["/", "/tmp", "/tmp/", "/a b/c d", "/a%b/%20", "/é/日本/🙂", "relative/dir", "/x//y", "/trailing//"]
+        var urls: [URL] = []
+        for name in names {
+            urls.append(URL(fileURLWithPath: name))
+            urls.append(URL(fileURLWithPath: name, isDirectory: true))
+            urls.append(URL(fileURLWithPath: name).appendingPathComponent("20260101T000000.000Z-000001-ab.envelope"))
+            urls.append(URL(fileURLWithPath: name).appendingPathComponent("a b%c?d#e"))
+        }
+        for url in urls { XCTAssertEqual(url.fileSystemName, url.lastPathComponent, url.absoluteString) }
+        for path in names + ["", "//", "a", "/usr/bin/my-app", "a/b//"] {
+            XCTAssertEqual(PrivateFiles.lastComponent(path), path.split(separator: "/").last.map(String.init) ?? path, path)
+        }
+    }
+
+    /// `PrivateFiles.makeDirectory` with system calls: missing parents made, the directory itself 0700 (also when
+    /// it was there with another mode), and errors that name the call, the path and errno: a file in the way,
+    /// a file in the way of a parent.
+    func testMakeDirectoryMakesParentsAndMode0700AndNamesItsErrors() throws {
+        let root = dirs.make("mkdir")
+        let deep = root.appendingPathComponent("a/b/c", isDirectory: true)
+        try PrivateFiles.makeDirectory(deep)
+        var info = stat()
+        XCTAssertEqual(stat(deep.path, &info), 0)
+        XCTAssertEqual(info.st_mode & S_IFMT, S_IFDIR)
+        XCTAssertEqual(info.st_mode & 0o7777, 0o700)
+        XCTAssertEqual(stat(root.appendingPathComponent("a/b").path, &info), 0)
+        XCTAssertEqual(info.st_mode & S_IFMT, S_IFDIR)
+        try PrivateFiles.makeDirectory(deep)  // there already: nothing to do
+
+        let open = root.appendingPathComponent("open")
+        XCTAssertEqual(mkdir(open.path, 0o755), 0)
+        XCTAssertEqual(chmod(open.path, 0o755), 0)
+        try PrivateFiles.makeDirectory(open)
+        XCTAssertEqual(stat(open.path, &info), 0)
+        XCTAssertEqual(info.st_mode & 0o7777, 0o700)
+
+        let file = root.appendingPathComponent("file")
+        XCTAssertTrue(FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8)))
+        XCTAssertThrowsError(try PrivateFiles.makeDirectory(file)) { error in
+            let failure = error as? DeliveryIOError
+            XCTAssertEqual(failure?.operation, "mkdir")
+            XCTAssertEqual(failure?.path, file.path)
+            XCTAssertEqual(failure?.code, EEXIST)
+        }
+        let under = file.appendingPathComponent("sub/dir")
+        XCTAssertThrowsError(try PrivateFiles.makeDirectory(under)) { error in
+            let failure = error as? DeliveryIOError
+            XCTAssertEqual(failure?.operation, "mkdir")
+            XCTAssertEqual(failure?.code, ENOTDIR, "\(error)")
+            XCTAssertTrue(String(describing: error).contains(file.path), "\(error)")
+        }
+    }
+
+    /// The crash join's "nothing to do" check: only this run's directory and files (its report, its spare) is
+    /// nothing; another run's directory, report or spare is something.
+    func testEarlierRunsLeftSomethingSeesOnlyOtherRuns() throws {
+        let storage = dirs.make("left")
+        let runID = "0C0FFEE0-0000-4000-8000-000000000004"
+        let client = try Client(options: Vaka.Options(storageDirectory: storage), storage: storage, runID: runID, dsn: nil, log: nil)
+        let crashes = storage.appendingPathComponent("crashes")
+        try FileManager.default.createDirectory(at: crashes, withIntermediateDirectories: true)
+        XCTAssertFalse(client.earlierRunsLeftSomething(), "fresh storage")
+        try FileManager.default.createDirectory(at: RunDirectory.root(storage).appendingPathComponent(runID), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: RunDirectory.root(storage).appendingPathComponent(".tmp"), withIntermediateDirectories: true)
+        for own in ["\(runID).crash", ".\(runID)-42.spare", "old.crash.invalid", "old.crash.dropped"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: crashes.appendingPathComponent(own).path, contents: Data()))
+        }
+        XCTAssertFalse(client.earlierRunsLeftSomething(), "\(PrivateFiles.directoryNames(crashes.path))")
+        for (index, other) in ["runs/other-run", "crashes/other-run.crash", "crashes/.other-run-7.spare"].enumerated() {
+            let url = storage.appendingPathComponent(other)
+            if index == 0 {
+                try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+            } else {
+                XCTAssertTrue(FileManager.default.createFile(atPath: url.path, contents: Data()))
+            }
+            XCTAssertTrue(client.earlierRunsLeftSomething(), other)
+            try FileManager.default.removeItem(at: url)
+            XCTAssertFalse(client.earlierRunsLeftSomething(), other)
+        }
+    }
+
+    /// Outbox file names: the time without `-` and `:`, a 6-digit sequence number, the event id's letters and
+    /// digits (non-ASCII letters kept, anything else left out), `.envelope`.
+    func testOutboxFileNames() {
+        let outbox = Outbox(storageDirectory: dirs.make("names-outbox"))
+        let date = Date(timeIntervalSince1970: 1_767_225_600.123)
+        let first = outbox.newFileURL(for: Envelope(header: .init(eventID: "ab/../Cé-9_x"), items: []), at: date)
+        let second = outbox.newFileURL(for: Envelope(header: .init(eventID: "ab/../Cé-9_x"), items: []), at: date)
+        XCTAssertEqual(first.deletingLastPathComponent().path, outbox.directory.path)
+        let parts = first.lastPathComponent.split(separator: "-").map(String.init)
+        XCTAssertEqual(parts.count, 3, first.lastPathComponent)
+        XCTAssertEqual(parts.first, "20260101T000000.123Z")
+        XCTAssertEqual(parts.last, "abCé9x.envelope")
+        let number = Int(parts[1]) ?? -1
+        XCTAssertEqual(parts[1].count, 6)
+        XCTAssertEqual(second.lastPathComponent, "20260101T000000.123Z-\(String(format: "%06d", (number + 1) % 1_000_000))-abCé9x.envelope")
+        let random = outbox.newFileURL(for: Envelope(header: .init(eventID: nil), items: []), at: date).lastPathComponent
+        XCTAssertEqual(random.count, "20260101T000000.123Z-000000-".count + 32 + ".envelope".count, random)
+        let tag = RandomID.hex8()
+        XCTAssertEqual(tag.count, 8)
+        XCTAssertTrue(tag.allSatisfy { "0123456789abcdef".contains($0) }, tag)
     }
 
     /// The default release's build ID is the executable's, as libelf reads it from the file.

@@ -124,7 +124,7 @@ final class ClientReports: Sendable {
         url = storageDirectory.appendingPathComponent("client_reports.json", isDirectory: false)
         lockURL = storageDirectory.appendingPathComponent("client_reports.lock", isDirectory: false)
         outboxDirectory = storageDirectory.appendingPathComponent("outbox", isDirectory: true).fileSystemPath
-        owner = "\(getpid()):\(UUID().uuidString.prefix(8).lowercased())"
+        owner = "\(getpid()):\(RandomID.hex8())"
         self.enabled = enabled
         logSink = log
     }
@@ -229,7 +229,7 @@ final class ClientReports: Sendable {
             return (state.unsaved, state.recorded)
         }
         guard let (unsaved, recorded) = started else { return nil }
-        if unsaved.isEmpty, access(url.path, F_OK) != 0 {
+        if unsaved.isEmpty, access(url.fileSystemPath, F_OK) != 0 {
             // Nothing counted anywhere: no lock file is created, and no later envelope looks again until a drop.
             state.withLock { state in
                 state.inFlight = false
@@ -240,7 +240,7 @@ final class ClientReports: Sendable {
         var taken: [Key: Int] = [:]
         let owner = self.owner
         let outbox = outboxDirectory
-        let carrierName = carrier.map(\.lastPathComponent).flatMap { File.isCarrierName($0) ? $0 : nil }
+        let carrierName = carrier.map(\.fileSystemName).flatMap { File.isCarrierName($0) ? $0 : nil }
         let ok = withFile { file in
             file.pending.merge(unsaved, uniquingKeysWith: ClientReports.add)
             file.reclaimDeadOwners(except: owner, outbox: outbox)
@@ -399,19 +399,19 @@ final class ClientReports: Sendable {
     /// the lock or the write failed (the storage cannot be written).
     @discardableResult
     private func withFile(write: Bool = true, body: (inout File) -> Void) -> Bool {
-        let fd = open(lockURL.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        let fd = open(lockURL.fileSystemPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return false }
         defer { close(fd) }
         while flock(fd, LOCK_EX) != 0 { if errno != EINTR { return false } }
         var file = File()
-        if case .data(let data) = PrivateFiles.readCapped(url.path, maxBytes: ClientReports.maxFileBytes) { file = File(data: data) }
+        if case .data(let data) = PrivateFiles.readCapped(url.fileSystemPath, maxBytes: ClientReports.maxFileBytes) { file = File(data: data) }
         let before = file.encoded()
         body(&file)
         guard write else { return true }
         let after = file.encoded()
         if after == before { return true }
         if file.pending.isEmpty && file.inFlight.isEmpty {
-            return unlink(url.path) == 0 || errno == ENOENT
+            return unlink(url.fileSystemPath) == 0 || errno == ENOENT
         }
         do {
             try PrivateFiles.writeAtomically(after, to: url, sync: false)

@@ -195,7 +195,7 @@ final class Delivery: @unchecked Sendable {
                 configuration.afterOutboxWrite?(url)
                 clientReports.commit(ticket)
             }
-            log("wrote \(url.lastPathComponent)")
+            log("wrote \(url.fileSystemName)")
             let dropped = outbox.droppedFiles - droppedBefore
             if dropped > 0 {
                 log("outbox over \(outbox.maxFiles) files or \(outbox.maxBytes) B: dropped the \(dropped) oldest file(s)")

@@ -163,7 +163,7 @@ public struct FatalEventBuilder {
     /// the id is hashed from run id and pid instead, so it differs from the parent's and from every other
     /// child's, and stays the same when the report is converted again. A missing run id gives a random id.
     public static func eventID(forRunID runID: String?, forkChildPID: Int64? = nil) -> String {
-        guard let runID else { return UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased() }
+        guard let runID else { return RandomID.hex32() }
         let compact = runID.replacingOccurrences(of: "-", with: "").lowercased()
         if forkChildPID == nil, compact.utf8.count == 32,
            compact.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) {

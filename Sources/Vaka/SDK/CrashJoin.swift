@@ -50,6 +50,12 @@ extension Client {
     static let maxKeptReports = 50
 
     func joinPreviousRuns() {
+        // The common case, nothing left by an earlier run, costs two directory listings: the join's sets,
+        // dictionaries and symbolicator are made only when there is something to join.
+        guard earlierRunsLeftSomething() else {
+            crashLedger.finishJoin()
+            return
+        }
         removeStaleSpares()
         let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
         var runs: [String: RunDirectory.Previous] = [:]
@@ -75,7 +81,8 @@ extension Client {
             let dir = storage.appendingPathComponent("symcache", isDirectory: true)
             do { try PrivateFiles.makeDirectory(dir); cache = dir.fileSystemPath } catch { logLine("no symbol cache: \(error)") }
         }
-        let builder = FatalEventBuilder(symbolicator: Symbolicator(cacheDirectory: cache))
+        // Made for the first fatal event built (the symbolicator sets up its debug-file search): a join without one needs none.
+        lazy var builder = FatalEventBuilder(symbolicator: Symbolicator(cacheDirectory: cache))
         // Read once, not once per report (that was quadratic in reports × pending/). An event settled by the
         // uploader after this snapshot is caught by the ledger (watch returns its outcome).
         // Event ids already in pending/ (read once), and those this join queues: a copy of a report (same run_id)
@@ -461,6 +468,21 @@ final class CrashLedger: Sendable {
 }
 
 extension Client {
+    /// Whether an earlier run left anything the join looks at: a directory in `runs/` other than this run's
+    /// (names starting with `.` are not runs), or in `crashes/` a report (`*.crash`) or a spare (`.*.spare`)
+    /// not of this run. `false` means ``joinPreviousRuns()`` has nothing to do.
+    func earlierRunsLeftSomething() -> Bool {
+        for name in PrivateFiles.directoryNames(RunDirectory.root(storage).fileSystemPath) where name != runID && !name.hasPrefix(".") {
+            return true
+        }
+        let ownReport = runID + reportSuffix, ownSpare = "." + runID
+        for name in PrivateFiles.directoryNames(storage.fileSystemPath + "/crashes") {
+            if name.hasSuffix(reportSuffix) && name != ownReport { return true }
+            if name.hasPrefix(".") && name.hasSuffix(".spare") && !name.hasPrefix(ownSpare) { return true }
+        }
+        return false
+    }
+
     /// Deletes `<storage>/crashes/.<run-id>-<pid>.spare` files (and older `.<run-id>.spare`) left by runs killed (SIGKILL) after a signal they
     /// survived: the C runtime keeps that report's file open under this hidden name as its next reserve and
     /// unlinks it at a normal exit (docs/crash-handling.md). Spares of this run, and of runs whose

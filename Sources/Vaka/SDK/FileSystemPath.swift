@@ -41,7 +41,26 @@ extension URL {
     }
 }
 
+extension URL {
+    /// The last component of ``fileSystemPath``: what `lastPathComponent` gives for a file URL (`/` for the
+    /// root), without its first use in a process (about 0.35 M instructions, callgrind: it sets up the same URL
+    /// parsing as `path`).
+    var fileSystemName: String { PrivateFiles.lastComponent(fileSystemPath) }
+}
+
 extension PrivateFiles {
+    /// The last non-empty `/`-separated component of `path` (what `path.split(separator: "/").last` gives,
+    /// with a byte loop instead of `split`'s generic code); `path` itself when it has none (`/`, empty).
+    static func lastComponent(_ path: String) -> String {
+        let bytes = Array(path.utf8)
+        var end = bytes.count
+        while end > 0 && bytes[end - 1] == UInt8(ascii: "/") { end -= 1 }
+        var start = end
+        while start > 0 && bytes[start - 1] != UInt8(ascii: "/") { start -= 1 }
+        guard start < end else { return path }
+        return String(decoding: bytes[start..<end], as: UTF8.self)
+    }
+
     /// The names in directory `path` (without `.` and `..`, in the order `readdir(3)` gives them); empty when it
     /// cannot be opened. `FileManager.contentsOfDirectory(atPath:)` lists the same names, with generic code
     /// whose first use in a process costs more than the listing.

@@ -17,6 +17,13 @@ enum RandomID {
         hex(version4(), dashes: false, lowercase: true)
     }
 
+    /// 8 random lower-case hex digits (32 bits; not a UUID): a short tag, e.g. `3f09a1c2`.
+    static func hex8() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let word = UInt32(truncatingIfNeeded: generator.next())
+        return hex((0..<4).map { UInt8(truncatingIfNeeded: word >> (8 * UInt32($0))) }, dashes: false, lowercase: true)
+    }
+
     /// Whether `text` is a UUID in the 8-4-4-4-12 hex form (either case).
     static func isUUID(_ text: String) -> Bool {
         let bytes = Array(text.utf8)

@@ -118,7 +118,7 @@ final class RunDirectory: @unchecked Sendable {
     static func root(_ storage: URL) -> URL { storage.appendingPathComponent("runs", isDirectory: true) }
 
     /// Creates the directory (mode 0700) for `runID` and takes its lock.
-    /// - Throws: ``DeliveryIOError`` or a `FileManager` error when it cannot be created.
+    /// - Throws: ``DeliveryIOError`` when it cannot be created.
     init(storage: URL, runID: String) throws {
         self.runID = runID
         let root = RunDirectory.root(storage)

@@ -38,9 +38,11 @@ extension RunScope {
         try c.encodeIfPresent(userEmail, forKey: OtherFieldKey("userEmail"))
         try c.encodeIfPresent(username, forKey: OtherFieldKey("username"))
         try c.encodeIfPresent(userIPAddress, forKey: OtherFieldKey("userIPAddress"))
-        try c.encodeIfPresent(contexts, forKey: OtherFieldKey("contexts"))
-        try c.encodeIfPresent(extra, forKey: OtherFieldKey("extra"))
-        try c.encodeIfPresent(attachments, forKey: OtherFieldKey("attachments"))
+        // Members most runs leave out are tested here, not by `encodeIfPresent`: its generic call would make the
+        // runtime instantiate the optional's type metadata (by mangled name) even for `nil`.
+        if let contexts { try c.encode(contexts, forKey: OtherFieldKey("contexts")) }
+        if let extra { try c.encode(extra, forKey: OtherFieldKey("extra")) }
+        if let attachments { try c.encode(attachments, forKey: OtherFieldKey("attachments")) }
     }
 }
 
