@@ -34,6 +34,7 @@
 
 vaka_threads_state vaka_threads;
 vaka_thread_slot vaka_thread_slots[VAKA_THREAD_SLOTS];
+atomic_int vaka_own_thread_ids[VAKA_OWN_THREADS];
 /* One libunwind cursor and one stack-scan buffer per slot: the threads unwind at the same time. */
 static unw_cursor_t slot_cursors[VAKA_THREAD_SLOTS];
 static uintptr_t slot_scan[VAKA_THREAD_SLOTS][VAKA_THREAD_SCAN_WORDS];
@@ -426,9 +427,15 @@ static int waits_for_signals(pid_t tid)
     return *p == ' ' && nr == SYS_rt_sigtimedwait;
 }
 
-/* 1 when proc_buf (a status file) names one of Vaka's own threads (VAKA_REPORT_OWN_THREAD_PREFIX). */
-static int status_names_own_thread(void)
+/* 1 when `tid` is one of Vaka's own threads: the SDK marked it (vaka_crash_mark_own_thread) and proc_buf (its status
+ * file) still names it with VAKA_REPORT_OWN_THREAD_PREFIX (an id reused by a program thread since has its own name,
+ * and a program thread that takes such a name was never marked). */
+static int is_own_thread(pid_t tid)
 {
+    int marked = 0;
+    for (unsigned i = 0; i < VAKA_OWN_THREADS && !marked; i++)
+        marked = atomic_load(&vaka_own_thread_ids[i]) == (int)tid;
+    if (!marked) return 0;
     const char *name = status_field("Name:");
     if (name == NULL) return 0;
     static const char prefix[] = VAKA_REPORT_OWN_THREAD_PREFIX;
@@ -446,7 +453,7 @@ static int status_names_own_thread(void)
 static int verdict_before_asking(pid_t tid)
 {
     int verdict = unanswered_verdict(tid, 0);
-    if (verdict == 0 && status_names_own_thread()) verdict = VAKA_TSLOT_OWN; /* proc_buf: the status just read */
+    if (verdict == 0 && is_own_thread(tid)) verdict = VAKA_TSLOT_OWN; /* proc_buf: the status just read */
     if (verdict == 0 && waits_for_signals(tid)) verdict = VAKA_TSLOT_BLOCKED;
     return verdict;
 }

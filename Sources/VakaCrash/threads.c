@@ -37,6 +37,17 @@
 
 static int installed_signal;
 
+static atomic_uint own_thread_next;
+
+void vaka_crash_mark_own_thread(void)
+{
+    int tid = (int)syscall(SYS_gettid);
+    for (unsigned i = 0; i < VAKA_OWN_THREADS; i++)
+        if (atomic_load(&vaka_own_thread_ids[i]) == tid) return;
+    unsigned slot = atomic_fetch_add(&own_thread_next, 1u) % VAKA_OWN_THREADS;
+    atomic_store(&vaka_own_thread_ids[slot], tid);
+}
+
 /* The thread signal: SIGRTMAX - 1 or the next free one below it (action SIG_DFL), above SIGRTMIN. 0: none. */
 static int choose_signal(void)
 {

@@ -106,11 +106,26 @@ CRASHME void *crashme_all_threads_blocked(void *unused)
     return NULL;
 }
 
+/* A program thread whose name starts like Vaka's own threads' (`vaka.`): it is not one of them, so the crash-time
+ * round asks it like any other. */
+CRASHME void *crashme_all_threads_impostor(void *unused)
+{
+    (void)unused;
+    name_self(VAKA_CRASHME_THREAD_IMPOSTOR);
+    atomic_fetch_add(&parked, 1);
+    for (;;) {
+        struct timespec ts = { 3600, 0 };
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
 int crashme_all_threads_park(void)
 {
     if (pipe(park_pipe) != 0) return errno;
     void *(*bodies[])(void *) = { crashme_all_threads_read, crashme_all_threads_mutex, crashme_all_threads_spin,
-                                  crashme_all_threads_sleep, crashme_all_threads_cond, crashme_all_threads_blocked };
+                                  crashme_all_threads_sleep, crashme_all_threads_cond, crashme_all_threads_blocked,
+                                  crashme_all_threads_impostor };
     int count = (int)(sizeof bodies / sizeof bodies[0]);
     pthread_mutex_lock(&contended);
     for (int i = 0; i < count; i++) {

@@ -73,7 +73,7 @@ let scenarios: [Scenario] = [
              summary: "NULL read on a pthread \"crashme-blk\" that blocked every signal first: SIGSEGV SEGV_MAPERR",
              trigger: { _ in crashme_blocked_signals_thread() }),
     Scenario(name: "all-threads",
-             summary: "8 named threads parked (read, mutex, spin, nanosleep, cond, all signals blocked, Dispatch, Task), then NULL read on main: SIGSEGV",
+             summary: "9 named threads parked (read, mutex, spin, nanosleep, cond, all signals blocked, one named vaka.impostor, Dispatch, Task), then NULL read on main: SIGSEGV",
              trigger: { _ in allThreads() }),
     Scenario(name: "stack-overflow-early-thread",
              summary: "unbounded C recursion on a thread created before Vaka.start: SIGSEGV",
@@ -92,7 +92,7 @@ func prepareBeforeStart(_ name: String) -> Int32 {
 let allThreadsQueueName = "crashme-queue"
 let allThreadsTaskName = "crashme-task"
 
-/// `all-threads`: parks six C threads (``crashme_all_threads_park()``), a Dispatch worker in
+/// `all-threads`: parks seven C threads (``crashme_all_threads_park()``), a Dispatch worker in
 /// ``allThreadsDispatchWork(_:_:)`` and a Swift `Task` that suspends on a continuation nobody resumes
 /// (``allThreadsTaskBody(_:)``; its cooperative thread, named first, goes back to the pool), then reads through
 /// NULL on the main thread (``crashme_all_threads()``).

@@ -16,6 +16,7 @@ final class AllThreadsTests: XCTestCase {
         ("crashme-sleep", "crashme_all_threads_sleep"),
         ("crashme-cond", "crashme_all_threads_cond"),
         ("crashme-blocked", "crashme_all_threads_blocked"),
+        ("vaka.impostor", "crashme_all_threads_impostor"),
         ("crashme-queue", "allThreadsDispatchWork"),
     ]
 
@@ -79,6 +80,15 @@ final class AllThreadsTests: XCTestCase {
             XCTAssertTrue(Self.functions(thread).contains { $0 == function || $0.contains(".\(function)(") },
                           "\(name): \(function) not in \(Self.functions(thread))")
         }
+        // A program thread named like Vaka's own was never marked as one: it is asked and unwinds itself, like the
+        // others; the SDK's own threads are not asked.
+        let reportLines = try CrashReportFile.read(run.report).split(separator: "\n").map(String.init)
+        let threadLines = reportLines.filter { $0.hasPrefix("thread ") }.map { $0.split(separator: " ", maxSplits: 3).map(String.init) }
+        let impostor = try XCTUnwrap(threadLines.first { $0.count == 4 && $0[3] == "vaka.impostor" }, "\(reportLines)")
+        XCTAssertEqual(impostor[2], "ok", "\(impostor)")
+        let sdkThreads = threadLines.filter { $0.count == 4 && $0[3].hasPrefix("vaka.") && $0[3] != "vaka.impostor" }
+        XCTAssertFalse(sdkThreads.isEmpty, "\(threadLines)")
+        for thread in sdkThreads { XCTAssertEqual(thread[2], "vaka", "\(thread)") }
         // The thread that blocks every signal cannot unwind itself: listed, with the reason and /proc's registers.
         let blocked = try XCTUnwrap(threads.first { $0["name"] as? String == "crashme-blocked" })
         let state = blocked["state"] as? String ?? ""

@@ -95,7 +95,7 @@ int vaka_crash_install(const vaka_crash_config *config);
 
 /**
  * The part of install that a config with `defer_preparation` set left out (vaka_crash_install()): makes the
- * current report target's space reserve (an unnamed O_TMPFILE file in the report directory with up to 256 KiB
+ * current report target's space reserve (an unnamed O_TMPFILE file in the report directory with up to 64 KiB
  * of blocks allocated), then initialises libunwind (its first use allocates and blocks signals, so the handler
  * may not be the first) and only then lets the handler unwind with it (an atomic flag the handler reads). Safe
  * to call from any thread at any time, any number of times: does nothing when not installed, when a crash
@@ -104,6 +104,16 @@ int vaka_crash_install(const vaka_crash_config *config);
  *         name; a file system without O_TMPFILE or without room gives 0 and no reserve).
  */
 int vaka_crash_finish_install(void);
+
+/**
+ * Marks the calling thread as one of Vaka's own: the SDK calls it first thing in each thread it starts
+ * (`vaka.start`, `vaka.journal`, `vaka.delivery`, `vaka.close`). Its kernel thread id goes into a ring of the last
+ * 32 marked ids. At crash time a thread whose id is in that ring and whose name (`comm`) still starts with
+ * VAKA_REPORT_OWN_THREAD_PREFIX is not asked to unwind itself: it is listed with status
+ * VAKA_REPORT_THREAD_OWN and described from /proc. Every other thread is asked, whatever its name. Lock-free, no
+ * allocation; callable before or after install, from any thread. Not async-signal-safe (it is not needed there).
+ */
+void vaka_crash_mark_own_thread(void);
 
 /**
  * Restores exactly the signal actions that were in place before vaka_crash_install() (handler,

@@ -133,8 +133,9 @@ extern "C" {
 /** It was not asked: the thread signal's action was no longer the runtime's (the application took the signal over
  *  after install), or the signal could not be sent: as for `blocked`. */
 #define VAKA_REPORT_THREAD_UNASKED "unasked"
-/** One of Vaka's own threads (its name starts with VAKA_REPORT_OWN_THREAD_PREFIX: `vaka.start`, `vaka.journal`,
- *  `vaka.delivery`...): not asked and not waited for (its answer would only delay the process's death); as for
+/** One of Vaka's own threads (marked by the SDK when it started it, vaka_crash_mark_own_thread, and its name still
+ *  starts with VAKA_REPORT_OWN_THREAD_PREFIX: `vaka.start`, `vaka.journal`, `vaka.delivery`...; a program thread
+ *  with such a name is asked like any other): not asked and not waited for (its answer would only delay the process's death); as for
  *  `blocked`. */
 #define VAKA_REPORT_THREAD_OWN "vaka"
 /** The name prefix (`comm`) of Vaka's own threads. */

@@ -210,8 +210,9 @@ int crashme_block_signals(const char *how);
 /** Names of the threads `crashme_all_threads_park()` starts (at most 15 bytes each), one per known function:
  *  blocked in read() on a pipe nobody writes (`crashme_all_threads_read`), waiting for a mutex the main thread
  *  holds (`crashme_all_threads_mutex`), spinning (`crashme_all_threads_spin`), in nanosleep
- *  (`crashme_all_threads_sleep`), in pthread_cond_wait (`crashme_all_threads_cond`), and in nanosleep with every
- *  signal blocked (`crashme_all_threads_blocked`). The harness adds a Dispatch worker and the thread of a Swift
+ *  (`crashme_all_threads_sleep`), in pthread_cond_wait (`crashme_all_threads_cond`), in nanosleep with every
+ *  signal blocked (`crashme_all_threads_blocked`), and in nanosleep under a name that starts like Vaka's own
+ *  threads' (`crashme_all_threads_impostor`, named VAKA_CRASHME_THREAD_IMPOSTOR). The harness adds a Dispatch worker and the thread of a Swift
  *  Task that suspends on a continuation (Scenarios.swift). */
 #define VAKA_CRASHME_THREAD_READ "crashme-read"
 #define VAKA_CRASHME_THREAD_MUTEX "crashme-mutex"
@@ -219,6 +220,7 @@ int crashme_block_signals(const char *how);
 #define VAKA_CRASHME_THREAD_SLEEP "crashme-sleep"
 #define VAKA_CRASHME_THREAD_COND "crashme-cond"
 #define VAKA_CRASHME_THREAD_BLOCKED "crashme-blocked"
+#define VAKA_CRASHME_THREAD_IMPOSTOR "vaka.impostor"
 /** Name of the thread `crashme_early_thread_create()` starts. */
 #define VAKA_CRASHME_THREAD_EARLY "crashme-early"
 
@@ -227,7 +229,7 @@ int crashme_block_signals(const char *how);
 int crashme_park_sleepers(int count);
 /** Names the calling thread (pthread_setname_np; at most 15 bytes are kept). */
 void crashme_name_thread(const char *name);
-/** Starts the six parked threads above (the main thread keeps the contended mutex) and waits until each is
+/** Starts the seven parked threads above (the main thread keeps the contended mutex) and waits until each is
  *  about to park (at most 5 s). Does not crash. @return 0, or an errno value (ETIMEDOUT: they did not all start). */
 int crashme_all_threads_park(void);
 /** Reads through NULL on the calling thread (the `all-threads` scenario's crash, after the threads are parked). */
