@@ -376,7 +376,9 @@ public final class Symbolicator: Sendable {
     /// an address are then looked up (symbol table and DWARF) on the core that opened its image, while the
     /// other images are opened and looked up on the other cores, and
     /// ``symbolicate(address:imagePath:imageBase:buildID:debugID:)`` with that address, image path, image
-    /// base and build ID answers with them once (the same frames it would look up itself).
+    /// base and build ID answers with them once (the same frames it would look up itself). Addresses in an
+    /// image resolved by an earlier call (another thread of the same report) are looked up here too, in a
+    /// task of their own.
     /// - Parameter addresses: per frame, the image's path from the report (entries without one resolve the
     ///   image but look nothing up), its GNU build ID in hex, its runtime base and the lookup address in the
     ///   crashed process (return address minus 1 for a caller frame), or `nil` to only open the image.
@@ -388,6 +390,8 @@ public final class Symbolicator: Sendable {
             var candidates: [String]
             /// (address, image base) pairs to look up once the image is resolved.
             var lookups: [(address: UInt64, imageBase: UInt64)] = []
+            /// The image's files when an earlier call resolved them (then the task only looks up).
+            var known: ResolvedImage?
         }
         struct Outcome: Sendable {
             var resolved: ResolvedImage?
@@ -408,7 +412,9 @@ public final class Symbolicator: Sendable {
             for item in list {
                 let buildID = item.buildID.lowercased()
                 let key = Symbolicator.imageKey(imagePath: item.imagePath, buildID: buildID)
-                guard cache.images[key] == nil else { continue }
+                // An image resolved before (a second thread of a report) still gets its lookups done here.
+                let known = cache.images[key]
+                guard known == nil || (known! != nil && item.address != nil && item.imagePath != nil) else { continue }
                 let slot: Int
                 if let known = slots[key] {
                     slot = known
@@ -416,20 +422,21 @@ public final class Symbolicator: Sendable {
                     slot = work.count
                     slots[key] = slot
                     work.append(Work(key: key, imagePath: item.imagePath, buildID: buildID,
-                                     candidates: locator.candidates(forBuildID: buildID)))
+                                     candidates: known == nil ? locator.candidates(forBuildID: buildID) : [],
+                                     known: known ?? nil))
                 }
                 if let address = item.address, item.imagePath != nil,
                    !work[slot].lookups.contains(where: { $0.address == address && $0.imageBase == item.imageBase }) {
                     work[slot].lookups.append((address, item.imageBase))
                 }
             }
-            return (work, cache.paths, cache.filesByIdentity)
+            return (work.filter { $0.known == nil || !$0.lookups.isEmpty }, cache.paths, cache.filesByIdentity)
         }
         guard !pending.isEmpty else { return }
         // The image files are opened here, one after the other (headers only: a fraction of a millisecond
         // each, and the tasks use them), to see which carry DWARF.
         var opened: [String: Result<ElfFile, ElfError>] = [:]
-        for item in pending {
+        for item in pending where item.known == nil {
             guard let path = item.imagePath, path.hasPrefix("/"), opened[path] == nil, knownPaths[path] == nil else { continue }
             if let identity = Symbolicator.identity(ofPath: path), knownFiles[identity] != nil { continue }
             opened[path] = Symbolicator.open(path)
@@ -447,6 +454,7 @@ public final class Symbolicator: Sendable {
         // each is capped below 2^40 (1 TiB) so the sums and class offsets cannot overflow.
         func capped(_ size: Int64) -> Int64 { min(max(size, 0), (1 << 40) - 1) }
         func cost(_ item: Work) -> Int64 {
+            if item.known != nil { return 0 }  // lookups only, in files opened before
             if !item.candidates.isEmpty {
                 let files = [capped(size(item.imagePath))] + item.candidates.prefix(64).map { capped(size($0)) }
                 return (1 << 48) + files.reduce(0, +)
@@ -477,8 +485,9 @@ public final class Symbolicator: Sendable {
                 outcome.dwarf[ObjectIdentifier(file)] = .some(dwarf)
                 return dwarf
             }
-            outcome.resolved = Symbolicator.resolve(imagePath: item.imagePath, buildID: item.buildID, locator: locator,
-                                                    candidates: { item.candidates }, open: open, dwarf: dwarf)
+            outcome.resolved = item.known
+                ?? Symbolicator.resolve(imagePath: item.imagePath, buildID: item.buildID, locator: locator,
+                                        candidates: { item.candidates }, open: open, dwarf: dwarf)
             if let image = outcome.resolved {
                 for lookup in item.lookups {
                     outcome.answers[Answer(image: item.key, address: lookup.address, imageBase: lookup.imageBase)] =

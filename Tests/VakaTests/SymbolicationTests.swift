@@ -150,6 +150,13 @@ final class ElfFileTests: XCTestCase {
                                                            buildID: ownID).last)
         XCTAssertEqual(markerFrame.symbolAddress, marker)
         XCTAssertNotNil(markerFrame.file, "the test executable's DWARF gives a file: \(markerFrame)")
+        // A second call (another thread of a report) with images resolved by the first: looked up too.
+        ahead.preload(addresses: [(imagePath: own.path, buildID: ownID, imageBase: own.base, address: marker + 4),
+                                  (imagePath: libc.path, buildID: libcID, imageBase: libc.base, address: getpid + 2)])
+        XCTAssertEqual(ahead.symbolicate(address: marker + 4, imagePath: own.path, imageBase: own.base, buildID: ownID),
+                       direct.symbolicate(address: marker + 4, imagePath: own.path, imageBase: own.base, buildID: ownID))
+        XCTAssertEqual(ahead.symbolicate(address: getpid + 2, imagePath: libc.path, imageBase: libc.base, buildID: libcID),
+                       direct.symbolicate(address: getpid + 2, imagePath: libc.path, imageBase: libc.base, buildID: libcID))
     }
 
     func testSymbolicatorNeedsTheSameBuildIDAndOpensEachFileOnce() throws {
