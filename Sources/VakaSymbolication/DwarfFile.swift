@@ -315,7 +315,12 @@ private final class DwarfReader {
             guard dw.dwarf_child(&parent, &child) == 0 else { return }
             while true {
                 let tag = dw.dwarf_tag(&child)
-                if tag == Int32(DW_TAG_subprogram) || tag == Int32(DW_TAG_entry_point) {
+                var declaration = Dwarf_Attribute()
+                if tag == Int32(DW_TAG_subprogram), dw.dwarf_attr(&child, UInt32(DW_AT_declaration), &declaration) != nil {
+                    // A declaration (a member function in its type, an external function): no code, and the
+                    // functions nested in it are the children of its definition, not of it. Swift types list
+                    // every method so, with their parameters.
+                } else if tag == Int32(DW_TAG_subprogram) || tag == Int32(DW_TAG_entry_point) {
                     var offset = 0
                     var base: Dwarf_Addr = 0, start: Dwarf_Addr = 0, end: Dwarf_Addr = 0
                     while true {
