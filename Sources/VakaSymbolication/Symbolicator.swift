@@ -379,7 +379,7 @@ public final class Symbolicator: Sendable {
     /// base and build ID answers with them once (the same frames it would look up itself). Addresses in an
     /// image resolved by an earlier call (another thread of the same report) are looked up here too, in a
     /// task of their own.
-    /// - Parameter addresses: per frame, the image's path from the report (entries without one resolve the
+    /// - Parameter list: per frame, the image's path from the report (entries without one resolve the
     ///   image but look nothing up), its GNU build ID in hex, its runtime base and the lookup address in the
     ///   crashed process (return address minus 1 for a caller frame), or `nil` to only open the image.
     public func preload(addresses list: [(imagePath: String?, buildID: String, imageBase: UInt64, address: UInt64?)]) {
@@ -409,6 +409,7 @@ public final class Symbolicator: Sendable {
         let (pending, knownPaths, knownFiles) = cache.withLock { cache in
             var work: [Work] = []
             var slots: [String: Int] = [:]
+            var asked = Set<Answer>()
             for item in list {
                 let buildID = item.buildID.lowercased()
                 let key = Symbolicator.imageKey(imagePath: item.imagePath, buildID: buildID)
@@ -426,7 +427,7 @@ public final class Symbolicator: Sendable {
                                      known: known ?? nil))
                 }
                 if let address = item.address, item.imagePath != nil,
-                   !work[slot].lookups.contains(where: { $0.address == address && $0.imageBase == item.imageBase }) {
+                   asked.insert(Answer(image: key, address: address, imageBase: item.imageBase)).inserted {
                     work[slot].lookups.append((address, item.imageBase))
                 }
             }
