@@ -287,13 +287,24 @@ private final class DwarfReader {
 
     // MARK: - Scopes
 
-    private static let containerTags: Set<Int32> = [
-        Int32(DW_TAG_namespace), Int32(DW_TAG_module), Int32(DW_TAG_structure_type), Int32(DW_TAG_class_type),
-        Int32(DW_TAG_union_type), Int32(DW_TAG_enumeration_type),
-    ]
-    private static let blockTags: Set<Int32> = [
-        Int32(DW_TAG_lexical_block), Int32(DW_TAG_try_block), Int32(DW_TAG_catch_block), Int32(DW_TAG_with_stmt),
-    ]
+    /// Tags whose children may hold function definitions (namespaces, modules, types). A `switch`, not a
+    /// `Set`: it is asked for every DIE of a compile unit.
+    private static func isContainer(_ tag: Int32) -> Bool {
+        switch tag {
+        case Int32(DW_TAG_namespace), Int32(DW_TAG_module), Int32(DW_TAG_structure_type), Int32(DW_TAG_class_type),
+             Int32(DW_TAG_union_type), Int32(DW_TAG_enumeration_type): return true
+        default: return false
+        }
+    }
+
+    /// Tags of scopes inside a function that inlined calls may be nested in.
+    private static func isBlock(_ tag: Int32) -> Bool {
+        switch tag {
+        case Int32(DW_TAG_lexical_block), Int32(DW_TAG_try_block), Int32(DW_TAG_catch_block), Int32(DW_TAG_with_stmt):
+            return true
+        default: return false
+        }
+    }
 
     /// Functions of the unit (subprograms with code, also nested in namespaces and types) by address.
     private func functions(of unit: Unit) -> [FunctionRange] {
@@ -304,7 +315,12 @@ private final class DwarfReader {
             guard dw.dwarf_child(&parent, &child) == 0 else { return }
             while true {
                 let tag = dw.dwarf_tag(&child)
-                if tag == Int32(DW_TAG_subprogram) || tag == Int32(DW_TAG_entry_point) {
+                var declaration = Dwarf_Attribute()
+                if tag == Int32(DW_TAG_subprogram), dw.dwarf_attr(&child, UInt32(DW_AT_declaration), &declaration) != nil {
+                    // A declaration (a member function in its type, an external function): no code, and the
+                    // functions nested in it are the children of its definition, not of it. Swift types list
+                    // every method so, with their parameters.
+                } else if tag == Int32(DW_TAG_subprogram) || tag == Int32(DW_TAG_entry_point) {
                     var offset = 0
                     var base: Dwarf_Addr = 0, start: Dwarf_Addr = 0, end: Dwarf_Addr = 0
                     while true {
@@ -314,7 +330,7 @@ private final class DwarfReader {
                     }
                     // Functions nested in functions (local functions in some languages) have their own DIEs.
                     collect(&child)
-                } else if DwarfReader.containerTags.contains(tag) {
+                } else if DwarfReader.isContainer(tag) {
                     collect(&child)
                 }
                 var next = Dwarf_Die()
@@ -348,7 +364,7 @@ private final class DwarfReader {
             guard dw.dwarf_child(&current, &child) == 0 else { break }
             while true {
                 let tag = dw.dwarf_tag(&child)
-                if tag == Int32(DW_TAG_inlined_subroutine) || DwarfReader.blockTags.contains(tag) {
+                if tag == Int32(DW_TAG_inlined_subroutine) || DwarfReader.isBlock(tag) {
                     if dw.dwarf_haspc(&child, vaddr) == 1 {
                         if tag == Int32(DW_TAG_inlined_subroutine) { chain.append(child) }
                         current = child

@@ -297,8 +297,14 @@ public final class ElfFile: Sendable {
     public func symbol(containing vaddr: UInt64) -> ElfSymbol? {
         handle.withLock { handle -> ElfSymbol? in
             for kind in [TableKind.symtab, .dynsym] {
-                let table = loadedTable(kind, &handle)
-                if let entry = table.entry(containing: vaddr), let name = table.name(of: entry, in: handle.elf) {
+                var table = loadedTable(kind, &handle)
+                // The lookup may sort the table (ElfSymbolTable.entry(containing:)): taken out of the handle
+                // while it does, so the entries are not copied, then put back.
+                if kind == .symtab { handle.symtab = nil } else { handle.dynsym = nil }
+                let entry = table.entry(containing: vaddr)
+                let name = entry.flatMap { table.name(of: $0, in: handle.elf) }
+                if kind == .symtab { handle.symtab = table } else { handle.dynsym = table }
+                if let entry, let name {
                     return ElfSymbol(name: name, address: entry.value, size: entry.size)
                 }
             }

@@ -1,10 +1,14 @@
 import CLibdw
 
-/// The function symbols of one ELF symbol table (`.symtab` or `.dynsym`), sorted by address for
-/// address → symbol lookups. Names stay in the file's string table (section ``stringSection``) and are
-/// read with `elf_strptr` when a lookup finds an entry, so a table of a few hundred thousand symbols costs
-/// 32 bytes per symbol. A table read through libdwfl (MiniDebugInfo, ``init(miniDebugInfoOf:buildID:maxSymbols:)``)
-/// keeps its names itself.
+/// The function symbols of one ELF symbol table (`.symtab` or `.dynsym`), for address → symbol lookups.
+/// Names stay in the file's string table (section ``stringSection``) and are read with `elf_strptr` when a
+/// lookup finds an entry, so a table of a few hundred thousand symbols costs 32 bytes per symbol. A table
+/// read through libdwfl (MiniDebugInfo, ``init(miniDebugInfoOf:buildID:maxSymbols:)``) keeps its names itself.
+///
+/// The entries stay in table order for the first ``scansBeforeSorting`` lookups, each a linear scan, and are
+/// sorted by address at the next one, after which lookups are binary searches: a crash report asks a few
+/// addresses of each image, and sorting a table of tens of thousands of symbols costs more than that many
+/// scans of it; a long-running process that asks many keeps the sorted table.
 struct ElfSymbolTable: Sendable {
     /// One `STT_FUNC` (or sized `STT_NOTYPE`) defined symbol.
     struct Entry: Sendable {
@@ -20,8 +24,15 @@ struct ElfSymbolTable: Sendable {
         var index: UInt32
     }
 
-    /// The entries, sorted by value, then rank, then index.
+    /// Lookups answered by a linear scan before the entries are sorted (32).
+    static let scansBeforeSorting = 32
+
+    /// The entries: in table order until ``isSorted``, then sorted by value, then rank, then index.
     private(set) var entries: [Entry] = []
+    /// `true` once ``entries`` are sorted (lookups are binary searches from then on).
+    private(set) var isSorted = false
+    /// Lookups answered by a linear scan so far.
+    private var scans = 0
     /// Index of the string table section (`sh_link`) holding the names.
     private(set) var stringSection: Int = 0
     /// The names, for a table read through libdwfl: `Entry.nameOffset` indexes it. Empty otherwise.
@@ -47,14 +58,26 @@ struct ElfSymbolTable: Sendable {
               header.size / entrySize <= UInt64(maxSymbols),
               let data = elf_getdata(section, nil) else { return }
         let count = min(Int(header.size / entrySize), data.pointee.d_size / Int(entrySize))
+        // libelf's data of a symbol table is in memory form (`Elf64_Sym`/`Elf32_Sym`, host byte order; the
+        // file's own bytes when they already are): read in place, not one `gelf_getsym` call (and libelf
+        // lock) per symbol.
+        guard let buffer = data.pointee.d_buf, data.pointee.d_type == ELF_T_SYM else { return }
         entries.reserveCapacity(count)
-        for index in 0..<count {
-            var sym = GElf_Sym()
-            guard gelf_getsym(data, Int32(clamping: index), &sym) != nil else { break }
-            guard sym.st_name != 0 else { continue }
-            add(sym, nameOffset: sym.st_name, index: index)
+        if gelf_getclass(elf) == ELFCLASS64 && entrySize == UInt64(MemoryLayout<Elf64_Sym>.size) {
+            let symbols = UnsafeRawPointer(buffer).bindMemory(to: Elf64_Sym.self, capacity: count)
+            for index in 0..<count where symbols[index].st_name != 0 {
+                let sym = symbols[index]
+                add(GElf_Sym(st_name: sym.st_name, st_info: sym.st_info, st_other: sym.st_other, st_shndx: sym.st_shndx,
+                             st_value: sym.st_value, st_size: sym.st_size), nameOffset: sym.st_name, index: index)
+            }
+        } else {
+            for index in 0..<count {
+                var sym = GElf_Sym()
+                guard gelf_getsym(data, Int32(clamping: index), &sym) != nil else { break }
+                guard sym.st_name != 0 else { continue }
+                add(sym, nameOffset: sym.st_name, index: index)
+            }
         }
-        sortEntries()
     }
 
     /// The function symbols libdwfl gives for the file at `path` (`dwfl_module_getsym_info`): `.dynsym` (or
@@ -86,7 +109,6 @@ struct ElfSymbolTable: Sendable {
             guard name.pointee != 0, add(sym, nameOffset: UInt32(names.count), index: index) else { continue }
             names.append(String(cString: name))
         }
-        sortEntries()
     }
 
     /// Adds `sym` when it is a defined `STT_FUNC`, or a sized `STT_NOTYPE`, symbol with a size; `false` when
@@ -113,6 +135,7 @@ struct ElfSymbolTable: Sendable {
             if lhs.rank != rhs.rank { return lhs.rank < rhs.rank }
             return lhs.index < rhs.index
         }
+        isSorted = true
     }
 
     /// The name of `entry`: from the table's own names, else from the string table section of `elf`.
@@ -124,8 +147,37 @@ struct ElfSymbolTable: Sendable {
     }
 
     /// The entry whose `[value, value + size)` contains `vaddr`: the one starting closest below it, then
-    /// GLOBAL over WEAK over LOCAL binding, then table order; `nil` when none does.
-    func entry(containing vaddr: UInt64) -> Entry? {
+    /// GLOBAL over WEAK over LOCAL binding, then table order; `nil` when none does. A linear scan for the
+    /// first ``scansBeforeSorting`` lookups; the next one sorts the entries (once) and searches them.
+    mutating func entry(containing vaddr: UInt64) -> Entry? {
+        if !isSorted {
+            if scans < ElfSymbolTable.scansBeforeSorting {
+                scans += 1
+                return scan(containing: vaddr)
+            }
+            sortEntries()
+        }
+        return search(containing: vaddr)
+    }
+
+    /// ``entry(containing:)`` by one pass over the entries in any order.
+    private func scan(containing vaddr: UInt64) -> Entry? {
+        entries.withUnsafeBufferPointer { entries -> Entry? in
+            var best: Entry?
+            for entry in entries where entry.value <= vaddr && vaddr - entry.value < entry.size {
+                if let found = best {
+                    guard entry.value > found.value
+                        || (entry.value == found.value
+                            && (entry.rank, entry.index) < (found.rank, found.index)) else { continue }
+                }
+                best = entry
+            }
+            return best
+        }
+    }
+
+    /// ``entry(containing:)`` in the sorted entries.
+    private func search(containing vaddr: UInt64) -> Entry? {
         var index = entries.firstIndex(after: vaddr, by: \.value) - 1
         var best: Entry?
         while index >= 0 {

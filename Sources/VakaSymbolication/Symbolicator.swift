@@ -81,12 +81,21 @@ public final class Symbolicator: Sendable {
         var inode: UInt64
     }
 
+    /// What one lookup asks: the image (``imageKey(imagePath:buildID:)``), the address and the image base.
+    private struct Answer: Hashable {
+        var image: String
+        var address: UInt64
+        var imageBase: UInt64
+    }
+
     /// What one instance has opened and resolved so far.
     private struct Cache {
         var paths: [String: Result<ElfFile, ElfError>] = [:]
         var filesByIdentity: [FileIdentity: ElfFile] = [:]
         var images: [String: ResolvedImage?] = [:]
         var dwarfByFile: [ObjectIdentifier: DwarfFile?] = [:]
+        /// Frames looked up ahead by ``Symbolicator/preload(addresses:)``, until the lookup they answer asks.
+        var answers: [Answer: [SymbolicatedFrame]] = [:]
         var opens = 0
 
         /// The file at `path`: from the cache by path, else by identity, else opened now.
@@ -256,6 +265,9 @@ public final class Symbolicator: Sendable {
                                       debugID: String?) -> [SymbolicatedFrame] {
         let resolved: ResolvedImage?
         if let buildID {
+            let answer = Answer(image: Symbolicator.imageKey(imagePath: imagePath, buildID: buildID.lowercased()),
+                                address: address, imageBase: imageBase)
+            if let frames = cache.withLock({ $0.answers.removeValue(forKey: answer) }) { return frames }
             resolved = resolve(imagePath: imagePath, buildID: buildID)
         } else if let imagePath, let debugID {
             resolved = resolveWithoutBuildID(imagePath: imagePath, debugID: debugID.lowercased())
@@ -263,6 +275,12 @@ public final class Symbolicator: Sendable {
             resolved = nil
         }
         guard let image = resolved else { return [] }
+        return Symbolicator.frames(at: address, in: image, imageBase: imageBase)
+    }
+
+    /// The frames of `address` (runtime) in `image`, loaded at `imageBase`: the body of
+    /// ``symbolicate(address:imagePath:imageBase:buildID:debugID:)`` once the image's files are found.
+    private static func frames(at address: UInt64, in image: ResolvedImage, imageBase: UInt64) -> [SymbolicatedFrame] {
         let vaddr = address &- imageBase &+ image.firstLoadVaddr
         let runtime = { (value: UInt64) in value &- image.firstLoadVaddr &+ imageBase }
         let symbol = image.symbolFile?.symbol(containing: vaddr)
@@ -351,16 +369,35 @@ public final class Symbolicator: Sendable {
     /// Files opened before are shared between the tasks (``ElfFile`` and ``DwarfFile`` are thread-safe).
     /// - Parameter list: the images as (path from the report, GNU build ID in hex).
     public func preload(_ list: [(imagePath: String?, buildID: String)]) {
+        preload(addresses: list.map { (imagePath: $0.imagePath, buildID: $0.buildID, imageBase: 0, address: nil) })
+    }
+
+    /// ``preload(_:)``, and the lookups of the given addresses too, each in its image's task: the frames of
+    /// an address are then looked up (symbol table and DWARF) on the core that opened its image, while the
+    /// other images are opened and looked up on the other cores, and
+    /// ``symbolicate(address:imagePath:imageBase:buildID:debugID:)`` with that address, image path, image
+    /// base and build ID answers with them once (the same frames it would look up itself). Addresses in an
+    /// image resolved by an earlier call (another thread of the same report) are looked up here too, in a
+    /// task of their own.
+    /// - Parameter list: per frame, the image's path from the report (entries without one resolve the
+    ///   image but look nothing up), its GNU build ID in hex, its runtime base and the lookup address in the
+    ///   crashed process (return address minus 1 for a caller frame), or `nil` to only open the image.
+    public func preload(addresses list: [(imagePath: String?, buildID: String, imageBase: UInt64, address: UInt64?)]) {
         struct Work: Sendable {
             var key: String
             var imagePath: String?
             var buildID: String
             var candidates: [String]
+            /// (address, image base) pairs to look up once the image is resolved.
+            var lookups: [(address: UInt64, imageBase: UInt64)] = []
+            /// The image's files when an earlier call resolved them (then the task only looks up).
+            var known: ResolvedImage?
         }
         struct Outcome: Sendable {
             var resolved: ResolvedImage?
             var opened: [String: Result<ElfFile, ElfError>] = [:]
             var dwarf: [ObjectIdentifier: DwarfFile?] = [:]
+            var answers: [Answer: [SymbolicatedFrame]] = [:]
         }
         let locator = locator
         // Images whose cache file is valid are not opened ahead: their addresses are answered from it
@@ -371,21 +408,36 @@ public final class Symbolicator: Sendable {
         }
         let (pending, knownPaths, knownFiles) = cache.withLock { cache in
             var work: [Work] = []
-            var seen = Set<String>()
+            var slots: [String: Int] = [:]
+            var asked = Set<Answer>()
             for item in list {
                 let buildID = item.buildID.lowercased()
                 let key = Symbolicator.imageKey(imagePath: item.imagePath, buildID: buildID)
-                guard cache.images[key] == nil, seen.insert(key).inserted else { continue }
-                work.append(Work(key: key, imagePath: item.imagePath, buildID: buildID,
-                                 candidates: locator.candidates(forBuildID: buildID)))
+                // An image resolved before (a second thread of a report) still gets its lookups done here.
+                let known = cache.images[key]
+                guard known == nil || (known! != nil && item.address != nil && item.imagePath != nil) else { continue }
+                let slot: Int
+                if let known = slots[key] {
+                    slot = known
+                } else {
+                    slot = work.count
+                    slots[key] = slot
+                    work.append(Work(key: key, imagePath: item.imagePath, buildID: buildID,
+                                     candidates: known == nil ? locator.candidates(forBuildID: buildID) : [],
+                                     known: known ?? nil))
+                }
+                if let address = item.address, item.imagePath != nil,
+                   asked.insert(Answer(image: key, address: address, imageBase: item.imageBase)).inserted {
+                    work[slot].lookups.append((address, item.imageBase))
+                }
             }
-            return (work, cache.paths, cache.filesByIdentity)
+            return (work.filter { $0.known == nil || !$0.lookups.isEmpty }, cache.paths, cache.filesByIdentity)
         }
         guard !pending.isEmpty else { return }
         // The image files are opened here, one after the other (headers only: a fraction of a millisecond
         // each, and the tasks use them), to see which carry DWARF.
         var opened: [String: Result<ElfFile, ElfError>] = [:]
-        for item in pending {
+        for item in pending where item.known == nil {
             guard let path = item.imagePath, path.hasPrefix("/"), opened[path] == nil, knownPaths[path] == nil else { continue }
             if let identity = Symbolicator.identity(ofPath: path), knownFiles[identity] != nil { continue }
             opened[path] = Symbolicator.open(path)
@@ -403,6 +455,7 @@ public final class Symbolicator: Sendable {
         // each is capped below 2^40 (1 TiB) so the sums and class offsets cannot overflow.
         func capped(_ size: Int64) -> Int64 { min(max(size, 0), (1 << 40) - 1) }
         func cost(_ item: Work) -> Int64 {
+            if item.known != nil { return 0 }  // lookups only, in files opened before
             if !item.candidates.isEmpty {
                 let files = [capped(size(item.imagePath))] + item.candidates.prefix(64).map { capped(size($0)) }
                 return (1 << 48) + files.reduce(0, +)
@@ -433,8 +486,15 @@ public final class Symbolicator: Sendable {
                 outcome.dwarf[ObjectIdentifier(file)] = .some(dwarf)
                 return dwarf
             }
-            outcome.resolved = Symbolicator.resolve(imagePath: item.imagePath, buildID: item.buildID, locator: locator,
-                                                    candidates: { item.candidates }, open: open, dwarf: dwarf)
+            outcome.resolved = item.known
+                ?? Symbolicator.resolve(imagePath: item.imagePath, buildID: item.buildID, locator: locator,
+                                        candidates: { item.candidates }, open: open, dwarf: dwarf)
+            if let image = outcome.resolved {
+                for lookup in item.lookups {
+                    outcome.answers[Answer(image: item.key, address: lookup.address, imageBase: lookup.imageBase)] =
+                        Symbolicator.frames(at: lookup.address, in: image, imageBase: lookup.imageBase)
+                }
+            }
             let result = outcome
             outcomes.withLock { $0[index] = result }
         }
@@ -448,6 +508,7 @@ public final class Symbolicator: Sendable {
                     if case .success(let file) = result { cache.remember(file) }
                 }
                 for (file, dwarf) in outcome.dwarf where cache.dwarfByFile[file] == nil { cache.dwarfByFile[file] = .some(dwarf) }
+                cache.answers.merge(outcome.answers) { old, _ in old }
             }
         }
     }

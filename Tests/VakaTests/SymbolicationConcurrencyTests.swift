@@ -91,6 +91,49 @@ final class SymbolicationConcurrencyTests: XCTestCase {
         XCTAssertEqual(mismatches.all, [])
     }
 
+    /// ``Symbolicator/preload(addresses:)`` from several threads at once on one ``Symbolicator``: each thread
+    /// preloads every address of a function at several paths of one library (images some other thread may
+    /// have resolved already, whose lookups then run in tasks of their own), then symbolicates them. All get
+    /// the frames a fresh single-threaded ``Symbolicator`` gives.
+    func testPreloadsAddressesFromSeveralThreads() throws {
+        let dir = try ScratchDirs.directory(for: self)
+        let library = try NativeFixture.compile("libinline.so", in: dir)
+        let outer = try XCTUnwrap(try NativeFixture.symbol("vaka_fixture_outer", in: library))
+        let buildID = try XCTUnwrap(try ElfFile(path: library).buildID)
+        var copies = [library]
+        for index in 0..<3 {
+            let copy = dir.appendingPathComponent("copy-\(index)/libinline.so")
+            try FileManager.default.createDirectory(at: copy.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: library, toPath: copy.path)
+            copies.append(copy.path)
+        }
+        let paths = copies
+        let base: UInt64 = 0x7f30_0000_0000
+        let addresses = (0..<outer.size).map { base + outer.value + $0 }
+        let reference = Symbolicator(systemDebugDirectory: nil)
+        let expected = addresses.map { reference.symbolicate(address: $0, imagePath: library, imageBase: base, buildID: buildID) }
+        XCTAssertEqual(expected.first?.last?.symbol, "vaka_fixture_outer")
+        XCTAssertNotNil(expected.first?.last?.line)
+
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        let mismatches = PerThread(count: Self.threads)
+        onSeveralThreads { thread in
+            let mine = paths.indices.map { paths[($0 + thread) % paths.count] }
+            symbolicator.preload(addresses: mine.flatMap { path in
+                addresses.map { (imagePath: path, buildID: buildID, imageBase: base, address: $0) }
+            })
+            for path in mine {
+                for (index, address) in addresses.enumerated() {
+                    let frames = symbolicator.symbolicate(address: address, imagePath: path, imageBase: base, buildID: buildID)
+                    if frames != expected[index] {
+                        mismatches.append("\(path) 0x\(String(address, radix: 16)): \(frames)", thread: thread)
+                    }
+                }
+            }
+        }
+        XCTAssertEqual(mismatches.all, [])
+    }
+
     /// Two libraries with zlib-compressed DWARF (`objcopy --compress-debug-sections=zlib`) symbolicated from
     /// several threads at once, each inflating its sections with a second thread of its own
     /// (`vaka_dw_inflate_sections`): through one shared ``Symbolicator`` (preloading both) and through one

@@ -94,6 +94,71 @@ final class ElfFileTests: XCTestCase {
         XCTAssertEqual(info.symbolAddress, getpid)
     }
 
+    /// A symbol table answers its first lookups by scanning its entries and sorts them at a later one
+    /// (``ElfFile/symbol(containing:)``): both ways give the same symbol for every address. Two opens of libc
+    /// (its `.dynsym` has GLOBAL and WEAK aliases at one address, so the tie-breaks are exercised) look up the
+    /// same 96 addresses spread over its code, one first to last and one last to first, so each address is
+    /// answered by a scan in one file and by the sorted table in the other.
+    func testScannedAndSortedSymbolTablesGiveTheSameSymbols() throws {
+        let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
+        let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
+        let forward = try ElfFile(path: libc.path)
+        let backward = try ElfFile(path: libc.path)
+        let step = forward.loadSpan / 97
+        let addresses = (1...96).map { forward.firstLoadVaddr + UInt64($0) * step } + [forward.vaddr(ofRuntimeAddress: getpid, imageBase: libc.base)]
+        let scannedFirst = addresses.map { forward.symbol(containing: $0) }
+        let sortedFirst = Array(addresses.reversed().map { backward.symbol(containing: $0) }.reversed())
+        XCTAssertEqual(scannedFirst, sortedFirst)
+        XCTAssertGreaterThan(scannedFirst.compactMap { $0 }.count, 16, "addresses in exported functions")
+        // getpid is exported at one address as GLOBAL __getpid and WEAK getpid: the GLOBAL one wins both ways.
+        let last = try XCTUnwrap(scannedFirst.last ?? nil)
+        XCTAssertEqual(last.address, forward.vaddr(ofRuntimeAddress: getpid, imageBase: libc.base))
+        XCTAssertEqual(last.name, "__getpid")
+    }
+
+    /// ``Symbolicator/preload(addresses:)`` looks the addresses up ahead; a later
+    /// ``Symbolicator/symbolicate(address:imagePath:imageBase:buildID:debugID:)`` answers with the same frames
+    /// (function, file, line, symbol address) as a symbolicator that looks them up itself, also for an
+    /// address asked with another image base than the one preloaded.
+    func testPreloadedAddressesGiveTheFramesOfALookup() throws {
+        let marker = markerFunctionAddress()
+        let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
+        let own = try XCTUnwrap(try TestSupport.image(containing: marker))
+        let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
+        let ownID = try XCTUnwrap(try ElfFile(path: own.path).buildID)
+        let libcID = try XCTUnwrap(try ElfFile(path: libc.path).buildID)
+        let asked: [(path: String, base: UInt64, buildID: String, address: UInt64)] = [
+            (own.path, own.base, ownID, marker + 2), (libc.path, libc.base, libcID, getpid + 1),
+            (own.path, own.base, ownID, marker), (libc.path, libc.base, libcID, getpid),
+        ]
+        let ahead = Symbolicator(systemDebugDirectory: nil)
+        ahead.preload(addresses: asked.map { (imagePath: $0.path, buildID: $0.buildID, imageBase: $0.base, address: $0.address) })
+        let direct = Symbolicator(systemDebugDirectory: nil)
+        // First the marker's address in a process where the image was loaded 3 bytes lower: another lookup
+        // than the preloaded one (its frames differ), asked before the preloaded answer is taken.
+        let shifted = own.base - 3
+        let shiftedFrames = ahead.symbolicate(address: marker + 2, imagePath: own.path, imageBase: shifted, buildID: ownID)
+        XCTAssertEqual(shiftedFrames, direct.symbolicate(address: marker + 2, imagePath: own.path, imageBase: shifted, buildID: ownID))
+        XCTAssertNotEqual(shiftedFrames.last?.symbolAddress, marker)
+        for item in asked {
+            let expected = direct.symbolicate(address: item.address, imagePath: item.path, imageBase: item.base, buildID: item.buildID)
+            XCTAssertFalse(expected.isEmpty)
+            XCTAssertEqual(ahead.symbolicate(address: item.address, imagePath: item.path, imageBase: item.base, buildID: item.buildID),
+                           expected)
+        }
+        let markerFrame = try XCTUnwrap(direct.symbolicate(address: marker + 2, imagePath: own.path, imageBase: own.base,
+                                                           buildID: ownID).last)
+        XCTAssertEqual(markerFrame.symbolAddress, marker)
+        XCTAssertNotNil(markerFrame.file, "the test executable's DWARF gives a file: \(markerFrame)")
+        // A second call (another thread of a report) with images resolved by the first: looked up too.
+        ahead.preload(addresses: [(imagePath: own.path, buildID: ownID, imageBase: own.base, address: marker + 4),
+                                  (imagePath: libc.path, buildID: libcID, imageBase: libc.base, address: getpid + 2)])
+        XCTAssertEqual(ahead.symbolicate(address: marker + 4, imagePath: own.path, imageBase: own.base, buildID: ownID),
+                       direct.symbolicate(address: marker + 4, imagePath: own.path, imageBase: own.base, buildID: ownID))
+        XCTAssertEqual(ahead.symbolicate(address: getpid + 2, imagePath: libc.path, imageBase: libc.base, buildID: libcID),
+                       direct.symbolicate(address: getpid + 2, imagePath: libc.path, imageBase: libc.base, buildID: libcID))
+    }
+
     func testSymbolicatorNeedsTheSameBuildIDAndOpensEachFileOnce() throws {
         let address = markerFunctionAddress()
         let image = try XCTUnwrap(try TestSupport.image(containing: address))

@@ -347,15 +347,16 @@ public struct FatalEventBuilder {
         var frames: [Frame] = []
         frames.reserveCapacity(reportFrames.count)
         if let symbolicator {
-            // Open the images' files (symbol tables, DWARF) several at a time before the lookups.
-            var used: [(imagePath: String?, buildID: String)] = []
+            // Open the images' files (symbol tables, DWARF) and look the frames up, several images at a time.
+            var used: [(imagePath: String?, buildID: String, imageBase: UInt64, address: UInt64?)] = []
             for (index, reportFrame) in reportFrames.enumerated() {
-                if let (imageIndex, image) = image(for: FatalEventBuilder.lookupAddress(reportFrame, index: index), in: stack),
-                   allowed.contains(imageIndex), let buildID = image.buildID {
-                    used.append((image.path, buildID))
+                let lookup = FatalEventBuilder.lookupAddress(reportFrame, index: index)
+                if let (imageIndex, image) = image(for: lookup, in: stack), allowed.contains(imageIndex),
+                   let buildID = image.buildID {
+                    used.append((image.path, buildID, image.base, lookup))
                 }
             }
-            symbolicator.preload(used)
+            symbolicator.preload(addresses: used)
         }
         for (index, reportFrame) in reportFrames.enumerated() {
             let lookup = FatalEventBuilder.lookupAddress(reportFrame, index: index)
