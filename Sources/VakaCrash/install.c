@@ -368,6 +368,22 @@ static void prepare_handler_state(int defer)
     if (!defer) warm_up_libunwind();
 }
 
+/* fork()'s prepare hook. A child forked before vaka_crash_finish_install has run (a program that daemonizes right
+ * after start) never gets that call: the thread that makes it is not in the child. So libunwind's warm-up, when
+ * still to do, is done here, in the forking thread before the fork, and the child inherits it (the child makes no
+ * reserve in any case: sig_lifecycle.c). Not in the child itself: another thread of the parent may have been inside
+ * libunwind's one-time initialisation, holding its lock, at the moment of the fork. Skipped when a capture has begun
+ * (a previous handler the crash chained to may fork) or install_lock is held (install or vaka_crash_finish_install
+ * under way, maybe on this very thread, interrupted by a signal handler that forks): that child unwinds by frame
+ * pointers. */
+static void finish_unwind_before_fork(void)
+{
+    if (atomic_load(&vaka_state.unwind_ready) || vaka_rt_crash_started()) return;
+    if (pthread_mutex_trylock(&install_lock) != 0) return;
+    if (atomic_load(&vaka_state.installed) && !vaka_rt_crash_started()) warm_up_libunwind();
+    pthread_mutex_unlock(&install_lock);
+}
+
 int vaka_crash_install(const vaka_crash_config *config)
 {
     if (config == NULL || config->report_dir == NULL || config->run_id == NULL) return EINVAL;
@@ -402,7 +418,8 @@ int vaka_crash_install(const vaka_crash_config *config)
     vaka_rt_rearm();
     vaka_state.owner_pid = getpid();
     static int atfork_registered;
-    if (!atfork_registered && pthread_atfork(NULL, NULL, vaka_sig_after_fork_child) == 0) atfork_registered = 1;
+    if (!atfork_registered && pthread_atfork(finish_unwind_before_fork, NULL, vaka_sig_after_fork_child) == 0)
+        atfork_registered = 1;
     static int atexit_registered;
     if (!atexit_registered && atexit(vaka_sig_at_exit) == 0) atexit_registered = 1;
     prepare_handler_state(defer);

@@ -133,7 +133,7 @@ final class StartPathTests: XCTestCase {
         let under = file.appendingPathComponent("sub/dir")
         XCTAssertThrowsError(try PrivateFiles.makeDirectory(under)) { error in
             let failure = error as? DeliveryIOError
-            XCTAssertEqual(failure?.operation, "mkdir")
+            XCTAssertEqual(failure?.operation, "stat")
             XCTAssertEqual(failure?.code, ENOTDIR, "\(error)")
             XCTAssertTrue(String(describing: error).contains(file.path), "\(error)")
         }

@@ -60,7 +60,8 @@ typedef struct vaka_crash_config {
      *  vaka_crash_finish_install(), which the caller runs later on a thread of its choosing: the report's space
      *  reserve (a crash before it opens the report file normally) and libunwind's one-time initialisation (a
      *  crash before it unwinds every thread by frame pointers and stack scan: `fp`/`scan` frames instead of
-     *  `cfi`). Keeps about 0.1 ms of system calls off the installing thread. */
+     *  `cfi`). Keeps about 0.1 ms of system calls off the installing thread. A fork() before that call warms
+     *  libunwind up in the forking thread first (fork's prepare hook), so the child unwinds with it. */
     int defer_preparation;
 } vaka_crash_config;
 

@@ -233,17 +233,22 @@ enum PrivateFiles {
 
     /// Creates `url` and missing parents with mode 0700 and makes sure `url` itself is 0700, with `stat(2)`,
     /// `mkdir(2)` and `chmod(2)` only: a directory there already at 0700 is one `stat`; a missing one, one `stat`,
-    /// one `mkdir` and one `stat`. Missing parents are made first (mode 0700 less the umask, as `mkdir -p`
-    /// does), found from the first `ENOENT` upwards. (`FileManager.createDirectory`'s first use in a process
-    /// costs more than these calls: about 0.9 M instructions, callgrind.)
+    /// one `mkdir` and one `stat`. Missing parents are made first, found from the first `ENOENT` upwards, as
+    /// `mkdir -p` makes them: mode 0700 less the umask, plus the owner's write and search bits when the umask
+    /// took them (under a umask such as 0277 a parent would otherwise be made that its own child cannot be made
+    /// in). (`FileManager.createDirectory`'s first use in a process costs more than these calls: about 0.9 M
+    /// instructions, callgrind.)
     /// - Throws: ``DeliveryIOError`` naming the failed call (`mkdir`, `chmod`, `stat`) and the path it was
     ///   called on: e.g. `mkdir` with `EEXIST` when a file that is not a directory is in the way, `EROFS` on a
-    ///   read-only file system, `ENAMETOOLONG` past `PATH_MAX`.
+    ///   read-only file system, `stat` with `ENAMETOOLONG` past `PATH_MAX` or `ELOOP` for a symlink loop.
     static func makeDirectory(_ url: URL) throws {
         let path = url.fileSystemPath
         var existing = stat()
         if stat(path, &existing) != 0 {
-            try makeDirectoryAndParents(path)
+            // Only a missing path is made: any other failure (ELOOP, EACCES, ENOTDIR...) is the one to name.
+            let code = errno
+            guard code == ENOENT else { throw DeliveryIOError(operation: "stat", path: path, code: code) }
+            _ = try makeDirectoryAndParents(path)
             if stat(path, &existing) != 0 { throw DeliveryIOError(operation: "stat", path: path, code: errno) }
         }
         guard existing.st_mode & S_IFMT == S_IFDIR else { throw DeliveryIOError(operation: "mkdir", path: path, code: EEXIST) }
@@ -252,21 +257,27 @@ enum PrivateFiles {
         if chmod(path, 0o700) != 0 { throw DeliveryIOError(operation: "chmod", path: path, code: errno) }
     }
 
-    /// `mkdir(path, 0700)`; when a parent is missing (`ENOENT`), the parents first (recursively). A directory
-    /// made meanwhile by another thread or process (`EEXIST` on a directory) is success.
+    /// `mkdir(path, 0700)`; when a parent is missing (`ENOENT`), the parents first (recursively), each given
+    /// the owner's write and search bits when the umask took them (`mkdir -p`'s `u+wx`). A directory made
+    /// meanwhile by another thread or process (`EEXIST` on a directory) is success.
+    /// - Returns: `true` when this call made `path`, `false` when it was there (made meanwhile by another thread or process).
     /// - Throws: ``DeliveryIOError`` for the first call that failed.
-    private static func makeDirectoryAndParents(_ path: String) throws {
-        if mkdir(path, 0o700) == 0 { return }
+    private static func makeDirectoryAndParents(_ path: String) throws -> Bool {
+        if mkdir(path, 0o700) == 0 { return true }
         var code = errno
         if code == ENOENT, let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")), slash != path.startIndex {
             let parent = String(path[..<slash])
-            try makeDirectoryAndParents(parent)
-            if mkdir(path, 0o700) == 0 { return }
+            var made = stat()
+            if try makeDirectoryAndParents(parent), stat(parent, &made) == 0, made.st_mode & 0o300 != 0o300,
+               chmod(parent, (made.st_mode & 0o7777) | 0o300) != 0 {
+                throw DeliveryIOError(operation: "chmod", path: parent, code: errno)
+            }
+            if mkdir(path, 0o700) == 0 { return true }
             code = errno
         }
         if code == EEXIST {
             var info = stat()
-            if stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { return }
+            if stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { return false }
         }
         throw DeliveryIOError(operation: "mkdir", path: path, code: code)
     }
