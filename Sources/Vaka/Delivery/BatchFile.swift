@@ -239,6 +239,19 @@ enum PrivateFiles {
     /// - Throws: ``DeliveryIOError`` naming the failed call (`mkdir`, `chmod`, `stat`) and the path it was
     ///   called on: e.g. `mkdir` with `EEXIST` when a file that is not a directory is in the way, `EROFS` on a
     ///   read-only file system, `ENAMETOOLONG` past `PATH_MAX`.
+    /// Frees the disk blocks a file holds past its end (space reserved with `fallocate(FALLOC_FL_KEEP_SIZE)`, as
+    /// the crash handler's report reserve): `truncate(2)` to its own size, then its access and modification
+    /// times put back as they were. Does nothing when the file holds no more than its size rounded up to 4 KiB,
+    /// or cannot be read; failures are ignored (the blocks stay until the file is removed).
+    static func releaseBlocksPastEnd(_ path: String) {
+        var before = stat()
+        guard stat(path, &before) == 0, before.st_mode & S_IFMT == S_IFREG,
+              Int64(before.st_blocks) * 512 > (Int64(before.st_size) + 4095) / 4096 * 4096 else { return }
+        guard truncate(path, before.st_size) == 0 else { return }
+        var times = [before.st_atim, before.st_mtim]
+        _ = utimensat(AT_FDCWD, path, &times, 0)
+    }
+
     static func makeDirectory(_ url: URL) throws {
         let path = url.fileSystemPath
         var existing = stat()
