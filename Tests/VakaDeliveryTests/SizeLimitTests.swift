@@ -271,6 +271,14 @@ final class SizeLimitTests: LoopbackServerTestCase {
         let storage = dirs.make()
         let crumbs = (0..<100).map { Breadcrumb(timestamp: Double($0), category: "big", message: "#\($0) " + randomText(20_000)) }
         let crash = try plantCrash(storage, breadcrumbs: crumbs)
+        // As the crash handler leaves it: 64 KiB of reserved blocks past the report's end.
+        let fd = open(crash.report.path, O_WRONLY)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        XCTAssertEqual(fallocate(fd, 1 /* FALLOC_FL_KEEP_SIZE */, 0, 64 * 1024), 0, String(cString: strerror(errno)))
+        close(fd)
+        var planted = stat()
+        XCTAssertEqual(stat(crash.report.path, &planted), 0)
+        XCTAssertGreaterThanOrEqual(Int(planted.st_blocks) * 512, 64 * 1024)
 
         // Launch 1: the server answers 503; the crash is queued, the report and the run directory stay.
         let first = try makeClient(storage)
@@ -278,6 +286,14 @@ final class SizeLimitTests: LoopbackServerTestCase {
         XCTAssertFalse(first.flush(timeout: 1))
         first.end(timeout: 1)
         XCTAssertTrue(FileManager.default.fileExists(atPath: crash.report.path), "not accepted yet: the report stays")
+        // ...without the reserve's blocks past its end, and with its modification time (the cap's order).
+        var waiting = stat()
+        XCTAssertEqual(stat(crash.report.path, &waiting), 0)
+        XCTAssertEqual(waiting.st_size, planted.st_size)
+        XCTAssertLessThanOrEqual(Int(waiting.st_blocks) * 512, (Int(waiting.st_size) + 4095) / 4096 * 4096,
+                                 "a waiting \(waiting.st_size)-byte report holds \(Int(waiting.st_blocks) * 512) bytes of disk")
+        XCTAssertEqual(waiting.st_mtim.tv_sec, planted.st_mtim.tv_sec)
+        XCTAssertEqual(waiting.st_mtim.tv_nsec, planted.st_mtim.tv_nsec)
         XCTAssertTrue(FileManager.default.fileExists(atPath: crash.runDirectory.path))
         XCTAssertEqual(receivedEvents().map(\.id), [crash.eventID])
         XCTAssertFalse(batchFiles(storage).isEmpty)

@@ -231,6 +231,19 @@ enum PrivateFiles {
         return data
     }
 
+    /// Frees the disk blocks a file holds past its end (space reserved with `fallocate(FALLOC_FL_KEEP_SIZE)`, as
+    /// the crash handler's report reserve): `truncate(2)` to its own size, then its access and modification
+    /// times put back as they were. Does nothing when the file holds no more than its size rounded up to 4 KiB,
+    /// or cannot be read; failures are ignored (the blocks stay until the file is removed).
+    static func releaseBlocksPastEnd(_ path: String) {
+        var before = stat()
+        guard stat(path, &before) == 0, before.st_mode & S_IFMT == S_IFREG,
+              Int64(before.st_blocks) * 512 > (Int64(before.st_size) + 4095) / 4096 * 4096 else { return }
+        guard truncate(path, before.st_size) == 0 else { return }
+        var times = [before.st_atim, before.st_mtim]
+        _ = utimensat(AT_FDCWD, path, &times, 0)
+    }
+
     /// Creates `url` and missing parents with mode 0700 and makes sure `url` itself is 0700, with `stat(2)`,
     /// `mkdir(2)` and `chmod(2)` only: a directory there already at 0700 is one `stat`; a missing one, one `stat`,
     /// one `mkdir` and one `stat`. Missing parents are made first, found from the first `ENOENT` upwards, as
