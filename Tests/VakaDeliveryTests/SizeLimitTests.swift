@@ -272,10 +272,13 @@ final class SizeLimitTests: LoopbackServerTestCase {
         let crumbs = (0..<100).map { Breadcrumb(timestamp: Double($0), category: "big", message: "#\($0) " + randomText(20_000)) }
         let crash = try plantCrash(storage, breadcrumbs: crumbs)
         // As the crash handler leaves it: 64 KiB of reserved blocks past the report's end.
-        let fd = open(crash.report.path, O_WRONLY)
-        XCTAssertGreaterThanOrEqual(fd, 0)
-        XCTAssertEqual(fallocate(fd, 1 /* FALLOC_FL_KEEP_SIZE */, 0, 64 * 1024), 0, String(cString: strerror(errno)))
-        close(fd)
+        // (util-linux's fallocate(1): Swift's Glibc module does not import fallocate(2).)
+        let reserve = Process()
+        reserve.executableURL = URL(fileURLWithPath: "/usr/bin/fallocate")
+        reserve.arguments = ["--keep-size", "--length", "65536", crash.report.path]
+        try reserve.run()
+        reserve.waitUntilExit()
+        XCTAssertEqual(reserve.terminationStatus, 0)
         var planted = stat()
         XCTAssertEqual(stat(crash.report.path, &planted), 0)
         XCTAssertGreaterThanOrEqual(Int(planted.st_blocks) * 512, 64 * 1024)
