@@ -116,7 +116,7 @@ let sdkScenarios: [SDKScenario] = [
                 run: { storage in fsizeFlood(storage: storage) }),
     SDKScenario(name: "start-probe", summary: "right after Vaka.start, then after Vaka.flush(timeout: 0), counts the earlier runs' crash reports and the outbox files; prints one JSON object",
                 run: { storage in startProbe(storage: storage) }),
-    SDKScenario(name: "start-storm", summary: "right after Vaka.start, 8 threads each add 200 breadcrumbs and logs \"t<k> log <i>\", set tags and the user, and capture \"storm t<k> <j>\" every 50th (fixed event ids); with $VAKA_STORM_FORK=1 the main thread first forks (right after start) a child that adds a breadcrumb, logs \"child log\", captures \"storm child\" and exits (=crash: crashes after the breadcrumb)",
+    SDKScenario(name: "start-storm", summary: "right after Vaka.start, 8 threads each add 200 breadcrumbs and logs \"t<k> log <i>\", set tags and the user, and capture \"storm t<k> <j>\" every 50th (fixed event ids); with $VAKA_STORM_FORK=1 the main thread first forks (right after start) a child that adds a breadcrumb, logs \"child log\", captures \"storm child\" and exits; with $VAKA_STORM_FORK=crash that child reads through NULL after its breadcrumb instead",
                 run: { _ in startStorm() }),
     SDKScenario(name: "bench", summary: "measures Vaka.start, capture(message:) and addBreadcrumb; prints one JSON object",
                 run: { _ in }),
@@ -455,7 +455,8 @@ func printSDKHelp() {
         path prefixes: Options.inAppInclude / inAppExclude), $VAKA_BEFORE_SEND=drop|edit|reenter|close (a beforeSend hook that drops every
         event, or tags it before_send=edited with extra.before_send_main_thread false/true, or calls setTag,
         addBreadcrumb, the logger, capture(message:) and flush from the hook and tags it before_send=reentered,
-        or calls Vaka.close()). Without
+        or calls Vaka.close()), $VAKA_BEFORE_BREADCRUMB=reenter (a beforeBreadcrumb hook that calls setTag,
+        addBreadcrumb and the logger). Without
         --dsn and $VAKA_DSN, Vaka itself reads $SENTRY_DSN (and $SENTRY_RELEASE, $SENTRY_ENVIRONMENT).
         """)
 }

@@ -6,10 +6,12 @@ let reportUsage = """
     Usage: vaka report convert FILE [--pretty]
 
     Reads a Vaka crash report (docs/report-format.md) and prints the Sentry fatal event for it as JSON on
-    stdout: the signal, the crashed thread's frames (oldest first), registers, the images the frames point
-    into (code_id, debug_id), and for each frame the function (ELF symbol tables or DWARF), file and line
-    (DWARF) and inlined frames, when the files on this machine (or debug files in /usr/lib/debug) have the
-    report's build IDs. For debug files kept elsewhere use `vaka symbolicate FILE --debug-dir DIR`.
+    stdout: the signal, the crashed thread's frames (oldest first), registers, every other thread the report
+    lists (threads.values: name, frames, and a state saying why one was described from /proc), the images
+    the frames point into (code_id, debug_id), and for each frame the function (ELF symbol tables or
+    DWARF), file and line (DWARF) and inlined frames, when the files on this machine (or debug files in
+    /usr/lib/debug) have the report's build IDs. For debug files kept elsewhere use
+    `vaka symbolicate FILE --debug-dir DIR`.
 
     Arguments:
       FILE            The report file, e.g. ~/.local/state/vaka/<app>-<hash>/crashes/<run-id>.crash.

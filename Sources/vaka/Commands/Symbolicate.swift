@@ -28,9 +28,11 @@ let symbolicateUsage = """
                         unchanged; a damaged file is ignored and rewritten. The output is the same.
       --pretty          Indent the JSON.
       --stats           Print one JSON line to stderr: {"frames","resolved_frames","files_opened","cache_hits",
-                        "symbolicate_ms","cpu_ms"}: addresses answered from --cache, wall and CPU (user +
-                        system, all threads) milliseconds spent reading, converting and resolving, files
-                        opened and the cache written included.
+                        "symbolicate_ms","cpu_ms"}: the frames counted and how many got a function (the
+                        crashed thread's for a report, whose other threads are resolved but not counted;
+                        every stack trace's for an event JSON), files opened, addresses answered from
+                        --cache, and wall and CPU (user + system, all threads) milliseconds spent reading,
+                        converting and resolving, files opened and the cache written included.
       -h, --help        Show this help.
 
     Exit status: 0 success; 1 FILE or a --debug-dir is missing, unreadable or of the wrong kind, FILE is
