@@ -64,14 +64,20 @@ public final class DebugFileLocator: Sendable {
         return result.filter { seen.insert($0).inserted }
     }
 
-    /// Every ELF file under `directory` (recursively; symbolic links to files followed, to directories not),
-    /// in a stable (sorted) order. Unreadable entries are skipped.
+    /// Every ELF file under `directory` (recursively; symbolic links to files followed, to directories below it
+    /// not; `directory` itself may be a symbolic link to a directory, as SwiftPM's `.build/release` is), in a
+    /// stable (sorted) order, each path starting with `directory` as given. Unreadable entries are skipped.
     public static func elfFiles(under directory: String) -> [String] {
         var result: [String] = []
         if isRegularFile(directory) {
             return hasELFMagic(directory) ? [directory] : []
         }
-        guard let enumerator = FileManager.default.enumerator(atPath: directory) else { return [] }
+        // The enumerator does not descend into a root that is a symbolic link: walk the directory it names.
+        let root = realpath(directory, nil).map { resolved in
+            defer { free(resolved) }
+            return String(cString: resolved)
+        } ?? directory
+        guard let enumerator = FileManager.default.enumerator(atPath: root) else { return [] }
         while let relative = enumerator.nextObject() as? String {
             let path = (directory as NSString).appendingPathComponent(relative)
             if isRegularFile(path) && hasELFMagic(path) { result.append(path) }

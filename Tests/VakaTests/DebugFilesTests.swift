@@ -187,6 +187,18 @@ final class DebugFilesTests: XCTestCase {
                         .candidates(forBuildID: buildID), [library])
         XCTAssertEqual(DebugFileLocator(directories: [out], systemDirectory: nil).candidates(forBuildID: "00" + buildID.dropFirst(2)), [])
 
+        // A directory given as a symbolic link to it (SwiftPM's `.build/release`): collected and searched the same,
+        // with and without a trailing slash, the paths starting with the link.
+        let link = dir.appendingPathComponent("release").path
+        XCTAssertEqual(symlink(dir.appendingPathComponent("build").path, link), 0)
+        for given in [link, link + "/"] {
+            let linkedOut = dir.appendingPathComponent("debug-linked-\(given.count)").path
+            let linked = try DebugFileCollector.collect([given], into: linkedOut)
+            XCTAssertEqual(linked.map(\.destination), ["\(linkedOut)/.build-id/\(buildID.prefix(2))/\(buildID.dropFirst(2)).debug"], given)
+            XCTAssertEqual(DebugFileLocator(directories: [given], systemDirectory: nil).candidates(forBuildID: buildID).count, 1, given)
+            XCTAssertTrue(DebugFileLocator.elfFiles(under: given).allSatisfy { $0.hasPrefix(link) }, given)
+        }
+
         let stripped = dir.appendingPathComponent("libinline-stripped.so").path
         let strip = try runProcess("/usr/bin/objcopy", ["--strip-all", library, stripped])
         XCTAssertEqual(strip.status, 0, strip.stderrText)
