@@ -177,6 +177,12 @@ public final class Symbolicator: Sendable {
         cache.withLock { $0.opens }
     }
 
+    /// How many frames looked up ahead by ``preload(addresses:)`` wait for the lookup they answer (each is
+    /// kept until ``symbolicate(address:imagePath:imageBase:buildID:debugID:)`` asks for it).
+    public var preloadedAnswerCount: Int {
+        cache.withLock { $0.answers.count }
+    }
+
     /// The function containing `address`, from the ELF symbol tables only (no DWARF).
     ///
     /// - Parameters:
@@ -216,6 +222,12 @@ public final class Symbolicator: Sendable {
         let offset = address &- imageBase
         if let cached = symbolCache.frames(buildID: buildID, imagePath: imagePath, offset: offset) {
             cacheHits.withLock { $0 += 1 }
+            // Frames another thread preloaded for this lookup before the cache had them are not needed.
+            if !cache.withLock({ $0.answers.isEmpty }) {
+                let answer = Answer(image: Symbolicator.imageKey(imagePath: imagePath, buildID: buildID), address: address,
+                                    imageBase: imageBase)
+                _ = cache.withLock { $0.answers.removeValue(forKey: answer) }
+            }
             return cached.map {
                 SymbolicatedFrame(symbol: $0.symbol, function: $0.function, symbolAddress: $0.symbolOffset.map { $0 &+ imageBase },
                                   file: $0.file, line: $0.line, column: $0.column, isInlined: $0.inlined)
@@ -401,10 +413,18 @@ public final class Symbolicator: Sendable {
         }
         let locator = locator
         // Images whose cache file is valid are not opened ahead: their addresses are answered from it
-        // (an address it lacks opens the files then).
-        let list = list.filter { item in
+        // (an address it lacks opens the files then). Addresses this run answered and kept for the cache
+        // (another report of the same binary) are answered from there too: only their image is opened.
+        let symbolCache = symbolCache
+        let list = list.compactMap { item -> (imagePath: String?, buildID: String, imageBase: UInt64, address: UInt64?)? in
             let buildID = item.buildID.lowercased()
-            return !(SymbolCache.isUsableBuildID(buildID) && prepareCache(imagePath: item.imagePath, buildID: buildID))
+            guard let symbolCache, SymbolCache.isUsableBuildID(buildID) else { return item }
+            if prepareCache(imagePath: item.imagePath, buildID: buildID) { return nil }
+            if let address = item.address,
+               symbolCache.frames(buildID: buildID, imagePath: item.imagePath, offset: address &- item.imageBase) != nil {
+                return (item.imagePath, item.buildID, item.imageBase, nil)
+            }
+            return item
         }
         let (pending, knownPaths, knownFiles) = cache.withLock { cache in
             var work: [Work] = []
