@@ -49,3 +49,154 @@ final class PreloadedAnswerTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(symbolicator.cacheHitCount, 200)
     }
 }
+
+/// Symbol tables with ties and overlaps: the first ``ElfFile/symbol(containing:)`` lookups of a table scan
+/// it, later ones search it sorted; both give the same symbol for every address, in 64-bit and 32-bit,
+/// little- and big-endian files, and in a stripped file's `.dynsym`.
+final class SymbolTableTieTests: XCTestCase {
+    /// Assembled by the toolchain's clang and linked by its ld.lld with `.text` at 0x10000 (offsets below
+    /// are from there): aliases (LOCAL, then WEAK before GLOBAL in the table), two sizes at one address, a
+    /// symbol reaching into the next, one nested in another, a size 0 function, a sized `STT_NOTYPE` symbol,
+    /// an `STT_GNU_IFUNC` (not a function symbol: skipped), a label without size, a LOCAL whose size
+    /// covers the symbols after it, and a sized `SHN_ABS` symbol at 0x40.
+    static let source = """
+            .text
+            .p2align 4
+            .type t_local,@function
+        t_local:
+            .type t_weak,@function
+            .weak t_weak
+        t_weak:
+            .type t_global,@function
+            .globl t_global
+        t_global:
+            .fill 16,1,0
+            .size t_local,16
+            .size t_weak,16
+            .size t_global,16
+            .globl g_big
+            .type g_big,@function
+            .globl g_small
+            .type g_small,@function
+        g_big:
+        g_small:
+            .fill 64,1,0
+            .size g_big,64
+            .size g_small,8
+            .globl o1
+            .type o1,@function
+        o1:
+            .fill 16,1,0
+            .globl o2
+            .type o2,@function
+        o2:
+            .fill 32,1,0
+            .size o1,32
+            .size o2,32
+            .globl outer
+            .type outer,@function
+        outer:
+            .fill 10,1,0
+            .type inner,@function
+        inner:
+            .fill 5,1,0
+            .size inner,5
+            .fill 85,1,0
+            .size outer,100
+            .globl zero
+            .type zero,@function
+        zero:
+            .size zero,0
+            .globl notype
+        notype:
+            .fill 16,1,0
+            .size notype,16
+            .globl ifn
+            .type ifn,@gnu_indirect_function
+        ifn:
+            .fill 16,1,0
+            .size ifn,16
+        plain_label:
+            .fill 16,1,0
+            .type huge,@function
+        huge:
+            .fill 32,1,0
+            .size huge,0x100000
+            .type after_huge,@function
+        after_huge:
+            .fill 16,1,0
+            .size after_huge,16
+            .globl abs_sym
+            .set abs_sym, 0x40
+            .size abs_sym, 0x10
+
+        """
+
+    /// The expected symbol (name, offset of its start) at offsets from `.text`, with `.symtab`. ld.lld lists
+    /// g_big before g_small (both GLOBAL, one address): table order picks g_big where both contain.
+    static let expected: [(offset: UInt64, name: String?, start: UInt64)] = [
+        (0x0, "t_global", 0), (0xf, "t_global", 0), (0x10, "g_big", 0x10), (0x17, "g_big", 0x10),
+        (0x18, "g_big", 0x10), (0x4f, "g_big", 0x10), (0x50, "o1", 0x50), (0x5f, "o1", 0x50), (0x60, "o2", 0x60),
+        (0x7f, "o2", 0x60), (0x80, "outer", 0x80), (0x8a, "inner", 0x8a), (0x8e, "inner", 0x8a), (0x8f, "outer", 0x80),
+        (0xe3, "outer", 0x80), (0xe4, "notype", 0xe4), (0xf3, "notype", 0xe4), (0xf4, nil, 0), (0x104, nil, 0),
+        (0x114, "huge", 0x114), (0x134, "after_huge", 0x134), (0x144, "huge", 0x114), (0x114 + 0xfffff, "huge", 0x114),
+        (0x114 + 0x100000, nil, 0),
+    ]
+
+    private func build(target: String, stripped: Bool, in dir: URL) throws -> String {
+        let clang = "/opt/swift/usr/bin/clang", lld = "/opt/swift/usr/bin/ld.lld"
+        guard FileManager.default.isExecutableFile(atPath: clang), FileManager.default.isExecutableFile(atPath: lld) else {
+            throw XCTSkip("the toolchain's clang and ld.lld are needed")
+        }
+        let source = dir.appendingPathComponent("ties.s")
+        try SymbolTableTieTests.source.write(to: source, atomically: true, encoding: .utf8)
+        let object = dir.appendingPathComponent("\(target).o").path
+        let library = dir.appendingPathComponent("lib\(target)\(stripped ? "-stripped" : "").so").path
+        let compiled = try runProcess(clang, ["--target=\(target)", "-c", source.path, "-o", object])
+        XCTAssertEqual(compiled.status, 0, compiled.stderrText)
+        let linked = try runProcess(lld, ["-shared", "--build-id=sha1", "-Ttext=0x10000", "-o", library, object]
+                                    + (stripped ? ["--strip-all"] : []))
+        XCTAssertEqual(linked.status, 0, linked.stderrText)
+        return library
+    }
+
+    /// Every address from 16 bytes before `.text` to past its end, and the far end of `huge`: the scanning
+    /// lookups (a fresh file every ``scansBeforeSorting`` lookups) equal the sorted table's, and the
+    /// listed offsets give the expected symbol.
+    private func check(target: String, stripped: Bool = false) throws {
+        let dir = try ScratchDirs.directory(for: self)
+        let path = try build(target: target, stripped: stripped, in: dir)
+        let text: UInt64 = 0x10000
+        let addresses = Array((text - 0x10)...(text + 0x150)) + SymbolTableTieTests.expected.map { text + $0.offset } + [0x40, 0x4f, 0x50]
+        let sortedFile = try ElfFile(path: path)
+        XCTAssertEqual(sortedFile.hasSymtab, !stripped)
+        for _ in 0...32 { _ = sortedFile.symbol(containing: text) }  // the 33rd lookup sorts the table
+        var scannedFile = try ElfFile(path: path)
+        for (number, address) in addresses.enumerated() {
+            if number % 32 == 0 { scannedFile = try ElfFile(path: path) }  // every lookup a scan
+            XCTAssertEqual(scannedFile.symbol(containing: address), sortedFile.symbol(containing: address),
+                           "\(target) 0x\(String(address, radix: 16))")
+        }
+        let onlyDynamic: Set<String> = ["inner", "huge", "after_huge"]
+        for item in SymbolTableTieTests.expected {
+            var name = item.name, start = item.start
+            if stripped, let found = name, onlyDynamic.contains(found) {
+                // Without .symtab: outer contains inner's addresses, nothing covers huge's.
+                (name, start) = found == "inner" ? ("outer", 0x80) : (nil, 0)
+            } else if stripped, name == "g_big", item.offset < 0x18 {
+                name = "g_small"  // listed before g_big in .dynsym
+            }
+            let symbol = sortedFile.symbol(containing: text + item.offset)
+            XCTAssertEqual(symbol?.name, name, "\(target) +0x\(String(item.offset, radix: 16))")
+            if name != nil { XCTAssertEqual(symbol?.address, text + start, "\(target) +0x\(String(item.offset, radix: 16))") }
+        }
+        // A sized SHN_ABS symbol is kept: it covers its (non-code) addresses.
+        XCTAssertEqual(sortedFile.symbol(containing: 0x45)?.name, "abs_sym")
+    }
+
+    func testX86_64() throws { try check(target: "x86_64-linux-gnu") }
+    func testX86_64DynamicSymbolsOnly() throws { try check(target: "x86_64-linux-gnu", stripped: true) }
+    func testI386() throws { try check(target: "i386-linux-gnu") }
+    func testBigEndian64() throws { try check(target: "powerpc64-linux-gnu") }
+    func testBigEndian32() throws { try check(target: "powerpc-linux-gnu") }
+}
