@@ -183,6 +183,41 @@ final class SymbolicationConcurrencyTests: XCTestCase {
         }
         XCTAssertEqual(mismatches.all, [])
     }
+
+    /// One ``Symbolicator`` and one ``ElfFile`` for libc, each looked up from several threads at once, 48
+    /// addresses per thread: the symbol tables are scanned for their first lookups and sorted at a later
+    /// one while the other threads look up. Every answer is the one a table sorted before gives.
+    func testSymbolTablesSortedWhileOtherThreadsLookUp() throws {
+        let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
+        let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
+        let reference = try ElfFile(path: libc.path)
+        let buildID = try XCTUnwrap(reference.buildID)
+        for _ in 0...32 { _ = reference.symbol(containing: reference.firstLoadVaddr) }  // sorted from here
+        let perThread = 48
+        let step = reference.loadSpan / UInt64(Self.threads * perThread + 1)
+        let vaddrs = (1...(Self.threads * perThread)).map { reference.firstLoadVaddr + UInt64($0) * step }
+        let expected = vaddrs.map { reference.symbol(containing: $0) }
+        XCTAssertGreaterThan(expected.compactMap { $0 }.count, 16, "addresses in exported functions")
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        let shared = try ElfFile(path: libc.path)
+        let mismatches = PerThread(count: Self.threads)
+        onSeveralThreads { thread in
+            // Interleaved, so every thread asks throughout the table's scanning lookups.
+            for index in stride(from: thread, to: vaddrs.count, by: Self.threads) {
+                let vaddr = vaddrs[index]
+                let runtime = vaddr &- reference.firstLoadVaddr &+ libc.base
+                let info = symbolicator.lookup(address: runtime, imagePath: libc.path, imageBase: libc.base, buildID: buildID)
+                let symbol = shared.symbol(containing: vaddr)
+                let want = expected[index]
+                if info?.symbol != want?.name || info?.symbolAddress != want.map({ $0.address &- reference.firstLoadVaddr &+ libc.base })
+                    || symbol != want {
+                    mismatches.append("0x\(String(vaddr, radix: 16)): \(String(describing: info)) \(String(describing: symbol))",
+                                      thread: thread)
+                }
+            }
+        }
+        XCTAssertEqual(mismatches.all, [])
+    }
 }
 
 /// Strings collected from several threads, one list per thread (no lock, so the test's own bookkeeping adds
