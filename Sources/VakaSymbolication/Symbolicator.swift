@@ -76,6 +76,11 @@ public final class Symbolicator: Sendable {
     /// their addresses only, so a crafted report cannot make conversion open thousands of files.
     public static let maxImagesPerReport = 256
 
+    /// Most frames looked up ahead by ``preload(addresses:)`` that wait for their lookup (4096: a stack has
+    /// at most 128 frames, and a report's stacks are preloaded one at a time): when a call would leave more,
+    /// the earlier calls' unasked frames are dropped (a later lookup of theirs reads the files).
+    public static let maxPreloadedAnswers = 4096
+
     private struct FileIdentity: Hashable {
         var device: UInt64
         var inode: UInt64
@@ -178,7 +183,8 @@ public final class Symbolicator: Sendable {
     }
 
     /// How many frames looked up ahead by ``preload(addresses:)`` wait for the lookup they answer (each is
-    /// kept until ``symbolicate(address:imagePath:imageBase:buildID:debugID:)`` asks for it).
+    /// kept until ``symbolicate(address:imagePath:imageBase:buildID:debugID:)`` asks for it, or a cached
+    /// answer replaces it, or a later preload would leave more than ``maxPreloadedAnswers``).
     public var preloadedAnswerCount: Int {
         cache.withLock { $0.answers.count }
     }
@@ -391,6 +397,7 @@ public final class Symbolicator: Sendable {
     /// base and build ID answers with them once (the same frames it would look up itself). Addresses in an
     /// image resolved by an earlier call (another thread of the same report) are looked up here too, in a
     /// task of their own.
+    /// Frames never asked for are kept until a later call would leave more than ``maxPreloadedAnswers``.
     /// - Parameter list: per frame, the image's path from the report (entries without one resolve the
     ///   image but look nothing up), its GNU build ID in hex, its runtime base and the lookup address in the
     ///   crashed process (return address minus 1 for a caller frame), or `nil` to only open the image.
@@ -520,6 +527,11 @@ public final class Symbolicator: Sendable {
         }
         let results = outcomes.withLock { $0 }
         cache.withLock { cache in
+            // Frames preloaded by earlier calls and never asked for are dropped once this call's would make
+            // more than maxPreloadedAnswers: they are then looked up again if asked.
+            if cache.answers.count + results.reduce(0, { $0 + $1.answers.count }) > Symbolicator.maxPreloadedAnswers {
+                cache.answers.removeAll()
+            }
             for (item, outcome) in zip(work, results) {
                 if cache.images[item.key] == nil { cache.images[item.key] = .some(outcome.resolved) }
                 for (path, result) in outcome.opened where cache.paths[path] == nil {

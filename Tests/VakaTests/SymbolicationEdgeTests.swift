@@ -48,6 +48,33 @@ final class PreloadedAnswerTests: XCTestCase {
         XCTAssertEqual(symbolicator.preloadedAnswerCount, 0)
         XCTAssertGreaterThanOrEqual(symbolicator.cacheHitCount, 200)
     }
+
+    /// Frames preloaded and never asked for (a caller that gave up on a report) are not kept for the
+    /// symbolicator's life: a later call that would leave more than ``Symbolicator/maxPreloadedAnswers``
+    /// drops them, and asking for one of them afterwards looks it up in the files.
+    func testUnaskedPreloadedAnswersAreBounded() throws {
+        let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
+        let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
+        let buildID = try XCTUnwrap(try ElfFile(path: libc.path).buildID)
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        let many = Symbolicator.maxPreloadedAnswers + 100
+        symbolicator.preload(addresses: (0..<UInt64(many)).map {
+            (imagePath: libc.path, buildID: buildID, imageBase: libc.base, address: getpid + $0)
+        })
+        XCTAssertEqual(symbolicator.preloadedAnswerCount, many, "one call's frames are all kept")
+        symbolicator.preload(addresses: (0..<UInt64(10)).map {
+            (imagePath: libc.path, buildID: buildID, imageBase: libc.base + 1 << 32, address: getpid + 1 << 32 + $0)
+        })
+        XCTAssertEqual(symbolicator.preloadedAnswerCount, 10)
+        let direct = Symbolicator(systemDebugDirectory: nil)
+        for address in [getpid, getpid + 1, getpid + UInt64(many) - 1] {
+            let frames = symbolicator.symbolicate(address: address, imagePath: libc.path, imageBase: libc.base, buildID: buildID)
+            XCTAssertEqual(frames, direct.symbolicate(address: address, imagePath: libc.path, imageBase: libc.base, buildID: buildID))
+        }
+        XCTAssertEqual(symbolicator.symbolicate(address: getpid + 1 << 32, imagePath: libc.path, imageBase: libc.base + 1 << 32,
+                                                buildID: buildID).first?.symbolAddress, getpid + 1 << 32)
+        XCTAssertEqual(symbolicator.preloadedAnswerCount, 9)
+    }
 }
 
 /// Symbol tables with ties and overlaps: the first ``ElfFile/symbol(containing:)`` lookups of a table scan
