@@ -316,11 +316,16 @@ public final class Symbolicator: Sendable {
                                             isInlined: true))
         }
         // The real function: DWARF's linkage name when it has one, else the symbol table's, else DW_AT_name.
+        // The symbol table's name is taken over DW_AT_name when it is mangled: a Swift name, or a C++ name
+        // of the function DWARF found (GCC gives a local class's methods and lambdas no linkage name).
         let dwarfName = outer.symbol
         let name: String?
         let start: UInt64?
+        let mangledSymbol = symbol.map {
+            $0.name.hasPrefix("$s") || ($0.name.hasPrefix("_Z") && outer.functionStart == $0.address)
+        } ?? false
         if let dwarfName, symbol == nil || dwarfName == symbol?.name || Demangler.demangle(dwarfName) != dwarfName
-            || !(symbol?.name.hasPrefix("$s") ?? false) {
+            || !mangledSymbol {
             name = dwarfName
             start = outer.functionStart ?? symbol.map(\.address)
         } else {

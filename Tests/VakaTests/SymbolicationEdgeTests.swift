@@ -227,3 +227,92 @@ final class SymbolTableTieTests: XCTestCase {
     func testBigEndian64() throws { try check(target: "powerpc64-linux-gnu") }
     func testBigEndian32() throws { try check(target: "powerpc-linux-gnu") }
 }
+
+/// The DWARF function index skips subprogram declarations (methods listed in their type): C++ member
+/// functions defined in the class, out of line, in a local class, constructors, lambdas and template
+/// instances still resolve to the function/file/line binutils `addr2line` gives, and the real function's
+/// raw symbol is the one it gives: the symbol table's mangled name where DWARF has no linkage name (a
+/// local class's methods and a lambda at -O0), not DW_AT_name.
+final class DwarfDeclarationTests: XCTestCase {
+    static let source = """
+        namespace space {
+        struct Shape {
+            int sides;
+            explicit Shape(int s) : sides(s) {}
+            virtual ~Shape() {}
+            virtual int area(int scale) const { return sides * scale + 1; }
+            int outOfLine(int x) const;
+            static int twice(int x);
+        };
+        int Shape::outOfLine(int x) const { return x * sides - 3; }
+        int Shape::twice(int x) { return x * 2; }
+        template <typename T> T addAll(T a, T b) { return a + b + T(1); }
+        }
+
+        extern "C" __attribute__((noinline)) int vaka_cpp_entry(int value) {
+            struct Local {
+                static int helper(int v) { return v * 7 + 2; }
+                int method(int v) const { return helper(v) - 1; }
+            };
+            auto lambda = [value](int w) { return w + value * 5; };
+            space::Shape shape(value);
+            Local local;
+            int sum = shape.area(value) + shape.outOfLine(value) + space::Shape::twice(value);
+            sum += local.method(value) + lambda(value);
+            sum += space::addAll<int>(value, sum) + int(space::addAll<long>(value, 2));
+            return sum;
+        }
+
+        """
+
+    private func check(optimization: String) throws {
+        let dir = try ScratchDirs.directory(for: self)
+        let sourceFile = dir.appendingPathComponent("fixture.cc")
+        try DwarfDeclarationTests.source.write(to: sourceFile, atomically: true, encoding: .utf8)
+        let library = dir.appendingPathComponent("libcpp\(optimization).so").path
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/g++") else { throw XCTSkip("g++ is needed") }
+        let compiled = try runProcess("/usr/bin/g++", ["-shared", "-fPIC", optimization, "-g", "-o", library, sourceFile.path])
+        XCTAssertEqual(compiled.status, 0, compiled.stderrText)
+        // Every function symbol of the fixture, every 3rd byte.
+        let nm = try runProcess("/usr/bin/nm", ["--defined-only", "-S", library])
+        var addresses: [UInt64] = []
+        for line in nm.stdoutText.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 4, ["T", "t", "W"].contains(parts[2]), let value = UInt64(parts[0], radix: 16),
+                  let size = UInt64(parts[1], radix: 16), size > 0 else { continue }
+            addresses += stride(from: value, to: value + size, by: 3)
+        }
+        XCTAssertGreaterThan(addresses.count, 30)
+        let expected = try NativeFixture.addr2line(library, addresses)
+        let file = try ElfFile(path: library)
+        let buildID = try XCTUnwrap(file.buildID)
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        var agreed = 0
+        for address in addresses {
+            let frames = symbolicator.symbolicate(address: address, imagePath: library, imageBase: file.firstLoadVaddr,
+                                                  buildID: buildID)
+            // binutils names a function inlined from a local class (helper, the lambda) by the function the
+            // class is in: inlined frames are compared by file and line, the real function by name too.
+            var ours = frames.map { "\($0.isInlined ? "" : $0.symbol) \($0.file ?? "??")" + ($0.line.map { ":\($0)" } ?? ":0") }
+            var theirs = expected[address] ?? []
+            guard !theirs.contains(where: { $0.hasPrefix("??") || $0.hasSuffix("??:0") || $0.hasSuffix(":?") }) else { continue }
+            theirs = theirs.enumerated().map { $0.offset == theirs.count - 1 ? $0.element : " " + $0.element.split(separator: " ").dropFirst().joined(separator: " ") }
+            if ours.count != theirs.count { ours.append("(\(frames.count) frames)") }
+            XCTAssertEqual(ours, theirs, "\(optimization) 0x\(String(address, radix: 16))")
+            agreed += 1
+        }
+        XCTAssertGreaterThan(agreed, addresses.count / 2)
+        if optimization == "-O0" {
+            // No DW_AT_linkage_name for a local class's method: the symbol table's name, demangled.
+            let helper = try XCTUnwrap(try NativeFixture.symbol("_ZZ14vaka_cpp_entryEN5Local6helperEi", in: library))
+            let frame = try XCTUnwrap(symbolicator.symbolicate(address: helper.value + 4, imagePath: library,
+                                                               imageBase: file.firstLoadVaddr, buildID: buildID).last)
+            XCTAssertEqual(frame.function, "vaka_cpp_entry::Local::helper(int)")
+            XCTAssertEqual(frame.symbolAddress, helper.value)
+            XCTAssertEqual(frame.line, 17)
+        }
+    }
+
+    func testOptimizedCppMembersAgreeWithAddr2line() throws { try check(optimization: "-O2") }
+    func testUnoptimizedCppMembersAgreeWithAddr2line() throws { try check(optimization: "-O0") }
+}
