@@ -185,8 +185,10 @@ final class SymbolicationConcurrencyTests: XCTestCase {
     }
 
     /// One ``Symbolicator`` and one ``ElfFile`` for libc, each looked up from several threads at once, 48
-    /// addresses per thread: the symbol tables are scanned for their first lookups and sorted at a later
-    /// one while the other threads look up. Every answer is the one a table sorted before gives.
+    /// addresses per thread (half of the threads through ``Symbolicator/preload(addresses:)`` and
+    /// ``Symbolicator/symbolicate(address:imagePath:imageBase:buildID:debugID:)``): the symbol tables are
+    /// scanned for their first lookups and sorted at a later one while the other threads look up. Every
+    /// answer is the one a table sorted before gives, and no preloaded frame is left behind.
     func testSymbolTablesSortedWhileOtherThreadsLookUp() throws {
         let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
         let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
@@ -202,21 +204,31 @@ final class SymbolicationConcurrencyTests: XCTestCase {
         let shared = try ElfFile(path: libc.path)
         let mismatches = PerThread(count: Self.threads)
         onSeveralThreads { thread in
-            // Interleaved, so every thread asks throughout the table's scanning lookups.
-            for index in stride(from: thread, to: vaddrs.count, by: Self.threads) {
+            // Interleaved, so every thread asks throughout the table's scanning lookups. Odd threads first
+            // preload their addresses (looked up in preload tasks while the others look up) and then
+            // symbolicate them.
+            let mine = Array(stride(from: thread, to: vaddrs.count, by: Self.threads))
+            let runtime = { (vaddr: UInt64) in vaddr &- reference.firstLoadVaddr &+ libc.base }
+            if thread % 2 == 1 {
+                symbolicator.preload(addresses: mine.map {
+                    (imagePath: libc.path, buildID: buildID, imageBase: libc.base, address: runtime(vaddrs[$0]))
+                })
+            }
+            for index in mine {
                 let vaddr = vaddrs[index]
-                let runtime = vaddr &- reference.firstLoadVaddr &+ libc.base
-                let info = symbolicator.lookup(address: runtime, imagePath: libc.path, imageBase: libc.base, buildID: buildID)
+                let info = thread % 2 == 1
+                    ? symbolicator.symbolicate(address: runtime(vaddr), imagePath: libc.path, imageBase: libc.base, buildID: buildID).last
+                    : symbolicator.lookup(address: runtime(vaddr), imagePath: libc.path, imageBase: libc.base, buildID: buildID)
                 let symbol = shared.symbol(containing: vaddr)
                 let want = expected[index]
-                if info?.symbol != want?.name || info?.symbolAddress != want.map({ $0.address &- reference.firstLoadVaddr &+ libc.base })
-                    || symbol != want {
+                if info?.symbol != want?.name || info?.symbolAddress != want.map({ runtime($0.address) }) || symbol != want {
                     mismatches.append("0x\(String(vaddr, radix: 16)): \(String(describing: info)) \(String(describing: symbol))",
                                       thread: thread)
                 }
             }
         }
         XCTAssertEqual(mismatches.all, [])
+        XCTAssertEqual(symbolicator.preloadedAnswerCount, 0)
     }
 }
 
