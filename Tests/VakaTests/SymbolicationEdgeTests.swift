@@ -49,6 +49,46 @@ final class PreloadedAnswerTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(symbolicator.cacheHitCount, 200)
     }
 
+    /// Odd lists: a wrong image base, addresses below and past the image, duplicates, entries without an
+    /// address or without a path, an image whose build ID is not its file's, one library under two paths
+    /// (a symbolic link) and under two bases, asked in reverse order and some twice: every answer is the
+    /// one a symbolicator that preloaded nothing gives, and nothing preloaded is left once all were asked.
+    func testOddPreloadListsGiveTheFramesOfALookup() throws {
+        let marker = markerFunctionAddress()
+        let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
+        let own = try XCTUnwrap(try TestSupport.image(containing: marker))
+        let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
+        let ownID = try XCTUnwrap(try ElfFile(path: own.path).buildID)
+        let libcID = try XCTUnwrap(try ElfFile(path: libc.path).buildID)
+        let dir = try ScratchDirs.directory(for: self)
+        let link = dir.appendingPathComponent("libc-link.so").path
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: libc.path)
+        typealias Item = (imagePath: String?, buildID: String, imageBase: UInt64, address: UInt64?)
+        let list: [Item] = [
+            (own.path, ownID, own.base, marker + 2), (own.path, ownID, own.base, marker + 2),
+            (own.path, ownID, own.base + 0x1000, marker + 2), (own.path, ownID, own.base, own.base - 1),
+            (own.path, ownID, own.base, UInt64.max), (own.path, ownID, own.base, 0), (own.path, ownID, own.base, nil),
+            (nil, ownID, own.base, marker), (libc.path, ownID, libc.base, getpid), (libc.path, libcID, libc.base, getpid + 1),
+            (link, libcID, libc.base, getpid + 1), (link, libcID, libc.base, getpid + 3),
+            (libc.path, libcID.uppercased(), libc.base - 0x10, getpid + 1), ("/nonexistent/lib.so", libcID, libc.base, getpid),
+        ]
+        let ahead = Symbolicator(systemDebugDirectory: nil)
+        let direct = Symbolicator(systemDebugDirectory: nil)
+        ahead.preload(addresses: list)
+        XCTAssertGreaterThan(ahead.preloadedAnswerCount, 0)
+        var found = 0
+        for item in list.reversed() + list where item.imagePath != nil {
+            let address = item.address ?? item.imageBase
+            let expected = direct.symbolicate(address: address, imagePath: item.imagePath, imageBase: item.imageBase,
+                                              buildID: item.buildID)
+            XCTAssertEqual(ahead.symbolicate(address: address, imagePath: item.imagePath, imageBase: item.imageBase,
+                                             buildID: item.buildID), expected, "\(item)")
+            if !expected.isEmpty { found += 1 }
+        }
+        XCTAssertGreaterThan(found, 8)
+        XCTAssertEqual(ahead.preloadedAnswerCount, 0)
+    }
+
     /// Frames preloaded and never asked for (a caller that gave up on a report) are not kept for the
     /// symbolicator's life: a later call that would leave more than ``Symbolicator/maxPreloadedAnswers``
     /// drops them, and asking for one of them afterwards looks it up in the files.
