@@ -356,3 +356,48 @@ final class DwarfDeclarationTests: XCTestCase {
     func testOptimizedCppMembersAgreeWithAddr2line() throws { try check(optimization: "-O2") }
     func testUnoptimizedCppMembersAgreeWithAddr2line() throws { try check(optimization: "-O0") }
 }
+
+/// A subprogram whose `DW_AT_declaration` is present but false (`DW_FORM_flag` 0) is a definition: the
+/// function index keeps it, as binutils and elfutils do.
+final class DwarfDeclarationFlagTests: XCTestCase {
+    func testFalseDeclarationFlagIsADefinition() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/gcc") else { throw XCTSkip("gcc is needed") }
+        let dir = try ScratchDirs.directory(for: self)
+        let source = dir.appendingPathComponent("flag.c")
+        try "__attribute__((visibility(\"hidden\"))) int vaka_flag_fn(int x) { return x * 3 + 1; }\n".write(to: source, atomically: true, encoding: .utf8)
+        let assembly = dir.appendingPathComponent("flag.s")
+        let compiled = try runProcess("/usr/bin/gcc", ["-O1", "-g", "-gdwarf-4", "-S", "-dA", "-fPIC", source.path, "-o", assembly.path])
+        XCTAssertEqual(compiled.status, 0, compiled.stderrText)
+        // The function's DIE gets DW_AT_declaration (DW_FORM_flag) 0 after DW_AT_external: one byte more, so
+        // the unit's length and the references to the DIEs after it (all at 0x5c) move by one.
+        var text = try String(contentsOf: assembly, encoding: .utf8)
+        let die = "\t.uleb128 0x2\t# (DIE (0x2d) DW_TAG_subprogram)\n\t\t\t# DW_AT_external\n"
+        let abbrev = "\t.uleb128 0x2e\t# (TAG: DW_TAG_subprogram)\n\t.byte\t0x1\t# DW_children_yes\n\t.uleb128 0x3f\t# (DW_AT_external)\n\t.uleb128 0x19\t# (DW_FORM_flag_present)\n"
+        let length = "\t.long\t0x60\t# Length of Compilation Unit Info"
+        guard text.contains(die), text.contains(abbrev), text.contains(length) else {
+            return XCTFail("gcc's assembly is not the expected layout:\n\(text)")
+        }
+        text = text.replacingOccurrences(of: die, with: die + "\t.byte\t0\n")
+            .replacingOccurrences(of: abbrev, with: abbrev + "\t.uleb128 0x3c\n\t.uleb128 0xc\n")
+            .replacingOccurrences(of: length, with: "\t.long\t0x61")
+            .replacingOccurrences(of: "\t.long\t0x5c\t#", with: "\t.long\t0x5d\t#")
+        try text.write(to: assembly, atomically: true, encoding: .utf8)
+        let library = dir.appendingPathComponent("libflag.so").path
+        let linked = try runProcess("/usr/bin/gcc", ["-shared", "-o", library, assembly.path])
+        XCTAssertEqual(linked.status, 0, linked.stderrText)
+        let dump = try runProcess("/usr/bin/readelf", ["--debug-dump=info", library])
+        XCTAssertTrue(dump.stdoutText.contains("DW_AT_declaration : 0"), dump.stdoutText)
+        let function = try XCTUnwrap(try NativeFixture.symbol("vaka_flag_fn", in: library))
+        let expected = try NativeFixture.addr2line(library, [function.value + 1])[function.value + 1]
+        XCTAssertEqual(expected, ["vaka_flag_fn \(source.path):1"])
+        // Out of the symbol table (hidden, so not in .dynsym either): the name can only come from DWARF.
+        let stripped = dir.appendingPathComponent("libflag-nosym.so").path
+        let objcopy = try runProcess("/usr/bin/objcopy", ["--strip-symbol=vaka_flag_fn", library, stripped])
+        XCTAssertEqual(objcopy.status, 0, objcopy.stderrText)
+        let file = try ElfFile(path: stripped)
+        XCTAssertNil(file.symbol(containing: function.value + 1))
+        let frames = Symbolicator(systemDebugDirectory: nil).symbolicate(
+            address: function.value + 1, imagePath: stripped, imageBase: file.firstLoadVaddr, buildID: try XCTUnwrap(file.buildID))
+        XCTAssertEqual(frames.map { "\($0.symbol) \($0.file ?? "??"):\($0.line ?? 0)" }, expected)
+    }
+}
