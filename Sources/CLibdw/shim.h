@@ -21,7 +21,7 @@
     X(dwarf_tag) \
     X(dwfl_begin) X(dwfl_build_id_find_elf) X(dwfl_end) X(dwfl_module_build_id) X(dwfl_module_getsym_info) \
     X(dwfl_module_getsymtab) X(dwfl_offline_section_address) X(dwfl_report_begin) X(dwfl_report_end) \
-    X(dwfl_report_offline)
+    X(dwfl_report_offline) X(dwarf_formflag)
 
 /* libdw's functions, each member named and typed as the function it points to. */
 struct vaka_libdw_functions {

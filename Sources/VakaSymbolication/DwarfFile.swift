@@ -316,7 +316,13 @@ private final class DwarfReader {
             while true {
                 let tag = dw.dwarf_tag(&child)
                 var declaration = Dwarf_Attribute()
+                var isDeclaration = false
                 if tag == Int32(DW_TAG_subprogram), dw.dwarf_attr(&child, UInt32(DW_AT_declaration), &declaration) != nil {
+                    // Present and true: a DW_FORM_flag attribute may also say false.
+                    var flag = false
+                    isDeclaration = dw.dwarf_formflag(&declaration, &flag) == 0 && flag
+                }
+                if isDeclaration {
                     // A declaration (a member function in its type, an external function): no code, and the
                     // functions nested in it are the children of its definition, not of it. Swift types list
                     // every method so, with their parameters.

@@ -76,6 +76,11 @@ public final class Symbolicator: Sendable {
     /// their addresses only, so a crafted report cannot make conversion open thousands of files.
     public static let maxImagesPerReport = 256
 
+    /// Most frames looked up ahead by ``preload(addresses:)`` that wait for their lookup (4096: a stack has
+    /// at most 128 frames, and a report's stacks are preloaded one at a time): when a call would leave more,
+    /// the earlier calls' unasked frames are dropped (a later lookup of theirs reads the files).
+    public static let maxPreloadedAnswers = 4096
+
     private struct FileIdentity: Hashable {
         var device: UInt64
         var inode: UInt64
@@ -177,6 +182,13 @@ public final class Symbolicator: Sendable {
         cache.withLock { $0.opens }
     }
 
+    /// How many frames looked up ahead by ``preload(addresses:)`` wait for the lookup they answer (each is
+    /// kept until ``symbolicate(address:imagePath:imageBase:buildID:debugID:)`` asks for it, or a cached
+    /// answer replaces it, or a later preload would leave more than ``maxPreloadedAnswers``).
+    public var preloadedAnswerCount: Int {
+        cache.withLock { $0.answers.count }
+    }
+
     /// The function containing `address`, from the ELF symbol tables only (no DWARF).
     ///
     /// - Parameters:
@@ -216,6 +228,12 @@ public final class Symbolicator: Sendable {
         let offset = address &- imageBase
         if let cached = symbolCache.frames(buildID: buildID, imagePath: imagePath, offset: offset) {
             cacheHits.withLock { $0 += 1 }
+            // Frames another thread preloaded for this lookup before the cache had them are not needed.
+            if !cache.withLock({ $0.answers.isEmpty }) {
+                let answer = Answer(image: Symbolicator.imageKey(imagePath: imagePath, buildID: buildID), address: address,
+                                    imageBase: imageBase)
+                _ = cache.withLock { $0.answers.removeValue(forKey: answer) }
+            }
             return cached.map {
                 SymbolicatedFrame(symbol: $0.symbol, function: $0.function, symbolAddress: $0.symbolOffset.map { $0 &+ imageBase },
                                   file: $0.file, line: $0.line, column: $0.column, isInlined: $0.inlined)
@@ -298,11 +316,16 @@ public final class Symbolicator: Sendable {
                                             isInlined: true))
         }
         // The real function: DWARF's linkage name when it has one, else the symbol table's, else DW_AT_name.
+        // The symbol table's name is taken over DW_AT_name when it is mangled: a Swift name, or a C++ name
+        // of the function DWARF found (GCC gives a local class's methods and lambdas no linkage name).
         let dwarfName = outer.symbol
         let name: String?
         let start: UInt64?
+        let mangledSymbol = symbol.map {
+            $0.name.hasPrefix("$s") || ($0.name.hasPrefix("_Z") && outer.functionStart == $0.address)
+        } ?? false
         if let dwarfName, symbol == nil || dwarfName == symbol?.name || Demangler.demangle(dwarfName) != dwarfName
-            || !(symbol?.name.hasPrefix("$s") ?? false) {
+            || !mangledSymbol {
             name = dwarfName
             start = outer.functionStart ?? symbol.map(\.address)
         } else {
@@ -379,6 +402,7 @@ public final class Symbolicator: Sendable {
     /// base and build ID answers with them once (the same frames it would look up itself). Addresses in an
     /// image resolved by an earlier call (another thread of the same report) are looked up here too, in a
     /// task of their own.
+    /// Frames never asked for are kept until a later call would leave more than ``maxPreloadedAnswers``.
     /// - Parameter list: per frame, the image's path from the report (entries without one resolve the
     ///   image but look nothing up), its GNU build ID in hex, its runtime base and the lookup address in the
     ///   crashed process (return address minus 1 for a caller frame), or `nil` to only open the image.
@@ -401,10 +425,18 @@ public final class Symbolicator: Sendable {
         }
         let locator = locator
         // Images whose cache file is valid are not opened ahead: their addresses are answered from it
-        // (an address it lacks opens the files then).
-        let list = list.filter { item in
+        // (an address it lacks opens the files then). Addresses this run answered and kept for the cache
+        // (another report of the same binary) are answered from there too: only their image is opened.
+        let symbolCache = symbolCache
+        let list = list.compactMap { item -> (imagePath: String?, buildID: String, imageBase: UInt64, address: UInt64?)? in
             let buildID = item.buildID.lowercased()
-            return !(SymbolCache.isUsableBuildID(buildID) && prepareCache(imagePath: item.imagePath, buildID: buildID))
+            guard let symbolCache, SymbolCache.isUsableBuildID(buildID) else { return item }
+            if prepareCache(imagePath: item.imagePath, buildID: buildID) { return nil }
+            if let address = item.address,
+               symbolCache.frames(buildID: buildID, imagePath: item.imagePath, offset: address &- item.imageBase) != nil {
+                return (item.imagePath, item.buildID, item.imageBase, nil)
+            }
+            return item
         }
         let (pending, knownPaths, knownFiles) = cache.withLock { cache in
             var work: [Work] = []
@@ -500,6 +532,11 @@ public final class Symbolicator: Sendable {
         }
         let results = outcomes.withLock { $0 }
         cache.withLock { cache in
+            // Frames preloaded by earlier calls and never asked for are dropped once this call's would make
+            // more than maxPreloadedAnswers: they are then looked up again if asked.
+            if cache.answers.count + results.reduce(0, { $0 + $1.answers.count }) > Symbolicator.maxPreloadedAnswers {
+                cache.answers.removeAll()
+            }
             for (item, outcome) in zip(work, results) {
                 if cache.images[item.key] == nil { cache.images[item.key] = .some(outcome.resolved) }
                 for (path, result) in outcome.opened where cache.paths[path] == nil {

@@ -183,6 +183,53 @@ final class SymbolicationConcurrencyTests: XCTestCase {
         }
         XCTAssertEqual(mismatches.all, [])
     }
+
+    /// One ``Symbolicator`` and one ``ElfFile`` for libc, each looked up from several threads at once, 48
+    /// addresses per thread (half of the threads through ``Symbolicator/preload(addresses:)`` and
+    /// ``Symbolicator/symbolicate(address:imagePath:imageBase:buildID:debugID:)``): the symbol tables are
+    /// scanned for their first lookups and sorted at a later one while the other threads look up. Every
+    /// answer is the one a table sorted before gives, and no preloaded frame is left behind.
+    func testSymbolTablesSortedWhileOtherThreadsLookUp() throws {
+        let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
+        let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
+        let reference = try ElfFile(path: libc.path)
+        let buildID = try XCTUnwrap(reference.buildID)
+        for _ in 0...32 { _ = reference.symbol(containing: reference.firstLoadVaddr) }  // sorted from here
+        let perThread = 48
+        let step = reference.loadSpan / UInt64(Self.threads * perThread + 1)
+        let vaddrs = (1...(Self.threads * perThread)).map { reference.firstLoadVaddr + UInt64($0) * step }
+        let expected = vaddrs.map { reference.symbol(containing: $0) }
+        XCTAssertGreaterThan(expected.compactMap { $0 }.count, 16, "addresses in exported functions")
+        let symbolicator = Symbolicator(systemDebugDirectory: nil)
+        let shared = try ElfFile(path: libc.path)
+        let mismatches = PerThread(count: Self.threads)
+        onSeveralThreads { thread in
+            // Interleaved, so every thread asks throughout the table's scanning lookups. Odd threads first
+            // preload their addresses (looked up in preload tasks while the others look up) and then
+            // symbolicate them.
+            let mine = Array(stride(from: thread, to: vaddrs.count, by: Self.threads))
+            let runtime = { (vaddr: UInt64) in vaddr &- reference.firstLoadVaddr &+ libc.base }
+            if thread % 2 == 1 {
+                symbolicator.preload(addresses: mine.map {
+                    (imagePath: libc.path, buildID: buildID, imageBase: libc.base, address: runtime(vaddrs[$0]))
+                })
+            }
+            for index in mine {
+                let vaddr = vaddrs[index]
+                let info = thread % 2 == 1
+                    ? symbolicator.symbolicate(address: runtime(vaddr), imagePath: libc.path, imageBase: libc.base, buildID: buildID).last
+                    : symbolicator.lookup(address: runtime(vaddr), imagePath: libc.path, imageBase: libc.base, buildID: buildID)
+                let symbol = shared.symbol(containing: vaddr)
+                let want = expected[index]
+                if info?.symbol != want?.name || info?.symbolAddress != want.map({ runtime($0.address) }) || symbol != want {
+                    mismatches.append("0x\(String(vaddr, radix: 16)): \(String(describing: info)) \(String(describing: symbol))",
+                                      thread: thread)
+                }
+            }
+        }
+        XCTAssertEqual(mismatches.all, [])
+        XCTAssertEqual(symbolicator.preloadedAnswerCount, 0)
+    }
 }
 
 /// Strings collected from several threads, one list per thread (no lock, so the test's own bookkeeping adds
