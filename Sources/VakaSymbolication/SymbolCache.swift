@@ -18,8 +18,11 @@ import Foundation
 /// file in the directory, then `rename(2)`).
 /// Thread-safe (one lock).
 final class SymbolCache: Sendable {
-    /// The format version in the header; a file of another version is ignored (and replaced).
-    static let formatVersion = 1
+    /// The format version in the header; a file of another version is ignored (and replaced). Raised whenever
+    /// the answers symbolication gives change (2: C++ functions DWARF names only by `DW_AT_name` answer with the
+    /// symbol table's mangled name, and functions with a false `DW_AT_declaration` are found), so that a cache
+    /// written by an earlier Vaka does not keep its answers.
+    static let formatVersion = 2
     /// Largest cache file read (and written), in bytes (1 MiB).
     static let maxFileBytes = 1 << 20
     /// Most addresses kept per build ID.

@@ -241,7 +241,7 @@ final class SymbolCacheTests: XCTestCase {
         let file = directory + "/\(buildID).symcache"
         XCTAssertTrue(FileManager.default.fileExists(atPath: file))
         let header = String(decoding: try XCTUnwrap(FileManager.default.contents(atPath: file)).prefix(16), as: UTF8.self)
-        XCTAssertEqual(header, "VAKA-SYMCACHE 1 ")
+        XCTAssertEqual(header, "VAKA-SYMCACHE 2 ")
 
         let second = Symbolicator(systemDebugDirectory: nil, cacheDirectory: directory)
         XCTAssertEqual(frames(second), expected)
