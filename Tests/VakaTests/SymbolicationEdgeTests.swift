@@ -54,12 +54,8 @@ final class PreloadedAnswerTests: XCTestCase {
     /// (a symbolic link) and under two bases, asked in reverse order and some twice: every answer is the
     /// one a symbolicator that preloaded nothing gives, and nothing preloaded is left once all were asked.
     func testOddPreloadListsGiveTheFramesOfALookup() throws {
-        let marker = markerFunctionAddress()
-        let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
-        let own = try XCTUnwrap(try TestSupport.image(containing: marker))
-        let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
-        let ownID = try XCTUnwrap(try ElfFile(path: own.path).buildID)
-        let libcID = try XCTUnwrap(try ElfFile(path: libc.path).buildID)
+        let images = try MarkerAndLibc()
+        let (marker, getpid, own, libc, ownID, libcID) = (images.marker, images.getpid, images.own, images.libc, images.ownID, images.libcID)
         let dir = try ScratchDirs.directory(for: self)
         let link = dir.appendingPathComponent("libc-link.so").path
         try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: libc.path)

@@ -22,6 +22,23 @@ func exportedSymbolAddress(_ name: String) -> UInt64? {
     return UInt64(UInt(bitPattern: address))
 }
 
+/// The test bundle's marker function and libc's `getpid`: each address, the image it is in (path, load
+/// address) and that image's build ID (hex).
+struct MarkerAndLibc {
+    let marker: UInt64, getpid: UInt64
+    let own: (path: String, base: UInt64), libc: (path: String, base: UInt64)
+    let ownID: String, libcID: String
+
+    init() throws {
+        marker = markerFunctionAddress()
+        getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
+        own = try XCTUnwrap(try TestSupport.image(containing: marker))
+        libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
+        ownID = try XCTUnwrap(try ElfFile(path: own.path).buildID)
+        libcID = try XCTUnwrap(try ElfFile(path: libc.path).buildID)
+    }
+}
+
 final class DebugIDTests: XCTestCase {
     func testDebugIDVectorsFromTheNotes() {
         XCTAssertEqual(DebugID.fromBuildID("68220ae2c65d65c1b6aaa12fa6765a6ec2f5f434"), "e20a2268-5dc6-c165-b6aa-a12fa6765a6e")
@@ -121,12 +138,8 @@ final class ElfFileTests: XCTestCase {
     /// (function, file, line, symbol address) as a symbolicator that looks them up itself, also for an
     /// address asked with another image base than the one preloaded.
     func testPreloadedAddressesGiveTheFramesOfALookup() throws {
-        let marker = markerFunctionAddress()
-        let getpid = try XCTUnwrap(exportedSymbolAddress("getpid"))
-        let own = try XCTUnwrap(try TestSupport.image(containing: marker))
-        let libc = try XCTUnwrap(try TestSupport.image(containing: getpid))
-        let ownID = try XCTUnwrap(try ElfFile(path: own.path).buildID)
-        let libcID = try XCTUnwrap(try ElfFile(path: libc.path).buildID)
+        let images = try MarkerAndLibc()
+        let (marker, getpid, own, libc, ownID, libcID) = (images.marker, images.getpid, images.own, images.libc, images.ownID, images.libcID)
         let asked: [(path: String, base: UInt64, buildID: String, address: UInt64)] = [
             (own.path, own.base, ownID, marker + 2), (libc.path, libc.base, libcID, getpid + 1),
             (own.path, own.base, ownID, marker), (libc.path, libc.base, libcID, getpid),
