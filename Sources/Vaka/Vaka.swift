@@ -324,12 +324,10 @@ public enum Vaka {
         // pass): it runs on a thread of its own (`vaka.close`) and completes once the hook has returned.
         guard HookThread.current.contains(.beforeSend) else { return finish() }
         detachedEnd.close()
-        let thread = Thread {
-            ThreadName.setCurrent("vaka.close")
+        let thread = OwnThread(name: "vaka.close") {
             finish()
             detachedEnd.open()
         }
-        thread.name = "vaka.close"
         thread.start()
     }
 
