@@ -366,7 +366,7 @@ public enum Vaka {
     public static func defaultRelease() -> String {
         // getenv(3): one variable, not the whole environment copied into a dictionary (this runs in `start`).
         if let env = getenv("VAKA_RELEASE").map({ String(cString: $0) }), !env.isEmpty { return Options.boundedRelease(env) }
-        // The first image of the loaded list is the main program (path from /proc/self/exe). The struct is
+        // The main program's image alone (its path as the crash runtime read it at install). The struct is
         // zeroed with memset and read through raw pointers: its fixed arrays import as tuples of thousands of
         // elements, which Swift would initialise and copy element by element (100 KB of code).
         let size = MemoryLayout<vaka_crash_image>.size
@@ -376,7 +376,7 @@ public enum Vaka {
         let typed = image.bindMemory(to: vaka_crash_image.self, capacity: 1)
         var path = ""
         var buildID = ""
-        if vaka_crash_copy_images(typed, 1) > 0,
+        if vaka_crash_copy_main_image(typed) > 0,
            let pathOffset = MemoryLayout<vaka_crash_image>.offset(of: \.path),
            let pathLengthOffset = MemoryLayout<vaka_crash_image>.offset(of: \.path_len),
            let idOffset = MemoryLayout<vaka_crash_image>.offset(of: \.build_id),
