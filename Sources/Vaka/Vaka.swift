@@ -11,9 +11,9 @@ import VakaSymbolication
 ///
 /// What `start` does, in order, on the caller's thread: creates the storage directory (0700); installs the C
 /// crash runtime under a fresh run id (a random UUID), so a fatal signal writes
-/// `<storage>/crashes/<run-id>.crash`; opens delivery (pending files of earlier runs are sent at once);
-/// registers an `atexit` hook that ends the session as `exited` and flushes (like ``close()``). Then, on a
-/// background thread (`vaka.start`): makes this run's files (`runs/<run-id>/` with its lock, the journal, the
+/// `<storage>/crashes/<run-id>.crash`; makes delivery; registers an `atexit` hook that ends the session as
+/// `exited` and flushes (like ``close()``). Then, on a background thread (`vaka.start`): starts the delivery
+/// thread (with a DSN: `pending/` listed, pending files of earlier runs sent at once); makes this run's files (`runs/<run-id>/` with its lock, the journal, the
 /// anon id, `scope.json`); turns each earlier run's crash report into its fatal event with that run's scope
 /// and `crashed` session (the crash join, see docs/ingest.md), sends `abnormal` for runs that were killed, then
 /// this run's first session update. A breadcrumb, log, scope change or capture that comes before the run's
