@@ -11,9 +11,9 @@ import VakaSymbolication
 ///
 /// What `start` does, in order, on the caller's thread: creates the storage directory (0700); installs the C
 /// crash runtime under a fresh run id (a random UUID), so a fatal signal writes
-/// `<storage>/crashes/<run-id>.crash`; opens delivery (pending files of earlier runs are sent at once);
-/// registers an `atexit` hook that ends the session as `exited` and flushes (like ``close()``). Then, on a
-/// background thread (`vaka.start`): makes this run's files (`runs/<run-id>/` with its lock, the journal, the
+/// `<storage>/crashes/<run-id>.crash`; makes delivery; registers an `atexit` hook that ends the session as
+/// `exited` and flushes (like ``close()``). Then, on a background thread (`vaka.start`): starts the delivery
+/// thread (with a DSN: `pending/` listed, pending files of earlier runs sent at once); makes this run's files (`runs/<run-id>/` with its lock, the journal, the
 /// anon id, `scope.json`); turns each earlier run's crash report into its fatal event with that run's scope
 /// and `crashed` session (the crash join, see docs/ingest.md), sends `abnormal` for runs that were killed, then
 /// this run's first session update. A breadcrumb, log, scope change or capture that comes before the run's
@@ -324,12 +324,10 @@ public enum Vaka {
         // pass): it runs on a thread of its own (`vaka.close`) and completes once the hook has returned.
         guard HookThread.current.contains(.beforeSend) else { return finish() }
         detachedEnd.close()
-        let thread = Thread {
-            ThreadName.setCurrent("vaka.close")
+        let thread = OwnThread(name: "vaka.close") {
             finish()
             detachedEnd.open()
         }
-        thread.name = "vaka.close"
         thread.start()
     }
 
@@ -368,7 +366,7 @@ public enum Vaka {
     public static func defaultRelease() -> String {
         // getenv(3): one variable, not the whole environment copied into a dictionary (this runs in `start`).
         if let env = getenv("VAKA_RELEASE").map({ String(cString: $0) }), !env.isEmpty { return Options.boundedRelease(env) }
-        // The first image of the loaded list is the main program (path from /proc/self/exe). The struct is
+        // The main program's image alone (its path as the crash runtime read it at install). The struct is
         // zeroed with memset and read through raw pointers: its fixed arrays import as tuples of thousands of
         // elements, which Swift would initialise and copy element by element (100 KB of code).
         let size = MemoryLayout<vaka_crash_image>.size
@@ -378,7 +376,7 @@ public enum Vaka {
         let typed = image.bindMemory(to: vaka_crash_image.self, capacity: 1)
         var path = ""
         var buildID = ""
-        if vaka_crash_copy_images(typed, 1) > 0,
+        if vaka_crash_copy_main_image(typed) > 0,
            let pathOffset = MemoryLayout<vaka_crash_image>.offset(of: \.path),
            let pathLengthOffset = MemoryLayout<vaka_crash_image>.offset(of: \.path_len),
            let idOffset = MemoryLayout<vaka_crash_image>.offset(of: \.build_id),

@@ -149,6 +149,26 @@ static int copy_one(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
+size_t vaka_crash_executable_path(char *buf, size_t size)
+{
+    if (buf == NULL || size == 0) return 0;
+    size_t len = 0;
+    int known = 0;
+    /* The install's copy (vaka_state.executable, written under the install lock): no second /proc lookup. */
+    vaka_rt_install_lock();
+    if (atomic_load(&vaka_state.installed) && vaka_state.executable_len > 0) {
+        known = 1;
+        if (vaka_state.executable_len < size) {
+            len = vaka_state.executable_len;
+            memcpy(buf, vaka_state.executable, len);
+        }
+    }
+    vaka_rt_install_unlock();
+    if (!known) return vaka_rt_executable_path(buf, size);
+    buf[len] = '\0';
+    return len;
+}
+
 size_t vaka_crash_copy_images(vaka_crash_image *out, size_t max)
 {
     char executable[VAKA_REPORT_PATH_MAX + 1];
@@ -156,7 +176,28 @@ size_t vaka_crash_copy_images(vaka_crash_image *out, size_t max)
     ctx.out = out;
     ctx.max = out != NULL ? max : 0;
     ctx.count = 0;
-    image_walk_init(&ctx.walk, executable, vaka_rt_executable_path(executable, sizeof executable));
+    image_walk_init(&ctx.walk, executable, vaka_crash_executable_path(executable, sizeof executable));
     dl_iterate_phdr(copy_one, &ctx);
     return ctx.count;
+}
+
+/* copy_one for the first entry with a PT_LOAD segment (the main program), then stops the walk. */
+static int copy_first(struct dl_phdr_info *info, size_t size, void *data)
+{
+    copy_ctx *ctx = data;
+    copy_one(info, size, data);
+    return ctx->count > 0;
+}
+
+size_t vaka_crash_copy_main_image(vaka_crash_image *out)
+{
+    if (out == NULL) return 0;
+    char executable[VAKA_REPORT_PATH_MAX + 1];
+    copy_ctx ctx;
+    ctx.out = out;
+    ctx.max = 1;
+    ctx.count = 0;
+    image_walk_init(&ctx.walk, executable, vaka_crash_executable_path(executable, sizeof executable));
+    dl_iterate_phdr(copy_first, &ctx);
+    return ctx.count > 0 ? 1 : 0;
 }

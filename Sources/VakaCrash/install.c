@@ -30,6 +30,9 @@
 #include <unistd.h>
 
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void vaka_rt_install_lock(void) { pthread_mutex_lock(&install_lock); }
+void vaka_rt_install_unlock(void) { pthread_mutex_unlock(&install_lock); }
 /* 1 when install gave the installing thread its alternate stack (uninstall removes it again). */
 static int gave_alt_stack;
 /* 1 once libunwind's warm-up and the first reserve are done (install without deferral, or

@@ -160,6 +160,10 @@ size_t vaka_images_collect(vaka_image_cache *cache);
  *  readlink("/proc/self/exe") into `buf` (`size` bytes) and NUL-terminated. @return its length in bytes; 0 when
  *  unreadable or when it may have been cut (it filled the buffer). */
 size_t vaka_rt_executable_path(char *buf, size_t size);
+/** Normal context (install.c): takes and releases the lock install, uninstall and vaka_crash_refresh_images()
+ *  hold, for reading what they write (vaka_state.executable). */
+void vaka_rt_install_lock(void);
+void vaka_rt_install_unlock(void);
 /** Signal safe with `r` (the handler: its static note buffer, one crashing thread), normal context without.
  *  The one per-image computation of the install list, vaka_crash_copy_images() and the handler's link-map walk:
  *  from an image's program headers `ph[0..phnum)` and load bias `l_addr`, sets `img` (cleared first) to

@@ -114,6 +114,45 @@ final class DSNTests: XCTestCase {
         XCTAssertThrowsError(try DSN(key: "k", endpoint: "https://h/api/")) { XCTAssertEqual($0 as? DSNError, .endpointPathNotAPI) }
     }
 
+    /// The parts are read as `URLComponents` gives them: user, host and path percent-decoded, the password,
+    /// query and fragment dropped, an empty port absent, leading zeros of a port ignored.
+    func testPartsArePercentDecodedAsURLComponentsGivesThem() throws {
+        let cases: [(dsn: String, key: String, host: String, port: Int?, prefix: String, project: String)] = [
+            ("https://k%41@host/1", "kA", "host", nil, "", "1"),
+            ("https://k@ho%2Dst/1", "k", "ho-st", nil, "", "1"),
+            ("https://k@host/p%61th/1", "k", "host", nil, "/path", "1"),
+            ("https://k:s:t@host/1", "k", "host", nil, "", "1"),
+            ("https://k@host:/1", "k", "host", nil, "", "1"),
+            ("https://k@[::1]:/1", "k", "::1", nil, "", "1"),
+            ("https://k@host:00080/1", "k", "host", 80, "", "1"),
+            ("https://k@host/a/1?x=@/b#frag/c", "k", "host", nil, "/a", "1"),
+            ("http://k@host/9#x", "k", "host", nil, "", "9"),
+        ]
+        for c in cases {
+            let dsn = try DSN(c.dsn)
+            XCTAssertEqual(dsn.publicKey, c.key, c.dsn)
+            XCTAssertEqual(dsn.host, c.host, c.dsn)
+            XCTAssertEqual(dsn.port, c.port, c.dsn)
+            XCTAssertEqual(dsn.pathPrefix, c.prefix, c.dsn)
+            XCTAssertEqual(dsn.projectID, c.project, c.dsn)
+        }
+    }
+
+    /// What no URL can be is refused (`notAURL`), and a port too long for any number is out of range.
+    func testRefusesWhatIsNotAURL() {
+        for input in ["1http://k@host/1", "ht tp://k@host/1", "https:/k@host/1", "https://k@[::1]x/1", "https://k@host/1%2",
+                      "https://k@host/1%zz", "https://k@h@st/1", "https://k\"@host/1", "https://k@host/{1}", "https://k@hôst/1",
+                      "https://k@host:8a/1"] {
+            XCTAssertThrowsError(try DSN(input), input) { XCTAssertEqual($0 as? DSNError, .notAURL, input) }
+        }
+        XCTAssertThrowsError(try DSN("https://k@host:99999999999999999999/1")) { XCTAssertEqual($0 as? DSNError, .invalidPort) }
+        XCTAssertThrowsError(try DSN("https://k@host:65536/1")) { XCTAssertEqual($0 as? DSNError, .invalidPort) }
+        XCTAssertEqual(try DSN("https://k@host:65535/1").port, 65535)
+        XCTAssertThrowsError(try DSN("https://k%20x@host/1")) { XCTAssertEqual($0 as? DSNError, .invalidPublicKey) }
+        XCTAssertThrowsError(try DSN("https://k%C2%A0@host/1")) { XCTAssertEqual($0 as? DSNError, .invalidPublicKey) }  // no-break space
+        XCTAssertThrowsError(try DSN("https://k@host/1%2E2")) { XCTAssertEqual($0 as? DSNError, .invalidProjectID) }
+    }
+
     func testKeyIsNeverPrinted() throws {
         let key = "s3cr3tpublickey0123456789abcdef"
         let dsn = try DSN("https://\(key)@example.com:8443/p/9")

@@ -39,6 +39,43 @@ final class DeliveryTests: XCTestCase {
         XCTAssertTrue(log.lines.contains { $0.contains("http://***@127.0.0.1") }, "\(log.lines)")
     }
 
+    /// A delivery made with `startWorker: false` (as `Vaka.start` makes it) sends nothing and leaves `pending/`
+    /// alone until its thread starts: ``Delivery/startWorker()`` (the `vaka.start` thread's call) opens the
+    /// queue there and sends what a previous run left; ``Delivery/close(timeout:)`` of one never started returns
+    /// at once, keeping what was queued for the next launch.
+    func testWorkerStartedLaterOpensTheQueueAndSendsWhatWasLeft() throws {
+        let storage = dirs.make()
+        let earlier = try make(storage: storage, dsn: "http://k@127.0.0.1:9/1", timeout: 1)
+        try earlier.submit(eventEnvelope(0), durable: true)
+        earlier.close(timeout: 0)
+        XCTAssertEqual(batchFiles(storage).count, 1)
+
+        let config = Delivery.Configuration(storageDirectory: storage, dsn: try DSN(server.dsn), flushInterval: 3600)
+        let d = try Delivery(configuration: config, startWorker: false)
+        deliveries.append(d)
+        Thread.sleep(forTimeInterval: 0.3)
+        XCTAssertEqual(server.requests.count, 0, "nothing sent before the worker starts")
+        d.startWorker()
+        d.startWorker()  // once only
+        XCTAssertEqual(server.waitForRequests(1).count, 1)
+        XCTAssertEqual(receivedEventIDs(server), [eventID(0)])
+        XCTAssertTrue(d.close(timeout: 5))
+
+        // Never started: the close does not wait for a thread (it would wait requestTimeout + 5 s for one).
+        let other = dirs.make()
+        let never = try Delivery(configuration: Delivery.Configuration(storageDirectory: other, dsn: try DSN(server.dsn),
+                                                                       flushInterval: 3600, requestTimeout: 30),
+                                 startWorker: false)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: other.appendingPathComponent("pending").path),
+                       "pending/ is made by the worker or the first use, not by init")
+        try never.submit(eventEnvelope(1))
+        let t0 = Date()
+        XCTAssertFalse(never.close(timeout: 0))
+        XCTAssertLessThan(Date().timeIntervalSince(t0), 20, "close waited for a worker that never started")
+        XCTAssertEqual(batchFiles(other).count, 1, "kept for the next launch")
+        XCTAssertEqual(server.requests.count, 1)
+    }
+
     func testFlushIgnoresLimitsOnCategoriesItDoesNotSend() throws {
         // as Bugsink does on every answer
         for _ in 0..<20 { server.enqueue(.status(200, headers: ["X-Sentry-Rate-Limits": "86400:transaction;span:organization"])) }

@@ -475,6 +475,21 @@ static void test_images(void)
     EXPECT(one[1].base == (uintptr_t)0xababababababababull, "wrote past max");
     end_check();
 
+    begin("images_copy_main_image");
+    memset(one, 0xab, sizeof one);
+    EXPECT(vaka_crash_copy_main_image(one) == 1, "no main image");
+    EXPECT(one[0].base == copied[0].base && one[0].size == copied[0].size, "main image differs from the first");
+    EXPECT(one[0].build_id_len == copied[0].build_id_len &&
+           memcmp(one[0].build_id, copied[0].build_id, one[0].build_id_len) == 0, "build ID differs");
+    EXPECT(one[0].path_len == exe_len && memcmp(one[0].path, exe, exe_len) == 0, "path differs");
+    EXPECT(one[1].base == (uintptr_t)0xababababababababull, "wrote past the one image");
+    EXPECT(vaka_crash_copy_main_image(NULL) == 0, "NULL out");
+    char path[VAKA_REPORT_PATH_MAX + 1];
+    EXPECT(vaka_crash_executable_path(path, sizeof path) == exe_len && memcmp(path, exe, exe_len + 1) == 0,
+           "executable path %.200s vs %.200s", path, exe);
+    EXPECT(vaka_crash_executable_path(path, exe_len) == 0 && path[0] == '\0', "a cut path, not unknown");
+    end_check();
+
     begin("images_copy_equals_install_list");
     vaka_state.executable_len = vaka_rt_executable_path(vaka_state.executable, sizeof vaka_state.executable);
     size_t cached = vaka_images_collect(&unit_cache);

@@ -204,6 +204,22 @@ typedef struct vaka_crash_image {
 size_t vaka_crash_copy_images(vaka_crash_image *out, size_t max);
 
 /**
+ * The main program's image alone (the first entry vaka_crash_copy_images() gives), without looking at the
+ * libraries: what the SDK's default release is made from (its build ID). Thread-safe; not for use in a signal
+ * handler.
+ * @return 1 when `*out` was filled, 0 when no image was found.
+ */
+size_t vaka_crash_copy_main_image(vaka_crash_image *out);
+
+/**
+ * The main program's path, readlink("/proc/self/exe"), into `buf` (`size` bytes) and NUL-terminated: the path
+ * read at install when the handlers are installed (no second readlink), else read now. Thread-safe; not for use
+ * in a signal handler.
+ * @return its length in bytes; 0 when unknown (no /proc, or longer than `size` - 1 bytes: never cut).
+ */
+size_t vaka_crash_executable_path(char *buf, size_t size);
+
+/**
  * Unwinds the calling thread (libunwind, frame-pointer fallback) and stores up to `max` instruction
  * addresses in `out`, newest first, after skipping `skip` frames (0 = the caller of this function).
  * Every address is a return address (look up `addr - 1` to symbolicate the call site).

@@ -93,12 +93,17 @@ final class ClientReports: Sendable {
     /// Most bytes of the file read.
     static let maxFileBytes = 64 * 1024
 
+    /// The storage directory the file is kept in.
+    let storageDirectory: URL
+    // The paths below are made at each use, not at init: `Vaka.start` makes this value, and a URL's
+    // `appendingPathComponent` costs more (its first use in a process, about 45 k instructions for the three) than
+    // the few uses a run has.
     /// `<storage>/client_reports.json`.
-    let url: URL
+    var url: URL { storageDirectory.appendingPathComponent("client_reports.json", isDirectory: false) }
     /// `<storage>/client_reports.lock`.
-    let lockURL: URL
+    var lockURL: URL { storageDirectory.appendingPathComponent("client_reports.lock", isDirectory: false) }
     /// `<storage>/outbox` as a path: where the carrier files of in-flight entries are looked for.
-    let outboxDirectory: String
+    var outboxDirectory: String { storageDirectory.appendingPathComponent("outbox", isDirectory: true).fileSystemPath }
     /// This value's in-flight key in the file: `<pid>:<random token>`.
     let owner: String
     /// `false`: nothing is counted, nothing is sent (``Vaka/Options/sendClientReports``).
@@ -121,9 +126,7 @@ final class ClientReports: Sendable {
 
     /// Client reports kept in `storageDirectory`.
     init(storageDirectory: URL, enabled: Bool = true, log: (@Sendable (String) -> Void)? = nil) {
-        url = storageDirectory.appendingPathComponent("client_reports.json", isDirectory: false)
-        lockURL = storageDirectory.appendingPathComponent("client_reports.lock", isDirectory: false)
-        outboxDirectory = storageDirectory.appendingPathComponent("outbox", isDirectory: true).fileSystemPath
+        self.storageDirectory = storageDirectory
         owner = "\(getpid()):\(RandomID.hex8())"
         self.enabled = enabled
         logSink = log

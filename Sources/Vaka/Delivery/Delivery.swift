@@ -96,7 +96,7 @@ final class Delivery: @unchecked Sendable {
     private var lastOutcome: Uploader.Outcome = .idle
     private var pumps = 0
     private var nextTimer: Date
-    private var thread: Thread?
+    private var thread: OwnThread?
     private var reportedDrops = 0            // queue.stats.droppedUnwritable at the last flush's return
     private var outboxFailures = 0           // outbox writes that failed
     private var reportedOutboxFailures = 0   // outboxFailures at the last flush's return
@@ -119,15 +119,19 @@ final class Delivery: @unchecked Sendable {
         return c
     }
 
-    /// Opens the queue (picking up files of a previous run) and starts the delivery thread; in outbox mode
-    /// only remembers the directory.
+    /// Makes the queue and starts the delivery thread, which first opens the queue (`pending/` created and
+    /// listed: the files of a previous run); in outbox mode only remembers the directory.
     /// - Parameters:
     ///   - configuration: settings.
     ///   - transport: HTTP client; default a ``CurlTransport`` with `requestTimeout` (libcurl is loaded at the first send).
     ///   - clock: time source for backoff and rate limits; default the system clock.
+    ///   - startWorker: start the delivery thread now; with `false` it is started by ``startWorker()`` (what
+    ///     `Vaka.start` does from its `vaka.start` thread, so that its caller creates one thread, not two), or by
+    ///     the first ``flush(timeout:)``. Until then envelopes are queued, not sent.
     /// - Throws: nothing today (a `<storage>/pending` that cannot be created or listed makes the queue hold
     ///   envelopes in memory; see ``PersistentQueue``); kept `throws` for API stability.
-    init(configuration: Configuration, transport: HTTPTransport? = nil, clock: DeliveryClock = SystemDeliveryClock()) throws {
+    init(configuration: Configuration, transport: HTTPTransport? = nil, clock: DeliveryClock = SystemDeliveryClock(),
+         startWorker: Bool = true) throws {
         let sink = configuration.log
         log = { message in sink?(message) }
         self.configuration = Delivery.sanitized(configuration, log: { message in sink?(message) })
@@ -150,18 +154,28 @@ final class Delivery: @unchecked Sendable {
                                     maxBatchSize: config.maxBatchSize,
                                     maxBatchFiles: config.maxBatchFiles,
                                     syncWrites: config.syncWrites, maxMemoryBytes: config.maxMemoryBytes, log: log,
-                                    dropSink: { reason, records in reports.record(reason, serialized: records) })
+                                    dropSink: { reason, records in reports.record(reason, serialized: records) },
+                                    openNow: false)
         queue = q
         uploader = Uploader(queue: q, dsn: dsn,
                             transport: transport ?? CurlTransport(timeout: config.requestTimeout, log: log),
                             clock: clock, requestTimeout: config.requestTimeout, log: log,
                             onEventSettled: config.onEventSettled, clientReports: reports)
-        log("sending to \(dsn) (envelope URL \(dsn.envelopeURL.absoluteString))")
-        let t = Thread { [weak self] in
-            ThreadName.setCurrent("vaka.delivery")
+        if configuration.log != nil { log("sending to \(dsn) (envelope URL \(dsn.envelopeURL.absoluteString))") }
+        if startWorker { self.startWorker() }
+    }
+
+    /// Starts the delivery thread (`vaka.delivery`) unless it was started or ``close(timeout:)`` was called;
+    /// nothing in outbox mode. The thread opens the queue first (``PersistentQueue/open()``), then sends what a
+    /// previous run left in `pending/`.
+    func startWorker() {
+        guard queue != nil else { return }
+        cond.lock(); defer { cond.unlock() }
+        guard thread == nil, !closed else { return }
+        let t = OwnThread(name: "vaka.delivery") { [weak self] in
+            self?.queue?.open()
             self?.run()
         }
-        t.name = "vaka.delivery"
         thread = t
         t.start()
     }
@@ -264,6 +278,7 @@ final class Delivery: @unchecked Sendable {
             reportedOutboxDrops = dropped
             return clean
         }
+        startWorker()
         let deadline = Date().addingTimeInterval(Bounded.timeout(timeout))
         do { try queue.persist() } catch { log("flush: could not write to storage (\(error)); envelopes stay in memory") }
         cond.lock(); defer { cond.unlock() }
@@ -311,6 +326,7 @@ final class Delivery: @unchecked Sendable {
         uploader?.cancel()
         cond.lock()
         closed = true
+        if thread == nil { workerDone = true }  // never started: nothing to wait for
         cond.broadcast()
         // The worker finishes its current request (bounded by requestTimeout) and exits.
         let limit = Date().addingTimeInterval(configuration.requestTimeout + 5)

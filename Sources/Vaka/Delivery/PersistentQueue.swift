@@ -131,12 +131,15 @@ final class PersistentQueue: Sendable {
     ///   - maxMemoryBytes: bytes of envelopes held in memory when writes fail (default 4 MiB).
     ///   - dropSink: told each envelope dropped unsent (`cache_overflow`: a batch file over the cap;
     ///     `queue_overflow`: held in memory and lost), outside the queue's lock.
+    ///   - openNow: create and list `pending/` here; with `false` that is done by the first call that uses the
+    ///     queue (any method or property), or by ``open()`` (`Delivery` leaves it to its thread, off
+    ///     `Vaka.start`'s caller).
     /// - Throws: nothing today: a directory that cannot be created or listed is logged and the queue starts
     ///   empty, holding batches in memory until writes succeed (kept `throws` for API stability).
     init(storageDirectory: URL, maxBatchSize: Int = 50, maxBatchFiles: Int = 200, syncWrites: Bool = false,
          maxMemoryBytes: Int = PersistentQueue.defaultMaxMemoryBytes,
          log: @escaping @Sendable (String) -> Void = { _ in },
-         dropSink: (@Sendable (ClientReports.Reason, [Data]) -> Void)? = nil) throws {
+         dropSink: (@Sendable (ClientReports.Reason, [Data]) -> Void)? = nil, openNow: Bool = true) throws {
         let batchSize = max(1, maxBatchSize)
         settings = Settings(directory: storageDirectory.appendingPathComponent("pending", isDirectory: true),
                             maxBatchSize: batchSize, maxBatchFiles: max(1, maxBatchFiles), syncWrites: syncWrites,
@@ -144,16 +147,20 @@ final class PersistentQueue: Sendable {
                             maxFileBytes: batchSize * (PersistentQueue.maxEnvelopeBytes + 16) + 16)
         self.log = log
         self.dropSink = dropSink
-        var core = Core(settings: settings)
-        core.load()
-        for line in core.notes { log(line) }
-        core.notes = []
-        self.core = Mutex(core)
+        self.core = Mutex(Core(settings: settings))
+        if openNow { open() }
+    }
+
+    /// Creates `<storage>/pending` if needed and picks up the batch files of previous runs, once (every other
+    /// call does it first when it was not done yet).
+    func open() {
+        locked { _ in }
     }
 
     /// Runs `body` on the state with the mutex held, then hands the lines it logged to ``log``.
     private func locked<R: Sendable, E: Error>(_ body: (inout Core) throws(E) -> R) throws(E) -> R {
         let (result, notes, dropped) = core.withLock { core -> (Result<R, E>, [String], [(ClientReports.Reason, Data)]) in
+            if !core.loaded { core.load() }
             let result: Result<R, E>
             do throws(E) { result = .success(try body(&core)) } catch { result = .failure(error) }
             defer { core.notes = []; core.dropped = [] }
@@ -280,8 +287,12 @@ extension PersistentQueue {
         /// Queues a debug line (see ``notes``).
         mutating func log(_ line: String) { notes.append(line) }
 
+        /// Whether ``load()`` ran (``PersistentQueue/open()``).
+        var loaded = false
+
         /// Picks up the batch files of previous runs (and removes temporary files of interrupted writes).
         mutating func load() {
+            loaded = true
             do {
                 try PrivateFiles.makeDirectory(settings.directory)
             } catch {

@@ -83,7 +83,8 @@ final class JournalMover: @unchecked Sendable {
     private let sleeping = Atomic<Bool>(false)
     private let cond = NSCondition()
     private var stopped = false
-    private var thread: Thread?
+    /// Whether the loop runs (on its own thread, or on one that called ``runOnCurrentThread()``); cleared when it ends.
+    private var thread = false
 
     /// Seconds between passes when nothing wakes the thread: 1, or 0.2 in the fallback.
     let interval: TimeInterval
@@ -107,13 +108,9 @@ final class JournalMover: @unchecked Sendable {
     /// Starts the `vaka.journal` thread.
     func start() {
         cond.lock(); defer { cond.unlock() }
-        guard thread == nil, !stopped else { return }
-        let t = Thread { [self] in
-            ThreadName.setCurrent("vaka.journal")
-            run()
-        }
-        t.name = "vaka.journal"
-        thread = t
+        guard !thread, !stopped else { return }
+        let t = OwnThread(name: "vaka.journal") { [self] in run() }
+        thread = true
         t.start()
     }
 
@@ -122,11 +119,10 @@ final class JournalMover: @unchecked Sendable {
     /// process has one thread less to create and to tear down.
     func runOnCurrentThread() {
         cond.lock()
-        guard thread == nil, !stopped else { cond.unlock(); return }
-        thread = Thread.current
+        guard !thread, !stopped else { cond.unlock(); return }
+        thread = true
         cond.unlock()
         ThreadName.setCurrent("vaka.journal")
-        Thread.current.name = "vaka.journal"
         run()
     }
 
@@ -167,13 +163,13 @@ final class JournalMover: @unchecked Sendable {
         cond.lock()
         stopped = true
         cond.broadcast()
-        let running = thread != nil
+        let running = thread
         cond.unlock()
         guard running else { return }
         // The thread's pass holds `passState`: taking it once waits for the pass to end.
         passState.withLock { _ in }
         cond.lock()
-        while thread != nil { _ = cond.wait(until: Date().addingTimeInterval(0.05)) }
+        while thread { _ = cond.wait(until: Date().addingTimeInterval(0.05)) }
         cond.unlock()
     }
 
@@ -202,7 +198,7 @@ final class JournalMover: @unchecked Sendable {
             pass(force: false)
             cond.lock()
         }
-        thread = nil
+        thread = false
         cond.broadcast()
         cond.unlock()
     }

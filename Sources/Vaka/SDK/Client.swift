@@ -128,7 +128,8 @@ final class Client: Sendable {
             maxBatchSize: options.maxBatchSize, log: log,
             onEventSettled: { id, outcome in ledger.settled(id, outcome) })
         configuration.sendClientReports = options.sendClientReports
-        delivery = try Delivery(configuration: configuration)
+        // Its thread is started by the `vaka.start` thread (``begin()``), or by ``finishStart(onStartThread:)``.
+        delivery = try Delivery(configuration: configuration, startWorker: false)
         processor = EventProcessor(options: options, reports: delivery.clientReports)
         var session: SessionState?
         if options.sessionTracking { session = SessionState(did: nil, started: now) }
@@ -262,17 +263,17 @@ final class Client: Sendable {
         _ = Client.forkHookRegistered
         // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
         // run directory's lock with it), as the mover's own thread never held it.
-        let thread = Thread { [weak self] in
-            ThreadName.setCurrent("vaka.start")
+        let thread = OwnThread(name: "vaka.start") { [weak self] in
             // The crash runtime's report reserve and libunwind's warm-up, left out of `Vaka.start`'s install.
             _ = vaka_crash_finish_install()
+            // The delivery thread (with a DSN), started from here rather than by `Vaka.start`'s caller.
+            self?.delivery.startWorker()
             // In two steps: a breadcrumb or log waiting for the journal does not wait for `scope.json` as well.
             self?.setUp(through: .journal)
             self?.setUp(through: .scope)
             guard let mover = self?.finishStartOnStartThread() else { return }
             mover.runOnCurrentThread()
         }
-        thread.name = "vaka.start"
         thread.start()
     }
 
@@ -313,6 +314,7 @@ final class Client: Sendable {
     /// (``end(timeout:)``) gets neither the first update (the `exited` one is then the first) nor a mover thread
     /// (the end drains the journal itself).
     private func finishStart(onStartThread: Bool) {
+        delivery.startWorker()
         setUp()
         joinPreviousRuns()
         let endingNow = ending.load(ordering: .acquiring)

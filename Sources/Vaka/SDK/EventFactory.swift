@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import VakaCrash
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -65,9 +66,22 @@ struct EventFactory: Sendable {
         }
     }
 
-    /// The path of the running executable (`/proc/self/exe`), else `argv[0]`.
+    /// The path of the running executable (`/proc/self/exe`, as the crash runtime read it at install:
+    /// `vaka_crash_executable_path`), else `argv[0]`, else `app`.
     static func executablePath() -> String {
-        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments.first ?? "app"
+        runtimeExecutablePath() ?? CommandLine.arguments.first ?? "app"
+    }
+
+    /// `/proc/self/exe`'s target from the crash runtime (read once, at install; read now when not installed), or
+    /// `nil` when unknown.
+    static func runtimeExecutablePath() -> String? {
+        let size = Int(PATH_MAX) + 1
+        return withUnsafeTemporaryAllocation(of: CChar.self, capacity: size) { buffer -> String? in
+            guard let base = buffer.baseAddress else { return nil }
+            let length = vaka_crash_executable_path(base, size)
+            guard length > 0 else { return nil }
+            return String(decoding: UnsafeRawBufferPointer(start: base, count: length), as: UTF8.self)
+        }
     }
 
     /// `KEY=value` pairs of `/etc/os-release` (quotes removed); empty when unreadable.

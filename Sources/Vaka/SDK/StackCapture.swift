@@ -29,8 +29,8 @@ final class StackCapture: Sendable {
     private let state = Mutex(State())
     private let arch: String
 
-    /// The executable's path (`/proc/self/exe`), read at the first capture.
-    private static let executable: String? = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+    /// The executable's path (`/proc/self/exe` as the crash runtime read it at install), read at the first capture.
+    private static let executable: String? = EventFactory.runtimeExecutablePath()
 
     /// Reads nothing yet: images (and the executable's path) are collected at the first capture.
     init(arch: String) {
