@@ -328,7 +328,9 @@ public enum Vaka {
             finish()
             detachedEnd.open()
         }
-        thread.start()
+        // No thread left: the end is not done (the hook's own thread cannot wait for itself), and the exit does
+        // not wait for it; the run's session is reported `abnormal` by the next launch.
+        if !thread.start() { detachedEnd.open() }
     }
 
     /// The id of the current run (a UUID string, also the crash report's file name), or `nil` before start.

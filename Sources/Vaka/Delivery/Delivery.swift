@@ -177,7 +177,8 @@ final class Delivery: @unchecked Sendable {
             self?.run()
         }
         thread = t
-        t.start()
+        // No thread left: envelopes stay in `pending/` (a later call, or the next launch, sends them).
+        if !t.start() { thread = nil }
     }
 
     /// Hands over one envelope.

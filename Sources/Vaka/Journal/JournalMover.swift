@@ -111,7 +111,8 @@ final class JournalMover: @unchecked Sendable {
         guard !thread, !stopped else { return }
         let t = OwnThread(name: "vaka.journal") { [self] in run() }
         thread = true
-        t.start()
+        // No thread left: the journal keeps its records (a later start, or the next launch's join, moves them).
+        if !t.start() { thread = false }
     }
 
     /// Runs the `vaka.journal` loop on the calling thread (renamed so) until ``stop()``, as ``start()``'s thread

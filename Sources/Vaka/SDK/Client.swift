@@ -274,7 +274,13 @@ final class Client: Sendable {
             guard let mover = self?.finishStartOnStartThread() else { return }
             mover.runOnCurrentThread()
         }
-        thread.start()
+        if !thread.start() {
+            // No thread left (pthread_create: EAGAIN): the crash runtime's deferred part is done here, the run's
+            // files by the first call that needs them or at exit (setUp(through:), end), as when the thread is late.
+            _ = vaka_crash_finish_install()
+            delivery.startWorker()
+            logLine("no thread could be created for Vaka's start; its work is done by the calls that need it")
+        }
     }
 
     /// The client whose journal a `fork()` in this process makes first (``prepareForFork()``): the last one begun
