@@ -273,8 +273,9 @@ void vaka_sig_restore_fsize_limit(void)
 
 
 /* Death follows the report just written: closes it. The reserve's blocks past its end (fallocate with
- * FALLOC_FL_KEEP_SIZE: at most the first of VAKA_RESERVE_SIZES, 64 KiB) stay allocated until the report is
- * removed (the next launch's crash join): freeing them takes an ftruncate, which on ext4 cost 0.1 ms on a quiet
+ * FALLOC_FL_KEEP_SIZE: at most the first of VAKA_RESERVE_SIZES, 64 KiB) stay allocated until the next launch's
+ * crash join removes the report or, when it waits for the server, gives them back: freeing them here takes an
+ * ftruncate, which on ext4 cost 0.1 ms on a quiet
  * file system and 2-3 ms while another thread's writes were being committed to its journal, on the path of
  * every crash. */
 void vaka_sig_close_kept_report(void)
