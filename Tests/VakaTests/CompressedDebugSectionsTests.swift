@@ -202,20 +202,29 @@ final class CompressedDebugSectionsTests: XCTestCase {
         XCTAssertGreaterThan(compared, 48, "eu-addr2line gave a line for most of the sample")
     }
 
-    func testDamagedCompressedDebugInfoGivesSymbolsOnly() throws {
+    /// The compressed fixture, and a copy of it named `name` whose bytes `damage` changed, given the copy's bytes
+    /// and the `.debug_info` section header; with the fixture's build ID and its `sum_squares` symbol.
+    private func damagedFixture(_ name: String, _ damage: (inout Data, ElfSection) throws -> Void) throws
+        -> (original: ElfFile, compressedPath: String, damagedPath: String, buildID: String, target: ElfSymbol) {
         let (_, compressedPath, directory) = try fixture()
         let original = try ElfFile(path: compressedPath)
         let info = try XCTUnwrap(original.sectionHeaders.first { $0.name == ".debug_info" })
         let buildID = try XCTUnwrap(original.buildID)
         let target = try XCTUnwrap(original.symbol(containing: Self.symbolAddress(original, "sum_squares")))
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: compressedPath))
+        try damage(&bytes, info)
+        let damagedPath = directory.appendingPathComponent(name).path
+        try bytes.write(to: URL(fileURLWithPath: damagedPath))
+        return (original, compressedPath, damagedPath, buildID, target)
+    }
 
+    func testDamagedCompressedDebugInfoGivesSymbolsOnly() throws {
         // Garbage in the middle of the zlib stream (after the 24-byte compression header): it no longer inflates
         // to ch_size bytes with a matching checksum.
-        var bytes = try Data(contentsOf: URL(fileURLWithPath: compressedPath))
-        let middle = Int(info.offset) + 24 + Int(info.size - 24) / 2
-        for index in middle..<min(middle + 64, Int(info.offset + info.size)) { bytes[index] ^= 0x5a }
-        let damagedPath = directory.appendingPathComponent("fixture-damaged").path
-        try bytes.write(to: URL(fileURLWithPath: damagedPath))
+        let (original, compressedPath, damagedPath, buildID, target) = try damagedFixture("fixture-damaged") { bytes, info in
+            let middle = Int(info.offset) + 24 + Int(info.size - 24) / 2
+            for index in middle..<min(middle + 64, Int(info.offset + info.size)) { bytes[index] ^= 0x5a }
+        }
 
         let damaged = try ElfFile(path: damagedPath)
         let dwarf = DwarfFile(file: damaged)
@@ -407,16 +416,10 @@ final class CompressedDebugSectionsTests: XCTestCase {
     /// A section header claiming `.debug_info` is 2^64 - 1 bytes long (what `Symbolicator.preload` orders images
     /// by): the image is preloaded and its frames keep their function names, nothing traps.
     func testDebugInfoHeaderClaimingTheLargestSizeIsPreloaded() throws {
-        let (_, compressedPath, directory) = try fixture()
-        let original = try ElfFile(path: compressedPath)
-        let info = try XCTUnwrap(original.sectionHeaders.first { $0.name == ".debug_info" })
-        let buildID = try XCTUnwrap(original.buildID)
-        let target = try XCTUnwrap(original.symbol(containing: Self.symbolAddress(original, "sum_squares")))
         // Elf64_Shdr: sh_name (4), sh_type (4), sh_flags (8), sh_addr (8), sh_offset (8), sh_size (8).
-        var bytes = try Data(contentsOf: URL(fileURLWithPath: compressedPath))
-        try Self.setSectionHeaderField(&bytes, index: info.index, offset: 32, to: UInt64.max)
-        let damagedPath = directory.appendingPathComponent("fixture-huge-info").path
-        try bytes.write(to: URL(fileURLWithPath: damagedPath))
+        let (original, compressedPath, damagedPath, buildID, target) = try damagedFixture("fixture-huge-info") { bytes, info in
+            try Self.setSectionHeaderField(&bytes, index: info.index, offset: 32, to: UInt64.max)
+        }
         XCTAssertEqual(try ElfFile(path: damagedPath).sectionHeaders.first { $0.name == ".debug_info" }?.size, UInt64.max)
 
         let symbolicator = Symbolicator(systemDebugDirectory: nil)
