@@ -75,8 +75,11 @@ extension Client {
         }
         names = capReports(names, in: crashes, runs: &runs)
         // The crash handler keeps the report's reserve blocks past its end (freeing them at death was slow): a
-        // report that waits here for the server gives them back now, its modification time kept (the cap's order).
-        for name in names { PrivateFiles.releaseBlocksPastEnd(crashes.appendingPathComponent(name).fileSystemPath) }
+        // report that may wait here for the server (with a DSN) gives them back now, its modification time kept
+        // (the cap's order). In outbox mode the report is removed once its envelope is written.
+        if delivery.queue != nil {
+            for name in names { PrivateFiles.releaseBlocksPastEnd(crashes.appendingPathComponent(name).fileSystemPath) }
+        }
         // Symbolication answers are kept per build ID in `<storage>/symcache/` (mode 0700), so a program that
         // crashes again in the same build is symbolicated from there (docs/symbolication.md).
         var cache: String?
