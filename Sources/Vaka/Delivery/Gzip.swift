@@ -142,9 +142,10 @@ public enum Gzip {
     }
 }
 
-/// A zlib failure: which call, its status code (`Z_*`), and zlib's message when it gave one.
+/// A zlib failure: which call, its status code (`Z_*`), and zlib's message when it gave one; or zlib that could
+/// not be loaded (``isLibraryMissing``: operation `dlopen`, code `Z_ERRNO`, the message naming the library and why).
 public struct GzipError: Error, CustomStringConvertible {
-    /// The zlib function that failed, e.g. `inflate`.
+    /// The zlib function that failed, e.g. `inflate`, or `dlopen` when zlib could not be loaded.
     public var operation: String
     /// zlib status code (negative `Z_*` constants, e.g. -3 `Z_DATA_ERROR`).
     public var code: Int32
