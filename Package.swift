@@ -21,8 +21,8 @@ let package = Package(
                        providers: [.apt(["libunwind-dev"])]),
         .systemLibrary(name: "CLibelf", path: "Sources/CLibelf", pkgConfig: "libelf",
                        providers: [.apt(["libelf-dev"])]),
-        .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
-                       providers: [.apt(["zlib1g-dev"])]),
+        // Headers only (no pkg-config, whose `--libs zlib` would link libz): CVakaDw opens libz with dlopen.
+        .systemLibrary(name: "CZlib", path: "Sources/CZlib", providers: [.apt(["zlib1g-dev"])]),
         // Headers only (no pkg-config, whose `--libs libdw` would link libdw): CVakaDw opens libdw with dlopen.
         .systemLibrary(name: "CLibdw", path: "Sources/CLibdw", providers: [.apt(["libdw-dev"])]),
 
@@ -40,15 +40,17 @@ let package = Package(
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
         // libdw is opened with dlopen() on first use (CVakaDw), so that it is not loaded at process start.
         .target(name: "VakaSymbolication", dependencies: ["CLibdw", "CVakaDw", "CZlib"]),
-        // vaka_libdw(): libdw's functions through dlopen/dlsym (declared in Sources/CLibdw/shim.h; no -ldw), and
-        // vaka_dw_inflate_sections(): compressed DWARF sections inflated ahead of libdw with libdeflate (opened with
-        // dlopen, compiled against Debian's libdeflate-dev header, no -ldeflate) or zlib.
+        // vaka_libdw(): libdw's functions through dlopen/dlsym (declared in Sources/CLibdw/shim.h; no -ldw),
+        // vaka_zlib(): zlib's, likewise (declared in Sources/CZlib/shim.h; no -lz), for Vaka's gzip and
+        // VakaSymbolication's CRC-32, and vaka_dw_inflate_sections(): compressed DWARF sections inflated ahead of
+        // libdw with libdeflate (opened with dlopen, compiled against Debian's libdeflate-dev header, no
+        // -ldeflate) or zlib.
         .target(name: "CVakaDw", dependencies: ["CZlib"], cSettings: [.define("_GNU_SOURCE")]),
         // The HTTP client: libcurl opened with dlopen() on the delivery thread at the first send (not linked:
         // compiled against Debian's curl headers from libcurl4-openssl-dev, no -lcurl).
         .target(name: "CVakaCurl", cSettings: [.define("_GNU_SOURCE")]),
         // The Swift SDK: public API, report reader, Sentry protocol types.
-        .target(name: "Vaka", dependencies: ["VakaCrash", "VakaSymbolication", "CZlib", "CVakaCurl"]),
+        .target(name: "Vaka", dependencies: ["VakaCrash", "VakaSymbolication", "CZlib", "CVakaDw", "CVakaCurl"]),
         // The `vaka` command-line tool.
         .executableTarget(name: "vaka", dependencies: ["Vaka", "VakaSymbolication"]),
         // The crash harness and its C scenarios.

@@ -1,5 +1,6 @@
 // vaka_dw_inflate: the compressed DWARF sections of an ELF file inflated ahead of libdw. See Sources/CLibdw/shim.h.
 #include "../CLibdw/shim.h"
+#include "../CZlib/shim.h"
 
 #include <dlfcn.h>
 #include <libdeflate.h>
@@ -8,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <zlib.h>
 
 /* libdeflate (libdeflate.so.0, 1.7 or later for libdeflate_zlib_decompress_ex), opened with dlopen on first use;
    NULL functions when it is not installed. */
@@ -79,7 +79,7 @@ static void map_output(struct section *section) {
    at the end of the section (libelf's __libelf_decompress fails on either, so libdw leaves such a section out).
    The mapping stays (the other thread may be faulting it in); vaka_dw_inflate_sections unmaps it after the
    threads are done when it failed. */
-static void inflate_one(struct section *section) {
+static void inflate_one(struct section *section, const struct vaka_zlib_functions *zlib) {
     unsigned char *output = section->output;
     if (!output) return;
     int ok = 0;
@@ -94,10 +94,10 @@ static void inflate_one(struct section *section) {
                  && consumed == section->input_size;
             deflate_free(decompressor);
         }
-    } else {
+    } else if (zlib) {
         z_stream stream;
         memset(&stream, 0, sizeof stream);
-        if (inflateInit(&stream) == Z_OK) {
+        if (vaka_inflate_init_zlib(zlib, &stream) == Z_OK) {
             int status = Z_OK;
             const unsigned char *input = section->input;
             size_t input_left = section->input_size;
@@ -111,7 +111,7 @@ static void inflate_one(struct section *section) {
                 stream.avail_in = in_part;
                 stream.next_out = out;
                 stream.avail_out = out_part;
-                status = inflate(&stream, Z_NO_FLUSH);
+                status = zlib->inflate(&stream, Z_NO_FLUSH);
                 input += in_part - stream.avail_in;
                 input_left -= in_part - stream.avail_in;
                 out += out_part - stream.avail_out;
@@ -119,7 +119,7 @@ static void inflate_one(struct section *section) {
                 if (status == Z_OK && in_part == stream.avail_in && out_part == stream.avail_out) status = Z_BUF_ERROR;
             }
             ok = status == Z_STREAM_END && output_left == 0 && input_left == 0;
-            inflateEnd(&stream);
+            zlib->inflateEnd(&stream);
         }
     }
     section->inflated = ok;
@@ -128,6 +128,8 @@ static void inflate_one(struct section *section) {
 struct group {
     struct section **sections;
     size_t count;
+    /* zlib's functions when libdeflate is missing, else NULL (libdeflate inflates). */
+    const struct vaka_zlib_functions *zlib;
     /* The other group, whose mappings this one faults in first (NULL: none). */
     const struct group *prefault;
 };
@@ -144,7 +146,7 @@ static void *inflate_group(void *argument) {
             size_t bound = section->input_size > SIZE_MAX / 32 ? SIZE_MAX : section->input_size * 32;
             if (section->output) madvise(section->output, section->size < bound ? section->size : bound, MADV_POPULATE_WRITE);
         }
-    for (size_t i = 0; i < group->count; i++) inflate_one(group->sections[i]);
+    for (size_t i = 0; i < group->count; i++) inflate_one(group->sections[i], group->zlib);
     return NULL;
 }
 
@@ -198,6 +200,13 @@ struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads) {
         section->align = chdr.ch_addralign;
     }
     if (result->count == 0) return result;
+    /* zlib (opened here, on first use) only when libdeflate is missing; with neither, nothing changed yet:
+       libdw inflates the sections itself (or, as it fails without zlib too, leaves them out). */
+    const struct vaka_zlib_functions *zlib = deflate_zlib ? NULL : vaka_zlib();
+    if (!deflate_zlib && !zlib) {
+        result->count = 0;
+        return result;
+    }
 
     /* Two groups of about equal inflated size (largest first into the lighter group); the second runs on a new
        thread when `threads` > 1. */
@@ -215,7 +224,7 @@ struct vaka_dw_inflated *vaka_dw_inflate_sections(Elf *elf, int threads) {
             order[j - 1] = swap;
         }
     for (size_t i = 0; i < result->count; i++) map_output(&result->sections[i]);
-    struct group groups[2] = {{order + result->count, 0, NULL}, {order + 2 * result->count, 0, NULL}};
+    struct group groups[2] = {{order + result->count, 0, zlib, NULL}, {order + 2 * result->count, 0, zlib, NULL}};
     size_t sizes[2] = {0, 0};
     for (size_t i = 0; i < result->count; i++) {
         int lighter = sizes[1] < sizes[0];

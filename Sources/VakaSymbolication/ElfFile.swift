@@ -327,17 +327,18 @@ public final class ElfFile: Sendable {
     }
 
     /// The CRC-32 of the whole file (zlib's `crc32`, the checksum `.gnu_debuglink` records), computed over
-    /// libelf's mapping of it (`elf_rawfile`); `nil` when libelf has no image of the file.
+    /// libelf's mapping of it (`elf_rawfile`); `nil` when libelf has no image of the file or zlib cannot be
+    /// loaded (`vaka_zlib()`, which opens `libz.so.1` with `dlopen` at the first call).
     public func crc32() -> UInt32? {
         handle.withLock { handle -> UInt32? in
             var size = 0
-            guard let base = elf_rawfile(handle.elf, &size) else { return nil }
-            var crc = CZlib.crc32(0, nil, 0)
+            guard let crc32 = vaka_zlib()?.pointee.crc32, let base = elf_rawfile(handle.elf, &size) else { return nil }
+            var crc = crc32(0, nil, 0)
             var offset = 0
             while offset < size {
                 let count = min(size - offset, 1 << 30)
                 crc = UnsafeRawPointer(base + offset).withMemoryRebound(to: UInt8.self, capacity: count) {
-                    CZlib.crc32(crc, $0, uInt(count))
+                    crc32(crc, $0, uInt(count))
                 }
                 offset += count
             }

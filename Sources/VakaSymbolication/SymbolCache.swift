@@ -15,7 +15,8 @@ import Foundation
 /// Bounded: files above ``maxFileBytes`` are neither read nor written, at most ``maxAddressesPerFile``
 /// addresses are kept per build ID, and at most ``maxFiles`` cache files of at most ``maxDirectoryBytes``
 /// together stay in the directory (the least recently written are removed). Written atomically (a temporary
-/// file in the directory, then `rename(2)`).
+/// file in the directory, then `rename(2)`). The CRC is zlib's (`vaka_zlib()`, `libz.so.1` opened with `dlopen`
+/// at the first use): without zlib no cache file is read or written.
 /// Thread-safe (one lock).
 final class SymbolCache: Sendable {
     /// The format version in the header; a file of another version is ignored (and replaced). Raised whenever
@@ -148,7 +149,8 @@ final class SymbolCache: Sendable {
                 body = smaller
             }
             guard body.count <= SymbolCache.maxFileBytes - 128 else { continue }
-            let header = "VAKA-SYMCACHE \(SymbolCache.formatVersion) \(SymbolCache.crcHex(body)) \(body.count)\n"
+            guard let crc = SymbolCache.crcHex(body) else { continue }
+            let header = "VAKA-SYMCACHE \(SymbolCache.formatVersion) \(crc) \(body.count)\n"
             let target = path(of: contents.buildID)
             let temporary = (directory as NSString).appendingPathComponent(".\(contents.buildID).\(getpid()).tmp")
             guard SymbolCache.write(Data(header.utf8) + body, toNewFile: temporary) else { continue }
@@ -180,17 +182,19 @@ final class SymbolCache: Sendable {
         let fields = String(decoding: data[data.startIndex..<newline], as: UTF8.self).split(separator: " ")
         let body = data[(newline + 1)...]
         guard fields.count == 4, fields[0] == "VAKA-SYMCACHE", fields[1] == "\(SymbolCache.formatVersion)",
-              fields[2] == SymbolCache.crcHex(body), fields[3] == "\(body.count)",
+              let crc = SymbolCache.crcHex(body), fields[2] == crc, fields[3] == "\(body.count)",
               let contents = try? JSONDecoder().decode(Contents.self, from: body),
               contents.buildID == buildID, contents.frames.count <= SymbolCache.maxAddressesPerFile else { return nil }
         return contents
     }
 
-    private static func crcHex<Bytes: DataProtocol>(_ bytes: Bytes) -> String {
-        var crc = CZlib.crc32(0, nil, 0)
+    /// zlib's CRC-32 of `bytes` as 8 lower-case hex digits; `nil` when zlib cannot be loaded.
+    private static func crcHex<Bytes: DataProtocol>(_ bytes: Bytes) -> String? {
+        guard let crc32 = vaka_zlib()?.pointee.crc32 else { return nil }
+        var crc = crc32(0, nil, 0)
         for region in bytes.regions {
             region.withUnsafeBytes { raw in
-                if let base = raw.bindMemory(to: UInt8.self).baseAddress { crc = CZlib.crc32(crc, base, uInt(raw.count)) }
+                if let base = raw.bindMemory(to: UInt8.self).baseAddress { crc = crc32(crc, base, uInt(raw.count)) }
             }
         }
         let text = String(UInt32(truncatingIfNeeded: crc), radix: 16)

@@ -137,6 +137,24 @@ final class BugsinkTests: XCTestCase {
         XCTAssertFalse(log.lines.joined().contains(try DSN(peer.dsn).publicKey), "key never logged")
     }
 
+    /// Without zlib the uploader sends the envelope uncompressed (no Content-Encoding): the server takes it
+    /// and stores the event.
+    func testUncompressedEnvelopeWithoutZlibIsStored() throws {
+        let peer = try requirePeer()
+        let id = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let log = LogSink()
+        let queue = try PersistentQueue(storageDirectory: dirs.make(), log: log.sink)
+        let uploader = Uploader(queue: queue, dsn: try DSN(peer.dsn), transport: CurlTransport(timeout: 15),
+                                clock: SystemDeliveryClock(), log: log.sink, zlibLibrary: "libz-vaka-missing.so.1")
+        try queue.enqueue(Envelope.event(id: id, payload: event(id, message: "Vaka uncompressed delivery test")))
+        XCTAssertEqual(uploader.pump(), .idle, log.lines.joined(separator: "\n"))
+        XCTAssertEqual(uploader.stats.sent, 1, log.lines.joined(separator: "\n"))
+        XCTAssertTrue(log.lines.contains { $0.contains("envelopes are sent uncompressed") }, log.lines.joined(separator: "\n"))
+        let (status, body) = lookup(peer, id)
+        XCTAssertEqual(status, 200, "event \(id) not stored: \(String(decoding: body, as: UTF8.self))")
+        XCTAssertTrue(String(decoding: body, as: UTF8.self).contains("Vaka uncompressed delivery test"))
+    }
+
     func testSchemaInvalidEventGets200ButIsNotStored() throws {
         // Why the test above looks the events up: Bugsink answers 200, then drops events that fail the
         // schema (here the unknown top-level key `message`). The uploader counts it as delivered.

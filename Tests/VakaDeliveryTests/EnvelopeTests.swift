@@ -96,6 +96,22 @@ final class EnvelopeTests: XCTestCase {
         XCTAssertLessThan(try Gzip.compress(Data(repeating: 0x41, count: 1 << 20)).count, 10_000)
     }
 
+    /// zlib is opened with dlopen: a library that cannot be opened is an error that says so (and which library),
+    /// and one named by path is as good as the default one.
+    func testGzipWithAMissingZlibThrowsLibraryMissingAndANamedOneCompresses() throws {
+        let input = Data((0..<50_000).map { UInt8(truncatingIfNeeded: $0 % 251) })
+        XCTAssertThrowsError(try Gzip.compress(input, library: "libz-vaka-missing.so.1")) { error in
+            let gzip = error as? GzipError
+            XCTAssertEqual(gzip?.isLibraryMissing, true, "\(error)")
+            XCTAssertTrue("\(error)".contains("libz-vaka-missing.so.1"), "\(error)")
+        }
+        XCTAssertEqual(try? Gzip.compress(Data(), library: "libz-vaka-missing.so.1"), nil, "even for an empty body")
+        let real = try Gzip.compress(input, library: "/lib/x86_64-linux-gnu/libz.so.1")
+        XCTAssertEqual(real, try Gzip.compress(input), "the same zlib, opened by path, gives the same bytes")
+        XCTAssertEqual(try Gzip.decompress(real), input)
+        XCTAssertFalse(GzipError(operation: "inflate", code: -3, message: nil).isLibraryMissing, "a zlib error is not a missing zlib")
+    }
+
     func testGunzipRejectsCorruptAndTruncated() throws {
         let gz = try Gzip.compress(Data(repeating: 7, count: 5000))
         XCTAssertThrowsError(try Gzip.decompress(gz.prefix(gz.count / 2)))

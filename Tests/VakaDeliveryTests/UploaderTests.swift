@@ -53,6 +53,34 @@ final class UploaderTests: XCTestCase {
         XCTAssertFalse(log.lines.joined().contains("testkey"), "the key is never logged")
     }
 
+    /// Without zlib (a library name that cannot be opened) the envelope is not lost: it goes uncompressed,
+    /// without Content-Encoding, after one debug line (not one per envelope).
+    func testWithoutZlibEnvelopesGoUncompressedAfterOneDebugLine() throws {
+        let storage = dirs.make()
+        let q = try PersistentQueue(storageDirectory: storage, log: log.sink)
+        let u = Uploader(queue: q, dsn: try DSN(server.dsn), transport: CurlTransport(timeout: 2), clock: clock,
+                         requestTimeout: 2, log: log.sink, zlibLibrary: "libz-vaka-missing.so.1")
+        try q.enqueue(eventEnvelope(1))
+        try q.enqueue(eventEnvelope(2))
+        XCTAssertEqual(u.pump(), .idle)
+        XCTAssertTrue(q.isEmpty)
+        XCTAssertEqual(u.stats.sent, 2, log.lines.joined(separator: "\n"))
+        let reqs = server.requests
+        XCTAssertEqual(reqs.count, 2)
+        for (n, r) in reqs.enumerated() {
+            XCTAssertNil(r.headers["content-encoding"], "no Content-Encoding for an uncompressed body")
+            XCTAssertEqual(r.headers["content-type"], "application/x-sentry-envelope")
+            XCTAssertNotEqual(Array(r.body.prefix(2)), [0x1F, 0x8B], "not gzip")
+            let env = try Envelope(data: r.body)
+            XCTAssertEqual(env.header.eventID, eventID(n + 1))
+            XCTAssertEqual(env.items, eventEnvelope(n + 1).items)
+        }
+        let said = log.lines.filter { $0.contains("envelopes are sent uncompressed") }
+        XCTAssertEqual(said.count, 1, log.lines.joined(separator: "\n"))
+        XCTAssertTrue(said.first?.contains("libz-vaka-missing.so.1") == true, said.first ?? "")
+        XCTAssertTrue(log.lines.contains { $0.contains("uncompressed)") }, "the send line says the body was uncompressed")
+    }
+
     func test5xxBacksOffExponentiallyTo300AndResetsOnSuccess() throws {
         let storage = dirs.make()
         let (q, u) = try makeUploader(storage: storage)

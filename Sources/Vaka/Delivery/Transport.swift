@@ -11,7 +11,7 @@ struct HTTPRequest {
     var method = "POST"
     /// Header fields in sending order.
     var headers: [(name: String, value: String)]
-    /// Body bytes (gzip-compressed envelope).
+    /// Body bytes (the envelope, gzip-compressed unless zlib could not be loaded).
     var body: Data
     /// Bound on the whole exchange, seconds (connect, send, wait for and read the response).
     var timeout: TimeInterval

@@ -9,7 +9,8 @@ import Synchronization
 ///   is skipped; one with some is split, the rest sent now and the held items kept in its place;
 /// - the rest is POSTed to ``DSN/envelopeURL`` with `Content-Type: application/x-sentry-envelope`,
 ///   `Content-Encoding: gzip`, `X-Sentry-Auth` and `User-Agent: vaka.swift/0.1.0`, its header's `sent_at` set
-///   to the send time;
+///   to the send time; when zlib cannot be loaded (``Gzip``: `libz.so.1` missing), the body goes uncompressed
+///   without `Content-Encoding`, after one debug line saying so;
 /// - the answer decides (`X-Sentry-Rate-Limits` is recorded from every answer):
 ///   - **2xx**: the envelope is removed from its batch file (the file is deleted when empty); backoff reset.
 ///   - **401** (the key is refused) and **3xx** (a redirect: Sentry SDKs do not follow redirects for
@@ -103,10 +104,13 @@ final class Uploader: Sendable {
         var notBefore: Date?  // a 5xx's Retry-After, when longer than the backoff
         var stats = Stats()
         var warned = Set<String>()  // keys of the ``warn`` lines printed
+        var saidUncompressed = false  // the debug line that zlib is missing was logged
     }
     private let state = Mutex(State())
     private let pumpLock = Mutex(())  // serialises pump()
     private let log: @Sendable (String) -> Void
+    /// The zlib library bodies are gzipped with (``Gzip/compress(_:level:library:)``).
+    private let zlibLibrary: String
     /// Always-on sink for misconfigurations (one line each, without the `[vaka] ` prefix or newline).
     private let warn: @Sendable (String) -> Void
 
@@ -125,11 +129,14 @@ final class Uploader: Sendable {
     ///     error with a `[vaka] ` prefix.
     ///   - onEventSettled: told when an event is accepted or given up (``onEventSettled``).
     ///   - clientReports: the drops counted and sent (``clientReports``); `nil`: none.
+    ///   - zlibLibrary: the zlib that gzips the bodies (``Gzip/compress(_:level:library:)``; default
+    ///     ``Gzip/defaultLibrary``; tests pass a missing name to see bodies go uncompressed).
     init(queue: PersistentQueue, dsn: DSN, transport: HTTPTransport, clock: DeliveryClock,
          requestTimeout: TimeInterval = 15, log: @escaping @Sendable (String) -> Void = { _ in },
          warn: @escaping @Sendable (String) -> Void = Uploader.standardError,
          onEventSettled: (@Sendable (String, EventSettlement) -> Void)? = nil,
-         clientReports: ClientReports? = nil) {
+         clientReports: ClientReports? = nil, zlibLibrary: String = Gzip.defaultLibrary) {
+        self.zlibLibrary = zlibLibrary
         self.onEventSettled = onEventSettled
         self.clientReports = clientReports
         self.queue = queue
@@ -388,20 +395,27 @@ final class Uploader: Sendable {
         var e = envelope
         e.header.sentAt = now
         let raw = e.serialized()
+        var headers: [(name: String, value: String)] = [("Content-Type", "application/x-sentry-envelope")]
         let body: Data
         do {
-            body = try Gzip.compress(raw)
+            body = try Gzip.compress(raw, library: zlibLibrary)
+            headers.append(("Content-Encoding", "gzip"))
+        } catch let error as GzipError where error.isLibraryMissing {
+            // The server takes an envelope without Content-Encoding as it is: sent uncompressed, never lost.
+            let first = state.withLock { state in
+                defer { state.saidUncompressed = true }
+                return !state.saidUncompressed
+            }
+            if first { log("gzip: \(error.message ?? "zlib missing"): envelopes are sent uncompressed") }
+            body = raw
         } catch {
             return .retry("gzip: \(error)", retryAfter: nil)
         }
-        let request = HTTPRequest(url: dsn.envelopeURL, headers: [
-            ("Content-Type", "application/x-sentry-envelope"),
-            ("Content-Encoding", "gzip"),
-            ("X-Sentry-Auth", dsn.authHeader),
-            ("User-Agent", DSN.clientName),
-        ], body: body, timeout: requestTimeout)
+        headers += [("X-Sentry-Auth", dsn.authHeader), ("User-Agent", DSN.clientName)]
+        let request = HTTPRequest(url: dsn.envelopeURL, headers: headers, body: body, timeout: requestTimeout)
         mutate { $0.stats.requests += 1 }
-        let what = "\(e.items.map(\.type.rawValue).joined(separator: "+")) envelope \(e.header.eventID ?? "-") (\(raw.count) B, \(body.count) B gzip)"
+        let encoding = headers.contains { $0.name == "Content-Encoding" } ? "\(body.count) B gzip" : "uncompressed"
+        let what = "\(e.items.map(\.type.rawValue).joined(separator: "+")) envelope \(e.header.eventID ?? "-") (\(raw.count) B, \(encoding))"
         switch transport.sendSynchronously(request) {
         case .failure(let error):
             if error.isPermanent { return .cannotSend("\(error)") }
