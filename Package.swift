@@ -16,9 +16,11 @@ let package = Package(
         .library(name: "VakaCrashmePlugin", type: .dynamic, targets: ["VakaCrashmePlugin"]),
     ],
     targets: [
+        // Headers only (no pkg-config, whose `--libs libunwind` would link libunwind): the crash runtime opens
+        // libunwind.so.8 with dlopen (Sources/VakaCrash/unwind_load.c), so that neither it nor liblzma is loaded at
+        // process start.
+        .systemLibrary(name: "CLibunwind", path: "Sources/CLibunwind", providers: [.apt(["libunwind-dev"])]),
         // C libraries from Debian, found through pkg-config (scripts/bootstrap installs them).
-        .systemLibrary(name: "CLibunwind", path: "Sources/CLibunwind", pkgConfig: "libunwind",
-                       providers: [.apt(["libunwind-dev"])]),
         .systemLibrary(name: "CLibelf", path: "Sources/CLibelf", pkgConfig: "libelf",
                        providers: [.apt(["libelf-dev"])]),
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
@@ -35,7 +37,7 @@ let package = Package(
             publicHeadersPath: "include",
             cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer"])],
             // libelf: symbols the dynamic symbol table lacks (-static-stdlib), read at install.
-            linkerSettings: [.linkedLibrary("unwind"), .linkedLibrary("elf")]
+            linkerSettings: [.linkedLibrary("elf")]
         ),
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
         // libdw is opened with dlopen() on first use (CVakaDw), so that it is not loaded at process start.

@@ -1,8 +1,8 @@
 /*
  * Install time: configuration, sigaction install/uninstall, and everything the handler needs prepared in
  * static storage before a crash (report path, executable path, image list, the Swift runtime's fatal
- * message buffer, glibc's abort message, the dynamic linker's r_debug, the safe-memory reader, a warmed-up
- * libunwind, the report's space reserve). With `defer_preparation` the last two are left to
+ * message buffer, glibc's abort message, the dynamic linker's r_debug, the safe-memory reader, libunwind
+ * opened with dlopen and warmed up, the report's space reserve). With `defer_preparation` the last two are left to
  * vaka_crash_finish_install(), run later on another thread: the handler works without them (it opens the
  * report by name and unwinds by frame pointers until they are there). Not signal safe; serialised by a mutex.
  */
@@ -24,9 +24,6 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
-
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
 #include <unistd.h>
 
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -227,8 +224,9 @@ static void prepare_process_facts(void)
     vaka_state.executable_len = vaka_rt_executable_path(vaka_state.executable, sizeof vaka_state.executable);
 }
 
-/* Calls once, harmlessly, every C library and libunwind function the signal path calls (the list is what
- * `nm -u` shows for the sig_*.o files; scripts/check-signal-path keeps it to the allowlist), so lazy PLT
+/* Calls once, harmlessly, every C library function the signal path calls (the list is what `nm -u` shows for
+ * the sig_*.o files; scripts/check-signal-path keeps it to the allowlist; libunwind is called through pointers
+ * dlsym gave, in a library opened with RTLD_NOW, and warmed up in warm_up_libunwind), so lazy PLT
  * binding is done now: the dynamic linker's resolver would otherwise run inside the handler on its first
  * call, where it needs more stack than a small application alternate stack has (a nested fault there used to
  * loop forever). */
@@ -270,26 +268,34 @@ static void preresolve_signal_path_calls(void)
     errno = saved;
 }
 
-/* libunwind's one-time initialisation (it allocates, blocks signals, probes memory with mincore and a pipe) and
- * the lazy binding of the cursor calls the handler makes (vaka_crash_capture_frames covers unw_init_local),
- * then vaka_state.unwind_ready: from then on the handler unwinds with libunwind. */
+/* libunwind opened with dlopen (RTLD_NOW: its own relocations are bound there, none is left to the dynamic
+ * linker's lazy resolver in the handler) and its entry points looked up into vaka_unw (unwind_load.c), then its
+ * one-time initialisation (it allocates, blocks signals, probes memory with mincore and a pipe) through every
+ * call the handler makes (vaka_crash_capture_frames covers unw_init_local), then vaka_state.unwind_ready
+ * (release: the table is filled before): from then on the handler unwinds with libunwind. When libunwind cannot
+ * be opened, unwind_ready stays 0 (the handler walks frame pointers; vaka_crash_libunwind_error says why). */
 static void warm_up_libunwind(void)
 {
     if (atomic_load(&vaka_state.unwind_ready)) return;
     int saved = errno;
+    const vaka_libunwind *unw = vaka_rt_libunwind();
+    if (unw == NULL) {
+        errno = saved;
+        return;
+    }
     unw_context_t uc;
     unw_cursor_t cursor;
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_GLOBAL);
-    if (unw_getcontext(&uc) == 0 && unw_init_local2(&cursor, &uc, 0) == 0) {
+    unw->set_caching_policy(*unw->local_addr_space, UNW_CACHE_NONE);
+    unw->set_caching_policy(*unw->local_addr_space, UNW_CACHE_GLOBAL);
+    if (unw->getcontext(&uc) == 0 && unw->init_local2(&cursor, &uc, 0) == 0) {
         unw_word_t ip = 0;
-        unw_get_reg(&cursor, UNW_REG_IP, &ip);
-        unw_step(&cursor);
+        unw->get_reg(&cursor, UNW_REG_IP, &ip);
+        unw->step(&cursor);
     }
     uintptr_t frames[4];
     vaka_crash_capture_frames(frames, 4, 0);
     errno = saved;
-    atomic_store(&vaka_state.unwind_ready, 1);
+    atomic_store_explicit(&vaka_state.unwind_ready, 1, memory_order_release);
 }
 
 /* ------------------------------------------------------------------ symbols not in the dynamic symbol table */
@@ -372,7 +378,7 @@ static void prepare_handler_state(int defer)
 }
 
 /* fork()'s prepare hook. A child forked before vaka_crash_finish_install has run (a program that daemonizes right
- * after start) never gets that call: the thread that makes it is not in the child. So libunwind's warm-up, when
+ * after start) never gets that call: the thread that makes it is not in the child. So libunwind's load and warm-up, when
  * still to do, is done here, in the forking thread before the fork, and the child inherits it (the child makes no
  * reserve in any case: sig_lifecycle.c). Not in the child itself: another thread of the parent may have been inside
  * libunwind's one-time initialisation, holding its lock, at the moment of the fork. Skipped when a capture has begun

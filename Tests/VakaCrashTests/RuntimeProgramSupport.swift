@@ -89,7 +89,7 @@ enum RuntimeProgram {
         let result = try runChild(URL(fileURLWithPath: cc),
                                   ["-g", "-O0", "-fno-omit-frame-pointer",
                                    "-I", Paths.repositoryRoot.appendingPathComponent("include").path,
-                                   source.path] + extraFlags + [library.path, "-lunwind", "-lelf", "-lpthread", "-ldl", "-o", executable.path],
+                                   source.path] + extraFlags + [library.path, "-lelf", "-lpthread", "-ldl", "-o", executable.path],
                                   label: "cc", outputDirectory: dir, timeout: 120)
         guard result.outcome == "exit 0" else { throw ChildError(description: "cc \(name): \(result.stderrTail())") }
         return executable

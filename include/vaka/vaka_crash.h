@@ -107,6 +107,17 @@ int vaka_crash_install(const vaka_crash_config *config);
 int vaka_crash_finish_install(void);
 
 /**
+ * Why libunwind could not be used in this process: `libunwind.so.8` is opened with dlopen (not linked) the first
+ * time something unwinds with it (vaka_crash_finish_install(), an install without `defer_preparation`, fork's
+ * prepare hook before that, vaka_crash_capture_frames()), and this is the loader's message, e.g.
+ * "libunwind.so.8: cannot open shared object file: No such file or directory", or "libunwind.so.8: no <symbol>".
+ * Crash reports are then unwound by frame pointers and stack scan (`fp`/`scan` frames), handled errors by frame
+ * pointers. NULL when libunwind was loaded or no load has been tried yet (this call does not load it).
+ * A static string, valid for the process's lifetime. Thread-safe; not for use in a signal handler.
+ */
+const char *vaka_crash_libunwind_error(void);
+
+/**
  * Marks the calling thread as one of Vaka's own: the SDK calls it first thing in each thread it starts
  * (`vaka.start`, `vaka.journal`, `vaka.delivery`, `vaka.close`). Its kernel thread id goes into a ring of the last
  * 32 marked ids. At crash time a thread whose id is in that ring and whose name (`comm`) still starts with
