@@ -9,7 +9,7 @@ import VakaTestSupport
 /// it cannot be opened.
 final class LazyLibrariesTests: XCTestCase {
     /// Sonames a program linking Vaka must not have among its `NEEDED` entries.
-    static let notNeeded = ["libunwind.so", "liblzma.so"]
+    static let notNeeded = ["libunwind.so", "liblzma.so", "libelf.so"]
 
     /// The `NEEDED` entries of the dynamic section of `binary` (`readelf -d`), e.g. `libc.so.6`.
     func neededLibraries(_ binary: URL) throws -> [String] {
@@ -33,6 +33,51 @@ final class LazyLibrariesTests: XCTestCase {
                                "\(product.lastPathComponent) needs \(soname) at load time: \(needed)")
             }
         }
+    }
+
+    /// A directory holding an empty file named `soname`: first on LD_LIBRARY_PATH, it makes dlopen of that
+    /// library fail ("file too short") as on a machine without it.
+    func brokenLibraryDirectory(_ soname: String) -> URL {
+        let directory = Paths.freshDirectory("broken-\(soname)")
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory.appendingPathComponent(soname).path, contents: Data()))
+        return directory
+    }
+
+    /// A C program with the crash runtime has no Swift runtime, so install looks the Swift fatal-error message
+    /// buffer up in the executable's `.symtab` with libelf: libelf is opened then (mapped after install, not
+    /// before), and when it cannot be opened install still succeeds, vaka_crash_libelf_error() gives the loader's
+    /// reason, and the crash is reported (glibc's abort message still found with dlsym).
+    func testInstallOpensLibelfOnlyForItsFallbackAndCopesWithoutIt() throws {
+        let program = try RuntimeProgram.build("libelfload", """
+        static int mapped(void) {
+            FILE *f = fopen("/proc/self/maps", "r");
+            char line[4096];
+            int found = 0;
+            while (f != NULL && fgets(line, sizeof line, f) != NULL) found |= strstr(line, "/libelf.so") != NULL || strstr(line, "/libelf-") != NULL;
+            if (f != NULL) fclose(f);
+            return found;
+        }
+        int main(void) {
+            printf("before %d\\n", mapped());
+            vk_start("libelfload");
+            const char *why = vaka_crash_libelf_error();
+            printf("after %d error %s\\n", mapped(), why != NULL ? why : "none");
+            fflush(stdout);
+            abort();
+        }
+        """)
+        let loaded = try RuntimeProgram.run(program)
+        XCTAssertEqual(loaded.result.outcome, "signal 6 (SIGABRT)", loaded.result.stderrTail())
+        XCTAssertEqual(String(decoding: loaded.result.stdout, as: UTF8.self), "before 0\nafter 1 error none\n")
+        XCTAssertEqual(loaded.reports, ["libelfload.crash"])
+
+        let broken = brokenLibraryDirectory("libelf.so.1")
+        let missing = try RuntimeProgram.run(program, environment: ["LD_LIBRARY_PATH": broken.path])
+        XCTAssertEqual(missing.result.outcome, "signal 6 (SIGABRT)", missing.result.stderrTail())
+        let stdout = String(decoding: missing.result.stdout, as: UTF8.self)
+        XCTAssertTrue(stdout.hasPrefix("before 0\nafter 0 error \(broken.path)/libelf.so.1: file too short"), stdout)
+        XCTAssertEqual(missing.reports, ["libelfload.crash"])
+        XCTAssertEqual(reportValue(missing.onlyReport, "signal"), "6 SIGABRT", missing.onlyReport)
     }
 
     /// The methods of a report's `frame` lines (the crashed thread), newest first.
@@ -87,9 +132,7 @@ final class LazyLibrariesTests: XCTestCase {
     /// short"), Vaka still starts, says so in one `debug` line, and the crash report's frames come from the
     /// frame-pointer walk: the scenario's function and `main` are there.
     func testCrashWithoutLibunwindUnwindsByFramePointers() throws {
-        let libraries = Paths.freshDirectory("lazy-no-libunwind-lib")
-        XCTAssertTrue(FileManager.default.createFile(atPath: libraries.appendingPathComponent("libunwind.so.8").path,
-                                                     contents: Data()))
+        let libraries = brokenLibraryDirectory("libunwind.so.8")
         let (stderr, report, event) = try crash("null-deref", label: "lazy-no-libunwind",
                                                 environment: ["LD_LIBRARY_PATH": libraries.path])
         let debugLines = stderr.split(separator: "\n").filter { $0.contains("libunwind not loaded") }

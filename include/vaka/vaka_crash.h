@@ -118,6 +118,17 @@ int vaka_crash_finish_install(void);
 const char *vaka_crash_libunwind_error(void);
 
 /**
+ * Why install could not read the executable's own symbol table: when dlsym finds neither the Swift runtime's
+ * fatal-error message buffer nor glibc's `__abort_msg` (a program linked with -static-stdlib, or with a static C
+ * library), install looks them up in `/proc/self/exe`'s `.symtab` with libelf, which is opened with dlopen
+ * (`libelf.so.1`, not linked) for that. This is the loader's message when that failed (e.g. "libelf.so.1: cannot
+ * open shared object file: No such file or directory"): the report then lacks those messages. NULL when libelf
+ * was loaded or was not needed. A static string, valid for the process's lifetime. Thread-safe; not for use in a
+ * signal handler.
+ */
+const char *vaka_crash_libelf_error(void);
+
+/**
  * Marks the calling thread as one of Vaka's own: the SDK calls it first thing in each thread it starts
  * (`vaka.start`, `vaka.journal`, `vaka.delivery`, `vaka.close`). Its kernel thread id goes into a ring of the last
  * 32 marked ids. At crash time a thread whose id is in that ring and whose name (`comm`) still starts with
