@@ -20,10 +20,10 @@ let package = Package(
         // libunwind.so.8 with dlopen (Sources/VakaCrash/unwind_load.c), so that neither it nor liblzma is loaded at
         // process start.
         .systemLibrary(name: "CLibunwind", path: "Sources/CLibunwind", providers: [.apt(["libunwind-dev"])]),
-        // C libraries from Debian, found through pkg-config (scripts/bootstrap installs them).
         // Headers only (no pkg-config, whose `--libs libelf` would link libelf): libelf is opened with dlopen on
         // first use (CVakaElf for symbolication; the crash runtime's install.c for its own one use).
         .systemLibrary(name: "CLibelf", path: "Sources/CLibelf", providers: [.apt(["libelf-dev"])]),
+        // C libraries from Debian, found through pkg-config (scripts/bootstrap installs them).
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
                        providers: [.apt(["zlib1g-dev"])]),
         // Headers only (no pkg-config, whose `--libs libdw` would link libdw): CVakaDw opens libdw with dlopen.
@@ -50,7 +50,7 @@ let package = Package(
         // vaka_libdw(): libdw's functions through dlopen/dlsym (declared in Sources/CLibdw/shim.h; no -ldw), and
         // vaka_dw_inflate_sections(): compressed DWARF sections inflated ahead of libdw with libdeflate (opened with
         // dlopen, compiled against Debian's libdeflate-dev header, no -ldeflate) or zlib.
-        .target(name: "CVakaDw", dependencies: ["CZlib"], cSettings: [.define("_GNU_SOURCE")]),
+        .target(name: "CVakaDw", dependencies: ["CZlib", "CVakaElf"], cSettings: [.define("_GNU_SOURCE")]),
         // The HTTP client: libcurl opened with dlopen() on the delivery thread at the first send (not linked:
         // compiled against Debian's curl headers from libcurl4-openssl-dev, no -lcurl).
         .target(name: "CVakaCurl", cSettings: [.define("_GNU_SOURCE")]),
