@@ -16,11 +16,15 @@ let package = Package(
         .library(name: "VakaCrashmePlugin", type: .dynamic, targets: ["VakaCrashmePlugin"]),
     ],
     targets: [
-        // C libraries from Debian, found through pkg-config (scripts/bootstrap installs them).
-        .systemLibrary(name: "CLibunwind", path: "Sources/CLibunwind", pkgConfig: "libunwind",
-                       providers: [.apt(["libunwind-dev"])]),
-        .systemLibrary(name: "CLibelf", path: "Sources/CLibelf", pkgConfig: "libelf",
-                       providers: [.apt(["libelf-dev"])]),
+        // C libraries from Debian (scripts/bootstrap installs them), none linked: each is opened with dlopen where
+        // it is first needed, so that a program linking Vaka loads none of them at process start.
+        // Headers only (no pkg-config, whose `--libs libunwind` would link libunwind): the crash runtime opens
+        // libunwind.so.8 with dlopen (Sources/VakaCrash/unwind_load.c), so that neither it nor liblzma is loaded at
+        // process start.
+        .systemLibrary(name: "CLibunwind", path: "Sources/CLibunwind", providers: [.apt(["libunwind-dev"])]),
+        // Headers only (no pkg-config, whose `--libs libelf` would link libelf): libelf is opened with dlopen on
+        // first use (CVakaElf for symbolication; the crash runtime's install.c for its own one use).
+        .systemLibrary(name: "CLibelf", path: "Sources/CLibelf", providers: [.apt(["libelf-dev"])]),
         // Headers only (no pkg-config, whose `--libs zlib` would link libz): CVakaDw opens libz with dlopen.
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", providers: [.apt(["zlib1g-dev"])]),
         // Headers only (no pkg-config, whose `--libs libdw` would link libdw): CVakaDw opens libdw with dlopen.
@@ -33,19 +37,23 @@ let package = Package(
             // Sources/VakaCrash/include is a symlink to the top-level include/ (SwiftPM wants public
             // headers inside the target's directory).
             publicHeadersPath: "include",
-            cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer"])],
-            // libelf: symbols the dynamic symbol table lacks (-static-stdlib), read at install.
-            linkerSettings: [.linkedLibrary("unwind"), .linkedLibrary("elf")]
+            // libunwind (the handler's unwinding) and libelf (symbols the dynamic symbol table lacks, -static-stdlib,
+            // read at install) are opened with dlopen: Sources/VakaCrash/unwind_load.c, install.c.
+            cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer"])]
         ),
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
-        // libdw is opened with dlopen() on first use (CVakaDw), so that it is not loaded at process start.
-        .target(name: "VakaSymbolication", dependencies: ["CLibdw", "CVakaDw", "CZlib"]),
+        // libdw is opened with dlopen() on first use (CVakaDw), libelf likewise (CVakaElf), so that neither is loaded
+        // at process start.
+        .target(name: "VakaSymbolication", dependencies: ["CLibdw", "CVakaDw", "CVakaElf", "CZlib"]),
+        // libelf's functions, called by their own names from VakaSymbolication and CVakaDw, resolved to hidden
+        // forwarders that open libelf.so.1 with dlopen on the first call (no -lelf).
+        .target(name: "CVakaElf", cSettings: [.define("_GNU_SOURCE")]),
         // vaka_libdw(): libdw's functions through dlopen/dlsym (declared in Sources/CLibdw/shim.h; no -ldw),
         // vaka_zlib(): zlib's, likewise (declared in Sources/CZlib/shim.h; no -lz), for Vaka's gzip and
         // VakaSymbolication's CRC-32, and vaka_dw_inflate_sections(): compressed DWARF sections inflated ahead of
         // libdw with libdeflate (opened with dlopen, compiled against Debian's libdeflate-dev header, no
         // -ldeflate) or zlib.
-        .target(name: "CVakaDw", dependencies: ["CZlib"], cSettings: [.define("_GNU_SOURCE")]),
+        .target(name: "CVakaDw", dependencies: ["CZlib", "CVakaElf"], cSettings: [.define("_GNU_SOURCE")]),
         // The HTTP client: libcurl opened with dlopen() on the delivery thread at the first send (not linked:
         // compiled against Debian's curl headers from libcurl4-openssl-dev, no -lcurl).
         .target(name: "CVakaCurl", cSettings: [.define("_GNU_SOURCE")]),

@@ -1,6 +1,7 @@
 /* libelf and libdw (elfutils) for VakaSymbolication: ELF files, and DWARF line tables and scopes.
  *
- * libelf is linked (the crash runtime links it too). libdw is not: it is opened with dlopen() the first time
+ * Neither is linked. libelf's functions are called by their own names and resolved to forwarders that open
+ * libelf.so.1 with dlopen on the first call (Sources/CVakaElf). libdw is opened with dlopen() the first time
  * something is symbolicated (vaka_libdw(), defined in Sources/CVakaDw), so that a program linking Vaka does not
  * load libdw (and libbz2, which only libdw needs) at process start. Its functions are called through the table
  * vaka_libdw() returns; the declarations of libdw.h below are there for the types and for __typeof__, calling

@@ -78,6 +78,9 @@ public enum Vaka {
                     PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.fileSystemPath)); crash reporting is off\n")
                 } else {
                     log?("crash handlers installed; reports go to \(vaka_crash_report_path().map { String(cString: $0) } ?? crashes.path)")
+                    if let why = vaka_crash_libelf_error() {
+                        log?("libelf not loaded (\(String(cString: why))); the executable's own symbol table was not read, so a Swift fatal-error or abort message may be missing from crash reports")
+                    }
                 }
             }
             var dsn: DSN?

@@ -2,13 +2,13 @@
  * Ordinary context (not for signal handlers): stack traces of the calling thread for handled errors.
  * libunwind local unwinding first; a frame-pointer walk with safe reads when it yields fewer than two
  * frames. Uses its own safe-memory reader (and pipe), separate from the handler's, under a mutex.
+ * libunwind is opened on demand here (vaka_rt_libunwind: dlopen on the first call in the process, from this
+ * ordinary context), so a handled error captured before vaka_crash_finish_install has run still unwinds by
+ * CFI; when libunwind cannot be opened, the frame-pointer walk is all there is.
  */
 #include "vaka_internal.h"
 
 #include <pthread.h>
-
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
 
 static pthread_mutex_t reader_lock = PTHREAD_MUTEX_INITIALIZER;
 static vaka_safe_reader reader = { .method = VAKA_SAFE_READ_NONE, .pipe_r = -1, .pipe_w = -1 };
@@ -20,11 +20,12 @@ __attribute__((noinline)) size_t vaka_crash_capture_frames(uintptr_t *out, size_
     size_t n = 0, seen = 0;
     unw_context_t context;
     unw_cursor_t cursor;
-    if (unw_getcontext(&context) == 0 && unw_init_local(&cursor, &context) == 0) {
+    const vaka_libunwind *unw = vaka_rt_libunwind();
+    if (unw != NULL && unw->getcontext(&context) == 0 && unw->init_local(&cursor, &context) == 0) {
         /* The cursor starts in this function; the first step reaches our caller (skip 0). */
-        while (n < max && unw_step(&cursor) > 0) {
+        while (n < max && unw->step(&cursor) > 0) {
             unw_word_t ip = 0;
-            if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
+            if (unw->get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
             if (seen++ < skip) continue;
             out[n++] = (uintptr_t)ip;
         }

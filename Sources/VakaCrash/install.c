@@ -1,8 +1,8 @@
 /*
  * Install time: configuration, sigaction install/uninstall, and everything the handler needs prepared in
  * static storage before a crash (report path, executable path, image list, the Swift runtime's fatal
- * message buffer, glibc's abort message, the dynamic linker's r_debug, the safe-memory reader, a warmed-up
- * libunwind, the report's space reserve). With `defer_preparation` the last two are left to
+ * message buffer, glibc's abort message, the dynamic linker's r_debug, the safe-memory reader, libunwind
+ * opened with dlopen and warmed up, the report's space reserve). With `defer_preparation` the last two are left to
  * vaka_crash_finish_install(), run later on another thread: the handler works without them (it opens the
  * report by name and unwinds by frame pointers until they are there). Not signal safe; serialised by a mutex.
  */
@@ -16,6 +16,7 @@
 #include <libelf.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,9 +25,6 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
-
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
 #include <unistd.h>
 
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -227,8 +225,9 @@ static void prepare_process_facts(void)
     vaka_state.executable_len = vaka_rt_executable_path(vaka_state.executable, sizeof vaka_state.executable);
 }
 
-/* Calls once, harmlessly, every C library and libunwind function the signal path calls (the list is what
- * `nm -u` shows for the sig_*.o files; scripts/check-signal-path keeps it to the allowlist), so lazy PLT
+/* Calls once, harmlessly, every C library function the signal path calls (the list is what `nm -u` shows for
+ * the sig_*.o files; scripts/check-signal-path keeps it to the allowlist; libunwind is called through pointers
+ * dlsym gave, in a library opened with RTLD_NOW, and warmed up in warm_up_libunwind), so lazy PLT
  * binding is done now: the dynamic linker's resolver would otherwise run inside the handler on its first
  * call, where it needs more stack than a small application alternate stack has (a nested fault there used to
  * loop forever). */
@@ -270,26 +269,34 @@ static void preresolve_signal_path_calls(void)
     errno = saved;
 }
 
-/* libunwind's one-time initialisation (it allocates, blocks signals, probes memory with mincore and a pipe) and
- * the lazy binding of the cursor calls the handler makes (vaka_crash_capture_frames covers unw_init_local),
- * then vaka_state.unwind_ready: from then on the handler unwinds with libunwind. */
+/* libunwind opened with dlopen (RTLD_NOW: its own relocations are bound there, none is left to the dynamic
+ * linker's lazy resolver in the handler) and its entry points looked up into vaka_unw (unwind_load.c), then its
+ * one-time initialisation (it allocates, blocks signals, probes memory with mincore and a pipe) through every
+ * call the handler makes (vaka_crash_capture_frames covers unw_init_local), then vaka_state.unwind_ready
+ * (release: the table is filled before): from then on the handler unwinds with libunwind. When libunwind cannot
+ * be opened, unwind_ready stays 0 (the handler walks frame pointers; vaka_crash_libunwind_error says why). */
 static void warm_up_libunwind(void)
 {
     if (atomic_load(&vaka_state.unwind_ready)) return;
     int saved = errno;
+    const vaka_libunwind *unw = vaka_rt_libunwind();
+    if (unw == NULL) {
+        errno = saved;
+        return;
+    }
     unw_context_t uc;
     unw_cursor_t cursor;
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_GLOBAL);
-    if (unw_getcontext(&uc) == 0 && unw_init_local2(&cursor, &uc, 0) == 0) {
+    unw->set_caching_policy(*unw->local_addr_space, UNW_CACHE_NONE);
+    unw->set_caching_policy(*unw->local_addr_space, UNW_CACHE_GLOBAL);
+    if (unw->getcontext(&uc) == 0 && unw->init_local2(&cursor, &uc, 0) == 0) {
         unw_word_t ip = 0;
-        unw_get_reg(&cursor, UNW_REG_IP, &ip);
-        unw_step(&cursor);
+        unw->get_reg(&cursor, UNW_REG_IP, &ip);
+        unw->step(&cursor);
     }
     uintptr_t frames[4];
     vaka_crash_capture_frames(frames, 4, 0);
     errno = saved;
-    atomic_store(&vaka_state.unwind_ready, 1);
+    atomic_store_explicit(&vaka_state.unwind_ready, 1, memory_order_release);
 }
 
 /* ------------------------------------------------------------------ symbols not in the dynamic symbol table */
@@ -301,39 +308,86 @@ static int first_object_bias(struct dl_phdr_info *info, size_t size, void *data)
     return 1; /* the first entry is the executable */
 }
 
+/* The libelf functions find_executable_symbols calls. libelf is not linked (a program linking Vaka does not load
+ * it at process start): libelf.so.1 is opened with dlopen (RTLD_NOW | RTLD_LOCAL, never closed) the first time
+ * the fallback below is needed, under install_lock. */
+#define VAKA_INSTALL_LIBELF_FUNCTIONS(X) \
+    X(elf_version) X(elf_begin) X(elf_end) X(elf_nextscn) X(elf_getdata) X(elf_strptr) X(gelf_getshdr) X(gelf_getsym)
+static struct {
+#define VAKA_INSTALL_LIBELF_MEMBER(name) __typeof__(name) *name;
+    VAKA_INSTALL_LIBELF_FUNCTIONS(VAKA_INSTALL_LIBELF_MEMBER)
+#undef VAKA_INSTALL_LIBELF_MEMBER
+} libelf;
+/* 0: not tried; 1: loaded; -1: cannot be used (libelf_error says why). Under install_lock. */
+static int libelf_state;
+static char libelf_error[256];
+
+/* libelf's functions, opened on the first call. @return 1 when they are there. Under install_lock. */
+static int open_libelf(void)
+{
+    if (libelf_state != 0) return libelf_state > 0;
+    libelf_state = -1;
+    void *handle = dlopen("libelf.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL) {
+        const char *why = dlerror();
+        snprintf(libelf_error, sizeof libelf_error, "%s", why != NULL ? why : "libelf.so.1: dlopen failed");
+        return 0;
+    }
+#define VAKA_INSTALL_LIBELF_LOOKUP(name)                                          \
+    libelf.name = (__typeof__(name) *)dlsym(handle, #name);                      \
+    if (libelf.name == NULL) {                                                    \
+        snprintf(libelf_error, sizeof libelf_error, "libelf.so.1: no %s", #name); \
+        return 0;                                                                 \
+    }
+    VAKA_INSTALL_LIBELF_FUNCTIONS(VAKA_INSTALL_LIBELF_LOOKUP)
+#undef VAKA_INSTALL_LIBELF_LOOKUP
+    libelf_state = 1;
+    return 1;
+}
+
+const char *vaka_crash_libelf_error(void)
+{
+    pthread_mutex_lock(&install_lock);
+    const char *why = libelf_state < 0 ? libelf_error : NULL;
+    pthread_mutex_unlock(&install_lock);
+    return why;
+}
+
 /* Looks up `names[0..count)` in the executable's own symbol table (.symtab, local symbols included) with
  * libelf, for symbols dlsym cannot see: a program linked with -static-stdlib has the Swift runtime inside the
  * executable, whose functions are not exported (e.g. swift_getFatalErrorMessageBuffer); a statically linked C
  * library keeps __abort_msg private the same way. Fills out[i] with the run-time address (symbol value + the
  * executable's load bias) of each defined function or object found; leaves the others alone. Install time
- * only (opens and maps the file). Nothing is found in a stripped executable. */
+ * only (opens libelf, opens and maps the file). Nothing is found in a stripped executable, nor when libelf
+ * cannot be opened (vaka_crash_libelf_error says why). */
 static void find_executable_symbols(const char *const *names, void **out, size_t count)
 {
-    if (elf_version(EV_CURRENT) == EV_NONE) return;
+    if (!open_libelf() || libelf.elf_version(EV_CURRENT) == EV_NONE) return;
     int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
-    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    Elf *elf = libelf.elf_begin(fd, ELF_C_READ_MMAP, NULL);
     uintptr_t bias = 0;
     dl_iterate_phdr(first_object_bias, &bias);
     Elf_Scn *scn = NULL;
-    while (elf != NULL && (scn = elf_nextscn(elf, scn)) != NULL) {
+    while (elf != NULL && (scn = libelf.elf_nextscn(elf, scn)) != NULL) {
         GElf_Shdr shdr;
-        if (gelf_getshdr(scn, &shdr) == NULL || shdr.sh_type != SHT_SYMTAB || shdr.sh_entsize == 0) continue;
-        Elf_Data *data = elf_getdata(scn, NULL);
+        if (libelf.gelf_getshdr(scn, &shdr) == NULL || shdr.sh_type != SHT_SYMTAB || shdr.sh_entsize == 0) continue;
+        Elf_Data *data = libelf.elf_getdata(scn, NULL);
         if (data == NULL) continue;
         size_t n = shdr.sh_size / shdr.sh_entsize;
         for (size_t k = 0; k < n; k++) {
             GElf_Sym sym;
-            if (gelf_getsym(data, (int)k, &sym) == NULL || sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
+            if (libelf.gelf_getsym(data, (int)k, &sym) == NULL || sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
+                continue;
             int type = GELF_ST_TYPE(sym.st_info);
             if (type != STT_FUNC && type != STT_OBJECT) continue;
-            const char *name = elf_strptr(elf, shdr.sh_link, sym.st_name);
+            const char *name = libelf.elf_strptr(elf, shdr.sh_link, sym.st_name);
             if (name == NULL) continue;
             for (size_t i = 0; i < count; i++)
                 if (out[i] == NULL && strcmp(name, names[i]) == 0) out[i] = (void *)(bias + (uintptr_t)sym.st_value);
         }
     }
-    if (elf != NULL) elf_end(elf);
+    if (elf != NULL) libelf.elf_end(elf);
     close(fd);
 }
 
@@ -372,7 +426,7 @@ static void prepare_handler_state(int defer)
 }
 
 /* fork()'s prepare hook. A child forked before vaka_crash_finish_install has run (a program that daemonizes right
- * after start) never gets that call: the thread that makes it is not in the child. So libunwind's warm-up, when
+ * after start) never gets that call: the thread that makes it is not in the child. So libunwind's load and warm-up, when
  * still to do, is done here, in the forking thread before the fork, and the child inherits it (the child makes no
  * reserve in any case: sig_lifecycle.c). Not in the child itself: another thread of the parent may have been inside
  * libunwind's one-time initialisation, holding its lock, at the moment of the fork. Skipped when a capture has begun

@@ -29,13 +29,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
-
 vaka_threads_state vaka_threads;
 vaka_thread_slot vaka_thread_slots[VAKA_THREAD_SLOTS];
 atomic_int vaka_own_thread_ids[VAKA_OWN_THREADS];
-/* One libunwind cursor and one stack-scan buffer per slot: the threads unwind at the same time. */
+/* One libunwind cursor (the type from vaka_internal.h's libunwind.h; the calls go through vaka_unw in
+ * sig_unwind.c) and one stack-scan buffer per slot: the threads unwind at the same time. */
 static unw_cursor_t slot_cursors[VAKA_THREAD_SLOTS];
 static uintptr_t slot_scan[VAKA_THREAD_SLOTS][VAKA_THREAD_SCAN_WORDS];
 

@@ -8,18 +8,19 @@
  * pointing just after a call instruction in an image's executable segment). Each frame records how it was
  * found: `context`, `cfi`, `fp` or `scan`.
  *
- * libunwind's caches take a mutex; the handler switches the local address space to UNW_CACHE_NONE
- * before unwinding (the process is about to die anyway). In libunwind 1.6 that is a field store plus an
- * atomic increment of the cache generation; it would also free .debug_frame tables, which builds without
- * .debug_frame support (Debian's x86_64 libunwind) never allocate. libunwind's one-time initialisation runs
- * outside the handler (install.c warms it up, at install or in vaka_crash_finish_install) and only then is
- * vaka_state.unwind_ready set: a crash before that skips libunwind (frame pointers, then the stack scan). The
- * cursor is static to keep the alternate stack usage small.
+ * libunwind is not linked: it is called through vaka_unw (defined here, the handler's own storage), which
+ * unwind_load.c fills with dlsym outside the handler. libunwind's caches take a mutex; the handler switches the
+ * local address space to UNW_CACHE_NONE before unwinding (the process is about to die anyway). In libunwind 1.6
+ * that is a field store plus an atomic increment of the cache generation; it would also free .debug_frame
+ * tables, which builds without .debug_frame support (Debian's x86_64 libunwind) never allocate. libunwind is
+ * opened and its one-time initialisation run outside the handler (install.c warms it up, at install or in
+ * vaka_crash_finish_install) and only then is vaka_state.unwind_ready set (release; read here with acquire):
+ * a crash before that, or in a process where libunwind cannot be opened, skips libunwind (frame pointers, then
+ * the stack scan). The cursor is static to keep the alternate stack usage small.
  */
 #include "vaka_internal.h"
 
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
+vaka_libunwind vaka_unw;
 
 /* Largest plausible distance between two consecutive frame records, in bytes. */
 #define VAKA_FP_MAX_STEP (64u * 1024 * 1024)
@@ -100,23 +101,24 @@ size_t vaka_sig_unwind_with(void *cursor_memory, uintptr_t *scan_buffer, size_t 
 
     /* Not before libunwind's one-time initialisation has run outside the handler (it allocates): until then the
      * frame-pointer walk and the stack scan below are all there is. */
-    int use_libunwind = atomic_load(&vaka_state.unwind_ready);
-    if (use_libunwind) unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_NONE);
-    if (use_libunwind && unw_init_local2(c, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
+    int use_libunwind = atomic_load_explicit(&vaka_state.unwind_ready, memory_order_acquire);
+    const vaka_libunwind *unw = &vaka_unw; /* filled before unwind_ready was set */
+    if (use_libunwind) unw->set_caching_policy(*unw->local_addr_space, UNW_CACHE_NONE);
+    if (use_libunwind && unw->init_local2(c, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
         unw_word_t ip = 0, sp = 0, prev_ip, prev_sp;
-        if (unw_get_reg(c, UNW_REG_IP, &ip) == 0 && ip != 0) {
-            unw_get_reg(c, UNW_REG_SP, &sp);
+        if (unw->get_reg(c, UNW_REG_IP, &ip) == 0 && ip != 0) {
+            unw->get_reg(c, UNW_REG_SP, &sp);
             ips[n] = (uintptr_t)ip;
             methods[n] = VAKA_FRAME_CONTEXT;
             n++;
             for (;;) {
-                int step = unw_step(c);
+                int step = unw->step(c);
                 vaka_sig_test_fault(2);
                 if (step <= 0) break;
                 prev_ip = ip;
                 prev_sp = sp;
-                if (unw_get_reg(c, UNW_REG_IP, &ip) != 0 || ip == 0) break;
-                unw_get_reg(c, UNW_REG_SP, &sp);
+                if (unw->get_reg(c, UNW_REG_IP, &ip) != 0 || ip == 0) break;
+                unw->get_reg(c, UNW_REG_SP, &sp);
                 if (ip == prev_ip && sp == prev_sp) break; /* no progress: corrupt unwind info */
                 if (n >= max) {
                     *truncated = 1;

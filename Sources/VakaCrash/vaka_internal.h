@@ -4,7 +4,8 @@
  *
  * Rule of the house: everything a sig_*.c file touches is static storage defined in a sig_*.c file and
  * prepared at install time. Code in sig_*.c calls only async-signal-safe syscalls, libunwind local
- * unwinding, and other sig_*.c functions (scripts/check-signal-path enforces this on the object files).
+ * unwinding (through the vaka_unw table, filled outside the handler), and other sig_*.c functions
+ * (scripts/check-signal-path enforces this on the object files).
  */
 #ifndef VAKA_INTERNAL_H
 #define VAKA_INTERNAL_H
@@ -22,6 +23,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* libunwind's types and the names its macros give its functions (libunwind itself is opened with dlopen:
+ * vaka_libunwind below). */
+#ifndef UNW_LOCAL_ONLY
+#define UNW_LOCAL_ONLY
+#endif
+#include <libunwind.h>
 
 /* Internal symbols are hidden: calls between the runtime's own files never go through a PLT slot (lazy binding
  * in a signal handler runs the dynamic linker's resolver, which needs far more stack than a small alternate
@@ -214,6 +222,31 @@ size_t vaka_scan_stack(vaka_safe_reader *r, uintptr_t sp, uintptr_t *ips, uint8_
  *  buffer the winner uses, for threads that scan at the same time. Signal safe. @return the new count. */
 size_t vaka_scan_stack_into(uintptr_t *buffer, size_t buffer_words, vaka_safe_reader *r, uintptr_t sp,
                             uintptr_t *ips, uint8_t *methods, size_t n, size_t max, int *truncated);
+/* ---------------------------------------------------------------- libunwind, opened with dlopen (unwind_load.c) */
+
+/** libunwind's local-unwinding entry points, looked up with dlsym in `libunwind.so.8` (no -lunwind: a program
+ *  linking Vaka does not load libunwind, nor the liblzma it needs, at process start). Each member has the type
+ *  of the function the header's macro names (`unw_step` is `UNW_OBJ(step)`, `_ULx86_64_step` on x86_64). */
+typedef struct vaka_libunwind {
+    int (*getcontext)(unw_context_t *);          /* unw_getcontext (unw_tdep_getcontext) */
+    __typeof__(unw_init_local) *init_local;
+    __typeof__(unw_init_local2) *init_local2;
+    __typeof__(unw_get_reg) *get_reg;
+    __typeof__(unw_step) *step;
+    __typeof__(unw_set_caching_policy) *set_caching_policy;
+    unw_addr_space_t *local_addr_space;          /* &unw_local_addr_space (a data symbol) */
+} vaka_libunwind;
+
+/** The table the handler calls libunwind through (defined in sig_unwind.c, the handler's own storage). Filled
+ *  once by vaka_rt_libunwind() in ordinary context; the handler reads it only after an acquire load of
+ *  vaka_state.unwind_ready returned 1, which install.c stores (release) after the table was filled. */
+extern vaka_libunwind vaka_unw;
+
+/** Not signal safe (dlopen, dlsym). The first call opens `libunwind.so.8` (RTLD_NOW | RTLD_LOCAL) and fills
+ *  vaka_unw; later calls return the same answer (pthread_once). @return &vaka_unw, or NULL when libunwind
+ *  cannot be opened or lacks a symbol (vaka_crash_libunwind_error() then says why). */
+const vaka_libunwind *vaka_rt_libunwind(void);
+
 /** Signal safe. PC, SP and frame pointer of a ucontext. */
 uintptr_t vaka_uc_pc(const ucontext_t *uc);
 uintptr_t vaka_uc_sp(const ucontext_t *uc);

@@ -169,7 +169,8 @@ let prepared = prepareBeforeStart(scenario.name)
 if prepared != 0 { fail("\(scenario.name): could not set up the fault: \(String(cString: strerror(prepared)))", status: 4) }
 
 if startVaka {
-    Vaka.start(harnessOptions(Vaka.Options(dsn: dsn, storageDirectory: storage)))
+    let debug = ProcessInfo.processInfo.environment["VAKA_DEBUG"] == "1"
+    Vaka.start(harnessOptions(Vaka.Options(dsn: dsn, debug: debug, storageDirectory: storage)))
     // The scenarios are about the report of a prepared runtime, not about which thread ran first (a crash before
     // start's background thread prepared it unwinds by frame pointers: DeferredPreparationTests).
     crashme_finish_crash_preparation()

@@ -9,7 +9,8 @@ import VakaTestSupport
 final class DeferredPreparationTests: XCTestCase {
     /// `deferred [finish|now]`: installs with `defer_preparation` (not with `now`), prints how many unnamed files
     /// (the reserve: an O_TMPFILE in the report directory, `... (deleted)` in /proc/self/fd) it holds, runs
-    /// vaka_crash_finish_install() with `finish` and prints the count again, then writes through NULL.
+    /// vaka_crash_finish_install() with `finish` and prints the count again, then writes through NULL. Each count
+    /// comes with whether libunwind is mapped (it is opened with dlopen by the warm-up, not at process start).
     static let source = """
     #include <dirent.h>
     static int reserves(void) {
@@ -28,17 +29,26 @@ final class DeferredPreparationTests: XCTestCase {
         if (d != NULL) closedir(d);
         return n;
     }
+    /* 1 when libunwind is mapped in this process (/proc/self/maps). */
+    static int libunwind_mapped(void) {
+        FILE *f = fopen("/proc/self/maps", "r");
+        char line[4096];
+        int found = 0;
+        while (f != NULL && fgets(line, sizeof line, f) != NULL) found |= strstr(line, "/libunwind.so") != NULL;
+        if (f != NULL) fclose(f);
+        return found;
+    }
     int main(int argc, char **argv) {
         const char *mode = argc > 1 ? argv[1] : "";
         vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "deferred",
                                 .defer_preparation = strcmp(mode, "now") != 0 };
         int rc = vaka_crash_install(&c);
         if (rc) { fprintf(stderr, "install failed %d\\n", rc); return 99; }
-        printf("reserve %d\\n", reserves());
+        printf("reserve %d libunwind %d\\n", reserves(), libunwind_mapped());
         if (strcmp(mode, "finish") == 0) {
             if (vaka_crash_finish_install() != 0) return 98;
             if (vaka_crash_finish_install() != 0) return 97; /* a second call does nothing */
-            printf("reserve %d\\n", reserves());
+            printf("reserve %d libunwind %d\\n", reserves(), libunwind_mapped());
         }
         fflush(stdout);
         vk_null();
@@ -63,22 +73,22 @@ final class DeferredPreparationTests: XCTestCase {
     }
 
     /// A crash right after a deferring install: no reserve was made, the report is created by name and the
-    /// crashed thread's callers come from the frame-pointer walk (libunwind is not used before its warm-up).
+    /// crashed thread's callers come from the frame-pointer walk (libunwind is not even loaded before its warm-up).
     func testCrashBeforeFinishUnwindsByFramePointers() throws {
         let (stdout, report) = try crash("defer")
-        XCTAssertEqual(stdout, "reserve 0\n")
+        XCTAssertEqual(stdout, "reserve 0 libunwind 0\n")
         let methods = frameMethods(report)
         XCTAssertEqual(methods.first, "context", report)
         XCTAssertGreaterThanOrEqual(methods.count, 3, "vk_null, main and libc's caller: \(report)")
         XCTAssertEqual(Set(methods.dropFirst()), ["fp"], report)
     }
 
-    /// After vaka_crash_finish_install (twice: the second does nothing) the reserve exists and the handler unwinds
-    /// with libunwind (`cfi`), as after an install without deferral.
+    /// After vaka_crash_finish_install (twice: the second does nothing) the reserve exists, libunwind is loaded and
+    /// the handler unwinds with it (`cfi`), as after an install without deferral.
     func testCrashAfterFinishUsesReserveAndCFI() throws {
         for mode in ["finish", "now"] {
             let (stdout, report) = try crash(mode)
-            XCTAssertEqual(stdout, mode == "finish" ? "reserve 0\nreserve 1\n" : "reserve 1\n", mode)
+            XCTAssertEqual(stdout, mode == "finish" ? "reserve 0 libunwind 0\nreserve 1 libunwind 1\n" : "reserve 1 libunwind 1\n", mode)
             let methods = frameMethods(report)
             XCTAssertEqual(methods.first, "context", report)
             XCTAssertEqual(Set(methods.dropFirst()), ["cfi"], "\(mode): \(report)")

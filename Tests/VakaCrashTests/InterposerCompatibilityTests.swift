@@ -35,7 +35,7 @@ final class InterposerCompatibilityTests: XCTestCase {
         let link = try runChild(URL(fileURLWithPath: clang),
                                 ["-fsanitize=address", "-g", "-O0", "-I",
                                  Paths.repositoryRoot.appendingPathComponent("include").path, source.path,
-                                 library.path, "-lunwind", "-lelf", "-lpthread", "-ldl", "-o", executable.path],
+                                 library.path, "-lpthread", "-ldl", "-o", executable.path],
                                 label: "clang-asan", outputDirectory: dir, timeout: 180)
         guard link.outcome == "exit 0" else { throw ChildError(description: "clang: \(link.stderrTail())") }
         for vaka in [false, true] {
@@ -68,7 +68,7 @@ final class InterposerCompatibilityTests: XCTestCase {
         let link = try runChild(URL(fileURLWithPath: cc),
                                 ["-fsanitize=thread", "-static-libtsan", "-g", "-O0", "-I",
                                  Paths.repositoryRoot.appendingPathComponent("include").path, source.path,
-                                 library.path, "-lunwind", "-lelf", "-lpthread", "-ldl", "-o", executable.path],
+                                 library.path, "-lpthread", "-ldl", "-o", executable.path],
                                 label: "cc-tsan", outputDirectory: dir, timeout: 180)
         guard link.outcome == "exit 0" else { throw XCTSkip("cannot link with a static TSan runtime: \(link.stderrTail())") }
         for vaka in [false, true] {
@@ -109,7 +109,7 @@ final class InterposerCompatibilityTests: XCTestCase {
         let executable = dir.appendingPathComponent("st")
         let link = try runChild(URL(fileURLWithPath: cc),
                                 ["-static", "-O0", "-I", Paths.repositoryRoot.appendingPathComponent("include").path,
-                                 source.path, library.path, "-lunwind", "-llzma", "-lelf", "-lz", "-lpthread",
+                                 source.path, library.path, "-lpthread",
                                  "-o", executable.path],
                                 label: "cc-static", outputDirectory: dir, timeout: 120)
         guard link.outcome == "exit 0" else { throw ChildError(description: "cc -static: \(link.stderrTail())") }

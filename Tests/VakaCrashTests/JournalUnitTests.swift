@@ -32,7 +32,7 @@ final class JournalUnitTests: XCTestCase {
             "-I", root.appendingPathComponent("Sources/VakaCrash").path,
             root.appendingPathComponent("Tests/unit/journal_unit.c").path,
         ] + sources
-        if withLibrary { arguments += [try RuntimeProgram.library.get().path, "-lunwind", "-lelf", "-ldl"] }
+        if withLibrary { arguments += [try RuntimeProgram.library.get().path, "-ldl"] }
         arguments += ["-lpthread", "-o", executable.path]
         let result = try runChild(URL(fileURLWithPath: cc), arguments, label: "cc", outputDirectory: dir, timeout: 180)
         guard result.outcome == "exit 0" else { throw ChildError(description: "cc \(name): \(result.stderrTail())") }

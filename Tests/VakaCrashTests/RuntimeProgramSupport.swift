@@ -89,7 +89,7 @@ enum RuntimeProgram {
         let result = try runChild(URL(fileURLWithPath: cc),
                                   ["-g", "-O0", "-fno-omit-frame-pointer",
                                    "-I", Paths.repositoryRoot.appendingPathComponent("include").path,
-                                   source.path] + extraFlags + [library.path, "-lunwind", "-lelf", "-lpthread", "-ldl", "-o", executable.path],
+                                   source.path] + extraFlags + [library.path, "-lpthread", "-ldl", "-o", executable.path],
                                   label: "cc", outputDirectory: dir, timeout: 120)
         guard result.outcome == "exit 0" else { throw ChildError(description: "cc \(name): \(result.stderrTail())") }
         return executable
@@ -125,15 +125,15 @@ enum RuntimeProgram {
         var onlyReport: String { reports.count == 1 ? report(reports[0]) : "" }
     }
 
-    /// Runs `executable` with `$VK_DIR` set to a fresh directory (and `$VK_NOVAKA` when `vaka` is false),
-    /// killing it after `timeout` seconds (a hang then shows as `timedOut`).
+    /// Runs `executable` with `$VK_DIR` set to a fresh directory (and `$VK_NOVAKA` when `vaka` is false) and
+    /// `environment` added, killing it after `timeout` seconds (a hang then shows as `timedOut`).
     static func run(_ executable: URL, _ arguments: [String] = [], vaka: Bool = true, timeout: TimeInterval = 30,
-                    prepare: (URL) throws -> Void = { _ in }) throws -> Run {
+                    environment extra: [String: String] = [:], prepare: (URL) throws -> Void = { _ in }) throws -> Run {
         let dir = Paths.freshDirectory("run-\(executable.lastPathComponent)")
         let reports = dir.appendingPathComponent("reports", isDirectory: true)
         try FileManager.default.createDirectory(at: reports, withIntermediateDirectories: true)
         try prepare(reports)
-        var environment = ["VK_DIR": reports.path]
+        var environment = ["VK_DIR": reports.path].merging(extra) { _, new in new }
         if !vaka { environment["VK_NOVAKA"] = "1" }
         let result = try runChild(executable, arguments, label: "run", outputDirectory: dir,
                                   environment: environment, timeout: timeout)

@@ -25,7 +25,7 @@ final class RuntimeUnitTests: XCTestCase {
                                    "-I", root.appendingPathComponent("include").path,
                                    "-I", root.appendingPathComponent("Sources/VakaCrash").path,
                                    root.appendingPathComponent("Tests/unit/runtime_unit.c").path,
-                                   library.path, "-lunwind", "-lelf", "-lpthread", "-ldl", "-o", executable.path],
+                                   library.path, "-lpthread", "-ldl", "-o", executable.path],
                                   label: "cc", outputDirectory: dir, timeout: 120)
         guard result.outcome == "exit 0" else { throw ChildError(description: "cc runtime_unit.c: \(result.stderrTail())") }
         return executable

@@ -23,7 +23,7 @@ final class SanitizerStaticProgramTests: XCTestCase {
     /// library into an executable named `name`.
     /// - Throws: ``ChildError`` when the compiler fails.
     func link(_ name: String, _ body: String, compiler: String, flags: [String],
-              libraries: [String] = ["-lunwind", "-lelf", "-lpthread", "-ldl"]) throws -> URL {
+              libraries: [String] = ["-lpthread", "-ldl"]) throws -> URL {
         let library = try RuntimeProgram.library.get()
         let dir = Paths.freshDirectory("san-\(name)")
         let source = dir.appendingPathComponent("\(name).c")
@@ -54,7 +54,7 @@ final class SanitizerStaticProgramTests: XCTestCase {
         }
         """, compiler: clang, flags: ["-fsanitize=thread"],
             // clang's TSan runtime has libdispatch interceptors; Swift programs link these two anyway.
-            libraries: ["-lunwind", "-lelf", "-lpthread", "-ldl", "-L", Self.swiftLibDir, "-Wl,-rpath," + Self.swiftLibDir,
+            libraries: ["-lpthread", "-ldl", "-L", Self.swiftLibDir, "-Wl,-rpath," + Self.swiftLibDir,
                         "-ldispatch", "-lBlocksRuntime"])
         for vaka in [false, true] {
             let run = try RuntimeProgram.run(executable, vaka: vaka, timeout: 60)
@@ -147,7 +147,7 @@ final class SanitizerStaticProgramTests: XCTestCase {
             pthread_join(t, NULL);
             return 0;
         }
-        """, compiler: cc, flags: ["-static"], libraries: ["-lunwind", "-llzma", "-lelf", "-lz", "-lpthread"])
+        """, compiler: cc, flags: ["-static"], libraries: ["-lpthread"])
         let without = try RuntimeProgram.run(executable, vaka: false, timeout: 30)
         XCTAssertEqual(without.result.outcome, "signal 11 (SIGSEGV)", without.result.stderrTail())
         XCTAssertEqual(String(decoding: without.result.stdout, as: UTF8.self), "usr1 1 segv 1\n")

@@ -68,7 +68,7 @@ final class StaticStdlibTests: XCTestCase {
         let executable = dir.appendingPathComponent("prog")
         let link = try runChild(URL(fileURLWithPath: swiftc),
                                 (linkStatic ? ["-static-stdlib"] : []) +
-                                ["-Onone", "-g", source.path, object.path, library.path, "-lunwind", "-lelf",
+                                ["-Onone", "-g", source.path, object.path, library.path,
                                  "-o", executable.path],
                                 label: "swiftc", outputDirectory: dir, timeout: 240)
         guard link.outcome == "exit 0" else { throw ChildError(description: "swiftc: \(link.stderrTail())") }
@@ -130,7 +130,7 @@ final class StaticStdlibTests: XCTestCase {
         let executable = dir.appendingPathComponent("sa")
         let link = try runChild(URL(fileURLWithPath: cc),
                                 ["-static", "-O0", "-I", Paths.repositoryRoot.appendingPathComponent("include").path,
-                                 source.path, library.path, "-lunwind", "-llzma", "-lelf", "-lz", "-lpthread",
+                                 source.path, library.path, "-lpthread",
                                  "-o", executable.path],
                                 label: "cc-static", outputDirectory: dir, timeout: 120)
         guard link.outcome == "exit 0" else { throw ChildError(description: "cc -static: \(link.stderrTail())") }

@@ -107,6 +107,28 @@ int vaka_crash_install(const vaka_crash_config *config);
 int vaka_crash_finish_install(void);
 
 /**
+ * Why libunwind could not be used in this process: `libunwind.so.8` is opened with dlopen (not linked) the first
+ * time something unwinds with it (vaka_crash_finish_install(), an install without `defer_preparation`, fork's
+ * prepare hook before that, vaka_crash_capture_frames()), and this is the loader's message, e.g.
+ * "libunwind.so.8: cannot open shared object file: No such file or directory", or "libunwind.so.8: no <symbol>".
+ * Crash reports are then unwound by frame pointers and stack scan (`fp`/`scan` frames), handled errors by frame
+ * pointers. NULL when libunwind was loaded or no load has been tried yet (this call does not load it).
+ * A static string, valid for the process's lifetime. Thread-safe; not for use in a signal handler.
+ */
+const char *vaka_crash_libunwind_error(void);
+
+/**
+ * Why install could not read the executable's own symbol table: when dlsym finds neither the Swift runtime's
+ * fatal-error message buffer nor glibc's `__abort_msg` (a program linked with -static-stdlib, or with a static C
+ * library), install looks them up in `/proc/self/exe`'s `.symtab` with libelf, which is opened with dlopen
+ * (`libelf.so.1`, not linked) for that. This is the loader's message when that failed (e.g. "libelf.so.1: cannot
+ * open shared object file: No such file or directory"): the report then lacks those messages. NULL when libelf
+ * was loaded or was not needed. A static string, valid for the process's lifetime. Thread-safe; not for use in a
+ * signal handler.
+ */
+const char *vaka_crash_libelf_error(void);
+
+/**
  * Marks the calling thread as one of Vaka's own: the SDK calls it first thing in each thread it starts
  * (`vaka.start`, `vaka.journal`, `vaka.delivery`, `vaka.close`). Its kernel thread id goes into a ring of the last
  * 32 marked ids. At crash time a thread whose id is in that ring and whose name (`comm`) still starts with

@@ -264,8 +264,8 @@ final class Client: Sendable {
         // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
         // run directory's lock with it), as the mover's own thread never held it.
         let thread = OwnThread(name: "vaka.start") { [weak self] in
-            // The crash runtime's report reserve and libunwind's warm-up, left out of `Vaka.start`'s install.
-            _ = vaka_crash_finish_install()
+            // The crash runtime's report reserve and libunwind's load and warm-up, left out of `Vaka.start`'s install.
+            self?.finishCrashInstall()
             // The delivery thread (with a DSN), started from here rather than by `Vaka.start`'s caller.
             self?.delivery.startWorker()
             // In two steps: a breadcrumb or log waiting for the journal does not wait for `scope.json` as well.
@@ -277,9 +277,19 @@ final class Client: Sendable {
         if !thread.start() {
             // No thread left (pthread_create: EAGAIN): the crash runtime's deferred part is done here, the run's
             // files by the first call that needs them or at exit (setUp(through:), end), as when the thread is late.
-            _ = vaka_crash_finish_install()
+            finishCrashInstall()
             delivery.startWorker()
             logLine("no thread could be created for Vaka's start; its work is done by the calls that need it")
+        }
+    }
+
+    /// The crash runtime's deferred install (`vaka_crash_finish_install`: the report's reserve, libunwind opened
+    /// with `dlopen` and warmed up), with one debug line when libunwind cannot be opened: crash reports are then
+    /// unwound by frame pointers.
+    private func finishCrashInstall() {
+        _ = vaka_crash_finish_install()
+        if let why = vaka_crash_libunwind_error() {
+            logLine("libunwind not loaded (\(String(cString: why))); crash reports unwind by frame pointers")
         }
     }
 

@@ -1,0 +1,149 @@
+import Foundation
+import XCTest
+import VakaTestSupport
+
+/// The libraries Vaka opens with `dlopen` instead of linking: libunwind (and liblzma, which only libunwind needs)
+/// and libelf are not load-time dependencies of a program that links Vaka, so they cost nothing at process start;
+/// libunwind is opened by the `vaka.start` thread (`vaka_crash_finish_install`), libelf on first use. A crash
+/// still has libunwind's frames once it is loaded, and frame-pointer frames (with a `debug` line saying why) when
+/// it cannot be opened.
+final class LazyLibrariesTests: XCTestCase {
+    /// Sonames a program linking Vaka must not have among its `NEEDED` entries.
+    static let notNeeded = ["libunwind.so", "liblzma.so", "libelf.so"]
+
+    /// The `NEEDED` entries of the dynamic section of `binary` (`readelf -d`), e.g. `libc.so.6`.
+    func neededLibraries(_ binary: URL) throws -> [String] {
+        let result = try runProcess("/usr/bin/readelf", ["-d", try Paths.built(binary)])
+        XCTAssertEqual(result.status, 0, result.stderrText)
+        // ` 0x0000000000000001 (NEEDED)             Shared library: [libc.so.6]`
+        return result.stdoutText.split(separator: "\n").filter { $0.contains("(NEEDED)") }.compactMap { line in
+            guard let open = line.firstIndex(of: "["), let close = line.lastIndex(of: "]") else { return nil }
+            return String(line[line.index(after: open)..<close])
+        }
+    }
+
+    /// The crash harness and the start benchmark's Vaka program need neither libunwind, liblzma nor libelf at
+    /// load time (the list is read, and holds libc, so an unreadable section does not pass).
+    func testProgramsLinkingVakaDoNotNeedLibunwindLzmaOrLibelf() throws {
+        for product in [Paths.harness, Paths.productsDirectory.appendingPathComponent("bench-start-vaka")] {
+            let needed = try neededLibraries(product)
+            XCTAssertTrue(needed.contains { $0.hasPrefix("libc.so") }, "\(product.lastPathComponent): \(needed)")
+            for soname in Self.notNeeded {
+                XCTAssertFalse(needed.contains { $0.hasPrefix(soname) },
+                               "\(product.lastPathComponent) needs \(soname) at load time: \(needed)")
+            }
+        }
+    }
+
+    /// A directory holding an empty file named `soname`: first on LD_LIBRARY_PATH, it makes dlopen of that
+    /// library fail ("file too short") as on a machine without it.
+    func brokenLibraryDirectory(_ soname: String) -> URL {
+        let directory = Paths.freshDirectory("broken-\(soname)")
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory.appendingPathComponent(soname).path, contents: Data()))
+        return directory
+    }
+
+    /// A C program with the crash runtime has no Swift runtime, so install looks the Swift fatal-error message
+    /// buffer up in the executable's `.symtab` with libelf: libelf is opened then (mapped after install, not
+    /// before), and when it cannot be opened install still succeeds, vaka_crash_libelf_error() gives the loader's
+    /// reason, and the crash is reported (glibc's abort message still found with dlsym).
+    func testInstallOpensLibelfOnlyForItsFallbackAndCopesWithoutIt() throws {
+        let program = try RuntimeProgram.build("libelfload", """
+        static int mapped(void) {
+            FILE *f = fopen("/proc/self/maps", "r");
+            char line[4096];
+            int found = 0;
+            while (f != NULL && fgets(line, sizeof line, f) != NULL) found |= strstr(line, "/libelf.so") != NULL || strstr(line, "/libelf-") != NULL;
+            if (f != NULL) fclose(f);
+            return found;
+        }
+        int main(void) {
+            printf("before %d\\n", mapped());
+            vk_start("libelfload");
+            const char *why = vaka_crash_libelf_error();
+            printf("after %d error %s\\n", mapped(), why != NULL ? why : "none");
+            fflush(stdout);
+            abort();
+        }
+        """)
+        let loaded = try RuntimeProgram.run(program)
+        XCTAssertEqual(loaded.result.outcome, "signal 6 (SIGABRT)", loaded.result.stderrTail())
+        XCTAssertEqual(String(decoding: loaded.result.stdout, as: UTF8.self), "before 0\nafter 1 error none\n")
+        XCTAssertEqual(loaded.reports, ["libelfload.crash"])
+
+        let broken = brokenLibraryDirectory("libelf.so.1")
+        let missing = try RuntimeProgram.run(program, environment: ["LD_LIBRARY_PATH": broken.path])
+        XCTAssertEqual(missing.result.outcome, "signal 6 (SIGABRT)", missing.result.stderrTail())
+        let stdout = String(decoding: missing.result.stdout, as: UTF8.self)
+        XCTAssertTrue(stdout.hasPrefix("before 0\nafter 0 error \(broken.path)/libelf.so.1: file too short"), stdout)
+        XCTAssertEqual(missing.reports, ["libelfload.crash"])
+        XCTAssertEqual(reportValue(missing.onlyReport, "signal"), "6 SIGABRT", missing.onlyReport)
+    }
+
+    /// The methods of a report's `frame` lines (the crashed thread), newest first.
+    func frameMethods(_ report: String) -> [String] {
+        report.split(separator: "\n").filter { $0.hasPrefix("frame ") }.map { String($0.split(separator: " ").last ?? "") }
+    }
+
+    /// Runs the harness in `scenario` with Vaka (`--settle`: the `vaka.start` thread has finished its work, the
+    /// libunwind load included) and `VAKA_DEBUG=1`; returns its stderr, its one report and that report's event.
+    func crash(_ scenario: String, label: String, environment: [String: String] = [:]) throws
+        -> (stderr: String, report: String, event: [String: Any]) {
+        let work = Paths.freshDirectory(label)
+        let storage = work.appendingPathComponent("storage")
+        let result = try runChild(Paths.harness, [scenario, "--storage", storage.path, "--settle"], label: label,
+                                  outputDirectory: work,
+                                  environment: ["SWIFT_BACKTRACE": "enable=no", "VAKA_DEBUG": "1"].merging(environment) { _, new in new })
+        XCTAssertTrue(result.diedBySignal && !result.timedOut, "\(label): \(result.outcome) \(result.stderrTail())")
+        let crashes = storage.appendingPathComponent("crashes")
+        let reports = ((try? FileManager.default.contentsOfDirectory(atPath: crashes.path)) ?? []).filter { $0.hasSuffix(".crash") }
+        guard reports.count == 1 else {
+            XCTFail("\(label): expected one report, found \(reports): \(result.stderrTail())")
+            return (result.stderrText, "", [:])
+        }
+        let path = crashes.appendingPathComponent(reports[0]).path
+        let report = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        let convert = try runChild(Paths.cli, ["report", "convert", path], label: "\(label)-convert", outputDirectory: work)
+        XCTAssertEqual(convert.outcome, "exit 0", convert.stderrTail())
+        return (result.stderrText, report, decodeJSONObject(convert.stdout) ?? [:])
+    }
+
+    /// The functions of the event's crashed-thread frames, newest first.
+    func functions(_ event: [String: Any]) -> [String] {
+        let frames = dig(event, "exception", "values", 0, "stacktrace", "frames") as? [[String: Any]] ?? []
+        return frames.reversed().map { $0["function"] as? String ?? "?" }
+    }
+
+    /// With libunwind loaded by the `vaka.start` thread, an abort (abort → raise → pthread_kill in libc, which
+    /// keep no frame pointer) is unwound by CFI through libc to the scenario's function and `main`, and no
+    /// `debug` line says libunwind is missing.
+    func testCrashAfterStartUnwindsWithLibunwind() throws {
+        let (stderr, report, event) = try crash("abort", label: "lazy-abort")
+        XCTAssertFalse(stderr.contains("libunwind not loaded"), stderr)
+        let methods = frameMethods(report)
+        XCTAssertEqual(methods.first, "context", report)
+        XCTAssertEqual(Set(methods.dropFirst()), ["cfi"], report)
+        let names = functions(event)
+        XCTAssertTrue(names.prefix(6).contains("crashme_abort"), "through libc to the scenario: \(names)")
+        XCTAssertTrue(names.contains("vaka_crashme_main"), "CFI reaches main: \(names)")
+    }
+
+    /// When `libunwind.so.8` cannot be opened (an empty file of that name first on LD_LIBRARY_PATH: "file too
+    /// short"), Vaka still starts, says so in one `debug` line, and the crash report's frames come from the
+    /// frame-pointer walk: the scenario's function and `main` are there.
+    func testCrashWithoutLibunwindUnwindsByFramePointers() throws {
+        let libraries = brokenLibraryDirectory("libunwind.so.8")
+        let (stderr, report, event) = try crash("null-deref", label: "lazy-no-libunwind",
+                                                environment: ["LD_LIBRARY_PATH": libraries.path])
+        let debugLines = stderr.split(separator: "\n").filter { $0.contains("libunwind not loaded") }
+        XCTAssertEqual(debugLines.count, 1, stderr)
+        XCTAssertTrue(debugLines.first?.contains("libunwind.so.8") ?? false, "the loader's reason: \(debugLines)")
+        let methods = frameMethods(report)
+        XCTAssertEqual(methods.first, "context", report)
+        XCTAssertGreaterThanOrEqual(methods.count, 3, report)
+        XCTAssertEqual(Set(methods.dropFirst()), ["fp"], report)
+        let names = functions(event)
+        XCTAssertEqual(names.first, "crashme_null_deref", "\(names)")
+        XCTAssertTrue(names.contains("vaka_crashme_main"), "frame pointers reach main: \(names)")
+    }
+}
