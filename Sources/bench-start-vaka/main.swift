@@ -1,10 +1,12 @@
 // scripts/bench: bench-start-foundation calling `Vaka.start` first.
-//   bench-start-vaka STORAGE [DSN]         Vaka.start on STORAGE (outbox mode without DSN), then exit (the
-//                                          atexit hook ends the session and flushes)
+//   bench-start-vaka STORAGE [DSN]         Vaka.start on STORAGE (outbox mode without DSN), then the baseline's own
+//                                          work (the time, the environment), then exit (the atexit hook ends the
+//                                          session and flushes)
 //   With $BENCH_START_MEMORY set (every bench-start-* program): /proc/self/smaps_rollup copied to that file
 //   before exiting (bench_report_memory; here after `Vaka.flush(timeout: 0)`, which waits for the background part
 //   of start).
-//   bench-start-vaka STORAGE crash [DSN]   the same, then dereferences NULL (bench_null_deref, SIGSEGV)
+//   bench-start-vaka STORAGE crash [DSN]   the same, dereferencing NULL where bench-start-foundation crash does
+//                                          (bench_null_deref, SIGSEGV)
 //   bench-start-vaka STORAGE deliver DSN N captures N messages, then Vaka.flush(timeout: 120); prints one JSON
 //                                          object: {"events","seconds","events_per_s","flushed"} (seconds from
 //                                          the first capture to the end of the flush)
@@ -31,10 +33,14 @@ if mode == "deliver", arguments.count == 4, let count = Int(arguments[3]) {
 }
 let dsn = mode == "crash" ? (arguments.count > 2 ? arguments[2] : nil) : (arguments.count > 1 ? arguments[1] : nil)
 Vaka.start(Vaka.Options(dsn: dsn, storageDirectory: URL(fileURLWithPath: storage)))
+// Then what bench-start-foundation does (the baseline's own work), so that the two rows differ by Vaka alone.
+let started = Date()
+let environment = ProcessInfo.processInfo.environment
 if mode == "crash" { _ = bench_null_deref() }
-if getenv("BENCH_START_MEMORY") != nil {
+if environment["BENCH_START_MEMORY"] != nil {
     // Resident memory of a started Vaka for scripts/bench: after the background part of start (flush waits for
     // it), before the exit path.
     Vaka.flush(timeout: 0)
     bench_report_memory()
 }
+if environment["BENCH_START_PRINT"] != nil { print(started.timeIntervalSince1970) }
