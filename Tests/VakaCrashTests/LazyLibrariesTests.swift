@@ -146,4 +146,34 @@ final class LazyLibrariesTests: XCTestCase {
         XCTAssertEqual(names.first, "crashme_null_deref", "\(names)")
         XCTAssertTrue(names.contains("vaka_crashme_main"), "frame pointers reach main: \(names)")
     }
+
+    /// When `libelf.so.1` cannot be opened (an empty file of that name first on LD_LIBRARY_PATH), the command-line
+    /// tool says that libelf is what is missing: `debug-files check` fails naming the loader's reason rather than
+    /// calling a good file unreadable ELF, and `symbolicate` warns that no function names (not only no lines) can
+    /// be given, then still prints the event.
+    func testCommandLineSaysLibelfIsMissing() throws {
+        let (_, report, _) = try crash("null-deref", label: "lazy-no-libelf-cli")
+        let work = Paths.freshDirectory("no-libelf-cli")
+        let reportFile = work.appendingPathComponent("run.crash")
+        try Data(report.utf8).write(to: reportFile)
+        let broken = brokenLibraryDirectory("libelf.so.1")
+        let environment = ["LD_LIBRARY_PATH": broken.path]
+        let cli = try Paths.built(Paths.cli)
+
+        let check = try runChild(URL(fileURLWithPath: cli), ["debug-files", "check", cli], label: "check",
+                                 outputDirectory: work, environment: environment)
+        XCTAssertEqual(check.outcome, "exit 1", check.stderrTail())
+        XCTAssertTrue(check.stderrText.contains("cannot read \(cli): libelf cannot be loaded (\(broken.path)/libelf.so.1: file too short)"),
+                      check.stderrText)
+        XCTAssertFalse(check.stderrText.contains("not a readable ELF file"), check.stderrText)
+
+        let symbolicate = try runChild(URL(fileURLWithPath: cli), ["symbolicate", reportFile.path], label: "symbolicate",
+                                       outputDirectory: work, environment: environment)
+        XCTAssertEqual(symbolicate.outcome, "exit 0", symbolicate.stderrTail())
+        let warnings = symbolicate.stderrText.split(separator: "\n").filter { $0.hasPrefix("vaka: warning:") }
+        XCTAssertEqual(warnings, ["vaka: warning: no function names, files or line numbers: libelf cannot be loaded (\(broken.path)/libelf.so.1: file too short)"],
+                       symbolicate.stderrText)
+        let event = try XCTUnwrap(decodeJSONObject(symbolicate.stdout))
+        XCTAssertNotNil(dig(event, "exception", "values", 0, "stacktrace", "frames") as? [[String: Any]], "\(event)")
+    }
 }
