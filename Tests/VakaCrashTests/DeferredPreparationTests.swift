@@ -160,4 +160,48 @@ final class DeferredPreparationTests: XCTestCase {
         XCTAssertEqual(methods.first, "context", report)
         XCTAssertEqual(Set(methods.dropFirst()), ["cfi"], report)
     }
+
+    /// `crashplugin <plugin>`: installs with `defer_preparation`, starts a thread that dlopens a plugin whose
+    /// constructor writes through NULL after a pause, and meanwhile runs vaka_crash_finish_install(), whose dlopen
+    /// of libunwind waits for the dynamic linker's lock that the crashing constructor holds.
+    static let crashPluginSource = """
+    #include <dlfcn.h>
+    static void *open_plugin(void *path) { return dlopen((const char *)path, RTLD_NOW | RTLD_LOCAL); }
+    int main(int argc, char **argv) {
+        if (argc < 2) return 90;
+        vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "crashplugin", .defer_preparation = 1 };
+        if (vaka_crash_install(&c) != 0) return 99;
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, open_plugin, argv[1]) != 0) return 92;
+        usleep(100 * 1000);
+        vaka_crash_finish_install();
+        pthread_join(thread, NULL);
+        return 0;
+    }
+    """
+
+    /// A crash inside a library constructor (its thread holds the dynamic linker's lock) while the finish of a
+    /// deferred install waits in dlopen for that lock: the report is written whole, its frames by frame pointers
+    /// (libunwind is not loaded yet) reaching the constructor, and the process dies by the signal.
+    func testCrashInAConstructorWhileFinishInstallWaitsInDlopen() throws {
+        let plugin = try RuntimeProgram.buildLibrary("crashplugin", """
+        #include <unistd.h>
+        static int *volatile nowhere = 0;
+        __attribute__((constructor, noinline)) void crash_plugin_init(void) {
+            usleep(400 * 1000);
+            *nowhere = 1;
+        }
+        """)
+        let program = try RuntimeProgram.build("crashplugin", Self.crashPluginSource)
+        let run = try RuntimeProgram.run(program, [plugin.path], timeout: 20)
+        XCTAssertFalse(run.result.timedOut, "hung: \(run.result.stderrTail())")
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        XCTAssertEqual(run.reports, ["crashplugin.crash"])
+        let report = run.onlyReport
+        XCTAssertTrue(report.hasSuffix("\nend\n"), "complete report: \(report)")
+        let methods = frameMethods(report)
+        XCTAssertEqual(methods.first, "context", report)
+        XCTAssertGreaterThanOrEqual(methods.count, 2, report)
+        XCTAssertFalse(methods.contains("cfi"), "libunwind was not ready: \(report)")
+    }
 }
