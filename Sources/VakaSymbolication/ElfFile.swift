@@ -1,5 +1,4 @@
 import CLibdw
-import CVakaElf
 import CZlib
 #if canImport(Glibc)
 import Glibc
@@ -102,9 +101,12 @@ public final class ElfFile: Sendable {
     /// Why no ELF file can be read in this process: libelf (`libelf.so.1`, opened with `dlopen` on first use, not
     /// at process start) cannot be opened or lacks a function — the loader's message, e.g. "libelf.so.1: cannot
     /// open shared object file: No such file or directory". `nil` when libelf is there. Without it nothing is
-    /// symbolicated (no symbol tables, build IDs or DWARF). Opens libelf if it was not yet opened.
+    /// symbolicated (no symbol tables, build IDs or DWARF). Opens libelf if it was not yet opened: the libelf
+    /// calls here go to Sources/CVakaElf's forwarders, whose `elf_version` gives `EV_NONE` and `elf_errmsg` the
+    /// loader's message (`vaka_libelf_error()`) when libelf cannot be loaded.
     public static var unavailableReason: String? {
-        vaka_libelf_error().map { String(cString: $0) }
+        guard elf_version(UInt32(EV_CURRENT)) == UInt32(EV_NONE) else { return nil }
+        return elf_errmsg(-1).map { String(cString: $0) } ?? "libelf.so.1 cannot be loaded"
     }
     /// Most entries read from one symbol table (10 million; large real binaries have a few hundred
     /// thousand). A `.symtab`/`.dynsym` claiming more is ignored as damaged, so the memory and time spent
