@@ -536,7 +536,8 @@ int vaka_crash_finish_install(void)
     /* libunwind opened before install_lock is taken, not under it: dlopen waits for the dynamic linker's lock,
      * which a thread inside a library's constructor holds while that constructor may call into Vaka (e.g.
      * vaka_crash_refresh_images), waiting for install_lock. The warm-up below then finds it opened. */
-    if (atomic_load(&vaka_state.installed) && !atomic_load(&vaka_state.unwind_ready)) (void)vaka_rt_libunwind();
+    if (atomic_load(&vaka_state.installed) && !atomic_load(&vaka_state.unwind_ready) && !vaka_rt_crash_started())
+        (void)vaka_rt_libunwind();
     pthread_mutex_lock(&install_lock);
     /* Not while a capture runs: the handler may be taking the target's reserve or making one itself. */
     if (atomic_load(&vaka_state.installed) && !vaka_rt_crash_started()) {
