@@ -176,49 +176,4 @@ final class LazyLibrariesTests: XCTestCase {
         let event = try XCTUnwrap(decodeJSONObject(symbolicate.stdout))
         XCTAssertNotNil(dig(event, "exception", "values", 0, "stacktrace", "frames") as? [[String: Any]], "\(event)")
     }
-
-    /// A fully static C program (`cc -static`: no `.eh_frame_hdr`, and dlopen brings libunwind a libc of its own
-    /// whose dl_iterate_phdr does not list the executable) still has its abort() unwound with libunwind through
-    /// the C library (which keeps no frame pointers) to `main`: install hands libunwind the executable's unwind
-    /// table. Each frame is `cfi`, as when such programs linked libunwind statically.
-    func testFullyStaticProgramUnwindsWithLibunwind() throws {
-        guard let cc = RuntimeProgram.cc else { throw Peers.missing("no C compiler (cc, gcc or clang)") }
-        let library = try RuntimeProgram.library.get()
-        let dir = Paths.freshDirectory("static-unwind")
-        let source = dir.appendingPathComponent("su.c")
-        try Data("""
-        #include "vaka/vaka_crash.h"
-        #include <stdio.h>
-        #include <stdlib.h>
-        __attribute__((noinline)) void static_unwind_leaf(void) { abort(); }
-        int main(void) {
-            vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "su" };
-            if (vaka_crash_install(&c)) return 99;
-            const char *why = vaka_crash_libunwind_error();
-            printf("libunwind %s\\n", why != NULL ? why : "loaded");
-            fflush(stdout);
-            static_unwind_leaf();
-            return 0;
-        }
-        """.utf8).write(to: source)
-        let executable = dir.appendingPathComponent("su")
-        let link = try runChild(URL(fileURLWithPath: cc),
-                                ["-static", "-O0", "-g", "-I", Paths.repositoryRoot.appendingPathComponent("include").path,
-                                 source.path, library.path, "-lpthread", "-o", executable.path],
-                                label: "cc-static", outputDirectory: dir, timeout: 120)
-        guard link.outcome == "exit 0" else { throw XCTSkip("cc -static failed (no static C library?): \(link.stderrTail())") }
-        let run = try RuntimeProgram.run(executable, timeout: 30)
-        XCTAssertEqual(run.result.outcome, "signal 6 (SIGABRT)", run.result.stderrTail())
-        XCTAssertEqual(String(decoding: run.result.stdout, as: UTF8.self), "libunwind loaded\n")
-        XCTAssertEqual(run.reports, ["su.crash"])
-        let methods = frameMethods(run.onlyReport)
-        XCTAssertEqual(methods.first, "context", run.onlyReport)
-        XCTAssertGreaterThanOrEqual(methods.count, 5, "abort, the leaf, main and the C library's start: \(run.onlyReport)")
-        XCTAssertEqual(Set(methods.dropFirst()), ["cfi"], run.onlyReport)
-        let convert = try runChild(Paths.cli, ["report", "convert", run.directory.appendingPathComponent("su.crash").path],
-                                   label: "convert", outputDirectory: dir)
-        XCTAssertEqual(convert.outcome, "exit 0", convert.stderrTail())
-        let names = functions(decodeJSONObject(convert.stdout) ?? [:])
-        XCTAssertTrue(names.contains("static_unwind_leaf") && names.contains("main"), "\(names)")
-    }
 }
