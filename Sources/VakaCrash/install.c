@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/single_threaded.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/prctl.h>
@@ -432,10 +433,14 @@ static void prepare_handler_state(int defer)
  * libunwind's one-time initialisation, holding its lock, at the moment of the fork. Skipped when a capture has begun
  * (a previous handler the crash chained to may fork) or install_lock is held (install or vaka_crash_finish_install
  * under way, maybe on this very thread, interrupted by a signal handler that forks): that child unwinds by frame
- * pointers. */
+ * pointers. Likewise when libunwind is not opened yet and the process has other threads: dlopen here would wait
+ * for the dynamic linker's lock, which another thread may hold inside its own dlopen (a library's constructor)
+ * while it waits for a lock an earlier prepare handler took (or, with glibc before 2.36, for the lock fork holds
+ * around the prepare handlers): neither would ever go on. A single-threaded process has no such other thread. */
 static void finish_unwind_before_fork(void)
 {
     if (atomic_load(&vaka_state.unwind_ready) || vaka_rt_crash_started()) return;
+    if (!__libc_single_threaded && vaka_rt_libunwind_if_loaded() == NULL) return;
     if (pthread_mutex_trylock(&install_lock) != 0) return;
     if (atomic_load(&vaka_state.installed) && !vaka_rt_crash_started()) warm_up_libunwind();
     pthread_mutex_unlock(&install_lock);
@@ -528,6 +533,11 @@ out:
 int vaka_crash_finish_install(void)
 {
     int rc = 0;
+    /* libunwind opened before install_lock is taken, not under it: dlopen waits for the dynamic linker's lock,
+     * which a thread inside a library's constructor holds while that constructor may call into Vaka (e.g.
+     * vaka_crash_refresh_images), waiting for install_lock. The warm-up below then finds it opened. */
+    if (atomic_load(&vaka_state.installed) && !atomic_load(&vaka_state.unwind_ready) && !vaka_rt_crash_started())
+        (void)vaka_rt_libunwind();
     pthread_mutex_lock(&install_lock);
     /* Not while a capture runs: the handler may be taking the target's reserve or making one itself. */
     if (atomic_load(&vaka_state.installed) && !vaka_rt_crash_started()) {

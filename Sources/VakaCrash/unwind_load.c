@@ -26,6 +26,8 @@ static const vaka_libunwind *loaded;
 static char load_error[256];
 /* 1 once a load was tried (vaka_crash_libunwind_error answers only then). */
 static atomic_int load_tried;
+/* &vaka_unw once the load succeeded (release; vaka_rt_libunwind_if_loaded reads it without waiting). */
+static _Atomic(const vaka_libunwind *) published;
 
 static void load(void)
 {
@@ -59,6 +61,7 @@ static void load(void)
         *symbols[i].slot = found;
     }
     loaded = &vaka_unw;
+    atomic_store_explicit(&published, &vaka_unw, memory_order_release);
     atomic_store(&load_tried, 1);
 }
 
@@ -66,6 +69,11 @@ const vaka_libunwind *vaka_rt_libunwind(void)
 {
     pthread_once(&load_once, load);
     return loaded;
+}
+
+const vaka_libunwind *vaka_rt_libunwind_if_loaded(void)
+{
+    return atomic_load_explicit(&published, memory_order_acquire);
 }
 
 const char *vaka_crash_libunwind_error(void)

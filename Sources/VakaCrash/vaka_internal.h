@@ -247,6 +247,10 @@ extern vaka_libunwind vaka_unw;
  *  cannot be opened or lacks a symbol (vaka_crash_libunwind_error() then says why). */
 const vaka_libunwind *vaka_rt_libunwind(void);
 
+/** Not signal safe. &vaka_unw when a vaka_rt_libunwind() call has already loaded libunwind, else NULL (not loaded,
+ *  failed, or a load under way on another thread): never opens it, never waits. */
+const vaka_libunwind *vaka_rt_libunwind_if_loaded(void);
+
 /** Signal safe. PC, SP and frame pointer of a ucontext. */
 uintptr_t vaka_uc_pc(const ucontext_t *uc);
 uintptr_t vaka_uc_sp(const ucontext_t *uc);

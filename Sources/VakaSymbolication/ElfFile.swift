@@ -15,6 +15,9 @@ public enum ElfError: Error, Equatable, CustomStringConvertible {
     /// The file is larger than ``ElfFile/maxFileSize`` bytes (`size`, from `fstat`): not opened, so a crafted
     /// or sparse file cannot make symbolication map or read without bound.
     case tooLarge(path: String, size: UInt64)
+    /// libelf (`libelf.so.1`, opened with `dlopen` on first use) cannot be loaded in this process, so no ELF file
+    /// can be read; `reason` is the loader's message (``ElfFile/unavailableReason``).
+    case libelfMissing(path: String, reason: String)
 
     /// A one-line explanation naming the path.
     public var description: String {
@@ -24,6 +27,7 @@ public enum ElfError: Error, Equatable, CustomStringConvertible {
         case .notELF(let path, let reason): return "\(path) is not a readable ELF file: \(reason)"
         case .tooLarge(let path, let size):
             return "\(path) is too large to symbolicate from (\(size) bytes, at most \(ElfFile.maxFileSize))"
+        case .libelfMissing(let path, let reason): return "cannot read \(path): libelf cannot be loaded (\(reason))"
         }
     }
 }
@@ -93,6 +97,17 @@ public final class ElfFile: Sendable {
     /// Largest file opened, in bytes (16 GiB): far above real binaries and debug files, below what a crafted
     /// sparse file could claim. Larger files throw ``ElfError/tooLarge(path:size:)``.
     public static let maxFileSize: UInt64 = 16 << 30
+
+    /// Why no ELF file can be read in this process: libelf (`libelf.so.1`, opened with `dlopen` on first use, not
+    /// at process start) cannot be opened or lacks a function — the loader's message, e.g. "libelf.so.1: cannot
+    /// open shared object file: No such file or directory". `nil` when libelf is there. Without it nothing is
+    /// symbolicated (no symbol tables, build IDs or DWARF). Opens libelf if it was not yet opened: the libelf
+    /// calls here go to Sources/CVakaElf's forwarders, whose `elf_version` gives `EV_NONE` and `elf_errmsg` the
+    /// loader's message (`vaka_libelf_error()`) when libelf cannot be loaded.
+    public static var unavailableReason: String? {
+        guard elf_version(UInt32(EV_CURRENT)) == UInt32(EV_NONE) else { return nil }
+        return elf_errmsg(-1).map { String(cString: $0) } ?? "libelf.so.1 cannot be loaded"
+    }
     /// Most entries read from one symbol table (10 million; large real binaries have a few hundred
     /// thousand). A `.symtab`/`.dynsym` claiming more is ignored as damaged, so the memory and time spent
     /// on a table never grow with a size field the file controls.
@@ -208,10 +223,11 @@ public final class ElfFile: Sendable {
     /// Opens `path` and reads its headers, build ID and debug link (symbol tables are read on first use, so
     /// a caller comparing build IDs first never reads the tables of a file it rejects).
     /// - Throws: ``ElfError/cannotOpen(path:errno:)``, ``ElfError/notARegularFile(path:)``,
-    ///   ``ElfError/tooLarge(path:size:)`` above ``maxFileSize``, or ``ElfError/notELF(path:reason:)`` when
-    ///   libelf cannot parse it as ELF.
+    ///   ``ElfError/tooLarge(path:size:)`` above ``maxFileSize``, ``ElfError/notELF(path:reason:)`` when
+    ///   libelf cannot parse it as ELF, or ``ElfError/libelfMissing(path:reason:)`` when libelf cannot be loaded.
     public init(path: String) throws {
         self.path = path
+        if let reason = ElfFile.unavailableReason { throw ElfError.libelfMissing(path: path, reason: reason) }
         _ = elf_version(UInt32(EV_CURRENT))
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { throw ElfError.cannotOpen(path: path, errno: errno) }

@@ -94,4 +94,114 @@ final class DeferredPreparationTests: XCTestCase {
             XCTAssertEqual(Set(methods.dropFirst()), ["cfi"], "\(mode): \(report)")
         }
     }
+
+    /// The plugin of ``testFinishInstallWhileAPluginConstructorCallsVaka``: its constructor (run by the dynamic
+    /// linker with its load lock held) writes one byte to the descriptor in `$VK_PLUGIN_FD`, sleeps, then asks
+    /// Vaka to list the images again (as a plugin that makes itself known does) and says how that went.
+    static let pluginSource = """
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include <unistd.h>
+    int vaka_crash_refresh_images(void);
+    __attribute__((constructor)) static void plugin_init(void) {
+        const char *fd = getenv("VK_PLUGIN_FD");
+        if (fd != NULL) (void)!write(atoi(fd), "x", 1);
+        usleep(300 * 1000);
+        const char *line = vaka_crash_refresh_images() > 0 ? "refreshed\\n" : "refresh failed\\n";
+        (void)!write(1, line, strlen(line));
+    }
+    """
+
+    /// `pluginfinish <plugin>`: installs with `defer_preparation`, starts a thread that dlopens the plugin, and
+    /// runs vaka_crash_finish_install() as soon as the plugin's constructor has begun; then writes through NULL.
+    static let pluginFinishSource = """
+    #include <dlfcn.h>
+    static void *open_plugin(void *path) { return dlopen((const char *)path, RTLD_NOW | RTLD_LOCAL); }
+    int main(int argc, char **argv) {
+        if (argc < 2) return 90;
+        vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "pluginfinish", .defer_preparation = 1 };
+        if (vaka_crash_install(&c) != 0) return 99;
+        int fds[2];
+        if (pipe(fds) != 0) return 91;
+        char number[16];
+        snprintf(number, sizeof number, "%d", fds[1]);
+        setenv("VK_PLUGIN_FD", number, 1);
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, open_plugin, argv[1]) != 0) return 92;
+        char byte;
+        if (read(fds[0], &byte, 1) != 1) return 93;
+        int rc = vaka_crash_finish_install();
+        void *plugin = NULL;
+        pthread_join(thread, &plugin);
+        printf("finished %d plugin %s\\n", rc, plugin != NULL ? "loaded" : "missing");
+        fflush(stdout);
+        vk_null();
+        return 0;
+    }
+    """
+
+    /// vaka_crash_finish_install (the `vaka.start` thread's job) while another thread is inside dlopen, in a
+    /// library constructor that calls Vaka: the finish opens libunwind, whose dlopen waits for the dynamic
+    /// linker's lock that thread holds, so it must not hold Vaka's install lock meanwhile (the constructor's
+    /// vaka_crash_refresh_images waits for that lock: both would wait for good). Both go through, and the crash
+    /// after them is unwound with libunwind.
+    func testFinishInstallWhileAPluginConstructorCallsVaka() throws {
+        let plugin = try RuntimeProgram.buildLibrary("finishplugin", Self.pluginSource)
+        let program = try RuntimeProgram.build("pluginfinish", Self.pluginFinishSource, extraFlags: ["-rdynamic"])
+        let run = try RuntimeProgram.run(program, [plugin.path], timeout: 20)
+        XCTAssertFalse(run.result.timedOut, "hung: \(run.result.stderrTail())")
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        XCTAssertEqual(String(decoding: run.result.stdout, as: UTF8.self), "refreshed\nfinished 0 plugin loaded\n")
+        XCTAssertEqual(run.reports, ["pluginfinish.crash"])
+        let report = run.onlyReport
+        XCTAssertTrue(report.hasSuffix("\nend\n"), "complete report: \(report)")
+        let methods = frameMethods(report)
+        XCTAssertEqual(methods.first, "context", report)
+        XCTAssertEqual(Set(methods.dropFirst()), ["cfi"], report)
+    }
+
+    /// `crashplugin <plugin>`: installs with `defer_preparation`, starts a thread that dlopens a plugin whose
+    /// constructor writes through NULL after a pause, and meanwhile runs vaka_crash_finish_install(), whose dlopen
+    /// of libunwind waits for the dynamic linker's lock that the crashing constructor holds.
+    static let crashPluginSource = """
+    #include <dlfcn.h>
+    static void *open_plugin(void *path) { return dlopen((const char *)path, RTLD_NOW | RTLD_LOCAL); }
+    int main(int argc, char **argv) {
+        if (argc < 2) return 90;
+        vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "crashplugin", .defer_preparation = 1 };
+        if (vaka_crash_install(&c) != 0) return 99;
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, open_plugin, argv[1]) != 0) return 92;
+        usleep(100 * 1000);
+        vaka_crash_finish_install();
+        pthread_join(thread, NULL);
+        return 0;
+    }
+    """
+
+    /// A crash inside a library constructor (its thread holds the dynamic linker's lock) while the finish of a
+    /// deferred install waits in dlopen for that lock: the report is written whole, its frames by frame pointers
+    /// (libunwind is not loaded yet) reaching the constructor, and the process dies by the signal.
+    func testCrashInAConstructorWhileFinishInstallWaitsInDlopen() throws {
+        let plugin = try RuntimeProgram.buildLibrary("crashplugin", """
+        #include <unistd.h>
+        static int *volatile nowhere = 0;
+        __attribute__((constructor, noinline)) void crash_plugin_init(void) {
+            usleep(400 * 1000);
+            *nowhere = 1;
+        }
+        """)
+        let program = try RuntimeProgram.build("crashplugin", Self.crashPluginSource)
+        let run = try RuntimeProgram.run(program, [plugin.path], timeout: 20)
+        XCTAssertFalse(run.result.timedOut, "hung: \(run.result.stderrTail())")
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        XCTAssertEqual(run.reports, ["crashplugin.crash"])
+        let report = run.onlyReport
+        XCTAssertTrue(report.hasSuffix("\nend\n"), "complete report: \(report)")
+        let methods = frameMethods(report)
+        XCTAssertEqual(methods.first, "context", report)
+        XCTAssertGreaterThanOrEqual(methods.count, 2, report)
+        XCTAssertFalse(methods.contains("cfi"), "libunwind was not ready: \(report)")
+    }
 }

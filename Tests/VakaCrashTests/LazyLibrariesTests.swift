@@ -146,4 +146,76 @@ final class LazyLibrariesTests: XCTestCase {
         XCTAssertEqual(names.first, "crashme_null_deref", "\(names)")
         XCTAssertTrue(names.contains("vaka_crashme_main"), "frame pointers reach main: \(names)")
     }
+
+    /// When `libelf.so.1` cannot be opened (an empty file of that name first on LD_LIBRARY_PATH), the command-line
+    /// tool says that libelf is what is missing: `debug-files check` fails naming the loader's reason rather than
+    /// calling a good file unreadable ELF, and `symbolicate` warns that no function names (not only no lines) can
+    /// be given, then still prints the event.
+    func testCommandLineSaysLibelfIsMissing() throws {
+        let (_, report, _) = try crash("null-deref", label: "lazy-no-libelf-cli")
+        let work = Paths.freshDirectory("no-libelf-cli")
+        let reportFile = work.appendingPathComponent("run.crash")
+        try Data(report.utf8).write(to: reportFile)
+        let broken = brokenLibraryDirectory("libelf.so.1")
+        let environment = ["LD_LIBRARY_PATH": broken.path]
+        let cli = try Paths.built(Paths.cli)
+
+        let check = try runChild(URL(fileURLWithPath: cli), ["debug-files", "check", cli], label: "check",
+                                 outputDirectory: work, environment: environment)
+        XCTAssertEqual(check.outcome, "exit 1", check.stderrTail())
+        XCTAssertTrue(check.stderrText.contains("cannot read \(cli): libelf cannot be loaded (\(broken.path)/libelf.so.1: file too short)"),
+                      check.stderrText)
+        XCTAssertFalse(check.stderrText.contains("not a readable ELF file"), check.stderrText)
+
+        let symbolicate = try runChild(URL(fileURLWithPath: cli), ["symbolicate", reportFile.path], label: "symbolicate",
+                                       outputDirectory: work, environment: environment)
+        XCTAssertEqual(symbolicate.outcome, "exit 0", symbolicate.stderrTail())
+        let warnings = symbolicate.stderrText.split(separator: "\n").filter { $0.hasPrefix("vaka: warning:") }
+        XCTAssertEqual(warnings, ["vaka: warning: no function names, files or line numbers: libelf cannot be loaded (\(broken.path)/libelf.so.1: file too short)"],
+                       symbolicate.stderrText)
+        let event = try XCTUnwrap(decodeJSONObject(symbolicate.stdout))
+        XCTAssertNotNil(dig(event, "exception", "values", 0, "stacktrace", "frames") as? [[String: Any]], "\(event)")
+    }
+
+    /// A fully static C program (`cc -static`): `dlopen` still opens libunwind there, but brings it a C library of
+    /// its own whose `dl_iterate_phdr` does not list the executable, so libunwind finds no unwind table for the
+    /// program's frames. The report is still whole: the context frame, then frames found by the frame-pointer walk
+    /// and the stack scan, through to the leaf and `main` (docs/crash-handling.md). Fails if such a program gets
+    /// no report, or loses its own functions from it.
+    func testFullyStaticProgramIsReportedByFramePointersAndScan() throws {
+        guard let cc = RuntimeProgram.cc else { throw Peers.missing("no C compiler (cc, gcc or clang)") }
+        let library = try RuntimeProgram.library.get()
+        let dir = Paths.freshDirectory("static-unwind")
+        let source = dir.appendingPathComponent("su.c")
+        try Data("""
+        #include "vaka/vaka_crash.h"
+        #include <stdio.h>
+        #include <stdlib.h>
+        __attribute__((noinline)) void static_unwind_leaf(void) { abort(); }
+        int main(void) {
+            vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "su" };
+            if (vaka_crash_install(&c)) return 99;
+            static_unwind_leaf();
+            return 0;
+        }
+        """.utf8).write(to: source)
+        let executable = dir.appendingPathComponent("su")
+        let link = try runChild(URL(fileURLWithPath: cc),
+                                ["-static", "-O0", "-g", "-fno-omit-frame-pointer",
+                                 "-I", Paths.repositoryRoot.appendingPathComponent("include").path,
+                                 source.path, library.path, "-lpthread", "-o", executable.path],
+                                label: "cc-static", outputDirectory: dir, timeout: 120)
+        guard link.outcome == "exit 0" else { throw XCTSkip("cc -static failed (no static C library?): \(link.stderrTail())") }
+        let run = try RuntimeProgram.run(executable, timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 6 (SIGABRT)", run.result.stderrTail())
+        XCTAssertEqual(run.reports, ["su.crash"])
+        let methods = frameMethods(run.onlyReport)
+        XCTAssertEqual(methods.first, "context", run.onlyReport)
+        XCTAssertTrue(Set(methods.dropFirst()).isSubset(of: ["fp", "scan"]), run.onlyReport)
+        let convert = try runChild(Paths.cli, ["report", "convert", run.directory.appendingPathComponent("su.crash").path],
+                                   label: "convert", outputDirectory: dir)
+        XCTAssertEqual(convert.outcome, "exit 0", convert.stderrTail())
+        let names = functions(decodeJSONObject(convert.stdout) ?? [:])
+        XCTAssertTrue(names.contains("static_unwind_leaf") && names.contains("main"), "\(names)")
+    }
 }

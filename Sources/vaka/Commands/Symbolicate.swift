@@ -71,7 +71,9 @@ func symbolicate(_ options: ParsedArguments) -> Never {
                                     cacheDirectory: options.values("--cache").last)
     for directory in options.values("--debug-dir") { requireDirectory(directory) }
     let data = readInputFile(path)
-    if let reason = DwarfFile.unavailableReason {
+    if let reason = ElfFile.unavailableReason {
+        writeErr("vaka: warning: no function names, files or line numbers: libelf cannot be loaded (\(reason))\n")
+    } else if let reason = DwarfFile.unavailableReason {
         writeErr("vaka: warning: no file and line numbers: libdw cannot be loaded (\(reason))\n")
     }
     let json: Data
