@@ -61,8 +61,11 @@ public enum Vaka {
             // `vaka.start` thread made it makes it itself. An existing `crashes/` (its mode checked), or one that
             // cannot be looked at (EACCES, ENOTDIR...: the error to print), is dealt with here.
             var found = stat()
-            var firstRun = stat(crashes.fileSystemPath, &found) != 0 && errno == ENOENT
-            var storageUsable = firstRun || makeStorageDirectories(storage, crashes)
+            let looked = stat(crashes.fileSystemPath, &found)
+            var firstRun = looked != 0 && errno == ENOENT
+            // `crashes/` there at 0700 needs no second look (the storage directory's mode is still checked).
+            let crashesReady = looked == 0 && found.st_mode & S_IFMT == S_IFDIR && found.st_mode & 0o7777 == 0o700
+            var storageUsable = firstRun || makeStorageDirectories(storage, crashes, crashesReady: crashesReady)
             var handlersPending = false
             if options.crashReporting && storageUsable {
                 var rc = installCrashHandlers(reportDirectory: crashes, runID: runID, makeReportDirectory: firstRun)
@@ -133,13 +136,14 @@ public enum Vaka {
     }
 
     /// Makes the storage directory and its `crashes/` (0700, ``PrivateFiles/makeDirectory(_:)``: each missing
-    /// parent too). On failure writes the one `[vaka] cannot create <crashes> (...)` line on stderr (storage
-    /// that cannot be written: no crash report could be written either; events still go out from memory).
+    /// parent too; `crashes/` left as it is when `crashesReady`, i.e. the caller found it a directory at 0700).
+    /// On failure writes the one `[vaka] cannot create <crashes> (...)` line on stderr (storage that cannot be
+    /// written: no crash report could be written either; events still go out from memory).
     /// - Returns: whether both directories exist now.
-    private static func makeStorageDirectories(_ storage: URL, _ crashes: URL) -> Bool {
+    private static func makeStorageDirectories(_ storage: URL, _ crashes: URL, crashesReady: Bool = false) -> Bool {
         do {
             try PrivateFiles.makeDirectory(storage)
-            try PrivateFiles.makeDirectory(crashes)
+            if !crashesReady { try PrivateFiles.makeDirectory(crashes) }
             return true
         } catch {
             PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.fileSystemPath) (\(error)); crash reporting is off, events are held in memory and sent\n")
