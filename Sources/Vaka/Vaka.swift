@@ -9,7 +9,8 @@ import VakaSymbolication
 /// Call ``start(_:)`` once, as early as possible in `main`. Every other call is thread-safe and does nothing
 /// before `start` (or after ``close()``, or with `enabled: false`).
 ///
-/// What `start` does, in order, on the caller's thread: creates the storage directory (0700); installs the C
+/// What `start` does, in order, on the caller's thread: checks the storage directory and `crashes/` (0700; on a
+/// first run, when `crashes/` is missing, the `vaka.start` thread makes them first thing); installs the C
 /// crash runtime under a fresh run id (a random UUID), so a fatal signal writes
 /// `<storage>/crashes/<run-id>.crash`; makes delivery; registers an `atexit` hook that ends the session as
 /// `exited` and flushes (like ``close()``). Then, on a background thread (`vaka.start`): starts the delivery
@@ -41,7 +42,8 @@ public enum Vaka {
     /// reported on stderr, and gives outbox mode). A storage directory that cannot be created or written
     /// leaves crash reporting off while events and sessions are still sent from memory (see ``flush(timeout:)``
     /// and docs/ingest.md, "What can go wrong"). Every failure that leaves the crash handlers out prints one
-    /// `[vaka] ...` line on stderr, with or without `debug`: `crashes/` cannot be created, `vaka_crash_install`
+    /// `[vaka] ...` line on stderr, with or without `debug`: `crashes/` cannot be created (on a first run printed
+    /// by the `vaka.start` thread, which makes it, shortly after `start` returned), `vaka_crash_install`
     /// fails, delivery cannot start. A `release`, `environment` or tags that Sentry would refuse or that are too
     /// long are changed first (``Options/bounded(note:)``), with one `[vaka]` line each on stderr.
     public static func start(_ options: Options) {
