@@ -9,7 +9,8 @@ import VakaSymbolication
 /// Call ``start(_:)`` once, as early as possible in `main`. Every other call is thread-safe and does nothing
 /// before `start` (or after ``close()``, or with `enabled: false`).
 ///
-/// What `start` does, in order, on the caller's thread: creates the storage directory (0700); installs the C
+/// What `start` does, in order, on the caller's thread: checks the storage directory and `crashes/` (0700; on a
+/// first run, when `crashes/` is missing, the `vaka.start` thread makes them first thing); installs the C
 /// crash runtime under a fresh run id (a random UUID), so a fatal signal writes
 /// `<storage>/crashes/<run-id>.crash`; makes delivery; registers an `atexit` hook that ends the session as
 /// `exited` and flushes (like ``close()``). Then, on a background thread (`vaka.start`): starts the delivery
@@ -41,7 +42,8 @@ public enum Vaka {
     /// reported on stderr, and gives outbox mode). A storage directory that cannot be created or written
     /// leaves crash reporting off while events and sessions are still sent from memory (see ``flush(timeout:)``
     /// and docs/ingest.md, "What can go wrong"). Every failure that leaves the crash handlers out prints one
-    /// `[vaka] ...` line on stderr, with or without `debug`: `crashes/` cannot be created, `vaka_crash_install`
+    /// `[vaka] ...` line on stderr, with or without `debug`: `crashes/` cannot be created (on a first run printed
+    /// by the `vaka.start` thread, which makes it, shortly after `start` returned), `vaka_crash_install`
     /// fails, delivery cannot start. A `release`, `environment` or tags that Sentry would refuse or that are too
     /// long are changed first (``Options/bounded(note:)``), with one `[vaka]` line each on stderr.
     public static func start(_ options: Options) {
@@ -56,27 +58,33 @@ public enum Vaka {
             let storage = options.storageDirectory ?? defaultStorageDirectory()
             let runID = RandomID.uuid()
             let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
-            var storageUsable = true
-            do {
-                try PrivateFiles.makeDirectory(storage)
-                try PrivateFiles.makeDirectory(crashes)
-            } catch {
-                // Storage that cannot be written: no crash report could be written either. Events still go out.
-                storageUsable = false
-                PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.fileSystemPath) (\(error)); crash reporting is off, events are held in memory and sent\n")
-            }
+            // A first run (`crashes/` missing) leaves making the directories (two mkdir(2), ~0.1 ms) to start's
+            // background part: the handlers go in with the report directory unopened, and a crash before the
+            // `vaka.start` thread made it makes it itself. An existing `crashes/` (its mode checked), or one that
+            // cannot be looked at (EACCES, ENOTDIR...: the error to print), is dealt with here.
+            var found = stat()
+            let looked = stat(crashes.fileSystemPath, &found)
+            var firstRun = looked != 0 && errno == ENOENT
+            // `crashes/` there at 0700 needs no second look (the storage directory's mode is still checked).
+            let crashesReady = looked == 0 && found.st_mode & S_IFMT == S_IFDIR && found.st_mode & 0o7777 == 0o700
+            var storageUsable = firstRun || makeStorageDirectories(storage, crashes, crashesReady: crashesReady)
+            var handlersPending = false
             if options.crashReporting && storageUsable {
-                let rc = crashes.fileSystemPath.withCString { dir in
-                    runID.withCString { id in
-                        var config = vaka_crash_config(report_dir: dir, run_id: id, signals: nil,
-                                                       signal_count: 0, alt_stack_size: 0, defer_preparation: 1)
-                        return vaka_crash_install(&config)
-                    }
+                var rc = installCrashHandlers(reportDirectory: crashes, runID: runID, makeReportDirectory: firstRun)
+                if rc != 0 && firstRun {
+                    // Not installable with the directory missing (a report path too long to be created by
+                    // path): the directories now, then the install that needs them.
+                    firstRun = false
+                    storageUsable = makeStorageDirectories(storage, crashes)
+                    if storageUsable { rc = installCrashHandlers(reportDirectory: crashes, runID: runID, makeReportDirectory: false) }
                 }
-                if rc != 0 {
+                if !storageUsable {
+                    // The `cannot create` line is out: crash reporting is off.
+                } else if rc != 0 {
                     // Always on stderr (not only with debug): a crash reporter that silently does not report.
                     PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.fileSystemPath)); crash reporting is off\n")
                 } else {
+                    handlersPending = firstRun
                     log?("crash handlers installed; reports go to \(vaka_crash_report_path().map { String(cString: $0) } ?? crashes.path)")
                     if let why = vaka_crash_libelf_error() {
                         log?("libelf not loaded (\(String(cString: why))); the executable's own symbol table was not read, so a Swift fatal-error or abort message may be missing from crash reports")
@@ -92,7 +100,24 @@ public enum Vaka {
                 PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)): nothing will be sent; envelopes are written to \(outbox) instead\n")
             }
             do {
-                let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log)
+                var makeStorage: (@Sendable () -> Void)? = nil
+                if firstRun {
+                    let handlersPending = handlersPending
+                    makeStorage = {
+                        guard makeStorageDirectories(storage, crashes) else {
+                            if handlersPending { _ = vaka_crash_uninstall() }
+                            return
+                        }
+                        guard handlersPending else { return }
+                        let rc = vaka_crash_open_report_dir()
+                        if rc != 0 {
+                            PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.fileSystemPath)); crash reporting is off\n")
+                            _ = vaka_crash_uninstall()
+                        }
+                    }
+                }
+                let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log,
+                                         makeStorage: makeStorage)
                 state.client = started
                 // Logs: the run's journal once start's background part made it (the mover sends them from there),
                 // breadcrumbs, the options' sinks.
@@ -109,6 +134,37 @@ public enum Vaka {
             }
             // Last: its background thread (the crash join) then does not compete with the work above.
             state.client?.begin()
+        }
+    }
+
+    /// Makes the storage directory and its `crashes/` (0700, ``PrivateFiles/makeDirectory(_:)``: each missing
+    /// parent too; `crashes/` left as it is when `crashesReady`, i.e. the caller found it a directory at 0700).
+    /// On failure writes the one `[vaka] cannot create <crashes> (...)` line on stderr (storage that cannot be
+    /// written: no crash report could be written either; events still go out from memory).
+    /// - Returns: whether both directories exist now.
+    private static func makeStorageDirectories(_ storage: URL, _ crashes: URL, crashesReady: Bool = false) -> Bool {
+        do {
+            try PrivateFiles.makeDirectory(storage)
+            if !crashesReady { try PrivateFiles.makeDirectory(crashes) }
+            return true
+        } catch {
+            PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.fileSystemPath) (\(error)); crash reporting is off, events are held in memory and sent\n")
+            return false
+        }
+    }
+
+    /// `vaka_crash_install` for `reportDirectory` under `runID`, its slow preparation deferred (the `vaka.start`
+    /// thread runs `vaka_crash_finish_install`). With `makeReportDirectory`, a missing report directory is left
+    /// for that thread to make (`vaka_crash_open_report_dir` then); a crash before that makes it itself.
+    /// - Returns: 0, or the errno of `vaka_crash_install`.
+    private static func installCrashHandlers(reportDirectory: URL, runID: String, makeReportDirectory: Bool) -> Int32 {
+        reportDirectory.fileSystemPath.withCString { dir in
+            runID.withCString { id in
+                var config = vaka_crash_config(report_dir: dir, run_id: id, signals: nil, signal_count: 0,
+                                               alt_stack_size: 0, defer_preparation: 1,
+                                               make_report_dir: makeReportDirectory ? 1 : 0)
+                return vaka_crash_install(&config)
+            }
         }
     }
 

@@ -126,11 +126,37 @@ static int writable_directory(const char *dir, int fd)
     return 0;
 }
 
-/* Fills `t` from the config, opens the report directory (O_PATH: needs no read permission; the handler
- * creates the report with openat relative to it, so no path length limit applies at crash time), checks that
- * files can be created in it and, when `reserve`, makes the report's space reserve (vaka_sig_make_reserve).
- * `current` is the target in use, whose descriptors must stay open. @return 0, EINVAL, or the errno of
- * open(2), of the writability check (EACCES, EROFS) or of the reserve's creation. */
+/* Opens the directory `dir` for the handler (O_PATH: needs no read permission; the handler creates the report
+ * with openat relative to it, so no path length limit applies at crash time) and checks that files can be
+ * created in it. @return the descriptor (its identity in `st`), or -1 with the errno in `*err`: of open(2),
+ * fstat, or of the writability check (EACCES, EROFS). */
+static int open_report_dir(const char *dir, struct stat *st, int *err)
+{
+    int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        *err = errno;
+        return -1;
+    }
+    if (fstat(fd, st) != 0 || !S_ISDIR(st->st_mode)) {
+        *err = errno != 0 ? errno : ENOTDIR;
+        close(fd);
+        return -1;
+    }
+    int rc = writable_directory(dir, fd);
+    if (rc != 0) {
+        *err = rc;
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Fills `t` from the config, opens the report directory (open_report_dir) and, when `reserve`, makes the
+ * report's space reserve (vaka_sig_make_reserve). With `make_report_dir`, a directory that does not exist
+ * (ENOENT) is left unopened (dir_fd -1, dir_pending 1) when the report path fits in VAKA_REPORT_PATH_MAX: the
+ * handler can then make it and create the report by that path. `current` is the target in use, whose
+ * descriptors must stay open. @return 0, EINVAL, or the errno of open(2), of the writability check (EACCES,
+ * EROFS) or of the reserve's creation. */
 static int make_target(vaka_report_target *t, const vaka_report_target *current, const vaka_crash_config *config,
                        int reserve)
 {
@@ -139,18 +165,16 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
     const char *dir = config->report_dir;
     size_t dir_len = strnlen(dir, VAKA_REPORT_DIR_MAX + 1);
     if (dir_len == 0 || dir_len > VAKA_REPORT_DIR_MAX || dir[0] != '/') return EINVAL;
-    int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return errno;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        int e = errno != 0 ? errno : ENOTDIR;
-        close(fd);
-        return e;
-    }
-    int rc = writable_directory(dir, fd);
-    if (rc != 0) {
-        close(fd);
-        return rc;
+    memset(&st, 0, sizeof st);
+    int rc = 0;
+    int fd = open_report_dir(dir, &st, &rc);
+    int pending = 0;
+    if (fd < 0) {
+        if (rc != ENOENT || !config->make_report_dir ||
+            dir_len + 1 + id_len + sizeof VAKA_REPORT_FILE_SUFFIX > VAKA_REPORT_PATH_MAX)
+            return rc;
+        pending = 1;
     }
     while (dir_len > 1 && dir[dir_len - 1] == '/') dir_len--;
 
@@ -158,6 +182,7 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
     memset(t, 0, sizeof *t);
     t->reserve_fd = -1;
     t->dir_fd = fd;
+    t->dir_pending = pending;
     t->dir_dev = st.st_dev;
     t->dir_ino = st.st_ino;
     memcpy(t->run_id, config->run_id, id_len);
@@ -171,7 +196,7 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
     p += id_len;
     memcpy(t->path + p, VAKA_REPORT_FILE_SUFFIX, sizeof VAKA_REPORT_FILE_SUFFIX);
     /* The space for the report, reserved now (a full file system at crash time still takes it). */
-    if (!reserve) return 0;
+    if (!reserve || pending) return 0;
     rc = vaka_sig_make_reserve(t);
     if (rc != 0) close_target_dir(t, current);
     return rc;
@@ -547,6 +572,31 @@ int vaka_crash_finish_install(void)
             rc = vaka_sig_make_reserve(target);
         warm_up_libunwind();
         preparation_done = 1;
+    }
+    pthread_mutex_unlock(&install_lock);
+    return rc;
+}
+
+int vaka_crash_open_report_dir(void)
+{
+    int rc = 0;
+    pthread_mutex_lock(&install_lock);
+    /* Not while a capture runs: the handler may be making the directories or creating the report by path. */
+    vaka_report_target *t = atomic_load(&vaka_state.target);
+    if (atomic_load(&vaka_state.installed) && !vaka_rt_crash_started() && t != NULL && t->dir_pending &&
+        __atomic_load_n(&t->dir_fd, __ATOMIC_ACQUIRE) < 0) {
+        char dir[VAKA_REPORT_DIR_MAX + 1];
+        size_t n = t->dir_len > 1 ? t->dir_len - 1 : t->dir_len; /* without the '/' before the name */
+        memcpy(dir, t->path, n);
+        dir[n] = '\0';
+        struct stat st;
+        int fd = open_report_dir(dir, &st, &rc);
+        if (fd >= 0) {
+            t->dir_dev = st.st_dev;
+            t->dir_ino = st.st_ino;
+            /* Last: a crash on another thread that sees the descriptor sees its identity too. */
+            __atomic_store_n(&t->dir_fd, fd, __ATOMIC_RELEASE);
+        }
     }
     pthread_mutex_unlock(&install_lock);
     return rc;

@@ -44,6 +44,32 @@ static int open_report_at(int dir, const char *name)
     return fd;
 }
 
+/* The report directory's path being made, component by component (make_report_dirs); only the capturing
+ * thread uses it. */
+static char make_dir_path[VAKA_REPORT_PATH_MAX];
+
+/* Makes the report directory of `target` that install did not find (dir_pending) and every directory above it
+ * that is missing: mkdir(2) of each component from the root down (EEXIST and any other failure are passed over:
+ * the report's creation says whether the directory is there), and each directory made here set to 0700 (mkdir's
+ * mode is cut by the umask). A directory made meanwhile by the thread that makes them outside the handler is
+ * simply found. */
+static void make_report_dirs(const vaka_report_target *target)
+{
+    size_t n = target->dir_len;
+    while (n > 1 && target->path[n - 1] == '/') n--;
+    if (n == 0 || n >= sizeof make_dir_path) return;
+    vaka_sig_copy(make_dir_path, target->path, n);
+    make_dir_path[n] = '\0';
+    for (size_t i = 1; i <= n; i++) {
+        if (i < n && (make_dir_path[i] != '/' || make_dir_path[i - 1] == '/')) continue;
+        char kept = make_dir_path[i];
+        make_dir_path[i] = '\0';
+        if (syscall(SYS_mkdirat, AT_FDCWD, make_dir_path, 0700) == 0)
+            syscall(SYS_fchmodat, AT_FDCWD, make_dir_path, 0700);
+        make_dir_path[i] = kept;
+    }
+}
+
 int vaka_sig_make_reserve(vaka_report_target *t)
 {
     struct stat st;
@@ -219,12 +245,16 @@ void vaka_sig_cut_at_offset(int fd)
 /* The report file of `target`: a survived signal's spare, else the reserve made at install, linked under the report's name; else created
  * relative to the directory opened at install when that descriptor is still ours (same device and inode);
  * else (or when that fails: the directory was deleted and created again) by its absolute path (the
- * application closed or reused our descriptor; works when the path is shorter than PATH_MAX).
+ * application closed or reused our descriptor; works when the path is shorter than PATH_MAX). A directory
+ * install did not find and that is not open yet (dir_pending) is made first when the report cannot be created
+ * by its path for a missing directory (ENOENT).
  * @return the descriptor, or -1. */
 int vaka_sig_open_report(vaka_report_target *target)
 {
     struct stat st;
-    int dir_ok = target->dir_fd >= 0 && fstat(target->dir_fd, &st) == 0 && st.st_dev == target->dir_dev &&
+    /* Published once, -1 to open, by vaka_crash_open_report_dir on another thread (release store). */
+    int dir_fd = __atomic_load_n(&target->dir_fd, __ATOMIC_ACQUIRE);
+    int dir_ok = dir_fd >= 0 && fstat(dir_fd, &st) == 0 && st.st_dev == target->dir_dev &&
                  st.st_ino == target->dir_ino;
     int path_ok = vaka_sig_strnlen(target->path, VAKA_REPORT_PATH_MAX) < VAKA_REPORT_PATH_MAX;
     vaka_run.report_name_used = NULL;
@@ -242,6 +272,10 @@ int vaka_sig_open_report(vaka_report_target *target)
     }
     if (!path_ok) return -1;
     fd = open_report_at(AT_FDCWD, target->path);
+    if (fd < 0 && errno == ENOENT && target->dir_pending && !dir_ok) {
+        make_report_dirs(target);
+        fd = open_report_at(AT_FDCWD, target->path);
+    }
     if (fd >= 0) {
         vaka_run.report_dir_used = AT_FDCWD;
         vaka_run.report_name_used = target->path;

@@ -265,7 +265,10 @@ typedef struct vaka_report_target {
     size_t run_id_len;
     size_t dir_len;                            /* bytes of path up to and including the last '/' */
     char path[VAKA_REPORT_FILE_PATH_MAX];           /* `<dir>/<name>`; the name starts at path + dir_len */
-    int dir_fd;                                /* the report directory (O_PATH, opened at install), or -1 */
+    int dir_fd;                                /* the report directory (O_PATH, opened at install or published
+                                                * later by vaka_crash_open_report_dir with a release store), or -1 */
+    int dir_pending;                           /* 1: install found no report directory (`make_report_dir`): while
+                                                * dir_fd is -1 a crash makes the directories (sig_report_file.c) */
     dev_t dir_dev;                             /* its identity, checked before use (an app may close/dup2 */
     ino_t dir_ino;                             /* over our descriptor) */
     int reserve_fd;                            /* the space reserve (vaka_sig_make_reserve), or -1; published

@@ -27,6 +27,7 @@
  * depend on it so that it stays a plain C library). */
 void vaka_crash_test_fault_in_handler(int stage);
 int vaka_crash_finish_install(void);
+int vaka_crash_is_installed(void);
 
 #define CRASHME __attribute__((noinline, used))
 
@@ -275,6 +276,10 @@ void crashme_arm_fault_in_handler(int stage) {
 
 void crashme_finish_crash_preparation(void) {
     (void)vaka_crash_finish_install();
+}
+
+int crashme_crash_handlers_installed(void) {
+    return vaka_crash_is_installed();
 }
 
 CRASHME int crashme_locks_held(void) {

@@ -118,6 +118,14 @@ let sdkScenarios: [SDKScenario] = [
                 run: { storage in startProbe(storage: storage) }),
     SDKScenario(name: "start-storm", summary: "right after Vaka.start, 8 threads each add 200 breadcrumbs and logs \"t<k> log <i>\", set tags and the user, and capture \"storm t<k> <j>\" every 50th (fixed event ids); with $VAKA_STORM_FORK=1 the main thread first forks (right after start) a child that adds a breadcrumb, logs \"child log\", captures \"storm child\" and exits; with $VAKA_STORM_FORK=crash that child reads through NULL after its breadcrumb instead",
                 run: { _ in startStorm() }),
+    SDKScenario(name: "crash-at-start", summary: "reads through NULL right after Vaka.start (on a missing storage directory: before or after start's background thread made it); with $VAKA_CRASH_AFTER_FLUSH=1 after Vaka.flush(timeout: 0) instead (start's background part done), printing `crash handlers installed: 0|1` on stderr first",
+                run: { _ in
+                    if ProcessInfo.processInfo.environment["VAKA_CRASH_AFTER_FLUSH"] == "1" {
+                        _ = Vaka.flush(timeout: 0)
+                        writeErr("crash handlers installed: \(crashme_crash_handlers_installed())\n")
+                    }
+                    _ = crashme_null_deref()
+                }),
     SDKScenario(name: "bench", summary: "measures Vaka.start, capture(message:) and addBreadcrumb; prints one JSON object",
                 run: { _ in }),
 ]

@@ -128,6 +128,22 @@ final class StorageFailureTests: XCTestCase {
         XCTAssertLessThan(cpu, 3)
     }
 
+    // A first run on a read-only file system (the storage directory `$MNT/s` missing): `Vaka.start` installs the
+    // crash handlers without making it, start's background thread cannot make it and says so in the one
+    // `cannot create` line, then takes the handlers out: a crash after that ends the process as without Vaka
+    // (SIGSEGV, no report), and nothing was made.
+    func testReadOnlyFirstRunSaysSoAndTakesTheCrashHandlersOut() throws {
+        let setup = "mount -t tmpfs -o size=512k,mode=700 tmpfs \"$MNT\"; mount -o remount,ro \"$MNT\""
+        let (child, _) = try runInNamespace(setup: setup, ["crash-at-start"],
+                                            environment: ["VAKA_CRASH_AFTER_FLUSH": "1", "SWIFT_BACKTRACE": "enable=no"])
+        XCTAssertEqual(child.outcome, "signal 11", child.stderr)
+        let lines = child.stderr.split(separator: "\n").filter { $0.hasPrefix("[vaka] cannot create ") && $0.contains("/s/crashes ") }
+        XCTAssertEqual(lines.count, 1, child.stderr)
+        XCTAssertTrue(lines.first?.contains("Read-only file system") ?? false, child.stderr)
+        XCTAssertTrue(lines.first?.contains("crash reporting is off") ?? false, child.stderr)
+        XCTAssertTrue(child.stderr.contains("crash handlers installed: 0"), child.stderr)
+    }
+
     // A file size quota (RLIMIT_FSIZE 1 KiB): a write past it raises SIGXFSZ, whose default action kills the
     // process. The SDK's writes must fail instead (EFBIG), and the event still goes out.
     func testFileSizeLimitDoesNotKillTheAppAndTheEventIsDelivered() throws {

@@ -63,6 +63,14 @@ typedef struct vaka_crash_config {
      *  `cfi`). Keeps about 0.1 ms of system calls off the installing thread. A fork() before that call warms
      *  libunwind up in the forking thread first (fork's prepare hook), so the child unwinds with it. */
     int defer_preparation;
+    /** 0: `report_dir` must exist at install. Nonzero: a `report_dir` that does not exist yet (ENOENT) is no
+     *  error: install keeps its path without opening it (no file system work on the installing thread), and the
+     *  caller makes it later, on a thread of its choosing, then calls vaka_crash_open_report_dir(). A crash before
+     *  that makes the missing directories itself (mkdir(2) of every component from the root down, each one it
+     *  made set to mode 0700 whatever the umask) and creates the report by its path; that path
+     *  (`<report_dir>/<run_id>.crash`) must then be shorter than VAKA_REPORT_PATH_MAX, else install fails with
+     *  ENOENT as without this flag. A `report_dir` that exists is opened and checked at install as with 0. */
+    int make_report_dir;
 } vaka_crash_config;
 
 /**
@@ -105,6 +113,18 @@ int vaka_crash_install(const vaka_crash_config *config);
  *         name; a file system without O_TMPFILE or without room gives 0 and no reserve).
  */
 int vaka_crash_finish_install(void);
+
+/**
+ * Opens the report directory that install left unopened (a config with `make_report_dir` whose directory did not
+ * exist yet), once the caller has made it: O_PATH | O_DIRECTORY | O_CLOEXEC, checked as install checks it (a
+ * directory files can be created in), then published to the handler (a release store), which from then on creates
+ * the report relative to it and no longer makes directories. Call it before vaka_crash_finish_install(), whose
+ * report reserve is made in that directory. Does nothing (returns 0) when not installed, when a crash capture has
+ * begun, or when the directory is already open. Not async-signal-safe.
+ * @return 0, or the errno of open(2) (ENOENT: still missing, ENOTDIR, EACCES...) or of the writability check
+ *         (EACCES, EROFS); the handler then keeps creating the report by its path.
+ */
+int vaka_crash_open_report_dir(void);
 
 /**
  * Why libunwind could not be used in this process: `libunwind.so.8` is opened with dlopen (not linked) the first

@@ -105,13 +105,20 @@ final class Client: Sendable {
         var attachments: [Attachment] = []
     }
     private let state: Mutex<State>
+    /// The storage directories' making still to do (``makeStorage()``), or `nil` once done or when there was none.
+    private let pendingStorage: Mutex<(@Sendable () -> Void)?>
     private let logSink: (@Sendable (String) -> Void)?
 
     /// Starts what the caller's part of start needs (``Vaka/start(_:)`` installs the crash handlers first):
     /// release, contexts, the session (its `did` comes with ``setUp(through:)``) and delivery. The run's files
     /// are made by ``setUp(through:)``.
     /// - Throws: when the storage directory or `pending/` cannot be created.
-    init(options: Vaka.Options, storage: URL, runID: String, dsn: DSN?, log: (@Sendable (String) -> Void)?) throws {
+    /// - Parameter makeStorage: the making of the storage directory and `crashes/` that ``Vaka/start(_:)`` left
+    ///   to start's background part (a first run), or `nil`; run once, before any other file work of the run
+    ///   (``makeStorage()``).
+    init(options: Vaka.Options, storage: URL, runID: String, dsn: DSN?, log: (@Sendable (String) -> Void)?,
+         makeStorage: (@Sendable () -> Void)? = nil) throws {
+        self.pendingStorage = Mutex(makeStorage)
         self.options = options
         self.storage = storage
         self.runID = runID
@@ -154,6 +161,7 @@ final class Client: Sendable {
     /// parent's).
     func setUp(through stage: SetUpStage = .scope) {
         guard setUpReached.load(ordering: .acquiring) < stage.rawValue, getpid() == ownerPID else { return }
+        makeStorage()
         setUpLock.withLock { reached in
             if reached < SetUpStage.journal.rawValue {
                 makeJournal()
@@ -264,6 +272,8 @@ final class Client: Sendable {
         // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
         // run directory's lock with it), as the mover's own thread never held it.
         let thread = OwnThread(name: "vaka.start") { [weak self] in
+            // First: the storage directory and `crashes/` on a first run (the crash runtime's reserve is made there).
+            self?.makeStorage()
             // The crash runtime's report reserve and libunwind's load and warm-up, left out of `Vaka.start`'s install.
             self?.finishCrashInstall()
             // The delivery thread (with a DSN), started from here rather than by `Vaka.start`'s caller.
@@ -277,9 +287,23 @@ final class Client: Sendable {
         if !thread.start() {
             // No thread left (pthread_create: EAGAIN): the crash runtime's deferred part is done here, the run's
             // files by the first call that needs them or at exit (setUp(through:), end), as when the thread is late.
+            makeStorage()
             finishCrashInstall()
             delivery.startWorker()
             logLine("no thread could be created for Vaka's start; its work is done by the calls that need it")
+        }
+    }
+
+    /// Makes the storage directory and `crashes/` when ``Vaka/start(_:)`` left that to start's background part (a
+    /// first run): the `makeStorage` work given to ``init(options:storage:runID:dsn:log:makeStorage:)``, run once
+    /// by whichever comes first (the `vaka.start` thread, ``setUp(through:)``, ``finishStart(onStartThread:)``);
+    /// a concurrent caller waits for it. Once done, a call takes and releases a lock. Does nothing in a `fork()`ed child.
+    private func makeStorage() {
+        guard getpid() == ownerPID else { return }
+        pendingStorage.withLock { work in
+            guard let make = work else { return }
+            work = nil
+            make()
         }
     }
 
@@ -330,6 +354,7 @@ final class Client: Sendable {
     /// (``end(timeout:)``) gets neither the first update (the `exited` one is then the first) nor a mover thread
     /// (the end drains the journal itself).
     private func finishStart(onStartThread: Bool) {
+        makeStorage()
         delivery.startWorker()
         setUp()
         joinPreviousRuns()

@@ -172,6 +172,9 @@ void crashme_arm_fault_in_handler(int stage);
  *  that a scenario's crash right after start finds the runtime fully prepared whichever thread runs first. */
 void crashme_finish_crash_preparation(void);
 
+/** 1 while the crash runtime's handlers are installed (vaka_crash_is_installed), else 0. */
+int crashme_crash_handlers_installed(void);
+
 /** Locks stdout's and stderr's FILE locks (flockfile) and an application mutex, then reads through NULL
  *  while holding all three. Expect SIGSEGV SEGV_MAPERR at 0x0 and a complete report (the handler takes none
  *  of those locks). */

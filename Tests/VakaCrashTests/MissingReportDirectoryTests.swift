@@ -1,0 +1,99 @@
+import Foundation
+import XCTest
+import VakaTestSupport
+
+/// `make_report_dir` (include/vaka/vaka_crash.h), the C runtime alone: install accepts a report directory that
+/// does not exist yet, a crash before `vaka_crash_open_report_dir()` makes it (and every missing directory above
+/// it, each 0700 whatever the umask) and writes its report there, and `vaka_crash_open_report_dir()` refuses a
+/// directory still missing, then opens it once made, so that `vaka_crash_finish_install()` makes the reserve in it.
+final class MissingReportDirectoryTests: XCTestCase {
+    /// `missing MODE`: the report directory is `$VK_DIR/a/b/crashes` (none of it there); umask 0277 (mkdir's
+    /// 0700 would give 0500). MODE `crash`: install with `make_report_dir`, crash. `open`: install, print
+    /// `open <rc>` of vaka_crash_open_report_dir() (still missing), make the directories (mkdir), print `open <rc>`
+    /// again, run vaka_crash_finish_install() and print `reserve <n>` (unnamed files held in the directory), crash.
+    /// `noflag`: install without `make_report_dir`, print `install <rc>`, exit 0.
+    static let source = """
+    #include <dirent.h>
+    #include <sys/stat.h>
+    static int reserves(const char *dir) {
+        DIR *d = opendir("/proc/self/fd");
+        int n = 0;
+        struct dirent *e;
+        while (d != NULL && (e = readdir(d)) != NULL) {
+            char path[64], target[4096];
+            snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+            ssize_t k = readlink(path, target, sizeof target - 1);
+            if (k <= 0) continue;
+            target[k] = '\\0';
+            if (strncmp(target, dir, strlen(dir)) == 0 && strstr(target, " (deleted)") != NULL) n++;
+        }
+        if (d != NULL) closedir(d);
+        return n;
+    }
+    int main(int argc, char **argv) {
+        const char *mode = argc > 1 ? argv[1] : "";
+        char a[4096], b[4096], dir[4096];
+        snprintf(a, sizeof a, "%s/a", getenv("VK_DIR"));
+        snprintf(b, sizeof b, "%s/b", a);
+        snprintf(dir, sizeof dir, "%s/crashes", b);
+        umask(0277);
+        vaka_crash_config c = { .report_dir = dir, .run_id = "missing", .defer_preparation = 1,
+                                .make_report_dir = strcmp(mode, "noflag") != 0 };
+        int rc = vaka_crash_install(&c);
+        if (strcmp(mode, "noflag") == 0) { printf("install %d\\n", rc); return 0; }
+        if (rc) { fprintf(stderr, "install failed %d\\n", rc); return 99; }
+        if (strcmp(mode, "open") == 0) {
+            printf("open %d\\n", vaka_crash_open_report_dir());
+            umask(0077);
+            if (mkdir(a, 0700) || mkdir(b, 0700) || mkdir(dir, 0700)) return 98;
+            printf("open %d\\n", vaka_crash_open_report_dir());
+            printf("open %d\\n", vaka_crash_open_report_dir()); /* a second call does nothing */
+            if (vaka_crash_finish_install() != 0) return 97;
+            printf("reserve %d\\n", reserves(dir));
+        }
+        fflush(stdout);
+        vk_null();
+        return 0;
+    }
+    """
+
+    private func mode(_ url: URL) -> mode_t? {
+        var info = stat()
+        guard stat(url.path, &info) == 0 else { return nil }
+        return info.st_mode & 0o7777
+    }
+
+    private func crash(_ mode: String) throws -> (stdout: String, crashes: URL) {
+        let program = try RuntimeProgram.build("missing", Self.source)
+        let run = try RuntimeProgram.run(program, [mode], timeout: 30)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let crashes = run.directory.appendingPathComponent("a/b/crashes")
+        let report = (try? String(contentsOf: crashes.appendingPathComponent("missing.crash"), encoding: .utf8)) ?? ""
+        XCTAssertEqual(reportValue(report, "signal"), "11 SIGSEGV", "\(mode): \(report)")
+        XCTAssertTrue(report.hasSuffix("\nend\n"), "\(mode): complete report: \(report)")
+        return (String(decoding: run.result.stdout, as: UTF8.self), crashes)
+    }
+
+    /// A crash before the directory was made: the handler makes `a`, `a/b` and `a/b/crashes`, each 0700 although
+    /// the umask (0277) would have given 0500, and writes the report there.
+    func testCrashMakesTheMissingDirectories() throws {
+        let (_, crashes) = try crash("crash")
+        let b = crashes.deletingLastPathComponent()
+        for dir in [b.deletingLastPathComponent(), b, crashes] { XCTAssertEqual(mode(dir), 0o700, dir.path) }
+    }
+
+    /// vaka_crash_open_report_dir: ENOENT (2) while the directory is missing, 0 once made (and again: nothing to
+    /// do); the reserve is then made in it, and the crash's report is written there.
+    func testOpenReportDirectoryOnceMade() throws {
+        let (stdout, _) = try crash("open")
+        XCTAssertEqual(stdout, "open \(ENOENT)\nopen 0\nopen 0\nreserve 1\n")
+    }
+
+    /// Without `make_report_dir` a missing directory is refused as before (ENOENT).
+    func testMissingDirectoryWithoutTheFlagIsRefused() throws {
+        let program = try RuntimeProgram.build("missing", Self.source)
+        let run = try RuntimeProgram.run(program, ["noflag"], timeout: 30)
+        XCTAssertEqual(run.result.outcome, "exit 0", run.result.stderrTail())
+        XCTAssertEqual(String(decoding: run.result.stdout, as: UTF8.self), "install \(ENOENT)\n")
+    }
+}
