@@ -161,11 +161,14 @@ final class HarnessTests: XCTestCase {
                                      environment: ["VAKA_CAPTURE_COUNT": "100000000"], logDirectory: logs)
         let progress = storage.appendingPathComponent("capture-many.progress")
         let deadline = Date().addingTimeInterval(60)
-        while !FileManager.default.fileExists(atPath: progress.path), Date() < deadline { usleep(10_000) }
+        // The progress file is made before the first capture; one index written means a capture returned, and a
+        // capture makes the run's `scope.json` first (whether or not start's background part got to it).
+        while ((try? FileManager.default.attributesOfItem(atPath: progress.path)[.size] as? Int) ?? nil ?? 0) == 0,
+              Date() < deadline { usleep(10_000) }
         child.sigkill()
         _ = child.wait(timeout: 30)
-        // The killed run's session from its scope.json: killed right after `start`, it may not have sent its
-        // first update yet (the background part of start sends it).
+        // The killed run's session from its scope.json: killed right after its first capture, it may not have sent
+        // its first update yet (the background part of start sends it).
         let runs = try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path)
         XCTAssertEqual(runs.count, 1)
         let scopeData = try Data(contentsOf: storage.appendingPathComponent("runs/\(try XCTUnwrap(runs.first))/scope.json"))
