@@ -72,6 +72,8 @@ final class DeliveryTests: XCTestCase {
         let t0 = Date()
         XCTAssertFalse(never.close(timeout: 0))
         XCTAssertLessThan(Date().timeIntervalSince(t0), 20, "close waited for a worker that never started")
+        // Nor did the zero-timeout close start one (its flush did, which then raced the close for the envelope).
+        XCTAssertFalse(never.workerStarted)
         XCTAssertEqual(batchFiles(other).count, 1, "kept for the next launch")
         XCTAssertEqual(server.requests.count, 1)
     }

@@ -266,11 +266,14 @@ final class Delivery: @unchecked Sendable {
     /// rate limit) lies beyond the deadline. Outbox mode: `true` unless an outbox write failed, or old outbox
     /// files were dropped to keep it within its caps (``Outbox/maxFiles``, ``Outbox/maxBytes``), since the
     /// previous flush.
+    /// - Parameter startingWorker: start the delivery thread first when it was not started (``startWorker()``);
+    ///   ``close(timeout:)`` passes `false` for a zero timeout, where a thread started only to be stopped would
+    ///   race the close for what it sends.
     /// - Returns: `true` when nothing is left to send and nothing was dropped unwritten and unsent since the
     ///   previous flush (an envelope dropped from memory because the storage could not be written, or an
     ///   outbox file that could not be written or was dropped at the outbox's cap, makes it `false` once).
     @discardableResult
-    func flush(timeout: TimeInterval) -> Bool {
+    func flush(timeout: TimeInterval, startingWorker: Bool = true) -> Bool {
         guard let queue = queue, let uploader = uploader else {
             cond.lock(); defer { cond.unlock() }
             let dropped = outbox.droppedFiles
@@ -279,7 +282,7 @@ final class Delivery: @unchecked Sendable {
             reportedOutboxDrops = dropped
             return clean
         }
-        startWorker()
+        if startingWorker { startWorker() }
         let deadline = Date().addingTimeInterval(Bounded.timeout(timeout))
         do { try queue.persist() } catch { log("flush: could not write to storage (\(error)); envelopes stay in memory") }
         cond.lock(); defer { cond.unlock() }
@@ -323,7 +326,9 @@ final class Delivery: @unchecked Sendable {
     func close(timeout: TimeInterval) -> Bool {
         defer { clientReports.persist() }
         guard let queue = queue else { return flush(timeout: 0) }
-        var sent = flush(timeout: timeout)
+        // A close that waits for nothing does not start a delivery thread that was never started: what is queued
+        // is written for the next launch, not raced for by a thread stopped as it begins.
+        var sent = flush(timeout: timeout, startingWorker: Bounded.timeout(timeout) > 0)
         uploader?.cancel()
         cond.lock()
         closed = true
@@ -339,6 +344,12 @@ final class Delivery: @unchecked Sendable {
         if let t = uploader?.transport as? CurlTransport { t.invalidate() }
         log(sent ? "closed; queue empty" : "closed; \(queue.fileCount) batch file(s) kept for the next launch")
         return sent
+    }
+
+    /// Whether the delivery thread was started (``startWorker()``), for tests.
+    var workerStarted: Bool {
+        cond.lock(); defer { cond.unlock() }
+        return thread != nil
     }
 
     /// Asks the delivery thread to send now (used after a batch fills; tests use it after moving the clock).
