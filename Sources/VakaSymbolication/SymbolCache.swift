@@ -137,7 +137,9 @@ final class SymbolCache: Sendable {
             return result
         }
         guard !dirty.isEmpty else { return }
-        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        // Private, as every file of the storage directory it usually sits in (0700 directory, 0600 files).
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                 attributes: [.posixPermissions: 0o700])
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         for var contents in dirty {
@@ -160,11 +162,11 @@ final class SymbolCache: Sendable {
     }
 
     /// Writes `bytes` to `path` with `open(2)` (created, or truncated when a temporary file of that name was
-    /// left by a process that died; mode 0666 less the umask), `write(2)` and `close(2)`: a fraction of what
+    /// left by a process that died; mode 0600), `write(2)` and `close(2)`: a fraction of what
     /// `FileManager.createFile`, which writes atomically through a temporary file of its own, takes.
     /// - Returns: `false` when a call fails; the partial file is then removed.
     private static func write(_ bytes: Data, toNewFile path: String) -> Bool {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return false }
         var written = writeAll(fd, bytes) == 0
         if close(fd) != 0 { written = false }

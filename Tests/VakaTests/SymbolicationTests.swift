@@ -255,6 +255,11 @@ final class SymbolCacheTests: XCTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: file))
         let header = String(decoding: try XCTUnwrap(FileManager.default.contents(atPath: file)).prefix(16), as: UTF8.self)
         XCTAssertEqual(header, "VAKA-SYMCACHE 2 ")
+        // Private like the rest of the storage directory, whatever the umask leaves.
+        let fileMode = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: file)[.posixPermissions] as? Int)
+        let directoryMode = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: directory)[.posixPermissions] as? Int)
+        XCTAssertEqual(fileMode, 0o600)
+        XCTAssertEqual(directoryMode, 0o700)
 
         let second = Symbolicator(systemDebugDirectory: nil, cacheDirectory: directory)
         XCTAssertEqual(frames(second), expected)
