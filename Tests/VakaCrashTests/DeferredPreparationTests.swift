@@ -11,24 +11,7 @@ final class DeferredPreparationTests: XCTestCase {
     /// (the reserve: an O_TMPFILE in the report directory, `... (deleted)` in /proc/self/fd) it holds, runs
     /// vaka_crash_finish_install() with `finish` and prints the count again, then writes through NULL. Each count
     /// comes with whether libunwind is mapped (it is opened with dlopen by the warm-up, not at process start).
-    static let source = """
-    #include <dirent.h>
-    static int reserves(void) {
-        const char *dir = getenv("VK_DIR");
-        DIR *d = opendir("/proc/self/fd");
-        int n = 0;
-        struct dirent *e;
-        while (d != NULL && (e = readdir(d)) != NULL) {
-            char path[64], target[4096];
-            snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
-            ssize_t k = readlink(path, target, sizeof target - 1);
-            if (k <= 0) continue;
-            target[k] = '\\0';
-            if (strncmp(target, dir, strlen(dir)) == 0 && strstr(target, " (deleted)") != NULL) n++;
-        }
-        if (d != NULL) closedir(d);
-        return n;
-    }
+    static let source = RuntimeProgram.reservesFunction + """
     /* 1 when libunwind is mapped in this process (/proc/self/maps). */
     static int libunwind_mapped(void) {
         FILE *f = fopen("/proc/self/maps", "r");
@@ -44,11 +27,11 @@ final class DeferredPreparationTests: XCTestCase {
                                 .defer_preparation = strcmp(mode, "now") != 0 };
         int rc = vaka_crash_install(&c);
         if (rc) { fprintf(stderr, "install failed %d\\n", rc); return 99; }
-        printf("reserve %d libunwind %d\\n", reserves(), libunwind_mapped());
+        printf("reserve %d libunwind %d\\n", reserves(getenv("VK_DIR")), libunwind_mapped());
         if (strcmp(mode, "finish") == 0) {
             if (vaka_crash_finish_install() != 0) return 98;
             if (vaka_crash_finish_install() != 0) return 97; /* a second call does nothing */
-            printf("reserve %d libunwind %d\\n", reserves(), libunwind_mapped());
+            printf("reserve %d libunwind %d\\n", reserves(getenv("VK_DIR")), libunwind_mapped());
         }
         fflush(stdout);
         vk_null();

@@ -12,24 +12,8 @@ final class MissingReportDirectoryTests: XCTestCase {
     /// `open <rc>` of vaka_crash_open_report_dir() (still missing), make the directories (mkdir), print `open <rc>`
     /// again, run vaka_crash_finish_install() and print `reserve <n>` (unnamed files held in the directory), crash.
     /// `noflag`: install without `make_report_dir`, print `install <rc>`, exit 0.
-    static let source = """
-    #include <dirent.h>
+    static let source = RuntimeProgram.reservesFunction + """
     #include <sys/stat.h>
-    static int reserves(const char *dir) {
-        DIR *d = opendir("/proc/self/fd");
-        int n = 0;
-        struct dirent *e;
-        while (d != NULL && (e = readdir(d)) != NULL) {
-            char path[64], target[4096];
-            snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
-            ssize_t k = readlink(path, target, sizeof target - 1);
-            if (k <= 0) continue;
-            target[k] = '\\0';
-            if (strncmp(target, dir, strlen(dir)) == 0 && strstr(target, " (deleted)") != NULL) n++;
-        }
-        if (d != NULL) closedir(d);
-        return n;
-    }
     int main(int argc, char **argv) {
         const char *mode = argc > 1 ? argv[1] : "";
         char a[4096], b[4096], dir[4096];

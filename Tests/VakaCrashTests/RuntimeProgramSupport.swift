@@ -53,6 +53,29 @@ enum RuntimeProgram {
 
     static let cc: String? = Peers.cCompiler
 
+    /// C source of `static int reserves(const char *dir)`: how many unnamed files under `dir` the process holds
+    /// open (the report reserve: an O_TMPFILE in the report directory, `... (deleted)` in /proc/self/fd). Put in
+    /// front of a program's source (which the build's preamble gives stdio, stdlib, string and unistd).
+    static let reservesFunction = """
+    #include <dirent.h>
+    static int reserves(const char *dir) {
+        DIR *d = opendir("/proc/self/fd");
+        int n = 0;
+        struct dirent *e;
+        while (d != NULL && (e = readdir(d)) != NULL) {
+            char path[64], target[4096];
+            snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+            ssize_t k = readlink(path, target, sizeof target - 1);
+            if (k <= 0) continue;
+            target[k] = '\\0';
+            if (strncmp(target, dir, strlen(dir)) == 0 && strstr(target, " (deleted)") != NULL) n++;
+        }
+        if (d != NULL) closedir(d);
+        return n;
+    }
+
+    """
+
     /// The static library built from the runtime sources (once).
     static let library: Result<URL, Error> = Result(catching: {
         guard let cc else { throw ChildError(description: "no C compiler (cc)") }
