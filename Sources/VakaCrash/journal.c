@@ -109,6 +109,8 @@ int vaka_journal_open(const vaka_journal_options *options, vaka_journal **out)
     int rc = 0;
     j->fd = open(j->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (j->fd < 0) { rc = errno; goto fail; }
+    /* 0600 whatever the umask (under 0377 or 0777 the next launch could not read a file of mode 0). */
+    (void)fchmod(j->fd, 0600);
     if ((rc = size_file(j->fd, size)) != 0) goto fail;
     (void)unlink(j->spill_path); /* an older run's spill under the same name */
 
@@ -282,6 +284,7 @@ static int spill(vaka_journal *j, const vaka_journal_entry *e, uint64_t rec, uin
     if (j->spill_fd < 0) {
         j->spill_fd = open(j->spill_path, O_RDWR | O_CREAT | O_APPEND | O_TRUNC | O_CLOEXEC, 0600);
         if (j->spill_fd < 0) { rc = errno; goto out; }
+        (void)fchmod(j->spill_fd, 0600); /* readable by the next launch whatever the umask */
     }
     uint64_t pos = j->spill_len;
     uint64_t w[6];

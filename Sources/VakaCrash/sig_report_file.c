@@ -16,10 +16,17 @@
 #include <stdio.h> /* renameat only (no stdio streams in the handler) */
 #include <sys/resource.h>
 
+/* Gives the report file `fd` (whose status `st` holds) the mode 0600 when it has another: open(2)'s 0600 is cut
+ * by the umask, and under umask 0377 or 0777 a report of mode 0 could not be read by the next launch. */
+static void make_report_private(int fd, const struct stat *st)
+{
+    if ((st->st_mode & 07777) != 0600) syscall(SYS_fchmod, fd, 0600);
+}
+
 /* Opens the report file `name` in directory `dir` (a descriptor, or AT_FDCWD with an absolute name) for
  * writing without ever blocking: O_NONBLOCK (a FIFO at the path would block open(2) until a reader came),
  * O_NOFOLLOW (no symlinks), and only a regular file is kept. Anything else at the path (a FIFO, a device, a
- * socket) is unlinked and the file created afresh with O_EXCL.
+ * socket) is unlinked and the file created afresh with O_EXCL. The file is 0600 whatever the umask.
  * @return the descriptor, or -1. */
 static int open_report_at(int dir, const char *name)
 {
@@ -27,7 +34,10 @@ static int open_report_at(int dir, const char *name)
     int fd = openat(dir, name, flags | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) {
         struct stat st;
-        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return fd;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+            make_report_private(fd, &st);
+            return fd;
+        }
         close(fd);
     } else if (errno != ENXIO && errno != ELOOP && errno != EISDIR && errno != ETXTBSY && errno != EWOULDBLOCK) {
         return -1; /* e.g. ENOENT (directory gone), EACCES, EMFILE: unlinking would not help */
@@ -41,6 +51,7 @@ static int open_report_at(int dir, const char *name)
         close(fd);
         return -1;
     }
+    make_report_private(fd, &st);
     return fd;
 }
 
@@ -90,6 +101,7 @@ int vaka_sig_make_reserve(vaka_report_target *t)
         close(fd);
         return 0;
     }
+    make_report_private(fd, &st); /* linked as the report by the handler */
     t->reserve_dev = st.st_dev;
     t->reserve_ino = st.st_ino;
     t->reserve_pid = (pid_t)syscall(SYS_getpid);

@@ -4,7 +4,7 @@ import VakaTestSupport
 
 /// The C tests of the journal (`Tests/unit/journal_unit.c`): round trip of every field, a torn or damaged
 /// record skipped, the breadcrumb ring's wrap, a full gated ring spilling, the write(2) fallback and its
-/// sync, the crash handler's registration, hostile files (a FIFO, a bad spill, a spill past RLIMIT_FSIZE), the spill
+/// sync, the file 0600 under umask 0777, the crash handler's registration, hostile files (a FIFO, a bad spill, a spill past RLIMIT_FSIZE), the spill
 /// file starting over once consumed, close while a crash handler reads the journal, 8 appending threads against one consuming and snapshotting thread
 /// (also built with `-fsanitize=thread`: ThreadSanitizer clean), and a child SIGKILLed at random moments while
 /// appending (every record appended before the kill reads back in order, at most one torn).

@@ -11,7 +11,10 @@ final class MissingReportDirectoryTests: XCTestCase {
     /// 0700 would give 0500). MODE `crash`: install with `make_report_dir`, crash. `open`: install, print
     /// `open <rc>` of vaka_crash_open_report_dir() (still missing), make the directories (mkdir), print `open <rc>`
     /// again, run vaka_crash_finish_install() and print `reserve <n>` (unnamed files held in the directory), crash.
-    /// `noflag`: install without `make_report_dir`, print `install <rc>`, exit 0.
+    /// `noflag`: install without `make_report_dir`, print `install <rc>`, exit 0. `umask`: umask 0777 from the
+    /// start, install with `make_report_dir`, crash (the report is created by its path). `reserve`: the
+    /// directories made first (umask 0077), then umask 0777, install, vaka_crash_open_report_dir(),
+    /// vaka_crash_finish_install() (its reserve made under that umask), crash (the report is the reserve).
     static let source = RuntimeProgram.reservesFunction + """
     #include <sys/stat.h>
     int main(int argc, char **argv) {
@@ -20,7 +23,12 @@ final class MissingReportDirectoryTests: XCTestCase {
         snprintf(a, sizeof a, "%s/a", getenv("VK_DIR"));
         snprintf(b, sizeof b, "%s/b", a);
         snprintf(dir, sizeof dir, "%s/crashes", b);
-        umask(0277);
+        umask(strcmp(mode, "umask") == 0 ? 0777 : 0277);
+        if (strcmp(mode, "reserve") == 0) {
+            umask(0077);
+            if (mkdir(a, 0700) || mkdir(b, 0700) || mkdir(dir, 0700)) return 98;
+            umask(0777);
+        }
         vaka_crash_config c = { .report_dir = dir, .run_id = "missing", .defer_preparation = 1,
                                 .make_report_dir = strcmp(mode, "noflag") != 0 };
         int rc = vaka_crash_install(&c);
@@ -33,6 +41,10 @@ final class MissingReportDirectoryTests: XCTestCase {
             printf("open %d\\n", vaka_crash_open_report_dir());
             printf("open %d\\n", vaka_crash_open_report_dir()); /* a second call does nothing */
             if (vaka_crash_finish_install() != 0) return 97;
+            printf("reserve %d\\n", reserves(dir));
+        }
+        if (strcmp(mode, "reserve") == 0) {
+            if (vaka_crash_open_report_dir() != 0 || vaka_crash_finish_install() != 0) return 97;
             printf("reserve %d\\n", reserves(dir));
         }
         fflush(stdout);
@@ -71,6 +83,17 @@ final class MissingReportDirectoryTests: XCTestCase {
     func testOpenReportDirectoryOnceMade() throws {
         let (stdout, _) = try crash("open")
         XCTAssertEqual(stdout, "open \(ENOENT)\nopen 0\nopen 0\nreserve 1\n")
+    }
+
+    /// The report is the owner's to read at the next launch whatever the umask: 0600 under umask 0777, created
+    /// by its path in the directories the handler made, or linked from the reserve made under that umask.
+    func testReportIsPrivateNotUnreadableUnderAnyUmask() throws {
+        for mode in ["umask", "reserve"] {
+            let (stdout, crashes) = try crash(mode)
+            if mode == "reserve" { XCTAssertEqual(stdout, "reserve 1\n") }
+            XCTAssertEqual(self.mode(crashes.appendingPathComponent("missing.crash")), 0o600, mode)
+            XCTAssertEqual(self.mode(crashes), 0o700, mode)
+        }
     }
 
     /// Without `make_report_dir` a missing directory is refused as before (ENOENT).

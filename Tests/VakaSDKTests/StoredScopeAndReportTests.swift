@@ -10,6 +10,27 @@ final class StoredScopeAndReportTests: XCTestCase {
     let dirs = ScratchDirs()
     override func tearDown() { dirs.removeAll() }
 
+    /// The run's `lock` and `scope.json` are 0600 whatever the umask: under umask 0777 `open`'s 0600 left them mode
+    /// 0, so the next launch of a program not run as root could not open a live sibling's lock (taking it for
+    /// finished) nor read a crashed run's scope.
+    func testRunFilesArePrivateNotUnreadableUnderUmask0777() throws {
+        let storage = dirs.make("umask")
+        let runID = UUID().uuidString
+        let saved = umask(0o777)
+        let made = Result { () throws -> RunDirectory in
+            let dir = try RunDirectory(storage: storage, runID: runID)
+            try dir.write(RunScope(runID: runID, release: "app@1", environment: "production", tags: [:], userID: nil, session: nil))
+            return dir
+        }
+        umask(saved)
+        let dir = try made.get()
+        for name in ["lock", "scope.json"] {
+            var info = stat()
+            XCTAssertEqual(stat(dir.url.appendingPathComponent(name).path, &info), 0, name)
+            XCTAssertEqual(info.st_mode & 0o7777, 0o600, name)
+        }
+    }
+
     /// `setTag` has no limit on the number of tags, and every call rewrites the whole `scope.json`. 3,000 tags
     /// of 200 + 200 characters (an app tagging per request id) make a 1.2 MB `scope.json` (and take ~35 s: each call re-encodes and rewrites all tags, under the client lock), which the next launch
     /// ignores as a whole (`RunDirectory.maxScopeBytes`, 1 MiB): the run that was killed loses its `abnormal`

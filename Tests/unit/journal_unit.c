@@ -436,6 +436,23 @@ static void test_no_mmap(void)
     end_check();
 }
 
+/* The journal file is 0600 whatever the umask: under umask 0777 open(2)'s 0600 would leave a file of mode 0 that
+ * the next launch could not read (a program not run as root). */
+static void test_private_under_umask(void)
+{
+    begin("private_under_umask_0777");
+    mode_t saved = umask(0777);
+    vaka_journal *j = open_journal("umask.journal", 0, 0);
+    umask(saved);
+    if (j) {
+        struct stat st;
+        EXPECT(stat(path_for("umask.journal"), &st) == 0 && (st.st_mode & 07777) == 0600, "mode %o",
+               (unsigned)(st.st_mode & 07777));
+        vaka_journal_close(j);
+    }
+    end_check();
+}
+
 /* vaka_crash_set_journal: the handler-side copy gives the journal's last sequence number; NULL and close
  * unregister. */
 static void test_registration(void)
@@ -948,6 +965,7 @@ int main(int argc, char **argv)
         test_breadcrumb_wrap();
         test_gated_spill();
         test_no_mmap();
+        test_private_under_umask();
         test_registration();
         test_random_damage();
         test_hostile_files();

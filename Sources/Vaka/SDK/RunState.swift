@@ -128,7 +128,8 @@ final class RunDirectory: @unchecked Sendable {
         try PrivateFiles.makeDirectory(url)
         path = url.fileSystemPath
         lockFD = open(path + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        if lockFD >= 0 { _ = flock(lockFD, LOCK_EX | LOCK_NB) }
+        // 0600 whatever the umask: another launch opens it read-write to tell whether this run is alive.
+        if lockFD >= 0 { _ = fchmod(lockFD, 0o600); _ = flock(lockFD, LOCK_EX | LOCK_NB) }
     }
 
     deinit { if lockFD >= 0 { Glibc.close(lockFD) } }
@@ -150,6 +151,7 @@ final class RunDirectory: @unchecked Sendable {
         if !wroteScope {
             let fd = open(file.fileSystemPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             if fd >= 0 {
+                _ = fchmod(fd, 0o600)  // the next launch reads it, whatever the umask
                 let code = PrivateFiles.withFileSizeSignalBlocked { PrivateFiles.writeAll(fd, data) }
                 Glibc.close(fd)
                 if code == 0 { wroteScope = true; return }
