@@ -19,7 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/single_threaded.h>
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h> /* glibc 2.32 and later */
+#define VAKA_SINGLE_THREADED() (__libc_single_threaded != 0)
+#else
+#define VAKA_SINGLE_THREADED() 0 /* unknown: taken as multi-threaded, the safe answer for fork's prepare hook */
+#endif
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/prctl.h>
@@ -465,7 +470,7 @@ static void prepare_handler_state(int defer)
 static void finish_unwind_before_fork(void)
 {
     if (atomic_load(&vaka_state.unwind_ready) || vaka_rt_crash_started()) return;
-    if (!__libc_single_threaded && vaka_rt_libunwind_if_loaded() == NULL) return;
+    if (!VAKA_SINGLE_THREADED() && vaka_rt_libunwind_if_loaded() == NULL) return;
     if (pthread_mutex_trylock(&install_lock) != 0) return;
     if (atomic_load(&vaka_state.installed) && !vaka_rt_crash_started()) warm_up_libunwind();
     pthread_mutex_unlock(&install_lock);
