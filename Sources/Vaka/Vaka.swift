@@ -103,16 +103,22 @@ public enum Vaka {
                 var makeStorage: (@Sendable () -> Void)? = nil
                 if firstRun {
                     let handlersPending = handlersPending
+                    // The handlers are taken out only while they are still this run's: a close and a new start
+                    // on another thread meanwhile installed another run's, which must keep them.
+                    @Sendable func uninstallOwnHandlers() {
+                        let own = vaka_crash_report_path().map { String(cString: $0).hasSuffix("/\(runID).crash") } ?? false
+                        if own { _ = vaka_crash_uninstall() }
+                    }
                     makeStorage = {
                         guard makeStorageDirectories(storage, crashes) else {
-                            if handlersPending { _ = vaka_crash_uninstall() }
+                            if handlersPending { uninstallOwnHandlers() }
                             return
                         }
                         guard handlersPending else { return }
                         let rc = vaka_crash_open_report_dir()
                         if rc != 0 {
                             PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.fileSystemPath)); crash reporting is off\n")
-                            _ = vaka_crash_uninstall()
+                            uninstallOwnHandlers()
                         }
                     }
                 }
