@@ -347,6 +347,15 @@ final class SDKOptionsTests: XCTestCase {
         XCTAssertTrue(notes[2].hasPrefix(#"SENTRY_ENVIRONMENT "\#(String(repeating: "e", count: 40))…" (100 bytes) changed to "\#(String(repeating: "e", count: 40))…" (64 bytes) ("#), notes[2])
     }
 
+    /// `VAKA_RELEASE` (taken by `defaultRelease()`) that Relay would refuse gives the same one line as
+    /// `SENTRY_RELEASE`; a usable one gives none.
+    func testBadVakaReleaseGivesOneLine() {
+        let (_, notes) = resolved(Vaka.Options(), ["VAKA_RELEASE": "a/b", "SENTRY_RELEASE": "ignored@1"])
+        XCTAssertEqual(notes.count, 1, "\(notes)")
+        XCTAssertTrue(notes.first?.hasPrefix(#"VAKA_RELEASE "a/b" changed to "a_b" ("#) ?? false, "\(notes)")
+        XCTAssertEqual(resolved(Vaka.Options(), ["VAKA_RELEASE": "app@1.2"]).1, [])
+    }
+
     func testOutOfRangeOptionsAreClampedWithALine() {
         var options = Vaka.Options()
         options.sampleRate = 7

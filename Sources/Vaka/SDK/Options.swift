@@ -208,7 +208,8 @@ extension Vaka.Options {
     /// `SENTRY_RELEASE` (when `VAKA_RELEASE` is not set either), ``environment`` from `SENTRY_ENVIRONMENT`, each
     /// without leading and trailing whitespace and line ends. An empty (or blank) variable counts as not set. A value that cannot be used gives one line to `note` and is left
     /// out or changed: a `SENTRY_DSN` that does not parse is ignored (outbox mode: nothing is sent), a
-    /// release or environment Relay would refuse is bounded (``boundedRelease(_:)``, ``boundedEnvironment(_:)``).
+    /// release or environment Relay would refuse is bounded (``boundedRelease(_:)``, ``boundedEnvironment(_:)``);
+    /// so is `VAKA_RELEASE`, which ``Vaka/defaultRelease()`` takes.
     /// `variable` reads one variable (`getenv` in the SDK).
     func fromEnvironment(_ variable: (String) -> String?, note: (String) -> Void) -> Vaka.Options {
         var o = self
@@ -224,6 +225,11 @@ extension Vaka.Options {
             } catch {
                 note("invalid SENTRY_DSN (\(error)): ignored; nothing will be sent, envelopes are written to the outbox")
             }
+        }
+        if release == nil, let env = value("VAKA_RELEASE") {
+            // Taken by ``Vaka/defaultRelease()``, bounded the same way: said here, as for `SENTRY_RELEASE`.
+            let b = Self.boundedRelease(env)
+            if b != env { note("VAKA_RELEASE \(Self.quoted(env)) changed to \(Self.quoted(b)) (Relay refuses a release over \(Self.maxReleaseBytes) bytes or with control characters, / or \\)") }
         }
         if release == nil, value("VAKA_RELEASE") == nil, let env = value("SENTRY_RELEASE") {
             let b = Self.boundedRelease(env)
