@@ -33,12 +33,12 @@ let package = Package(
         // The C crash runtime. Public headers live in the top-level include/.
         .target(
             name: "VakaCrash",
-            dependencies: ["CLibunwind"],
+            dependencies: ["CLibunwind", "CVakaElf"],
             // Sources/VakaCrash/include is a symlink to the top-level include/ (SwiftPM wants public
             // headers inside the target's directory).
             publicHeadersPath: "include",
-            // libunwind (the handler's unwinding) and libelf (symbols the dynamic symbol table lacks, -static-stdlib,
-            // read at install) are opened with dlopen: Sources/VakaCrash/unwind_load.c, install.c.
+            // libunwind (the handler's unwinding) is opened with dlopen (Sources/VakaCrash/unwind_load.c); libelf
+            // (symbols the dynamic symbol table lacks, -static-stdlib, read at install) through CVakaElf.
             cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer"])]
         ),
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <vaka_libelf.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -339,49 +340,16 @@ static int first_object_bias(struct dl_phdr_info *info, size_t size, void *data)
     return 1; /* the first entry is the executable */
 }
 
-/* The libelf functions find_executable_symbols calls. libelf is not linked (a program linking Vaka does not load
- * it at process start): libelf.so.1 is opened with dlopen (RTLD_NOW | RTLD_LOCAL, never closed) the first time
- * the fallback below is needed, under install_lock. */
-#define VAKA_INSTALL_LIBELF_FUNCTIONS(X) \
-    X(elf_version) X(elf_begin) X(elf_end) X(elf_nextscn) X(elf_getdata) X(elf_strptr) X(gelf_getshdr) X(gelf_getsym)
-static struct {
-#define VAKA_INSTALL_LIBELF_MEMBER(name) __typeof__(name) *name;
-    VAKA_INSTALL_LIBELF_FUNCTIONS(VAKA_INSTALL_LIBELF_MEMBER)
-#undef VAKA_INSTALL_LIBELF_MEMBER
-} libelf;
-/* 0: not tried; 1: loaded; -1: cannot be used (libelf_error says why). Under install_lock. */
-static int libelf_state;
-static char libelf_error[256];
-
-/* libelf's functions, opened on the first call. @return 1 when they are there. Under install_lock. */
-static int open_libelf(void)
-{
-    if (libelf_state != 0) return libelf_state > 0;
-    libelf_state = -1;
-    void *handle = dlopen("libelf.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
-        const char *why = dlerror();
-        snprintf(libelf_error, sizeof libelf_error, "%s", why != NULL ? why : "libelf.so.1: dlopen failed");
-        return 0;
-    }
-#define VAKA_INSTALL_LIBELF_LOOKUP(name)                                          \
-    libelf.name = (__typeof__(name) *)dlsym(handle, #name);                      \
-    if (libelf.name == NULL) {                                                    \
-        snprintf(libelf_error, sizeof libelf_error, "libelf.so.1: no %s", #name); \
-        return 0;                                                                 \
-    }
-    VAKA_INSTALL_LIBELF_FUNCTIONS(VAKA_INSTALL_LIBELF_LOOKUP)
-#undef VAKA_INSTALL_LIBELF_LOOKUP
-    libelf_state = 1;
-    return 1;
-}
+/* 1 once find_executable_symbols needed libelf (vaka_crash_libelf_error answers only then: asking before would
+ * open it). Under install_lock. */
+static int libelf_needed;
 
 const char *vaka_crash_libelf_error(void)
 {
     pthread_mutex_lock(&install_lock);
-    const char *why = libelf_state < 0 ? libelf_error : NULL;
+    int needed = libelf_needed;
     pthread_mutex_unlock(&install_lock);
-    return why;
+    return needed ? vaka_libelf_error() : NULL;
 }
 
 /* Looks up `names[0..count)` in the executable's own symbol table (.symtab, local symbols included) with
@@ -389,36 +357,38 @@ const char *vaka_crash_libelf_error(void)
  * executable, whose functions are not exported (e.g. swift_getFatalErrorMessageBuffer); a statically linked C
  * library keeps __abort_msg private the same way. Fills out[i] with the run-time address (symbol value + the
  * executable's load bias) of each defined function or object found; leaves the others alone. Install time
- * only (opens libelf, opens and maps the file). Nothing is found in a stripped executable, nor when libelf
+ * only (opens and maps the file). libelf is not linked: its calls here go to Sources/CVakaElf's forwarders,
+ * which open libelf.so.1 with dlopen at the first one. Nothing is found in a stripped executable, nor when libelf
  * cannot be opened (vaka_crash_libelf_error says why). */
 static void find_executable_symbols(const char *const *names, void **out, size_t count)
 {
-    if (!open_libelf() || libelf.elf_version(EV_CURRENT) == EV_NONE) return;
+    libelf_needed = 1;
+    if (elf_version(EV_CURRENT) == EV_NONE) return;
     int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
-    Elf *elf = libelf.elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
     uintptr_t bias = 0;
     dl_iterate_phdr(first_object_bias, &bias);
     Elf_Scn *scn = NULL;
-    while (elf != NULL && (scn = libelf.elf_nextscn(elf, scn)) != NULL) {
+    while (elf != NULL && (scn = elf_nextscn(elf, scn)) != NULL) {
         GElf_Shdr shdr;
-        if (libelf.gelf_getshdr(scn, &shdr) == NULL || shdr.sh_type != SHT_SYMTAB || shdr.sh_entsize == 0) continue;
-        Elf_Data *data = libelf.elf_getdata(scn, NULL);
+        if (gelf_getshdr(scn, &shdr) == NULL || shdr.sh_type != SHT_SYMTAB || shdr.sh_entsize == 0) continue;
+        Elf_Data *data = elf_getdata(scn, NULL);
         if (data == NULL) continue;
         size_t n = shdr.sh_size / shdr.sh_entsize;
         for (size_t k = 0; k < n; k++) {
             GElf_Sym sym;
-            if (libelf.gelf_getsym(data, (int)k, &sym) == NULL || sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
+            if (gelf_getsym(data, (int)k, &sym) == NULL || sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
                 continue;
             int type = GELF_ST_TYPE(sym.st_info);
             if (type != STT_FUNC && type != STT_OBJECT) continue;
-            const char *name = libelf.elf_strptr(elf, shdr.sh_link, sym.st_name);
+            const char *name = elf_strptr(elf, shdr.sh_link, sym.st_name);
             if (name == NULL) continue;
             for (size_t i = 0; i < count; i++)
                 if (out[i] == NULL && strcmp(name, names[i]) == 0) out[i] = (void *)(bias + (uintptr_t)sym.st_value);
         }
     }
-    if (elf != NULL) libelf.elf_end(elf);
+    if (elf != NULL) elf_end(elf);
     close(fd);
 }
 

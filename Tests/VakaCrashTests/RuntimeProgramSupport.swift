@@ -81,14 +81,18 @@ enum RuntimeProgram {
         guard let cc else { throw ChildError(description: "no C compiler (cc)") }
         let dir = Paths.freshDirectory("libvaka")
         let sources = Paths.repositoryRoot.appendingPathComponent("Sources/VakaCrash")
+        // With libelf's forwarders (Sources/CVakaElf), as the package links the runtime.
+        let libelf = Paths.repositoryRoot.appendingPathComponent("Sources/CVakaElf")
         let names = try FileManager.default.contentsOfDirectory(atPath: sources.path).filter { $0.hasSuffix(".c") }.sorted()
         var objects: [String] = []
-        for name in names {
+        for file in names.map({ sources.appendingPathComponent($0) }) + [libelf.appendingPathComponent("vaka_libelf.c")] {
+            let name = file.lastPathComponent
             let object = dir.appendingPathComponent(name + ".o").path
             let result = try runChild(URL(fileURLWithPath: cc),
                                       ["-c", "-g", "-O0", "-std=gnu11", "-D_GNU_SOURCE", "-fno-omit-frame-pointer",
                                        "-I", Paths.repositoryRoot.appendingPathComponent("include").path,
-                                       "-I", sources.path, "-o", object, sources.appendingPathComponent(name).path],
+                                       "-I", sources.path, "-I", libelf.appendingPathComponent("include").path,
+                                       "-o", object, file.path],
                                       label: "cc-\(name)", outputDirectory: dir, timeout: 120)
             guard result.outcome == "exit 0" else { throw ChildError(description: "cc \(name): \(result.stderrTail())") }
             objects.append(object)

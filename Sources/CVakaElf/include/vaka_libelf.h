@@ -1,6 +1,7 @@
 /* vaka_libelf: libelf (elfutils) opened with dlopen on first use instead of linked.
  *
- * Vaka's symbolication (VakaSymbolication's ELF files and symbol tables, CVakaDw's section inflater) calls libelf
+ * Vaka's symbolication (VakaSymbolication's ELF files and symbol tables, CVakaDw's section inflater) and the crash
+ * runtime's install (Sources/VakaCrash/install.c) call libelf
  * by its own function names. Those calls are resolved, at link time, to forwarders defined in this target
  * (vaka_libelf.c) with hidden visibility: a program linking Vaka has no libelf.so.1 among its NEEDED libraries and
  * does not load it at process start; the first forwarder called opens libelf.so.1 with dlopen (RTLD_NOW |
@@ -9,8 +10,8 @@
  *
  * When libelf cannot be opened or lacks a function, every forwarder returns its function's failure value (NULL,
  * -1, 0, ELF_K_NONE, EV_NONE, ELFCLASSNONE, SHN_UNDEF) and elf_errmsg returns vaka_libelf_error()'s text, so an
- * ELF file fails to open with that reason. The crash runtime does not use these: its one libelf use (the
- * executable's own symbol table, Sources/VakaCrash/install.c) opens libelf itself, so that it stays one C target.
+ * ELF file fails to open with that reason. The crash runtime's one libelf use (the executable's own symbol table,
+ * read at install for a -static-stdlib program, Sources/VakaCrash/install.c) goes through them too.
  */
 #ifndef VAKA_LIBELF_H
 #define VAKA_LIBELF_H
