@@ -1,5 +1,4 @@
 import CLibdw
-import CZlib
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -348,17 +347,9 @@ public final class ElfFile: Sendable {
     public func crc32() -> UInt32? {
         handle.withLock { handle -> UInt32? in
             var size = 0
-            guard let crc32 = vaka_zlib()?.pointee.crc32, let base = elf_rawfile(handle.elf, &size) else { return nil }
-            var crc = crc32(0, nil, 0)
-            var offset = 0
-            while offset < size {
-                let count = min(size - offset, 1 << 30)
-                crc = UnsafeRawPointer(base + offset).withMemoryRebound(to: UInt8.self, capacity: count) {
-                    crc32(crc, $0, uInt(count))
-                }
-                offset += count
-            }
-            return UInt32(truncatingIfNeeded: crc)
+            guard var crc = CRC32(), let base = elf_rawfile(handle.elf, &size) else { return nil }
+            crc.add(UnsafeRawBufferPointer(start: base, count: size))
+            return crc.value
         }
     }
 

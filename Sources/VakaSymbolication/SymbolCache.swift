@@ -1,4 +1,3 @@
-import CZlib
 import Foundation
 
 /// A directory of symbol caches, one file per GNU build ID: what ``Symbolicator`` resolved for the
@@ -192,14 +191,9 @@ final class SymbolCache: Sendable {
 
     /// zlib's CRC-32 of `bytes` as 8 lower-case hex digits; `nil` when zlib cannot be loaded.
     private static func crcHex<Bytes: DataProtocol>(_ bytes: Bytes) -> String? {
-        guard let crc32 = vaka_zlib()?.pointee.crc32 else { return nil }
-        var crc = crc32(0, nil, 0)
-        for region in bytes.regions {
-            region.withUnsafeBytes { raw in
-                if let base = raw.bindMemory(to: UInt8.self).baseAddress { crc = crc32(crc, base, uInt(raw.count)) }
-            }
-        }
-        let text = String(UInt32(truncatingIfNeeded: crc), radix: 16)
+        guard var crc = CRC32() else { return nil }
+        for region in bytes.regions { region.withUnsafeBytes { crc.add($0) } }
+        let text = String(crc.value, radix: 16)
         return String(repeating: "0", count: 8 - text.count) + text
     }
 
