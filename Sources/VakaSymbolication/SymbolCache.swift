@@ -167,7 +167,8 @@ final class SymbolCache: Sendable {
     private static func write(_ bytes: Data, toNewFile path: String) -> Bool {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return false }
-        var written = writeAll(fd, bytes) == 0
+        // 0600 whatever the umask (under umask 0777 it was made mode 0: no later launch could read it).
+        var written = fchmod(fd, 0o600) == 0 && writeAll(fd, bytes) == 0
         if close(fd) != 0 { written = false }
         if !written { unlink(path) }
         return written

@@ -22,12 +22,17 @@ final class StoredScopeAndReportTests: XCTestCase {
             try dir.write(RunScope(runID: runID, release: "app@1", environment: "production", tags: [:], userID: nil, session: nil))
             return dir
         }
+        // The client reports' lock too, which every launch opens read-write.
+        let reports = ClientReports(storageDirectory: storage)
+        reports.record(.queueOverflow, category: "error")
+        reports.persist()
         umask(saved)
         let dir = try made.get()
-        for name in ["lock", "scope.json"] {
+        for path in [dir.url.appendingPathComponent("lock").path, dir.url.appendingPathComponent("scope.json").path,
+                     reports.lockURL.path] {
             var info = stat()
-            XCTAssertEqual(stat(dir.url.appendingPathComponent(name).path, &info), 0, name)
-            XCTAssertEqual(info.st_mode & 0o7777, 0o600, name)
+            XCTAssertEqual(stat(path, &info), 0, path)
+            XCTAssertEqual(info.st_mode & 0o7777, 0o600, path)
         }
     }
 

@@ -250,7 +250,12 @@ final class SymbolCacheTests: XCTestCase {
         let first = Symbolicator(systemDebugDirectory: nil, cacheDirectory: directory)
         XCTAssertEqual(frames(first), expected)
         XCTAssertEqual(first.cacheHitCount, 0)
+        // Written under umask 0777 into its directory: the file is still 0600, not mode 0.
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let saved = umask(0o777)
         first.saveCache()
+        umask(saved)
         let file = directory + "/\(buildID).symcache"
         XCTAssertTrue(FileManager.default.fileExists(atPath: file))
         let header = String(decoding: try XCTUnwrap(FileManager.default.contents(atPath: file)).prefix(16), as: UTF8.self)

@@ -405,6 +405,8 @@ final class ClientReports: Sendable {
         let fd = open(lockURL.fileSystemPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return false }
         defer { close(fd) }
+        // 0600 whatever the umask: every launch opens it read-write (under umask 0777 it was made mode 0).
+        _ = fchmod(fd, 0o600)
         while flock(fd, LOCK_EX) != 0 { if errno != EINTR { return false } }
         var file = File()
         if case .data(let data) = PrivateFiles.readCapped(url.fileSystemPath, maxBytes: ClientReports.maxFileBytes) { file = File(data: data) }
