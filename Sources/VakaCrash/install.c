@@ -20,12 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if __has_include(<sys/single_threaded.h>)
-#include <sys/single_threaded.h> /* glibc 2.32 and later */
-#define VAKA_SINGLE_THREADED() (__libc_single_threaded != 0)
-#else
-#define VAKA_SINGLE_THREADED() 0 /* unknown: taken as multi-threaded, the safe answer for fork's prepare hook */
-#endif
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/prctl.h>

@@ -237,7 +237,9 @@ void vaka_rt_threads_install(size_t stack_size)
         installed_signal = sig;
         vaka_threads.signal = sig;
     }
-    attach_existing_threads(stack_size);
+    /* No other thread yet (a program's usual first start): nothing to attach, and no /proc listing (seven system
+     * calls and a 32 KiB directory buffer on the caller of Vaka.start). */
+    if (!VAKA_SINGLE_THREADED()) attach_existing_threads(stack_size);
 }
 
 void vaka_rt_threads_uninstall(void)

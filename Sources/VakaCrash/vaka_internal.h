@@ -23,6 +23,15 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h> /* glibc 2.32 and later */
+/* 1 while the process has never had a second thread (glibc clears it at the first pthread_create; a thread made
+ * with a raw clone(2) is not seen). Ordinary context only. */
+#define VAKA_SINGLE_THREADED() (__libc_single_threaded != 0)
+#else
+/* Unknown: taken as multi-threaded, the safe answer for each use (fork's prepare hook, install's thread round). */
+#define VAKA_SINGLE_THREADED() 0
+#endif
 
 /* libunwind's types and the names its macros give its functions (libunwind itself is opened with dlopen:
  * vaka_libunwind below). */
