@@ -39,7 +39,13 @@ let package = Package(
             publicHeadersPath: "include",
             // libunwind (the handler's unwinding) is opened with dlopen (Sources/VakaCrash/unwind_load.c); libelf
             // (symbols the dynamic symbol table lacks, -static-stdlib, read at install) through CVakaElf.
-            cSettings: [.define("_GNU_SOURCE"), .unsafeFlags(["-fno-omit-frame-pointer"])]
+            // No unsafe flags in any target of the `Vaka` product: SwiftPM refuses them in a package depended on
+            // by version (PackageManifestTests). Frame pointers need no flag: SwiftPM compiles C targets with
+            // -fno-omit-frame-pointer on Linux (debug and release; Swift with -Xcc -fno-omit-frame-pointer), the
+            // handler unwinds the interrupted code from its ucontext, not its own frames, and the one function
+            // that walks from its own frame record (vaka_crash_capture_frames, capture.c) makes that record with
+            // __builtin_frame_address(0) whatever the build.
+            cSettings: [.define("_GNU_SOURCE")]
         ),
         // ELF symbol tables (libelf), DWARF file/line and inlined frames (libdw), debug files, demangling.
         // libdw is opened with dlopen() on first use (CVakaDw), libelf likewise (CVakaElf), so that neither is loaded

@@ -32,7 +32,9 @@ __attribute__((noinline)) size_t vaka_crash_capture_frames(uintptr_t *out, size_
     }
     if (seen >= 2 || n >= 2) return n;
 
-    /* Fallback: frame pointers. Our own frame record holds the caller's return address first. */
+    /* Fallback: frame pointers. Our own frame record holds the caller's return address first: taking
+     * __builtin_frame_address(0) makes the compiler give this function a frame record even in a build that omits
+     * frame pointers, and noinline keeps that record this function's own. */
     uintptr_t ips[VAKA_REPORT_MAX_FRAMES];
     uint8_t methods[VAKA_REPORT_MAX_FRAMES];
     int truncated = 0;

@@ -75,6 +75,28 @@ final class HarnessTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("runs").path), [])
     }
 
+    /// When `libunwind.so.8` cannot be opened (an empty file of that name first on LD_LIBRARY_PATH), a handled
+    /// error's stack comes from the crash runtime's frame-pointer walk, which starts at the frame record
+    /// `vaka_crash_capture_frames` makes for itself: the newest frame is still the capturing function
+    /// (`handledErrorScenario`, Vaka's own frames left out as with libunwind), and the walk goes on to `main`.
+    func testHandledErrorWithoutLibunwindIsUnwoundByFramePointers() throws {
+        let storage = dirs.make("no-libunwind")
+        let logs = dirs.make("no-libunwind-logs")
+        let libraries = dirs.make("no-libunwind-lib")
+        XCTAssertTrue(FileManager.default.createFile(atPath: libraries.appendingPathComponent("libunwind.so.8").path,
+                                                     contents: Data()))
+        let child = try runHarness(["handled-error", "--storage", storage.path],
+                                   environment: ["LD_LIBRARY_PATH": libraries.path, "VAKA_DEBUG": "1"], logDirectory: logs)
+        XCTAssertEqual(child.outcome, "exit 0", child.stderr)
+        XCTAssertTrue(child.stderr.contains("libunwind not loaded"), "the fallback is what runs: \(child.stderr)")
+        let events = try readOutbox(storage).flatMap(\.events)
+        XCTAssertEqual(events.count, 1)
+        let frames = try XCTUnwrap(dig(events.first ?? [:], "exception", "values", 0, "stacktrace", "frames") as? [[String: Any]])
+        let functions = frames.reversed().map { $0["function"] as? String ?? "?" }  // newest first
+        XCTAssertTrue(functions.first?.contains("handledErrorScenario") ?? false, "\(functions)")
+        XCTAssertTrue(functions.dropFirst().contains("vaka_crashme_main"), "frame pointers reach main: \(functions)")
+    }
+
     func testCrashJoinSendsTheCrashedRunsScopeWithASessionCrashed() throws {
         let storage = dirs.make("crash")
         let logs = dirs.make("crash-logs")
