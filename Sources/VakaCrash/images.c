@@ -72,6 +72,8 @@ size_t vaka_rt_executable_path(char *buf, size_t size)
 typedef struct collect_ctx {
     vaka_image_cache *cache;
     image_walk walk;
+    struct link_map *node; /* the entry of r_debug's list expected next (dl_iterate_phdr walks it in order) */
+    int node_started;
 } collect_ctx;
 
 static void set_path(vaka_image_cache *cache, vaka_image *img, const char *path, size_t len)
@@ -95,11 +97,25 @@ static int collect_one(struct dl_phdr_info *info, size_t size, void *data)
     vaka_image_cache *cache = ctx->cache;
     (void)size;
     if (cache->count >= VAKA_MAX_IMAGES) return 1;
+    /* The entry's node in r_debug's list, for the handler's one batched read of every cached entry
+     * (sig_images.c). Read here, where dl_iterate_phdr holds the lock under which the dynamic linker links and
+     * unlinks entries; it lists the base namespace first, in the list's order. */
+    if (!ctx->node_started) {
+        ctx->node_started = 1;
+        ctx->node = vaka_state.r_debug != NULL ? ((struct r_debug *)vaka_state.r_debug)->r_map : NULL;
+    }
+    uintptr_t node = 0;
+    if (ctx->node != NULL && ctx->node->l_addr == info->dlpi_addr && ctx->node->l_name == info->dlpi_name) {
+        node = (uintptr_t)ctx->node;
+        ctx->node = ctx->node->l_next;
+    }
     vaka_image *img = &cache->images[cache->count];
     const char *path = NULL;
     size_t path_len = 0;
     if (!image_of(&ctx->walk, info, img, &path, &path_len)) return 0;
     set_path(cache, img, path, path_len);
+    img->lm_node = node;
+    img->l_name = path != NULL && path == info->dlpi_name ? (uintptr_t)info->dlpi_name : 0;
     cache->count++;
     return 0;
 }
@@ -108,6 +124,8 @@ size_t vaka_images_collect(vaka_image_cache *cache)
 {
     collect_ctx ctx;
     ctx.cache = cache;
+    ctx.node = NULL;
+    ctx.node_started = 0;
     image_walk_init(&ctx.walk, vaka_state.executable, vaka_state.executable_len);
     cache->count = 0;
     cache->pool_used = 0;

@@ -16,8 +16,10 @@
 #include "sig_threads.h"
 
 #include <elf.h>
+#include <errno.h>
 #include <link.h>
 #include <stddef.h>
+#include <sys/uio.h>
 
 vaka_image_cache vaka_image_caches[2];
 
@@ -229,6 +231,113 @@ static int same_path(vaka_safe_reader *r, const vaka_image *img, const vaka_imag
     return 1;
 }
 
+/* ------------------------------------------------------------------ one read for every cached entry */
+
+/* The link map walk reads one entry (five words) at a time, and for each entry that matches a cached image its
+ * path: two process_vm_readv calls per image. The cache knows, from install, where each image's entry was
+ * (lm_node) and where its path string was (l_name), so all of them are read at once first, with one
+ * process_vm_readv of many remote pieces (the r_map word, then per cached image its entry and, when it has a path
+ * to compare, path_len + 1 bytes at l_name). The walk then takes an entry from this read when the node it
+ * reaches is the one cached (the words are those at that node, read a moment earlier in the same capture), and a
+ * path compare when the entry's l_name is the cached one; anything else — a node or l_name not cached, a piece
+ * the read did not cover — is read on its own, as without the batch. A piece that faults ends the call at that
+ * piece (the kernel copies the pieces in order and stops at the first it cannot read): that piece is left out and
+ * the rest are asked for again from the next one, so a freed entry or path costs one call more, not the batch. */
+
+/* Most remote pieces of one process_vm_readv (the kernel's UIO_MAXIOV). */
+#define VAKA_BATCH_IOV 1024
+/* Bytes of the batch's buffer: the entries (5 words) and the paths compared. Paths that do not fit are read on
+ * their own. */
+#define VAKA_BATCH_BYTES 32768
+
+typedef struct batch_piece {
+    uint32_t off;   /* where in batch_buf */
+    uint32_t len;
+    uint8_t ok;     /* 1 when the read covered it whole */
+} batch_piece;
+
+static uint8_t batch_buf[VAKA_BATCH_BYTES];
+static struct iovec batch_remote[VAKA_BATCH_IOV];
+static batch_piece batch_pieces[VAKA_BATCH_IOV];
+/* Per cached image: its entry's and its path's piece (+1; 0: none). */
+static uint16_t batch_entry_piece[VAKA_MAX_IMAGES];
+static uint16_t batch_path_piece[VAKA_MAX_IMAGES];
+static size_t batch_count;
+
+static size_t batch_add(uintptr_t at, size_t len, size_t *used)
+{
+    if (batch_count >= VAKA_BATCH_IOV || at == 0 || at + len < at || len > VAKA_BATCH_BYTES - *used) return 0;
+    batch_remote[batch_count].iov_base = (void *)at;
+    batch_remote[batch_count].iov_len = len;
+    batch_pieces[batch_count].off = (uint32_t)*used;
+    batch_pieces[batch_count].len = (uint32_t)len;
+    batch_pieces[batch_count].ok = 0;
+    *used += len;
+    return ++batch_count;
+}
+
+/* Reads the pieces into batch_buf (back to back, as process_vm_readv fills its one local buffer), marking those
+ * read whole. */
+static void batch_read(vaka_safe_reader *r)
+{
+    size_t from = 0;
+    while (from < batch_count) {
+        size_t start = batch_pieces[from].off;
+        size_t end = batch_pieces[batch_count - 1].off + batch_pieces[batch_count - 1].len;
+        struct iovec local = { batch_buf + start, end - start };
+        ssize_t got = process_vm_readv(r->pid, &local, 1, batch_remote + from, batch_count - from, 0);
+        if (got < 0 && errno != EFAULT) return; /* refused: every piece is read on its own (vaka_safe_read decides) */
+        size_t done = got > 0 ? (size_t)got : 0;
+        size_t k = from;
+        while (k < batch_count && batch_pieces[k].off + batch_pieces[k].len <= start + done) batch_pieces[k++].ok = 1;
+        from = k + 1; /* piece k faulted (or was cut): the rest from the next one */
+    }
+}
+
+/* The batched read of the r_map word, every cached entry and path. @return 1 when `*map` holds r_map's value. */
+static int batch_read_cached(vaka_safe_reader *r, const vaka_image_cache *cache, size_t count, uintptr_t map_field,
+                             uintptr_t *map)
+{
+    size_t used = 0;
+    batch_count = 0;
+    for (size_t i = 0; i < count; i++) batch_entry_piece[i] = batch_path_piece[i] = 0;
+    if (r->method != VAKA_SAFE_READ_PVR) return 0;
+    if (batch_add(map_field, sizeof(uintptr_t), &used) == 0) return 0;
+    for (size_t i = 0; i < count; i++) {
+        const vaka_image *img = &cache->images[i];
+        if (img->lm_node == 0) continue;
+        batch_entry_piece[i] = (uint16_t)batch_add(img->lm_node, 5 * sizeof(uintptr_t), &used);
+        if (batch_entry_piece[i] != 0 && img->l_name != 0 && img->path_len > 0 && img->path_len < VAKA_REPORT_PATH_MAX)
+            batch_path_piece[i] = (uint16_t)batch_add(img->l_name, img->path_len + 1, &used);
+    }
+    batch_read(r);
+    if (!batch_pieces[0].ok) return 0;
+    vaka_sig_copy(map, batch_buf + batch_pieces[0].off, sizeof *map);
+    return 1;
+}
+/* Cached image `i`'s entry from the batch when the walk is at its node. @return 1 when `lm` was filled. */
+static int batched_entry(const vaka_image_cache *cache, size_t i, uintptr_t node, uintptr_t lm[5])
+{
+    size_t p = batch_entry_piece[i];
+    if (p == 0 || cache->images[i].lm_node != node || !batch_pieces[p - 1].ok) return 0;
+    vaka_sig_copy(lm, batch_buf + batch_pieces[p - 1].off, 5 * sizeof(uintptr_t));
+    return 1;
+}
+
+/* same_path, from the batch when the entry's l_name is the one whose path it read. */
+static int same_path_batched(vaka_safe_reader *r, size_t i, const vaka_image_cache *cache, uintptr_t l_name)
+{
+    const vaka_image *img = &cache->images[i];
+    size_t p = batch_path_piece[i];
+    if (img->path_len == 0 || l_name == 0 || p == 0 || img->l_name != l_name || !batch_pieces[p - 1].ok)
+        return same_path(r, img, cache, l_name);
+    const uint8_t *read = batch_buf + batch_pieces[p - 1].off;
+    const char *cached = cache->pool + img->path_off;
+    for (size_t k = 0; k < img->path_len; k++)
+        if (read[k] == '\0' || (char)read[k] != cached[k]) return 0;
+    return read[img->path_len] == '\0';
+}
+
 void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
 {
     vaka_image_cache *cache = atomic_load(&vaka_state.images);
@@ -242,15 +351,32 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
     if (vaka_state.r_debug != NULL) {
         uintptr_t node = 0;
         uintptr_t map_field = (uintptr_t)vaka_state.r_debug + offsetof(struct r_debug, r_map);
-        if (vaka_safe_read_word(r, map_field, &node)) {
+        int have_map = batch_read_cached(r, cache, count, map_field, &node) || vaka_safe_read_word(r, map_field, &node);
+        if (have_map) {
+            size_t hint = 0; /* the cached image whose node is likely next: the list's order is the cache's */
             for (size_t k = 0; node != 0 && k < VAKA_LINK_MAP_MAX; k++) {
                 uintptr_t lm[5]; /* l_addr, l_name, l_ld, l_next, l_prev */
-                if (vaka_safe_read(r, lm, node, sizeof lm) != sizeof lm) break;
+                int batched = 0;
+                for (size_t j = 0; j < count && !batched; j++) {
+                    size_t i = (hint + j) % count;
+                    if (batched_entry(cache, i, node, lm)) {
+                        batched = 1;
+                        hint = i + 1;
+                    }
+                }
+                if (!batched && vaka_safe_read(r, lm, node, sizeof lm) != sizeof lm) break;
                 walk_ok = 1;
                 int found = 0;
                 for (size_t i = 0; i < count; i++) {
                     vaka_image *img = &cache->images[i];
-                    if (img->l_addr == lm[0] && img->l_ld == lm[2] && (k == 0 || same_path(r, img, cache, lm[1]))) {
+                    if (img->not_in_link_map && img->l_addr == lm[0] && img->l_ld == lm[2]) {
+                        /* The vDSO's entry (`linux-vdso.so.1`): written from the cache whatever the list says;
+                         * read from memory it would be the same image, left out as written already. */
+                        found = 1;
+                        break;
+                    }
+                    if (img->l_addr == lm[0] && img->l_ld == lm[2] &&
+                        (k == 0 || same_path_batched(r, i, cache, lm[1]))) {
                         img->seen = 1;
                         found = 1;
                         break;

@@ -142,6 +142,8 @@ typedef struct vaka_image {
     uintptr_t size;        /* span of the PT_LOAD segments in bytes, page-rounded */
     uintptr_t l_addr;      /* load bias (dlpi_addr / link_map.l_addr): identity in the link map */
     uintptr_t l_ld;        /* address of the dynamic section (link_map.l_ld), 0 if none */
+    uintptr_t l_name;      /* link_map.l_name (dlpi_name) at install when the path is that string, else 0 */
+    uintptr_t lm_node;     /* its entry in r_debug's list at install (struct link_map *), 0 if not found */
     uintptr_t text_lo;     /* executable PT_LOAD segments (PF_X): lowest start address ... */
     uintptr_t text_hi;     /* ... and highest end address (exclusive); both 0 when there is none */
     uint32_t path_off;     /* path in the cache's pool */
