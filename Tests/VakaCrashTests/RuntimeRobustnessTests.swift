@@ -375,6 +375,41 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(b.first?.buildID, try readelfBuildID(libB, scratch: scratch))
     }
 
+    /// Threads that block every signal are described from /proc without being asked: their name and state come
+    /// from the status file read to see that they block the thread signal. Its `Name:` escapes `\n` and `\\`
+    /// (those names are taken from `comm` instead); a leading space and a tab are kept as they are.
+    func testBlockedThreadsKeepTheirExactNames() throws {
+        let program = try RuntimeProgram.build("names", #"""
+        #include <sys/prctl.h>
+        static volatile int ready;
+        static void *th(void *name) {
+            sigset_t all; sigfillset(&all); pthread_sigmask(SIG_SETMASK, &all, NULL);
+            prctl(PR_SET_NAME, name, 0, 0, 0);
+            __atomic_add_fetch(&ready, 1, __ATOMIC_SEQ_CST);
+            for (;;) pause();
+        }
+        int main(void) {
+            static const char *names[] = { " lead", "back\\slash", "tab\there", "nl\nx", "plain" };
+            vk_start("names");
+            for (int i = 0; i < 5; i++) { pthread_t t; pthread_create(&t, NULL, th, (void *)names[i]); }
+            while (ready < 5) usleep(1000);
+            usleep(20000); /* each in pause() */
+            vk_null();
+        }
+        """#)
+        let run = try RuntimeProgram.run(program, timeout: 20)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let report = run.onlyReport
+        let lines = report.split(separator: "\n").map(String.init)
+        for name in [#" lead"#, #"back\\slash"#, #"tab\there"#, #"nl\nx"#, "plain"] {
+            let thread = lines.filter { $0.hasPrefix("thread ") && $0.hasSuffix(" blocked " + name) }
+            XCTAssertEqual(thread.count, 1, "no blocked thread named \(name):\n\(report)")
+            guard let tid = thread.first?.split(separator: " ")[1] else { continue }
+            let proc = lines.filter { $0.hasPrefix("thread_proc \(tid) ") }
+            XCTAssertEqual(proc.first?.split(separator: " ")[2], "S", "thread \(tid) sleeps in pause:\n\(report)")
+        }
+    }
+
     /// A library dlopen'ed after install whose first PT_LOAD has p_vaddr != 0 (linked with
     /// -Ttext-segment) has no ELF header at its load bias; it used to be missing from the report. Its header
     /// is now found below its dynamic section.
