@@ -6,7 +6,8 @@
  * linker's list (`_r_debug.r_map`, whose first five link_map fields are public ABI) with safe reads:
  * entries matching a cached image (same l_addr and l_ld) are written from the cache; any other entry is
  * read from memory — ELF header and program headers at l_addr, the PT_NOTE segments for the build ID,
- * the path from l_name. Cached images no longer in the list (dlclose'd) are left out.
+ * the path from l_name. Cached images no longer in the list (dlclose'd) are left out. The cached entries and their
+ * paths are read in one batch first (batch_read_cached, below).
  *
  * vaka_sig_image_from_phdrs() is the one per-image computation (base, size, text range, build ID) from an image's
  * program headers: used here on headers read from memory, and by images.c on dl_iterate_phdr's headers for the
@@ -256,6 +257,7 @@ typedef struct batch_piece {
     uint8_t ok;     /* 1 when the read covered it whole */
 } batch_piece;
 
+/* The batch's state, for the (single) crashing thread like the scratch storage above. */
 static uint8_t batch_buf[VAKA_BATCH_BYTES];
 static struct iovec batch_remote[VAKA_BATCH_IOV];
 static batch_piece batch_pieces[VAKA_BATCH_IOV];
@@ -315,6 +317,7 @@ static int batch_read_cached(vaka_safe_reader *r, const vaka_image_cache *cache,
     vaka_sig_copy(map, batch_buf + batch_pieces[0].off, sizeof *map);
     return 1;
 }
+
 /* Cached image `i`'s entry from the batch when the walk is at its node. @return 1 when `lm` was filled. */
 static int batched_entry(const vaka_image_cache *cache, size_t i, uintptr_t node, uintptr_t lm[5])
 {

@@ -9,8 +9,9 @@
  * VAKA_THREADS_DEADLINE_NS in all. Each thread's handler (vaka_sig_thread_signal) finds its slot by its tid and
  * unwinds itself from the ucontext the kernel gave it (libunwind, one cursor per slot), then counts itself done.
  * A thread that has not started by the deadline is marked missed (a compare-and-swap: it may no longer start);
- * what is known of it comes from /proc/self/task/<tid>/{stat,syscall,status}: its state, the system call it sits
- * in, its stack pointer and PC, whether it blocks the thread signal; its frames are unwound by CFI from that PC and
+ * what is known of it comes from /proc/self/task/<tid>/{status,syscall}: whether it blocks the thread signal, its
+ * name and state (from `comm` and `stat` only when the status gives none), the system call it sits in, its stack
+ * pointer and PC; its frames are unwound by CFI from that PC and
  * stack pointer, else found by a stack scan. Every buffer is static; the slots are the runtime's own memory.
  *
  * The same handler serves the install-time round (threads.c): it gives a thread that has no alternate stack one
