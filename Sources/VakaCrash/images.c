@@ -11,6 +11,7 @@
 
 #include <elf.h>
 #include <link.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <unistd.h>
@@ -120,6 +121,45 @@ static int collect_one(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
+/* Adds a piece of `len` bytes at `at` to the cache's batch plan. @return its index + 1, 0 when it does not fit. */
+static uint16_t plan_piece(vaka_image_cache *cache, uintptr_t at, size_t len, uint32_t *landing)
+{
+    if (cache->batch_count >= VAKA_BATCH_IOV || at == 0 ||
+        len > sizeof cache->pool - cache->batch_at - cache->batch_bytes)
+        return 0;
+    cache->batch_iov[cache->batch_count].iov_base = (void *)at;
+    cache->batch_iov[cache->batch_count].iov_len = len;
+    *landing = (uint32_t)cache->batch_bytes;
+    cache->batch_bytes += len;
+    return (uint16_t)++cache->batch_count;
+}
+
+/* The handler's one read of the r_map word and every cached image's link-map entry and path (sig_images.c): its
+ * pieces, and its bytes' place in the pool after the paths, written now so that the handler finds those pages
+ * mapped. */
+static void plan_batch(vaka_image_cache *cache)
+{
+    uint32_t landing = 0;
+    cache->batch_count = 0;
+    cache->batch_bytes = 0;
+    cache->batch_at = (cache->pool_used + 15) & ~(size_t)15;
+    for (size_t i = 0; i < cache->count; i++) cache->images[i].batch_entry = cache->images[i].batch_path = 0;
+    if (cache->batch_at >= sizeof cache->pool || vaka_state.r_debug == NULL ||
+        plan_piece(cache, (uintptr_t)vaka_state.r_debug + offsetof(struct r_debug, r_map), sizeof(uintptr_t),
+                   &landing) == 0) {
+        cache->batch_count = 0;
+        return;
+    }
+    for (size_t i = 0; i < cache->count; i++) {
+        vaka_image *img = &cache->images[i];
+        if (img->lm_node == 0) continue;
+        img->batch_entry = plan_piece(cache, img->lm_node, 5 * sizeof(uintptr_t), &img->batch_entry_at);
+        if (img->batch_entry != 0 && img->l_name != 0 && img->path_len > 0 && img->path_len < VAKA_REPORT_PATH_MAX)
+            img->batch_path = plan_piece(cache, img->l_name, img->path_len + 1, &img->batch_path_at);
+    }
+    memset(cache->pool + cache->batch_at, 0, cache->batch_bytes);
+}
+
 size_t vaka_images_collect(vaka_image_cache *cache)
 {
     collect_ctx ctx;
@@ -130,6 +170,7 @@ size_t vaka_images_collect(vaka_image_cache *cache)
     cache->count = 0;
     cache->pool_used = 0;
     dl_iterate_phdr(collect_one, &ctx);
+    plan_batch(cache);
     return cache->count;
 }
 

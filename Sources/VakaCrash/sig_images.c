@@ -236,105 +236,86 @@ static int same_path(vaka_safe_reader *r, const vaka_image *img, const vaka_imag
 
 /* The link map walk reads one entry (five words) at a time, and for each entry that matches a cached image its
  * path: two process_vm_readv calls per image. The cache knows, from install, where each image's entry was
- * (lm_node) and where its path string was (l_name), so all of them are read at once first, with one
- * process_vm_readv of many remote pieces (the r_map word, then per cached image its entry and, when it has a path
- * to compare, path_len + 1 bytes at l_name). The walk then takes an entry from this read when the node it
+ * (lm_node) and where its path string was (l_name), and has the pieces of one process_vm_readv planned (images.c:
+ * the r_map word, then per cached image its entry and, when it has a path to compare, path_len + 1 bytes at
+ * l_name), so all of them are read at once first. The walk then takes an entry from this read when the node it
  * reaches is the one cached (the words are those at that node, read a moment earlier in the same capture), and a
  * path compare when the entry's l_name is the cached one; anything else — a node or l_name not cached, a piece
  * the read did not cover — is read on its own, as without the batch. A piece that faults ends the call at that
  * piece (the kernel copies the pieces in order and stops at the first it cannot read): that piece is left out and
  * the rest are asked for again from the next one, so a freed entry or path costs one call more, not the batch. */
 
-/* Most remote pieces of one process_vm_readv (the kernel's UIO_MAXIOV). */
-#define VAKA_BATCH_IOV 1024
-/* Bytes of the batch's buffer: the entries (5 words) and the paths compared. Paths that do not fit are read on
- * their own. */
-#define VAKA_BATCH_BYTES 32768
+/* Most pieces left out of one batch before the rest are read on their own. */
+#define VAKA_BATCH_FAILS 8
 
-typedef struct batch_piece {
-    uint32_t off;   /* where in batch_buf */
-    uint32_t len;
-    uint8_t ok;     /* 1 when the read covered it whole */
-} batch_piece;
+/* What the batched read covered (on the handler's stack). */
+typedef struct batch_result {
+    const vaka_image_cache *cache;
+    size_t upto;                          /* pieces [0, upto) were read, but for those in `failed` */
+    size_t failed_count;
+    uint16_t failed[VAKA_BATCH_FAILS];
+} batch_result;
 
-/* The batch's state, for the (single) crashing thread like the scratch storage above. */
-static uint8_t batch_buf[VAKA_BATCH_BYTES];
-static struct iovec batch_remote[VAKA_BATCH_IOV];
-static batch_piece batch_pieces[VAKA_BATCH_IOV];
-/* Per cached image: its entry's and its path's piece (+1; 0: none). */
-static uint16_t batch_entry_piece[VAKA_MAX_IMAGES];
-static uint16_t batch_path_piece[VAKA_MAX_IMAGES];
-static size_t batch_count;
-
-static size_t batch_add(uintptr_t at, size_t len, size_t *used)
+/* 1 when piece `piece` (index + 1; 0: none) was read whole. */
+static int piece_ok(const batch_result *b, size_t piece)
 {
-    if (batch_count >= VAKA_BATCH_IOV || at == 0 || at + len < at || len > VAKA_BATCH_BYTES - *used) return 0;
-    batch_remote[batch_count].iov_base = (void *)at;
-    batch_remote[batch_count].iov_len = len;
-    batch_pieces[batch_count].off = (uint32_t)*used;
-    batch_pieces[batch_count].len = (uint32_t)len;
-    batch_pieces[batch_count].ok = 0;
-    *used += len;
-    return ++batch_count;
+    if (piece == 0 || piece - 1 >= b->upto) return 0;
+    for (size_t f = 0; f < b->failed_count; f++)
+        if (b->failed[f] == piece - 1) return 0;
+    return 1;
 }
 
-/* Reads the pieces into batch_buf (back to back, as process_vm_readv fills its one local buffer), marking those
- * read whole. */
-static void batch_read(vaka_safe_reader *r)
+/* The batched read of the r_map word, every cached entry and path, as the cache planned it. @return 1 when `*map`
+ * holds r_map's value. */
+static int batch_read_cached(vaka_safe_reader *r, batch_result *b, uintptr_t *map)
 {
-    size_t from = 0;
-    while (from < batch_count) {
-        size_t start = batch_pieces[from].off;
-        size_t end = batch_pieces[batch_count - 1].off + batch_pieces[batch_count - 1].len;
-        struct iovec local = { batch_buf + start, end - start };
-        ssize_t got = process_vm_readv(r->pid, &local, 1, batch_remote + from, batch_count - from, 0);
-        if (got < 0 && errno != EFAULT) return; /* refused: every piece is read on its own (vaka_safe_read decides) */
+    const vaka_image_cache *cache = b->cache;
+    b->upto = b->failed_count = 0;
+    if (cache == NULL || cache->batch_count == 0 || r->method != VAKA_SAFE_READ_PVR) return 0;
+    char *bytes = (char *)cache->pool + cache->batch_at;
+    size_t from = 0, at = 0; /* `at`: where piece `from` lands */
+    while (from < cache->batch_count) {
+        struct iovec local = { bytes + at, cache->batch_bytes - at };
+        ssize_t got = process_vm_readv(r->pid, &local, 1, cache->batch_iov + from, cache->batch_count - from, 0);
+        if (got < 0 && errno != EFAULT) break; /* refused: every piece is read on its own (vaka_safe_read decides) */
         size_t done = got > 0 ? (size_t)got : 0;
         size_t k = from;
-        while (k < batch_count && batch_pieces[k].off + batch_pieces[k].len <= start + done) batch_pieces[k++].ok = 1;
-        from = k + 1; /* piece k faulted (or was cut): the rest from the next one */
+        while (k < cache->batch_count && cache->batch_iov[k].iov_len <= done) {
+            done -= cache->batch_iov[k].iov_len;
+            at += cache->batch_iov[k].iov_len;
+            k++;
+        }
+        b->upto = k;
+        if (k == cache->batch_count) break;
+        /* Piece k faulted (or was cut): left out, the rest from the next one. */
+        if (b->failed_count == VAKA_BATCH_FAILS) break;
+        b->failed[b->failed_count++] = (uint16_t)k;
+        at += cache->batch_iov[k].iov_len;
+        from = k + 1;
+        b->upto = from;
     }
-}
-
-/* The batched read of the r_map word, every cached entry and path. @return 1 when `*map` holds r_map's value. */
-static int batch_read_cached(vaka_safe_reader *r, const vaka_image_cache *cache, size_t count, uintptr_t map_field,
-                             uintptr_t *map)
-{
-    size_t used = 0;
-    batch_count = 0;
-    for (size_t i = 0; i < count; i++) batch_entry_piece[i] = batch_path_piece[i] = 0;
-    if (r->method != VAKA_SAFE_READ_PVR) return 0;
-    if (batch_add(map_field, sizeof(uintptr_t), &used) == 0) return 0;
-    for (size_t i = 0; i < count; i++) {
-        const vaka_image *img = &cache->images[i];
-        if (img->lm_node == 0) continue;
-        batch_entry_piece[i] = (uint16_t)batch_add(img->lm_node, 5 * sizeof(uintptr_t), &used);
-        if (batch_entry_piece[i] != 0 && img->l_name != 0 && img->path_len > 0 && img->path_len < VAKA_REPORT_PATH_MAX)
-            batch_path_piece[i] = (uint16_t)batch_add(img->l_name, img->path_len + 1, &used);
-    }
-    batch_read(r);
-    if (!batch_pieces[0].ok) return 0;
-    vaka_sig_copy(map, batch_buf + batch_pieces[0].off, sizeof *map);
+    if (!piece_ok(b, 1)) return 0;
+    vaka_sig_copy(map, bytes, sizeof *map);
     return 1;
 }
 
 /* Cached image `i`'s entry from the batch when the walk is at its node. @return 1 when `lm` was filled. */
-static int batched_entry(const vaka_image_cache *cache, size_t i, uintptr_t node, uintptr_t lm[5])
+static int batched_entry(const batch_result *b, size_t i, uintptr_t node, uintptr_t lm[5])
 {
-    size_t p = batch_entry_piece[i];
-    if (p == 0 || cache->images[i].lm_node != node || !batch_pieces[p - 1].ok) return 0;
-    vaka_sig_copy(lm, batch_buf + batch_pieces[p - 1].off, 5 * sizeof(uintptr_t));
+    const vaka_image *img = &b->cache->images[i];
+    if (img->lm_node != node || !piece_ok(b, img->batch_entry)) return 0;
+    vaka_sig_copy(lm, b->cache->pool + b->cache->batch_at + img->batch_entry_at, 5 * sizeof(uintptr_t));
     return 1;
 }
 
 /* same_path, from the batch when the entry's l_name is the one whose path it read. */
-static int same_path_batched(vaka_safe_reader *r, size_t i, const vaka_image_cache *cache, uintptr_t l_name)
+static int same_path_batched(vaka_safe_reader *r, const batch_result *b, size_t i, uintptr_t l_name)
 {
+    const vaka_image_cache *cache = b->cache;
     const vaka_image *img = &cache->images[i];
-    size_t p = batch_path_piece[i];
-    if (img->path_len == 0 || l_name == 0 || p == 0 || img->l_name != l_name || !batch_pieces[p - 1].ok)
+    if (img->path_len == 0 || l_name == 0 || img->l_name != l_name || !piece_ok(b, img->batch_path))
         return same_path(r, img, cache, l_name);
-    const uint8_t *read = batch_buf + batch_pieces[p - 1].off;
+    const uint8_t *read = (const uint8_t *)cache->pool + cache->batch_at + img->batch_path_at;
     const char *cached = cache->pool + img->path_off;
     for (size_t k = 0; k < img->path_len; k++)
         if (read[k] == '\0' || (char)read[k] != cached[k]) return 0;
@@ -354,7 +335,9 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
     if (vaka_state.r_debug != NULL) {
         uintptr_t node = 0;
         uintptr_t map_field = (uintptr_t)vaka_state.r_debug + offsetof(struct r_debug, r_map);
-        int have_map = batch_read_cached(r, cache, count, map_field, &node) || vaka_safe_read_word(r, map_field, &node);
+        batch_result batch;
+        batch.cache = cache;
+        int have_map = batch_read_cached(r, &batch, &node) || vaka_safe_read_word(r, map_field, &node);
         if (have_map) {
             size_t hint = 0; /* the cached image whose node is likely next: the list's order is the cache's */
             for (size_t k = 0; node != 0 && k < VAKA_LINK_MAP_MAX; k++) {
@@ -362,7 +345,7 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
                 int batched = 0;
                 for (size_t j = 0; j < count && !batched; j++) {
                     size_t i = (hint + j) % count;
-                    if (batched_entry(cache, i, node, lm)) {
+                    if (batched_entry(&batch, i, node, lm)) {
                         batched = 1;
                         hint = i + 1;
                     }
@@ -379,7 +362,7 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
                         break;
                     }
                     if (img->l_addr == lm[0] && img->l_ld == lm[2] &&
-                        (k == 0 || same_path_batched(r, i, cache, lm[1]))) {
+                        (k == 0 || same_path_batched(r, &batch, i, lm[1]))) {
                         img->seen = 1;
                         found = 1;
                         break;
