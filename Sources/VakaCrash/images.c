@@ -121,6 +121,9 @@ static int collect_one(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
+/* Most bytes of one piece that holds both an image's link-map entry and its path. */
+#define VAKA_BATCH_JOIN 512
+
 /* Adds a piece of `len` bytes at `at` to the cache's batch plan. @return its index + 1, 0 when it does not fit. */
 static uint16_t plan_piece(vaka_image_cache *cache, uintptr_t at, size_t len, uint32_t *landing)
 {
@@ -153,8 +156,22 @@ static void plan_batch(vaka_image_cache *cache)
     for (size_t i = 0; i < cache->count; i++) {
         vaka_image *img = &cache->images[i];
         if (img->lm_node == 0) continue;
+        uintptr_t entry_end = img->lm_node + 5 * sizeof(uintptr_t);
+        int path = img->l_name != 0 && img->path_len > 0 && img->path_len < VAKA_REPORT_PATH_MAX;
+        uintptr_t path_end = img->l_name + img->path_len + 1;
+        uintptr_t lo = img->l_name < img->lm_node ? img->l_name : img->lm_node;
+        uintptr_t hi = path_end > entry_end ? path_end : entry_end;
+        if (path && hi - lo <= VAKA_BATCH_JOIN) {
+            /* The dynamic linker allocates the path just before the entry: one piece for both (each piece costs
+             * the kernel a page lookup, more than copying the bytes between). */
+            uint32_t landing = 0;
+            img->batch_entry = img->batch_path = plan_piece(cache, lo, hi - lo, &landing);
+            img->batch_entry_at = landing + (uint32_t)(img->lm_node - lo);
+            img->batch_path_at = landing + (uint32_t)(img->l_name - lo);
+            continue;
+        }
         img->batch_entry = plan_piece(cache, img->lm_node, 5 * sizeof(uintptr_t), &img->batch_entry_at);
-        if (img->batch_entry != 0 && img->l_name != 0 && img->path_len > 0 && img->path_len < VAKA_REPORT_PATH_MAX)
+        if (img->batch_entry != 0 && path)
             img->batch_path = plan_piece(cache, img->l_name, img->path_len + 1, &img->batch_path_at);
     }
     memset(cache->pool + cache->batch_at, 0, cache->batch_bytes);
