@@ -264,13 +264,14 @@ void vaka_sig_capture(int sig, siginfo_t *info, ucontext_t *uc, uint64_t start_n
     vaka_sig_write_signal(sig, info);
     vaka_sig_write_messages();
     vaka_sig_write_journal_seq();
-    vaka_sig_write_registers(uc); /* from `uc` alone: nothing here can fault or wait */
-    /* Flush the header and the registers now, in one write: if anything below faults or hangs (the unwinding: see
-     * the watchdog), they are already on disk. */
+    /* Flush the header now: if anything below faults or hangs, it is already on disk. */
     vaka_w_flush(&vaka_run.writer);
     /* A journal in its write(2) fallback: its records to its file now, before the unwinding that may hang. */
     vaka_sig_journal_sync_registered();
     vaka_sig_test_fault(1);
+
+    vaka_sig_write_registers(uc);
+    vaka_w_flush(&vaka_run.writer); /* the registers too: the unwinding below may hang (see the watchdog) */
 
     /* Frame-pointer frames first, into their own buffer: if libunwind hangs, the watchdog writes these. */
     int pre_truncated = 0;

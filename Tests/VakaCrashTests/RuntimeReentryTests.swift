@@ -6,7 +6,7 @@ import XCTest
 /// is a small C program against the runtime (``RuntimeProgram``) whose threads fault together.
 final class RuntimeReentryTests: XCTestCase {
     /// Four threads released together each write through a null pointer. `fault` as the first argument makes
-    /// the capture fault on purpose after the header and registers (vaka_crash_test_fault_in_handler(1)).
+    /// the capture fault on purpose after the header (vaka_crash_test_fault_in_handler(1)).
     static let source = """
     #include <sys/syscall.h>
     #define THREADS 4

@@ -212,7 +212,7 @@ let variantExpectations: [ScenarioExpectation] = [
     ScenarioExpectation(name: "dlopen-plugin", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],
                         faultAddress: 0, frameImage: pluginFileName, arguments: ["--deny-process-vm-readv"],
                         variant: "deny-process-vm-readv"),
-    // Re-entrancy: the capture faults on purpose (test hook) right after the header and registers (stage 1) or while
+    // Re-entrancy: the capture faults on purpose (test hook) right after the header (stage 1) or while
     // unwinding (stage 2), for a hardware fault, a re-sent signal (abort) and a background thread. Checked by
     // HardeningScenarioTests.checkFaultedCapture, not by checkScenario.
     ScenarioExpectation(name: "null-deref", signal: SIGSEGV, signalName: "SIGSEGV", codeNames: ["SEGV_MAPERR"],

@@ -287,7 +287,7 @@ void vaka_crash_set_journal(struct vaka_journal *journal);
 
 /**
  * Test hook: when `stage` is non-zero, the next crash capture faults on purpose at that stage
- * (1 = after the header and the registers are written, 2 = while unwinding) to exercise the re-entrancy path: the process
+ * (1 = after the header is written, 2 = while unwinding) to exercise the re-entrancy path: the process
  * then dies with the original signal and the report is left without its `end` line (truncated).
  * Never set in production code.
  */
