@@ -164,10 +164,10 @@ static void plan_batch(vaka_image_cache *cache)
         if (path && hi - lo <= VAKA_BATCH_JOIN) {
             /* The dynamic linker allocates the path just before the entry: one piece for both (each piece costs
              * the kernel a page lookup, more than copying the bytes between). */
-            uint32_t landing = 0;
-            img->batch_entry = img->batch_path = plan_piece(cache, lo, hi - lo, &landing);
-            img->batch_entry_at = landing + (uint32_t)(img->lm_node - lo);
-            img->batch_path_at = landing + (uint32_t)(img->l_name - lo);
+            uint32_t at = 0;
+            img->batch_entry = img->batch_path = plan_piece(cache, lo, hi - lo, &at);
+            img->batch_entry_at = at + (uint32_t)(img->lm_node - lo);
+            img->batch_path_at = at + (uint32_t)(img->l_name - lo);
             continue;
         }
         img->batch_entry = plan_piece(cache, img->lm_node, 5 * sizeof(uintptr_t), &img->batch_entry_at);
