@@ -11,6 +11,7 @@
 
 #include <elf.h>
 #include <link.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <unistd.h>
@@ -72,6 +73,8 @@ size_t vaka_rt_executable_path(char *buf, size_t size)
 typedef struct collect_ctx {
     vaka_image_cache *cache;
     image_walk walk;
+    struct link_map *node; /* the entry of r_debug's list expected next (dl_iterate_phdr walks it in order) */
+    int node_started;
 } collect_ctx;
 
 static void set_path(vaka_image_cache *cache, vaka_image *img, const char *path, size_t len)
@@ -95,23 +98,96 @@ static int collect_one(struct dl_phdr_info *info, size_t size, void *data)
     vaka_image_cache *cache = ctx->cache;
     (void)size;
     if (cache->count >= VAKA_MAX_IMAGES) return 1;
+    /* The entry's node in r_debug's list, for the handler's one batched read of every cached entry
+     * (sig_images.c). Read here, where dl_iterate_phdr holds the lock under which the dynamic linker links and
+     * unlinks entries; it lists the base namespace first, in the list's order. */
+    if (!ctx->node_started) {
+        ctx->node_started = 1;
+        ctx->node = vaka_state.r_debug != NULL ? ((struct r_debug *)vaka_state.r_debug)->r_map : NULL;
+    }
+    uintptr_t node = 0;
+    if (ctx->node != NULL && ctx->node->l_addr == info->dlpi_addr && ctx->node->l_name == info->dlpi_name) {
+        node = (uintptr_t)ctx->node;
+        ctx->node = ctx->node->l_next;
+    }
     vaka_image *img = &cache->images[cache->count];
     const char *path = NULL;
     size_t path_len = 0;
     if (!image_of(&ctx->walk, info, img, &path, &path_len)) return 0;
     set_path(cache, img, path, path_len);
+    img->lm_node = node;
+    img->l_name = path != NULL && path == info->dlpi_name ? (uintptr_t)info->dlpi_name : 0;
     cache->count++;
     return 0;
+}
+
+/* Most bytes of one piece that holds both an image's link-map entry and its path. */
+#define VAKA_BATCH_JOIN 512
+
+/* Adds a piece of `len` bytes at `at` to the cache's batch plan. @return its index + 1, 0 when it does not fit. */
+static uint16_t plan_piece(vaka_image_cache *cache, uintptr_t at, size_t len, uint32_t *landing)
+{
+    if (cache->batch_count >= VAKA_BATCH_IOV || at == 0 ||
+        len > sizeof cache->pool - cache->batch_at - cache->batch_bytes)
+        return 0;
+    cache->batch_iov[cache->batch_count].iov_base = (void *)at;
+    cache->batch_iov[cache->batch_count].iov_len = len;
+    *landing = (uint32_t)cache->batch_bytes;
+    cache->batch_bytes += len;
+    return (uint16_t)++cache->batch_count;
+}
+
+/* The handler's one read of the r_map word and every cached image's link-map entry and path (sig_images.c): its
+ * pieces, and its bytes' place in the pool after the paths, written now so that the handler finds those pages
+ * mapped. */
+static void plan_batch(vaka_image_cache *cache)
+{
+    uint32_t landing = 0;
+    cache->batch_count = 0;
+    cache->batch_bytes = 0;
+    cache->batch_at = (cache->pool_used + 15) & ~(size_t)15;
+    for (size_t i = 0; i < cache->count; i++) cache->images[i].batch_entry = cache->images[i].batch_path = 0;
+    if (cache->batch_at >= sizeof cache->pool || vaka_state.r_debug == NULL ||
+        plan_piece(cache, (uintptr_t)vaka_state.r_debug + offsetof(struct r_debug, r_map), sizeof(uintptr_t),
+                   &landing) == 0) {
+        cache->batch_count = 0;
+        return;
+    }
+    for (size_t i = 0; i < cache->count; i++) {
+        vaka_image *img = &cache->images[i];
+        if (img->lm_node == 0) continue;
+        uintptr_t entry_end = img->lm_node + 5 * sizeof(uintptr_t);
+        int path = img->l_name != 0 && img->path_len > 0 && img->path_len < VAKA_REPORT_PATH_MAX;
+        uintptr_t path_end = img->l_name + img->path_len + 1;
+        uintptr_t lo = img->l_name < img->lm_node ? img->l_name : img->lm_node;
+        uintptr_t hi = path_end > entry_end ? path_end : entry_end;
+        if (path && hi - lo <= VAKA_BATCH_JOIN) {
+            /* The dynamic linker allocates the path just before the entry: one piece for both (each piece costs
+             * the kernel a page lookup, more than copying the bytes between). */
+            uint32_t at = 0;
+            img->batch_entry = img->batch_path = plan_piece(cache, lo, hi - lo, &at);
+            img->batch_entry_at = at + (uint32_t)(img->lm_node - lo);
+            img->batch_path_at = at + (uint32_t)(img->l_name - lo);
+            continue;
+        }
+        img->batch_entry = plan_piece(cache, img->lm_node, 5 * sizeof(uintptr_t), &img->batch_entry_at);
+        if (img->batch_entry != 0 && path)
+            img->batch_path = plan_piece(cache, img->l_name, img->path_len + 1, &img->batch_path_at);
+    }
+    memset(cache->pool + cache->batch_at, 0, cache->batch_bytes);
 }
 
 size_t vaka_images_collect(vaka_image_cache *cache)
 {
     collect_ctx ctx;
     ctx.cache = cache;
+    ctx.node = NULL;
+    ctx.node_started = 0;
     image_walk_init(&ctx.walk, vaka_state.executable, vaka_state.executable_len);
     cache->count = 0;
     cache->pool_used = 0;
     dl_iterate_phdr(collect_one, &ctx);
+    plan_batch(cache);
     return cache->count;
 }
 

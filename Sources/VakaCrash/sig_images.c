@@ -6,7 +6,8 @@
  * linker's list (`_r_debug.r_map`, whose first five link_map fields are public ABI) with safe reads:
  * entries matching a cached image (same l_addr and l_ld) are written from the cache; any other entry is
  * read from memory — ELF header and program headers at l_addr, the PT_NOTE segments for the build ID,
- * the path from l_name. Cached images no longer in the list (dlclose'd) are left out.
+ * the path from l_name. Cached images no longer in the list (dlclose'd) are left out. The cached entries and their
+ * paths are read in one batch first (batch_read_cached, below).
  *
  * vaka_sig_image_from_phdrs() is the one per-image computation (base, size, text range, build ID) from an image's
  * program headers: used here on headers read from memory, and by images.c on dl_iterate_phdr's headers for the
@@ -16,8 +17,10 @@
 #include "sig_threads.h"
 
 #include <elf.h>
+#include <errno.h>
 #include <link.h>
 #include <stddef.h>
+#include <sys/uio.h>
 
 vaka_image_cache vaka_image_caches[2];
 
@@ -229,6 +232,96 @@ static int same_path(vaka_safe_reader *r, const vaka_image *img, const vaka_imag
     return 1;
 }
 
+/* ------------------------------------------------------------------ one read for every cached entry */
+
+/* The link map walk reads one entry (five words) at a time, and for each entry that matches a cached image its
+ * path: two process_vm_readv calls per image. The cache knows, from install, where each image's entry was
+ * (lm_node) and where its path string was (l_name), and has the pieces of one process_vm_readv planned (images.c:
+ * the r_map word, then per cached image its entry and, when it has a path to compare, path_len + 1 bytes at
+ * l_name), so all of them are read at once first. The walk then takes an entry from this read when the node it
+ * reaches is the one cached (the words are those at that node, read a moment earlier in the same capture), and a
+ * path compare when the entry's l_name is the cached one; anything else — a node or l_name not cached, a piece
+ * the read did not cover — is read on its own, as without the batch. A piece that faults ends the call at that
+ * piece (the kernel copies the pieces in order and stops at the first it cannot read): that piece is left out and
+ * the rest are asked for again from the next one, so a freed entry or path costs one call more, not the batch. */
+
+/* Most pieces left out of one batch before the rest are read on their own. */
+#define VAKA_BATCH_FAILS 8
+
+/* What the batched read covered (on the handler's stack). */
+typedef struct batch_result {
+    const vaka_image_cache *cache;
+    size_t upto;                          /* pieces [0, upto) were read, but for those in `failed` */
+    size_t failed_count;
+    uint16_t failed[VAKA_BATCH_FAILS];
+} batch_result;
+
+/* 1 when piece `piece` (index + 1; 0: none) was read whole. */
+static int piece_ok(const batch_result *b, size_t piece)
+{
+    if (piece == 0 || piece - 1 >= b->upto) return 0;
+    for (size_t f = 0; f < b->failed_count; f++)
+        if (b->failed[f] == piece - 1) return 0;
+    return 1;
+}
+
+/* The batched read of the r_map word, every cached entry and path, as the cache planned it. @return 1 when `*map`
+ * holds r_map's value. */
+static int batch_read_cached(vaka_safe_reader *r, batch_result *b, uintptr_t *map)
+{
+    const vaka_image_cache *cache = b->cache;
+    b->upto = b->failed_count = 0;
+    if (cache == NULL || cache->batch_count == 0 || r->method != VAKA_SAFE_READ_PVR) return 0;
+    char *bytes = (char *)cache->pool + cache->batch_at;
+    size_t from = 0, at = 0; /* `at`: where piece `from` lands */
+    while (from < cache->batch_count) {
+        struct iovec local = { bytes + at, cache->batch_bytes - at };
+        ssize_t got = process_vm_readv(r->pid, &local, 1, cache->batch_iov + from, cache->batch_count - from, 0);
+        if (got < 0 && errno != EFAULT) break; /* refused: every piece is read on its own (vaka_safe_read decides) */
+        size_t done = got > 0 ? (size_t)got : 0;
+        size_t k = from;
+        while (k < cache->batch_count && cache->batch_iov[k].iov_len <= done) {
+            done -= cache->batch_iov[k].iov_len;
+            at += cache->batch_iov[k].iov_len;
+            k++;
+        }
+        b->upto = k;
+        if (k == cache->batch_count) break;
+        /* Piece k faulted (or was cut): left out, the rest from the next one. */
+        if (b->failed_count == VAKA_BATCH_FAILS) break;
+        b->failed[b->failed_count++] = (uint16_t)k;
+        at += cache->batch_iov[k].iov_len;
+        from = k + 1;
+        b->upto = from;
+    }
+    if (!piece_ok(b, 1)) return 0;
+    vaka_sig_copy(map, bytes, sizeof *map);
+    return 1;
+}
+
+/* Cached image `i`'s entry from the batch when the walk is at its node. @return 1 when `lm` was filled. */
+static int batched_entry(const batch_result *b, size_t i, uintptr_t node, uintptr_t lm[5])
+{
+    const vaka_image *img = &b->cache->images[i];
+    if (img->lm_node != node || !piece_ok(b, img->batch_entry)) return 0;
+    vaka_sig_copy(lm, b->cache->pool + b->cache->batch_at + img->batch_entry_at, 5 * sizeof(uintptr_t));
+    return 1;
+}
+
+/* same_path, from the batch when the entry's l_name is the one whose path it read. */
+static int same_path_batched(vaka_safe_reader *r, const batch_result *b, size_t i, uintptr_t l_name)
+{
+    const vaka_image_cache *cache = b->cache;
+    const vaka_image *img = &cache->images[i];
+    if (img->path_len == 0 || l_name == 0 || img->l_name != l_name || !piece_ok(b, img->batch_path))
+        return same_path(r, img, cache, l_name);
+    const uint8_t *read = (const uint8_t *)cache->pool + cache->batch_at + img->batch_path_at;
+    const char *cached = cache->pool + img->path_off;
+    for (size_t k = 0; k < img->path_len; k++)
+        if (read[k] == '\0' || (char)read[k] != cached[k]) return 0;
+    return read[img->path_len] == '\0';
+}
+
 void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
 {
     vaka_image_cache *cache = atomic_load(&vaka_state.images);
@@ -242,15 +335,34 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
     if (vaka_state.r_debug != NULL) {
         uintptr_t node = 0;
         uintptr_t map_field = (uintptr_t)vaka_state.r_debug + offsetof(struct r_debug, r_map);
-        if (vaka_safe_read_word(r, map_field, &node)) {
+        batch_result batch;
+        batch.cache = cache;
+        int have_map = batch_read_cached(r, &batch, &node) || vaka_safe_read_word(r, map_field, &node);
+        if (have_map) {
+            size_t hint = 0; /* the cached image whose node is likely next: the list's order is the cache's */
             for (size_t k = 0; node != 0 && k < VAKA_LINK_MAP_MAX; k++) {
                 uintptr_t lm[5]; /* l_addr, l_name, l_ld, l_next, l_prev */
-                if (vaka_safe_read(r, lm, node, sizeof lm) != sizeof lm) break;
+                int batched = 0;
+                for (size_t j = 0; j < count && !batched; j++) {
+                    size_t i = (hint + j) % count;
+                    if (batched_entry(&batch, i, node, lm)) {
+                        batched = 1;
+                        hint = i + 1;
+                    }
+                }
+                if (!batched && vaka_safe_read(r, lm, node, sizeof lm) != sizeof lm) break;
                 walk_ok = 1;
                 int found = 0;
                 for (size_t i = 0; i < count; i++) {
                     vaka_image *img = &cache->images[i];
-                    if (img->l_addr == lm[0] && img->l_ld == lm[2] && (k == 0 || same_path(r, img, cache, lm[1]))) {
+                    if (img->not_in_link_map && img->l_addr == lm[0] && img->l_ld == lm[2]) {
+                        /* The vDSO's entry (`linux-vdso.so.1`): written from the cache whatever the list says;
+                         * read from memory it would be the same image, left out as written already. */
+                        found = 1;
+                        break;
+                    }
+                    if (img->l_addr == lm[0] && img->l_ld == lm[2] &&
+                        (k == 0 || same_path_batched(r, &batch, i, lm[1]))) {
                         img->seen = 1;
                         found = 1;
                         break;

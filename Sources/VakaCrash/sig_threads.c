@@ -9,8 +9,9 @@
  * VAKA_THREADS_DEADLINE_NS in all. Each thread's handler (vaka_sig_thread_signal) finds its slot by its tid and
  * unwinds itself from the ucontext the kernel gave it (libunwind, one cursor per slot), then counts itself done.
  * A thread that has not started by the deadline is marked missed (a compare-and-swap: it may no longer start);
- * what is known of it comes from /proc/self/task/<tid>/{stat,syscall,status}: its state, the system call it sits
- * in, its stack pointer and PC, whether it blocks the thread signal; its frames are unwound by CFI from that PC and
+ * what is known of it comes from /proc/self/task/<tid>/{status,syscall}: whether it blocks the thread signal, its
+ * name and state (from `comm` and `stat` only when the status gives none), the system call it sits in, its stack
+ * pointer and PC; its frames are unwound by CFI from that PC and
  * stack pointer, else found by a stack scan. Every buffer is static; the slots are the runtime's own memory.
  *
  * The same handler serves the install-time round (threads.c): it gives a thread that has no alternate stack one
@@ -43,6 +44,14 @@ static char dents[4096];
 static char proc_path[64];
 static char proc_buf[4096];
 static vaka_writer *tw;
+/* Per slot, what the last status file read of its thread said (the winner only, never the slot itself, which an
+ * answering thread writes): kept_name_len bytes of kept_names are its name (-1: not known, read `comm`), and
+ * kept_states the letter of its state (0: not known, read `stat`). */
+static char kept_names[VAKA_THREAD_SLOTS][VAKA_REPORT_THREAD_NAME_MAX + 1];
+static int kept_name_len[VAKA_THREAD_SLOTS];
+static char kept_states[VAKA_THREAD_SLOTS];
+/* How many slots from the first a round has filled so far (the others still hold tid 0 from program start). */
+static int slots_filled;
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -387,15 +396,56 @@ static int status_mask_has(const char *key, int sig)
     return sig > 0 && p != NULL && parse_hex(&p, &mask) && ((mask >> (sig - 1)) & 1);
 }
 
+/* Keeps slot `k`'s name and state from proc_buf, its thread's status file just read, so that writing its lines needs
+ * no `comm` and no `stat`. The kernel prints `Name:\t` and the comm with `\n` and `\\` escaped by a backslash: a
+ * name with a backslash in it is left to `comm`, which gives it raw. The state is the first letter of `State:`,
+ * the one `stat` shows. */
+static void keep_status(int k)
+{
+    kept_name_len[k] = -1;
+    kept_states[k] = 0;
+    for (const char *p = proc_buf; *p != '\0'; p++) {
+        if (p != proc_buf && p[-1] != '\n') continue;
+        if (p[0] == 'N' && p[1] == 'a' && p[2] == 'm' && p[3] == 'e' && p[4] == ':' && p[5] == '\t' &&
+            kept_name_len[k] < 0) {
+            const char *name = p + 6;
+            size_t n = 0;
+            while (n <= VAKA_REPORT_THREAD_NAME_MAX && name[n] != '\0' && name[n] != '\n' && name[n] != '\\') n++;
+            if (n <= VAKA_REPORT_THREAD_NAME_MAX && name[n] == '\n') {
+                vaka_sig_copy(kept_names[k], name, n);
+                kept_name_len[k] = (int)n;
+            }
+        } else if (p[0] == 'S' && p[1] == 't' && p[2] == 'a' && p[3] == 't' && p[4] == 'e' && p[5] == ':' &&
+                   p[6] == '\t' && p[7] > ' ' && kept_states[k] == 0) {
+            kept_states[k] = p[7];
+        }
+    }
+}
+
+/* Thread `tid`'s name (slot `k`'s kept one, else from `comm`) into `out` (VAKA_REPORT_THREAD_NAME_MAX + 2 bytes).
+ * @return its length. */
+static size_t name_of(int k, pid_t tid, char *out)
+{
+    if (kept_name_len[k] < 0) return comm_of(tid, out);
+    vaka_sig_copy(out, kept_names[k], (size_t)kept_name_len[k]);
+    return (size_t)kept_name_len[k];
+}
+
 /* What thread `tid`'s status says: VAKA_TSLOT_GONE (no status any more, or a zombie: it is ending),
  * VAKA_TSLOT_BLOCKED (it blocks the thread signal: it will not answer — a thread that is ending blocks every signal
  * too), or 0 (it may still answer). `asked`: the request was sent to it. Then blocking is not enough: a thread that
  * has just taken the request blocks the signal too, while its handler runs (the handler's mask), and is about to
  * answer. Only one whose request is still pending (SigPnd, the thread's own queue; the status is read under the
  * signal lock, so both masks come from one moment) blocks it. */
-static int unanswered_verdict(pid_t tid, int asked)
+static int unanswered_verdict(int k, pid_t tid, int asked)
 {
     long got = read_task_file(tid, "status");
+    if (got > 0) {
+        keep_status(k);
+    } else {
+        kept_name_len[k] = -1; /* nothing kept from an earlier read: `comm` and `stat` say what they can now */
+        kept_states[k] = 0;
+    }
     if (got < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) return 0; /* no descriptor: unknown */
     if (got <= 0) return VAKA_TSLOT_GONE;
     const char *state = status_field("State:");
@@ -406,10 +456,11 @@ static int unanswered_verdict(pid_t tid, int asked)
     return VAKA_TSLOT_BLOCKED;
 }
 
-/* 1 when thread `tid`, which was sent the request (`asked`) or not, blocks the thread signal (see above). */
-static int blocks_thread_signal(pid_t tid, int asked)
+/* 1 when thread `tid` of slot `k`, which was sent the request (`asked`) or not, blocks the thread signal (see
+ * above). */
+static int blocks_thread_signal(int k, pid_t tid, int asked)
 {
-    return unanswered_verdict(tid, asked) == VAKA_TSLOT_BLOCKED;
+    return unanswered_verdict(k, tid, asked) == VAKA_TSLOT_BLOCKED;
 }
 
 /* 1 when thread `tid` sits in sigwait, sigwaitinfo or sigtimedwait (rt_sigtimedwait, the first number of its
@@ -448,9 +499,9 @@ static int is_own_thread(pid_t tid)
  * signals, e.g. a "shut down" one), VAKA_TSLOT_OWN (one of Vaka's own threads: its stack says nothing about the
  * crash, and waiting for it to be scheduled, unwind and answer only delays the death: described from /proc), or
  * 0 (ask it). */
-static int verdict_before_asking(pid_t tid)
+static int verdict_before_asking(int k, pid_t tid)
 {
-    int verdict = unanswered_verdict(tid, 0);
+    int verdict = unanswered_verdict(k, tid, 0);
     if (verdict == 0 && is_own_thread(tid)) verdict = VAKA_TSLOT_OWN; /* proc_buf: the status just read */
     if (verdict == 0 && waits_for_signals(tid)) verdict = VAKA_TSLOT_BLOCKED;
     return verdict;
@@ -469,11 +520,12 @@ static int thread_signal_is_ours(void)
 static ucontext_t proc_context;
 static unw_cursor_t proc_cursor;
 
-/* The thread_proc and thread_frames lines of a thread that did not unwind itself. */
-static void describe_from_proc(pid_t tid, uintptr_t *ips, uint8_t *methods)
+/* The thread_proc and thread_frames lines of a thread that did not unwind itself; `known_state`: the letter of its
+ * state from the status file read last (0: read from its `stat`). */
+static void describe_from_proc(pid_t tid, char known_state, uintptr_t *ips, uint8_t *methods)
 {
-    char state = '?';
-    if (read_task_file(tid, "stat") > 0) {
+    char state = known_state != 0 ? known_state : '?';
+    if (known_state == 0 && read_task_file(tid, "stat") > 0) {
         /* `tid (comm) S ...`: the state follows the last ')' (a name may hold parentheses). */
         const char *close_paren = NULL;
         for (const char *p = proc_buf; *p != '\0'; p++)
@@ -570,9 +622,14 @@ void vaka_sig_write_threads(pid_t crashed_tid)
         atomic_store(&slot->count, 0u);
         slot->truncated = 0;
         atomic_store(&slot->tid, (int)listed[k]);
+        kept_name_len[slots - 1] = -1;
+        kept_states[slots - 1] = 0;
     }
     /* The crashed thread is always listed (first), even when /proc is not readable or it lies beyond the cap. */
-    for (int k = slots; k < VAKA_THREAD_SLOTS; k++) atomic_store(&vaka_thread_slots[k].tid, 0);
+    /* Only slots an earlier round filled can hold a tid: the others were never written, and writing them would
+     * fault in a page of .bss per slot (a slot is most of a page). */
+    for (int k = slots; k < slots_filled; k++) atomic_store(&vaka_thread_slots[k].tid, 0);
+    if (slots > slots_filled) slots_filled = slots;
 
     /* Ask them all, then wait for all at once: they unwind in parallel. */
     unsigned sent = 0;
@@ -584,7 +641,7 @@ void vaka_sig_write_threads(pid_t crashed_tid)
             atomic_store(&slot->state, VAKA_TSLOT_UNSENT);
             continue;
         }
-        int verdict = verdict_before_asking((pid_t)atomic_load(&slot->tid));
+        int verdict = verdict_before_asking(k, (pid_t)atomic_load(&slot->tid));
         if (verdict != 0) {
             atomic_store(&slot->state, verdict);
             continue;
@@ -610,7 +667,7 @@ void vaka_sig_write_threads(pid_t crashed_tid)
         for (int k = 0; k < slots; k++) {
             vaka_thread_slot *slot = &vaka_thread_slots[k];
             if (atomic_load(&slot->state) != VAKA_TSLOT_ASKED) continue;
-            int verdict = unanswered_verdict((pid_t)atomic_load(&slot->tid), 1);
+            int verdict = unanswered_verdict(k, (pid_t)atomic_load(&slot->tid), 1);
             int asked = VAKA_TSLOT_ASKED;
             if (verdict != 0 && atomic_compare_exchange_strong(&slot->state, &asked, verdict)) sent--;
         }
@@ -656,21 +713,21 @@ void vaka_sig_write_threads(pid_t crashed_tid)
                               state == VAKA_TSLOT_DONE && slot->truncated);
             continue;
         }
-        size_t len = comm_of(tid, name);
         if (state == VAKA_TSLOT_GONE) {
-            write_thread_line(tid, VAKA_REPORT_THREAD_GONE, name, len);
+            write_thread_line(tid, VAKA_REPORT_THREAD_GONE, name, name_of(k, tid, name));
             continue;
         }
         if (state == VAKA_TSLOT_OWN) {
-            write_thread_line(tid, VAKA_REPORT_THREAD_OWN, name, len);
-            describe_from_proc(tid, proc_ips, proc_methods);
+            write_thread_line(tid, VAKA_REPORT_THREAD_OWN, name, name_of(k, tid, name));
+            describe_from_proc(tid, kept_states[k], proc_ips, proc_methods);
             continue;
         }
-        int blocked = state == VAKA_TSLOT_BLOCKED || blocks_thread_signal(tid, state == VAKA_TSLOT_MISSED);
+        /* A thread not known to block the signal: its status now (kept: its name and state too). */
+        int blocked = state == VAKA_TSLOT_BLOCKED || blocks_thread_signal(k, tid, state == VAKA_TSLOT_MISSED);
         write_thread_line(tid, blocked ? VAKA_REPORT_THREAD_BLOCKED
                                : state == VAKA_TSLOT_UNSENT ? VAKA_REPORT_THREAD_UNASKED : VAKA_REPORT_THREAD_MISSED,
-                          name, len);
-        describe_from_proc(tid, proc_ips, proc_methods);
+                          name, name_of(k, tid, name));
+        describe_from_proc(tid, kept_states[k], proc_ips, proc_methods);
     }
 
     /* A thread that answered wakes this one with its last system call and may be preempted right there, still in

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #if __has_include(<sys/single_threaded.h>)
 #include <sys/single_threaded.h> /* glibc 2.32 and later */
 /* 1 while the process has never had a second thread (glibc clears it at the first pthread_create; a thread made
@@ -151,6 +152,8 @@ typedef struct vaka_image {
     uintptr_t size;        /* span of the PT_LOAD segments in bytes, page-rounded */
     uintptr_t l_addr;      /* load bias (dlpi_addr / link_map.l_addr): identity in the link map */
     uintptr_t l_ld;        /* address of the dynamic section (link_map.l_ld), 0 if none */
+    uintptr_t l_name;      /* link_map.l_name (dlpi_name) at install when the path is that string, else 0 */
+    uintptr_t lm_node;     /* its entry in r_debug's list at install (struct link_map *), 0 if not found */
     uintptr_t text_lo;     /* executable PT_LOAD segments (PF_X): lowest start address ... */
     uintptr_t text_hi;     /* ... and highest end address (exclusive); both 0 when there is none */
     uint32_t path_off;     /* path in the cache's pool */
@@ -158,13 +161,29 @@ typedef struct vaka_image {
     uint8_t build_id_len;  /* 0: none (written as `-`) */
     uint8_t not_in_link_map; /* the vDSO may be missing from r_debug's list: always written */
     uint8_t seen;          /* scratch for the handler: matched in the link map walk */
+    uint16_t batch_entry;  /* its entry's piece of the cache's batched read (index + 1; 0: not in it) ... */
+    uint16_t batch_path;   /* ... and its path's (path_len + 1 bytes at l_name) */
+    uint32_t batch_entry_at; /* where those pieces land in the batch's bytes */
+    uint32_t batch_path_at;
     uint8_t build_id[VAKA_REPORT_BUILD_ID_MAX];
 } vaka_image;
+
+/** Most remote pieces of the handler's one read of the cached link-map entries and paths (the kernel's
+ *  UIO_MAXIOV, process_vm_readv's limit). */
+#define VAKA_BATCH_IOV 1024
 
 typedef struct vaka_image_cache {
     size_t count;
     size_t pool_used;
     vaka_image images[VAKA_MAX_IMAGES];
+    /* The handler's batched read, planned at install (images.c; sig_images.c says how it is used): the remote
+     * pieces in order (the r_map word, then per image its link-map entry and path), and where in `pool` their
+     * bytes land, back to back (batch_bytes bytes at batch_at, after the paths; written once at install so that
+     * the handler does not fault its pages in). */
+    size_t batch_count;
+    size_t batch_at;
+    size_t batch_bytes;
+    struct iovec batch_iov[VAKA_BATCH_IOV];
     char pool[VAKA_IMAGE_POOL_SIZE];
 } vaka_image_cache;
 

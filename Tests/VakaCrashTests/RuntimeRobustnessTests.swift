@@ -330,6 +330,86 @@ final class RuntimeRobustnessTests: XCTestCase {
         XCTAssertEqual(b.first?.buildID, try readelfBuildID(libB, scratch: scratch))
     }
 
+    /// The handler reads every cached link-map entry and path in one batch and falls back to reading an entry or
+    /// path on its own. Two libraries loaded before install: libA's path string (its link-map l_name, moved by the
+    /// program into a page of its own) is made unreadable after install, so its batched piece faults and its own
+    /// read fails too: it is listed from memory, with its build ID and an unknown path, and not from the cache.
+    /// libB's l_name is pointed at a copy of its path after install, so the batched path (read at the old
+    /// pointer) does not apply: its own read finds the same path, and it is listed from the cache.
+    func testImagePathsThatTheBatchedReadCannotUse() throws {
+        let libA = try RuntimeProgram.buildLibrary("A", Self.pluginSource("A"))
+        let libB = try RuntimeProgram.buildLibrary("B", Self.pluginSource("B"))
+        let program = try RuntimeProgram.build("batch", #"""
+        #include <dlfcn.h>
+        #include <link.h>
+        #include <sys/mman.h>
+        int main(int argc, char **argv) {
+            void *a = dlopen(argv[1], RTLD_NOW), *b = dlopen(argv[2], RTLD_NOW);
+            if (!a || !b) { fprintf(stderr, "%s\n", dlerror()); return 4; }
+            struct link_map *la = NULL, *lb = NULL;
+            if (dlinfo(a, RTLD_DI_LINKMAP, &la) != 0 || dlinfo(b, RTLD_DI_LINKMAP, &lb) != 0) return 4;
+            char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (page == MAP_FAILED) return 4;
+            strcpy(page, la->l_name);
+            la->l_name = page;
+            vk_start("batch");
+            static char copy[4096];
+            strcpy(copy, lb->l_name);
+            lb->l_name = copy;
+            mprotect(page, 4096, PROT_NONE);
+            vk_null();
+        }
+        """#, extraFlags: ["-ldl"])
+        let run = try RuntimeProgram.run(program, [libA.path, libB.path], timeout: 20)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let report = run.onlyReport
+        let scratch = Paths.freshDirectory("readelf-batch")
+        let idA = try readelfBuildID(libA, scratch: scratch)
+        let linesA = report.split(separator: "\n").filter { $0.hasPrefix("image ") && $0.contains(" \(idA) ") }
+        XCTAssertEqual(linesA.count, 1, report)
+        XCTAssertEqual(linesA.first?.split(separator: " ").last, "-", "libA's path was unreadable:\n\(report)")
+        XCTAssertEqual(images(report, endingWith: "/libA.so").count, 0, report)
+        let b = images(report, endingWith: "/libB.so")
+        XCTAssertEqual(b.count, 1, report)
+        XCTAssertEqual(b.first?.path, libB.path)
+        XCTAssertEqual(b.first?.buildID, try readelfBuildID(libB, scratch: scratch))
+    }
+
+    /// Threads that block every signal are described from /proc without being asked: their name and state come
+    /// from the status file read to see that they block the thread signal. Its `Name:` escapes `\n` and `\\`
+    /// (those names are taken from `comm` instead); a leading space and a tab are kept as they are.
+    func testBlockedThreadsKeepTheirExactNames() throws {
+        let program = try RuntimeProgram.build("names", #"""
+        #include <sys/prctl.h>
+        static volatile int ready;
+        static void *th(void *name) {
+            sigset_t all; sigfillset(&all); pthread_sigmask(SIG_SETMASK, &all, NULL);
+            prctl(PR_SET_NAME, name, 0, 0, 0);
+            __atomic_add_fetch(&ready, 1, __ATOMIC_SEQ_CST);
+            for (;;) pause();
+        }
+        int main(void) {
+            static const char *names[] = { " lead", "back\\slash", "tab\there", "nl\nx", "plain" };
+            vk_start("names");
+            for (int i = 0; i < 5; i++) { pthread_t t; pthread_create(&t, NULL, th, (void *)names[i]); }
+            while (ready < 5) usleep(1000);
+            usleep(20000); /* each in pause() */
+            vk_null();
+        }
+        """#)
+        let run = try RuntimeProgram.run(program, timeout: 20)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let report = run.onlyReport
+        let lines = report.split(separator: "\n").map(String.init)
+        for name in [#" lead"#, #"back\\slash"#, #"tab\there"#, #"nl\nx"#, "plain"] {
+            let thread = lines.filter { $0.hasPrefix("thread ") && $0.hasSuffix(" blocked " + name) }
+            XCTAssertEqual(thread.count, 1, "no blocked thread named \(name):\n\(report)")
+            guard let tid = thread.first?.split(separator: " ")[1] else { continue }
+            let proc = lines.filter { $0.hasPrefix("thread_proc \(tid) ") }
+            XCTAssertEqual(proc.first?.split(separator: " ")[2], "S", "thread \(tid) sleeps in pause:\n\(report)")
+        }
+    }
+
     /// A library dlopen'ed after install whose first PT_LOAD has p_vaddr != 0 (linked with
     /// -Ttext-segment) has no ELF header at its load bias; it used to be missing from the report. Its header
     /// is now found below its dynamic section.
