@@ -57,7 +57,7 @@ public enum Vaka {
             if options.debug { log = { line in PrivateFiles.writeStandardError("[vaka] \(line)\n") } }
             let storage = options.storageDirectory ?? defaultStorageDirectory()
             let runID = RandomID.uuid()
-            let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
+            let crashes = storage.appendingFileComponent("crashes", isDirectory: true)
             // A first run (`crashes/` missing) leaves making the directories (two mkdir(2), ~0.1 ms) to start's
             // background part: the handlers go in with the report directory unopened, and a crash before the
             // `vaka.start` thread made it makes it itself. An existing `crashes/` (its mode checked), or one that
@@ -96,7 +96,7 @@ public enum Vaka {
                 dsn = try options.parsedDSN()
             } catch {
                 // Always on stderr (not only with debug): a destination that can never work is refused here, once.
-                let outbox = storage.appendingPathComponent("outbox", isDirectory: true).fileSystemPath
+                let outbox = storage.appendingFileComponent("outbox", isDirectory: true).fileSystemPath
                 PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)): nothing will be sent; envelopes are written to \(outbox) instead\n")
             }
             do {
@@ -471,13 +471,14 @@ public enum Vaka {
     /// ``defaultStorageDirectory()`` for a program started with `argv0` (tests: `CommandLine.arguments` is
     /// read-only in the Swift 6 language mode).
     static func defaultStorageDirectory(argv0: String?) -> URL {
-        let env = ProcessInfo.processInfo.environment
+        // One variable each with getenv(3), not the whole environment copied into a dictionary.
+        func variable(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
         let app = programDirectoryName(argv0: argv0)
-        if let xdg = env["XDG_STATE_HOME"], xdg.hasPrefix("/") {
-            return URL(fileURLWithPath: xdg).appendingPathComponent("vaka").appendingPathComponent(app)
+        if let xdg = variable("XDG_STATE_HOME"), xdg.hasPrefix("/") {
+            return URL(fileURLWithPath: xdg, isDirectory: true).appendingFileComponent("vaka/\(app)", isDirectory: true)
         }
-        let home = env["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
-        return URL(fileURLWithPath: home).appendingPathComponent(".local/state/vaka").appendingPathComponent(app)
+        let home = variable("HOME").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
+        return URL(fileURLWithPath: home, isDirectory: true).appendingFileComponent(".local/state/vaka/\(app)", isDirectory: true)
     }
 
     /// The name of a program's default storage directory: `<name>-<hash>`.
