@@ -108,6 +108,24 @@ final class StartPathTests: XCTestCase {
         }
     }
 
+    /// `Vaka.lexicallyNormalised` (by byte) gives what splitting on `/`, dropping `.`, popping at `..` and joining
+    /// gives, for dots inside names, runs of `/`, `..` past the root and non-ASCII names.
+    func testLexicallyNormalisedIsSplitAndJoin() {
+        func reference(_ path: String) -> String {
+            var parts: [Substring] = []
+            for part in path.split(separator: "/") {
+                if part == "." { continue }
+                if part == ".." { _ = parts.popLast(); continue }
+                parts.append(part)
+            }
+            return "/" + parts.joined(separator: "/")
+        }
+        for path in ["/", "//", "/a/b/../c", "//x///y/", "/..", "/../..", "/./.", "/a/./b/.", "/é/日本/../🙂",
+                     "/a..b/.c/..d/...", "/srv/billing/server", "/x/..", "/a/b/c/../../..", "/.hidden/./x", ""] {
+            XCTAssertEqual(Vaka.lexicallyNormalised(path), reference(path), path)
+        }
+    }
+
     /// `PrivateFiles.directoryNames` lists what `FileManager` lists (hidden files, spaces, non-ASCII names,
     /// directories), and nothing for a directory that is not there.
     func testDirectoryNamesAreFileManagersNames() throws {
