@@ -70,6 +70,62 @@ final class StartPathTests: XCTestCase {
         for url in urls { XCTAssertEqual(url.fileSystemPath, url.path, url.absoluteString) }
     }
 
+    /// `appendingFileComponent` names the file `appendingPathComponent` names (the same path, but for a doubled
+    /// `/` after a base that ends in `//`), with the same `hasDirectoryPath`,
+    /// for every directory URL the SDK appends to (absolute and relative, the root, trailing slashes, spaces,
+    /// `%`, `?`, `#`, non-ASCII) and every component kind it appends (a name, an escape-needing name, a
+    /// `/`-joined relative path, a dot name).
+    func testAppendingFileComponentIsAppendingPathComponent() {
+        let bases = ["/", "/tmp", "/tmp/", "/a b/c d", "/a%b/%20", "/q?x=1", "/h#frag", "/é/日本/🙂", "relative/dir",
+                     "rel", "/x//y", "/trailing//", "/semi;colon", "/plus+and&amp"]
+        let components = ["crashes", "scope.json", "a b%c?d#e", "runs/0F8D4E2A-3B1C-4D5E-9F60-718293A4B5C6/lock",
+                          ".local/state/vaka/app-3f2a9c1e", "日本 🙂", ".tmp-x"]
+        for base in bases {
+            for url in [URL(fileURLWithPath: base), URL(fileURLWithPath: base, isDirectory: true)] {
+                for component in components {
+                    for isDirectory in [false, true] {
+                        let ours = url.appendingFileComponent(component, isDirectory: isDirectory)
+                        let foundation = url.appendingPathComponent(component, isDirectory: isDirectory)
+                        let what = "\(url.absoluteString) + \(component) (\(isDirectory))"
+                        // The same path, but for the doubled `/` Foundation keeps after a base ending in `//`
+                        // (`/trailing//crashes`): the same file.
+                        func collapsed(_ path: String) -> String {
+                            var p = path
+                            while p.contains("//") { p = p.replacingOccurrences(of: "//", with: "/") }
+                            return p
+                        }
+                        if base.hasSuffix("//") {
+                            XCTAssertEqual(collapsed(ours.path), collapsed(foundation.path), what)
+                        } else {
+                            XCTAssertEqual(ours.path, foundation.path, what)
+                        }
+                        XCTAssertEqual(ours.fileSystemPath, ours.path, what)
+                        XCTAssertEqual(ours.hasDirectoryPath, foundation.hasDirectoryPath, what)
+                        XCTAssertEqual(ours.standardizedFileURL, foundation.standardizedFileURL, what)
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Vaka.lexicallyNormalised` (by byte) gives what splitting on `/`, dropping `.`, popping at `..` and joining
+    /// gives, for dots inside names, runs of `/`, `..` past the root and non-ASCII names.
+    func testLexicallyNormalisedIsSplitAndJoin() {
+        func reference(_ path: String) -> String {
+            var parts: [Substring] = []
+            for part in path.split(separator: "/") {
+                if part == "." { continue }
+                if part == ".." { _ = parts.popLast(); continue }
+                parts.append(part)
+            }
+            return "/" + parts.joined(separator: "/")
+        }
+        for path in ["/", "//", "/a/b/../c", "//x///y/", "/..", "/../..", "/./.", "/a/./b/.", "/é/日本/../🙂",
+                     "/a..b/.c/..d/...", "/srv/billing/server", "/x/..", "/a/b/c/../../..", "/.hidden/./x", ""] {
+            XCTAssertEqual(Vaka.lexicallyNormalised(path), reference(path), path)
+        }
+    }
+
     /// `PrivateFiles.directoryNames` lists what `FileManager` lists (hidden files, spaces, non-ASCII names,
     /// directories), and nothing for a directory that is not there.
     func testDirectoryNamesAreFileManagersNames() throws {

@@ -99,11 +99,11 @@ final class ClientReports: Sendable {
     // `appendingPathComponent` costs more (its first use in a process, about 45 k instructions for the three) than
     // the few uses a run has.
     /// `<storage>/client_reports.json`.
-    var url: URL { storageDirectory.appendingPathComponent("client_reports.json", isDirectory: false) }
+    var url: URL { storageDirectory.appendingFileComponent("client_reports.json", isDirectory: false) }
     /// `<storage>/client_reports.lock`.
-    var lockURL: URL { storageDirectory.appendingPathComponent("client_reports.lock", isDirectory: false) }
+    var lockURL: URL { storageDirectory.appendingFileComponent("client_reports.lock", isDirectory: false) }
     /// `<storage>/outbox` as a path: where the carrier files of in-flight entries are looked for.
-    var outboxDirectory: String { storageDirectory.appendingPathComponent("outbox", isDirectory: true).fileSystemPath }
+    var outboxDirectory: String { storageDirectory.appendingFileComponent("outbox", isDirectory: true).fileSystemPath }
     /// This value's in-flight key in the file: `<pid>:<random token>`.
     let owner: String
     /// `false`: nothing is counted, nothing is sent (``Vaka/Options/sendClientReports``).

@@ -43,7 +43,7 @@ public struct Outbox: Sendable {
     ///   - maxFiles: most files kept (clamped to at least 1).
     ///   - maxBytes: most bytes kept (clamped to at least 1).
     public init(storageDirectory: URL, maxFiles: Int = 1_000, maxBytes: Int = 64 << 20) {
-        directory = storageDirectory.appendingPathComponent("outbox", isDirectory: true)
+        directory = storageDirectory.appendingFileComponent("outbox", isDirectory: true)
         self.maxFiles = max(1, maxFiles)
         self.maxBytes = max(1, maxBytes)
     }
@@ -93,7 +93,7 @@ public struct Outbox: Sendable {
             }
         }
         name.append(contentsOf: Array(".envelope".utf8))
-        return directory.appendingPathComponent(String(decoding: name, as: UTF8.self), isDirectory: false)
+        return directory.appendingFileComponent(String(decoding: name, as: UTF8.self), isDirectory: false)
     }
 
     /// Writes `envelope` to `url` (a name from ``newFileURL(for:at:)``) atomically, then trims the outbox.
@@ -156,7 +156,7 @@ public struct Outbox: Sendable {
     public func list() -> [URL] {
         let names = PrivateFiles.directoryNames(directory.fileSystemPath)
         return names.filter { $0.hasSuffix(".envelope") && !$0.hasPrefix(".") }.sorted()
-            .map { directory.appendingPathComponent($0) }
+            .map { directory.appendingFileComponent($0) }
     }
 
     /// Reads and parses one outbox file, at most ``PersistentQueue/maxEnvelopeBytes`` (2 MiB, the largest

@@ -141,7 +141,7 @@ final class PersistentQueue: Sendable {
          log: @escaping @Sendable (String) -> Void = { _ in },
          dropSink: (@Sendable (ClientReports.Reason, [Data]) -> Void)? = nil, openNow: Bool = true) throws {
         let batchSize = max(1, maxBatchSize)
-        settings = Settings(directory: storageDirectory.appendingPathComponent("pending", isDirectory: true),
+        settings = Settings(directory: storageDirectory.appendingFileComponent("pending", isDirectory: true),
                             maxBatchSize: batchSize, maxBatchFiles: max(1, maxBatchFiles), syncWrites: syncWrites,
                             maxMemoryBytes: max(0, maxMemoryBytes),
                             maxFileBytes: batchSize * (PersistentQueue.maxEnvelopeBytes + 16) + 16)
@@ -585,7 +585,7 @@ extension PersistentQueue {
             }
         }
 
-        func path(_ ref: BatchRef) -> String { settings.directory.appendingPathComponent(ref.name).path }
+        func path(_ ref: BatchRef) -> String { settings.directory.appendingFileComponent(ref.name).fileSystemPath }
 
         /// Renames a batch file that can never be sent to `<name>.bad` (deleted when the rename fails), forgets it
         /// and keeps at most ``maxBadFiles`` set-aside files.
@@ -604,7 +604,7 @@ extension PersistentQueue {
             let bad = PrivateFiles.directoryNames(settings.directory.fileSystemPath)
                 .filter { $0.hasSuffix(".batch.bad") }.sorted()
             for name in bad.dropLast(PersistentQueue.maxBadFiles) {
-                try? FileManager.default.removeItem(atPath: settings.directory.appendingPathComponent(name).path)
+                try? FileManager.default.removeItem(atPath: settings.directory.appendingFileComponent(name).fileSystemPath)
             }
         }
     }

@@ -99,7 +99,7 @@ enum AttachmentItems {
 
     /// The directory of the side files of run directory `runDirectory`: `attachments/`.
     static func sideDirectory(_ runDirectory: URL) -> URL {
-        runDirectory.appendingPathComponent("attachments", isDirectory: true)
+        runDirectory.appendingFileComponent("attachments", isDirectory: true)
     }
 
     /// The `attachment` items of `refs` and `inMemory` (bytes given when there is no journal), in order, within
@@ -182,7 +182,7 @@ enum AttachmentItems {
                 }
                 do {
                     if !made { try PrivateFiles.makeDirectory(directory); made = true }
-                    let file = directory.appendingPathComponent("\(eventID)-\(n)")
+                    let file = directory.appendingFileComponent("\(eventID)-\(n)")
                     try PrivateFiles.writeAtomically(data, to: file, sync: false)
                     refs.append(AttachmentRef(path: file.path, filename: attachment.filename, contentType: attachment.contentType,
                                               sideFile: true))

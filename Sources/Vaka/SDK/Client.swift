@@ -231,7 +231,7 @@ final class Client: Sendable {
             var opened: Result<Journal, Error> = .failure(JournalError(code: EINVAL, operation: "open"))
             _ = PrivateFiles.withFileSizeSignalBlocked {
                 opened = Result {
-                    try Journal(path: directory.appendingPathComponent("journal", isDirectory: false), size: size, failed: { code in
+                    try Journal(path: directory.appendingFileComponent("journal", isDirectory: false), size: size, failed: { code in
                         log?("journal append failed: \(String(cString: strerror(code)))")
                     })
                 }
@@ -851,7 +851,7 @@ final class Client: Sendable {
     /// The anon id (`did`): a random UUID kept in `<storage>/anon_id` (mode 0600), created on first use.
     /// At most 4 KiB of the file is read; a bigger or unreadable one is replaced by a new id.
     static func anonID(storage: URL, log: ((String) -> Void)?) -> String? {
-        let url = storage.appendingPathComponent("anon_id", isDirectory: false)
+        let url = storage.appendingFileComponent("anon_id", isDirectory: false)
         if case .data(let data) = PrivateFiles.readCapped(url.fileSystemPath, maxBytes: 4096) {
             // ASCII whitespace around the id trimmed with index loops (generic collection adapters would cost
             // `Vaka.start` their first-use type lookups); a UUID is ASCII, so lower-casing is per byte.

@@ -57,7 +57,7 @@ extension Client {
             return
         }
         removeStaleSpares()
-        let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
+        let crashes = storage.appendingFileComponent("crashes", isDirectory: true)
         var runs: [String: RunDirectory.Previous] = [:]
         var live = Set<String>()
         for run in RunDirectory.finishedRuns(storage: storage, except: runID, live: &live, log: { [weak self] in self?.logLine($0) }) {
@@ -78,13 +78,13 @@ extension Client {
         // report that may wait here for the server (with a DSN) gives them back now, its modification time kept
         // (the cap's order). In outbox mode the report is removed once its envelope is written.
         if delivery.queue != nil {
-            for name in names { PrivateFiles.releaseBlocksPastEnd(crashes.appendingPathComponent(name).fileSystemPath) }
+            for name in names { PrivateFiles.releaseBlocksPastEnd(crashes.appendingFileComponent(name).fileSystemPath) }
         }
         // Symbolication answers are kept per build ID in `<storage>/symcache/` (mode 0700), so a program that
         // crashes again in the same build is symbolicated from there (docs/symbolication.md).
         var cache: String?
         if !names.isEmpty {
-            let dir = storage.appendingPathComponent("symcache", isDirectory: true)
+            let dir = storage.appendingFileComponent("symcache", isDirectory: true)
             do { try PrivateFiles.makeDirectory(dir); cache = dir.fileSystemPath } catch { logLine("no symbol cache: \(error)") }
         }
         // Made for the first fatal event built (the symbolicator sets up its debug-file search): a join without one needs none.
@@ -99,7 +99,7 @@ extension Client {
         // so that a copy never takes the original's scope or session.
         var parsed: [(name: String, path: String, report: CrashReport, original: Bool)] = []
         for name in names {
-            let path = crashes.appendingPathComponent(name).path
+            let path = crashes.appendingFileComponent(name).fileSystemPath
             let nameRun = runName(ofReport: name)
             if delivery.queue != nil {
                 let fork = runs[nameRun] == nil ? Client.forkChildName(nameRun) : nil
@@ -234,11 +234,11 @@ extension Client {
         guard names.count > Client.maxKeptReports else { return names }
         let dated = names.map { name -> (name: String, mtime: Int) in
             var st = stat()
-            let mtime = stat(crashes.appendingPathComponent(name).path, &st) == 0 ? st.st_mtim.tv_sec * 1_000_000_000 + st.st_mtim.tv_nsec : 0
+            let mtime = stat(crashes.appendingFileComponent(name).fileSystemPath, &st) == 0 ? st.st_mtim.tv_sec * 1_000_000_000 + st.st_mtim.tv_nsec : 0
             return (name, mtime)
         }.sorted { ($0.mtime, $0.name) > ($1.mtime, $1.name) }
         for old in dated.dropFirst(Client.maxKeptReports) {
-            unlink(crashes.appendingPathComponent(old.name).path)
+            unlink(crashes.appendingFileComponent(old.name).fileSystemPath)
             delivery.clientReports.record(.cacheOverflow, category: "error")
             if let run = runs.removeValue(forKey: runName(ofReport: old.name)) {
                 try? FileManager.default.removeItem(at: run.url)
@@ -253,7 +253,7 @@ extension Client {
 
     /// Every record of `run`'s journal (seq order; empty when it has none or it cannot be read: debug line).
     func recoverJournal(of run: RunDirectory.Previous) -> [Journal.Record] {
-        let url = run.url.appendingPathComponent("journal")
+        let url = run.url.appendingFileComponent("journal")
         guard FileManager.default.fileExists(atPath: url.path) else { return [] }
         do {
             let (records, skipped) = try Journal.read(url)
@@ -268,7 +268,7 @@ extension Client {
     /// Queues the events (and logs) `records` of `run`'s journal that its mover had not consumed and no
     /// earlier join delivered (see the extension's documentation), then records the last seq delivered.
     func deliverJournal(_ records: [Journal.Record], of run: RunDirectory.Previous) {
-        let markerURL = run.url.appendingPathComponent(Client.recoveredMarker)
+        let markerURL = run.url.appendingFileComponent(Client.recoveredMarker)
         var done: UInt64 = 0
         if case .data(let data) = PrivateFiles.readCapped(markerURL.path, maxBytes: 64) {
             done = UInt64(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
@@ -494,7 +494,7 @@ extension Client {
     /// unlinks it at a normal exit (docs/crash-handling.md). Spares of this run, and of runs whose
     /// `runs/<run-id>/lock` is still held (a live process), are left alone.
     func removeStaleSpares() {
-        let crashes = storage.appendingPathComponent("crashes", isDirectory: true)
+        let crashes = storage.appendingFileComponent("crashes", isDirectory: true)
         let names = PrivateFiles.directoryNames(crashes.fileSystemPath)
         for name in names where name.hasPrefix(".") && name.hasSuffix(".spare") {
             // `.<run-id>-<pid>.spare` (the pid of the process that kept it: a fork child keeps its parent's
@@ -507,13 +507,13 @@ extension Client {
             }
             guard !run.isEmpty, run != runID, whole != runID, !run.contains("/") else { continue }
             let held = Set([run, whole]).contains { candidate in
-                let lock = open(storage.appendingPathComponent("runs/\(candidate)/lock").fileSystemPath, O_RDWR | O_CLOEXEC)
+                let lock = open(storage.appendingFileComponent("runs/\(candidate)/lock").fileSystemPath, O_RDWR | O_CLOEXEC)
                 guard lock >= 0 else { return false }
                 defer { Glibc.close(lock) }
                 return flock(lock, LOCK_EX | LOCK_NB) != 0
             }
             if held { continue }
-            if unlink(crashes.appendingPathComponent(name).fileSystemPath) == 0 { logLine("removed \(name), left by a killed run") }
+            if unlink(crashes.appendingFileComponent(name).fileSystemPath) == 0 { logLine("removed \(name), left by a killed run") }
         }
     }
 }

@@ -115,14 +115,14 @@ final class RunDirectory: @unchecked Sendable {
     static let maxScopeBytes = 1 << 20
 
     /// `<storage>/runs`.
-    static func root(_ storage: URL) -> URL { storage.appendingPathComponent("runs", isDirectory: true) }
+    static func root(_ storage: URL) -> URL { storage.appendingFileComponent("runs", isDirectory: true) }
 
     /// Creates the directory (mode 0700) for `runID` and takes its lock.
     /// - Throws: ``DeliveryIOError`` when it cannot be created.
     init(storage: URL, runID: String) throws {
         self.runID = runID
         let root = RunDirectory.root(storage)
-        url = root.appendingPathComponent(runID, isDirectory: true)
+        url = root.appendingFileComponent(runID, isDirectory: true)
         // `runs/` first: each level is then one mkdir(2) (see PrivateFiles.makeDirectory).
         try PrivateFiles.makeDirectory(root)
         try PrivateFiles.makeDirectory(url)
@@ -147,7 +147,7 @@ final class RunDirectory: @unchecked Sendable {
             smaller.tags = [:]
             data = try smaller.jsonData()
         }
-        let file = url.appendingPathComponent("scope.json", isDirectory: false)
+        let file = url.appendingFileComponent("scope.json", isDirectory: false)
         if !wroteScope {
             let fd = open(file.fileSystemPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             if fd >= 0 {
@@ -201,15 +201,15 @@ final class RunDirectory: @unchecked Sendable {
         let names = PrivateFiles.directoryNames(root.fileSystemPath)
         var runs: [Previous] = []
         for name in names.sorted() where name != current && !name.hasPrefix(".") {
-            let dir = root.appendingPathComponent(name, isDirectory: true)
-            let fd = open(dir.appendingPathComponent("lock").fileSystemPath, O_RDWR | O_CLOEXEC)
+            let dir = root.appendingFileComponent(name, isDirectory: true)
+            let fd = open(dir.appendingFileComponent("lock").fileSystemPath, O_RDWR | O_CLOEXEC)
             if fd >= 0 {
                 let free = flock(fd, LOCK_EX | LOCK_NB) == 0
                 Glibc.close(fd)
                 if !free { live.insert(name); continue }
             }
             var scope: RunScope? = nil
-            switch PrivateFiles.readCapped(dir.appendingPathComponent("scope.json").fileSystemPath, maxBytes: RunDirectory.maxScopeBytes) {
+            switch PrivateFiles.readCapped(dir.appendingFileComponent("scope.json").fileSystemPath, maxBytes: RunDirectory.maxScopeBytes) {
             case .data(let data): scope = try? JSONDecoder().decode(RunScope.self, from: data)
             case .tooLarge(let size): log?("run \(name): scope.json is \(size) B, over \(RunDirectory.maxScopeBytes) B; ignored")
             case .notRegular: log?("run \(name): scope.json is not a regular file; ignored")
