@@ -504,11 +504,16 @@ public enum Vaka {
     /// ``programDirectoryName(argv0:)`` with `PATH` and `PWD` read by `variable`.
     static func programDirectoryName(argv0: String?, variable: (String) -> String?) -> String {
         func usable(_ component: String) -> Bool { !component.isEmpty && component != "." && component != ".." }
-        func lastComponent(_ path: String) -> String { path.split(separator: "/").last.map(String.init) ?? "" }
+        // The last `/`-separated part ("" when there is none), by byte (`split` costs its generic first use).
+        func lastComponent(_ path: String) -> String {
+            let last = PrivateFiles.lastComponent(path)
+            return last.utf8.contains(UInt8(ascii: "/")) ? "" : last
+        }
+        func hasSlash(_ s: String) -> Bool { s.utf8.contains(UInt8(ascii: "/")) }
         var path: String?
-        if let argv0, argv0.contains("/"), !argv0.hasSuffix("/"), usable(lastComponent(argv0)) {
+        if let argv0, hasSlash(argv0), !argv0.hasSuffix("/"), usable(lastComponent(argv0)) {
             path = lexicallyNormalised(absolute(argv0, variable: variable))
-        } else if let argv0, usable(argv0), !argv0.contains("/") {
+        } else if let argv0, usable(argv0), !hasSlash(argv0) {
             // A bare name: the shell found it through PATH (an empty entry is the working directory).
             for entry in (variable("PATH") ?? "").split(separator: ":", omittingEmptySubsequences: false) {
                 let candidate = (entry.isEmpty ? "." : String(entry)) + "/" + argv0
@@ -539,7 +544,14 @@ public enum Vaka {
     /// directory as `.` (the shell's logical working directory, symbolic links kept), else `getcwd(3)`.
     static func absolute(_ path: String, variable: (String) -> String?) -> String {
         if path.hasPrefix("/") { return path }
-        var cwd = FileManager.default.currentDirectoryPath
+        // getcwd(3) (glibc allocates the buffer); FileManager's first use costs more, and is left for its failure.
+        var cwd: String
+        if let got = getcwd(nil, 0) {
+            cwd = String(cString: got)
+            free(got)
+        } else {
+            cwd = FileManager.default.currentDirectoryPath
+        }
         if let pwd = variable("PWD"), pwd.hasPrefix("/") {
             var a = stat(), b = stat()
             if stat(pwd, &a) == 0, stat(".", &b) == 0, a.st_dev == b.st_dev, a.st_ino == b.st_ino { cwd = pwd }
