@@ -410,6 +410,37 @@ final class RuntimeRobustnessTests: XCTestCase {
         }
     }
 
+    /// Libraries loaded with dlmopen into namespaces of their own are not in the base namespace's link map
+    /// (`_r_debug.r_map`); glibc links each namespace's list from `_r_debug`'s `r_next` (r_version 2). libA is
+    /// loaded so before install (in the image cache), libB after it (read from memory); the crash is in libA.
+    /// Both must be listed, once each, with their build IDs: they used to be left out as if dlclose'd.
+    func testLibrariesInOtherNamespacesAreListed() throws {
+        let libA = try RuntimeProgram.buildLibrary("A", Self.pluginSource("A"))
+        let libB = try RuntimeProgram.buildLibrary("B", Self.pluginSource("B"))
+        let program = try RuntimeProgram.build("dlmopen", #"""
+        #include <dlfcn.h>
+        int main(int argc, char **argv) {
+            void *a = dlmopen(LM_ID_NEWLM, argv[1], RTLD_NOW);
+            if (!a) { fprintf(stderr, "%s\n", dlerror()); return 4; }
+            void (*e)(void) = (void (*)(void))dlsym(a, "plugin_entry");
+            vk_start("dlmopen");
+            void *b = dlmopen(LM_ID_NEWLM, argv[2], RTLD_NOW);
+            if (!b || !e) { fprintf(stderr, "%s\n", dlerror()); return 4; }
+            e();
+        }
+        """#, extraFlags: ["-ldl"])
+        let run = try RuntimeProgram.run(program, [libA.path, libB.path], timeout: 20)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let report = run.onlyReport
+        let scratch = Paths.freshDirectory("readelf-dlmopen")
+        for lib in [libA, libB] {
+            let lines = images(report, endingWith: "/" + lib.lastPathComponent)
+            XCTAssertEqual(lines.count, 1, "\(lib.lastPathComponent) is not listed once:\n\(report)")
+            XCTAssertEqual(lines.first?.path, lib.path)
+            XCTAssertEqual(lines.first?.buildID, try readelfBuildID(lib, scratch: scratch))
+        }
+    }
+
     /// A thread made with a raw clone(2) before install is invisible to glibc (`__libc_single_threaded` stays 1),
     /// but it is a thread of the process all the same: install's round must give it an alternate stack, so that
     /// its stack overflow is reported (the handler cannot run on the overflowed stack itself).
