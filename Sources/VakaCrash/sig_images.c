@@ -383,15 +383,17 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
                 }
                 node = lm[3];
             }
-            /* r_version, r_map, ... r_next of the namespace after `debug`'s, when there is one. */
-            uintptr_t next = 0;
-            int version = 0;
-            if (vaka_safe_read(r, &version, debug + offsetof(struct r_debug, r_version), sizeof version) !=
-                    sizeof version ||
-                version < 2 || !vaka_safe_read_word(r, debug + sizeof(struct r_debug), &next) || next == 0 ||
-                next == debug || !vaka_safe_read_word(r, next + offsetof(struct r_debug, r_map), &node))
+            /* `debug`'s r_debug and the word after it (one read): its r_version, and r_next when that is 2 or more;
+             * then the next namespace's r_map. */
+            struct {
+                struct r_debug base;
+                uintptr_t r_next;
+            } extended;
+            if (vaka_safe_read(r, &extended, debug, sizeof extended) != sizeof extended ||
+                extended.base.r_version < 2 || extended.r_next == 0 || extended.r_next == debug ||
+                !vaka_safe_read_word(r, extended.r_next + offsetof(struct r_debug, r_map), &node))
                 break;
-            debug = next;
+            debug = extended.r_next;
         }
     }
 
