@@ -401,6 +401,24 @@ static void resolve_message_symbols(void)
     vaka_state.abort_msg = (void **)found[1];
 }
 
+/* The dynamic linker's r_debug for the handler's link-map walk. `_r_debug` as this object sees it may be the
+ * executable's copy of it (a copy relocation: the first fields only, r_version 1), which ends before `r_next`, the
+ * link to the namespaces dlmopen makes (glibc's struct r_debug_extended, r_version 2). The executable's DT_DEBUG
+ * entry holds the dynamic linker's own one: taken when it lists the same base namespace. */
+static void *link_map_debug(void)
+{
+    struct r_debug *copy = &_r_debug;
+    const struct link_map *main_map = copy->r_map;
+    if (main_map == NULL || main_map->l_ld == NULL) return copy;
+    for (const ElfW(Dyn) *d = main_map->l_ld; d->d_tag != DT_NULL; d++) {
+        if (d->d_tag != DT_DEBUG || d->d_un.d_ptr == 0) continue;
+        const struct r_debug *own = (const struct r_debug *)d->d_un.d_ptr;
+        if (own->r_version >= 2 && own->r_map == copy->r_map) return (void *)own;
+        break;
+    }
+    return copy;
+}
+
 /* Everything the handler reads, but what `defer` leaves to vaka_crash_finish_install (libunwind's warm-up). */
 static void prepare_handler_state(int defer)
 {
@@ -409,7 +427,7 @@ static void prepare_handler_state(int defer)
     vaka_rt_safe_reader_init(&vaka_state.reader);
 
     resolve_message_symbols();
-    vaka_state.r_debug = &_r_debug;
+    vaka_state.r_debug = link_map_debug();
     vaka_state.watchdog_signal = SIGRTMAX; /* a function call in glibc: resolved here, not in the handler */
 
     vaka_image_cache *cache = &vaka_image_caches[0];

@@ -37,6 +37,8 @@ typedef Elf32_Phdr vaka_phdr;
 #define VAKA_MAX_PHDRS 128
 #define VAKA_NOTE_READ_MAX 2048
 #define VAKA_LINK_MAP_MAX 4096
+/* Most link-map namespaces walked (glibc has 16: DL_NNS). */
+#define VAKA_LINK_NAMESPACES_MAX 16
 
 /* The handler's buffer for a PT_NOTE segment read with safe reads (the single crashing thread only). */
 static uint8_t note_buf[VAKA_NOTE_READ_MAX];
@@ -338,9 +340,13 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
         batch_result batch;
         batch.cache = cache;
         int have_map = batch_read_cached(r, &batch, &node) || vaka_safe_read_word(r, map_field, &node);
-        if (have_map) {
+        /* Every namespace's list: the base one (r_map, above), then those dlmopen made, each from the r_debug
+         * before it (`r_next`, glibc's struct r_debug_extended, when its r_version is 2 or more). */
+        uintptr_t debug = (uintptr_t)vaka_state.r_debug;
+        size_t k = 0; /* entries walked, over every namespace */
+        for (size_t ns = 0; have_map && ns < VAKA_LINK_NAMESPACES_MAX && k < VAKA_LINK_MAP_MAX; ns++) {
             size_t hint = 0; /* the cached image whose node is likely next: the list's order is the cache's */
-            for (size_t k = 0; node != 0 && k < VAKA_LINK_MAP_MAX; k++) {
+            for (; node != 0 && k < VAKA_LINK_MAP_MAX; k++) {
                 uintptr_t lm[5]; /* l_addr, l_name, l_ld, l_next, l_prev */
                 int batched = 0;
                 for (size_t j = 0; j < count && !batched; j++) {
@@ -377,6 +383,17 @@ void vaka_sig_write_images(vaka_writer *w, vaka_safe_reader *r)
                 }
                 node = lm[3];
             }
+            /* `debug`'s r_debug and the word after it (one read): its r_version, and r_next when that is 2 or more;
+             * then the next namespace's r_map. */
+            struct {
+                struct r_debug base;
+                uintptr_t r_next;
+            } extended;
+            if (vaka_safe_read(r, &extended, debug, sizeof extended) != sizeof extended ||
+                extended.base.r_version < 2 || extended.r_next == 0 || extended.r_next == debug ||
+                !vaka_safe_read_word(r, extended.r_next + offsetof(struct r_debug, r_map), &node))
+                break;
+            debug = extended.r_next;
         }
     }
 

@@ -200,6 +200,7 @@ static void attach_existing_threads(size_t requested)
 
 void vaka_rt_threads_install(size_t stack_size)
 {
+    nlink_t task_links = 0; /* the task directory's link count: 2 + the process's threads (0: not known) */
     if (vaka_threads.task_dir_pid != getpid()) {
         /* Kept open: at the descriptor limit the crash-time round could not open it. A fork child's copy is the
          * parent's directory (task_dir_pid tells them apart). */
@@ -210,9 +211,13 @@ void vaka_rt_threads_install(size_t stack_size)
             vaka_threads.task_dir_ino = st.st_ino;
             vaka_threads.task_dir_pid = getpid();
             vaka_threads.task_dir = fd;
+            task_links = st.st_nlink;
         } else if (fd >= 0) {
             close(fd);
         }
+    } else if (VAKA_SINGLE_THREADED()) {
+        struct stat st;
+        if (fstat(vaka_threads.task_dir, &st) == 0) task_links = st.st_nlink;
     }
     if (installed_signal == 0) {
         int sig = choose_signal();
@@ -238,8 +243,10 @@ void vaka_rt_threads_install(size_t stack_size)
         vaka_threads.signal = sig;
     }
     /* No other thread yet (a program's usual first start): nothing to attach, and no /proc listing (seven system
-     * calls and a 32 KiB directory buffer on the caller of Vaka.start). */
-    if (!VAKA_SINGLE_THREADED()) attach_existing_threads(stack_size);
+     * calls and a 32 KiB directory buffer on the caller of Vaka.start). glibc's word alone is not enough: a thread
+     * made with a raw clone(2) leaves it at 1, so the task directory's link count (2 + threads, from the fstat
+     * above) must say this thread is the only one too. */
+    if (!VAKA_SINGLE_THREADED() || task_links != 3) attach_existing_threads(stack_size);
 }
 
 void vaka_rt_threads_uninstall(void)

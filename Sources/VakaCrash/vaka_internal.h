@@ -330,7 +330,7 @@ typedef struct vaka_sig_state {
     size_t executable_len;
     char **swift_fatal_message;                /* swift_getFatalErrorMessageBuffer(), or NULL */
     void **abort_msg;                          /* &__abort_msg (struct abort_msg_s *), or NULL */
-    void *r_debug;                             /* &_r_debug (struct r_debug), or NULL */
+    void *r_debug;                             /* the dynamic linker's struct r_debug (install.c: link_map_debug), or NULL */
     atomic_int test_fault_stage;               /* vaka_crash_test_fault_in_handler() */
     uintptr_t page_size;                       /* sysconf(_SC_PAGESIZE), bytes */
     int watchdog_signal;                       /* SIGRTMAX (read at install): the capture watchdog's timers */

@@ -410,6 +410,78 @@ final class RuntimeRobustnessTests: XCTestCase {
         }
     }
 
+    /// Libraries loaded with dlmopen into namespaces of their own are not in the base namespace's link map
+    /// (`_r_debug.r_map`); glibc links each namespace's list from `_r_debug`'s `r_next` (r_version 2). libA is
+    /// loaded so before install (in the image cache), libB after it (read from memory); the crash is in libA.
+    /// Both must be listed, once each, with their build IDs: they used to be left out as if dlclose'd.
+    func testLibrariesInOtherNamespacesAreListed() throws {
+        let libA = try RuntimeProgram.buildLibrary("A", Self.pluginSource("A"))
+        let libB = try RuntimeProgram.buildLibrary("B", Self.pluginSource("B"))
+        let program = try RuntimeProgram.build("dlmopen", #"""
+        #include <dlfcn.h>
+        int main(int argc, char **argv) {
+            void *a = dlmopen(LM_ID_NEWLM, argv[1], RTLD_NOW);
+            if (!a) { fprintf(stderr, "%s\n", dlerror()); return 4; }
+            void (*e)(void) = (void (*)(void))dlsym(a, "plugin_entry");
+            vk_start("dlmopen");
+            void *b = dlmopen(LM_ID_NEWLM, argv[2], RTLD_NOW);
+            if (!b || !e) { fprintf(stderr, "%s\n", dlerror()); return 4; }
+            e();
+        }
+        """#, extraFlags: ["-ldl"])
+        let run = try RuntimeProgram.run(program, [libA.path, libB.path], timeout: 20)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let report = run.onlyReport
+        let scratch = Paths.freshDirectory("readelf-dlmopen")
+        for lib in [libA, libB] {
+            let lines = images(report, endingWith: "/" + lib.lastPathComponent)
+            XCTAssertEqual(lines.count, 1, "\(lib.lastPathComponent) is not listed once:\n\(report)")
+            XCTAssertEqual(lines.first?.path, lib.path)
+            XCTAssertEqual(lines.first?.buildID, try readelfBuildID(lib, scratch: scratch))
+        }
+    }
+
+    /// A thread made with a raw clone(2) before install is invisible to glibc (`__libc_single_threaded` stays 1),
+    /// but it is a thread of the process all the same: install's round must give it an alternate stack, so that
+    /// its stack overflow is reported (the handler cannot run on the overflowed stack itself).
+    func testStackOverflowOnRawCloneThreadMadeBeforeStart() throws {
+        let program = try RuntimeProgram.build("rawclone", #"""
+        #include <sched.h>
+        #include <sys/mman.h>
+        #include <sys/syscall.h>
+        static volatile int started, go;
+        __attribute__((noinline)) static int deep(int n) { volatile char b[512]; b[0] = (char)n; return deep(n + 1) + b[0]; }
+        static int body(void *arg) {
+            started = 1;
+            while (!go) syscall(SYS_sched_yield);
+            return deep(0);
+        }
+        int main(void) {
+            size_t size = 1 << 20;
+            char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (stack == MAP_FAILED || mprotect(stack, 4096, PROT_NONE) != 0) return 4;
+            int flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM;
+            int tid = clone(body, stack + size, flags, NULL);
+            if (tid < 0) return 4;
+            while (!started) usleep(100);
+            printf("tid=%d\n", tid); fflush(stdout);
+            vk_start("rawclone");
+            go = 1;
+            for (;;) pause();
+        }
+        """#)
+        let run = try RuntimeProgram.run(program, timeout: 20)
+        XCTAssertFalse(run.result.timedOut)
+        XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", run.result.stderrTail())
+        let out = String(decoding: run.result.stdout, as: UTF8.self)
+        let tid = out.split(separator: "\n").first { $0.hasPrefix("tid=") }.map { String($0.dropFirst(4)) }
+        XCTAssertNotNil(tid, out)
+        XCTAssertEqual(run.reports, ["rawclone.crash"], "the overflow on the clone(2) thread left no report")
+        let report = run.onlyReport
+        XCTAssertEqual(reportValue(report, "signal"), "11 SIGSEGV")
+        XCTAssertTrue(report.split(separator: "\n").contains { $0 == "thread \(tid ?? "?") crashed" }, report)
+    }
+
     /// A library dlopen'ed after install whose first PT_LOAD has p_vaddr != 0 (linked with
     /// -Ttext-segment) has no ELF header at its load bias; it used to be missing from the report. Its header
     /// is now found below its dynamic section.

@@ -81,4 +81,39 @@ final class PackageManifestTests: XCTestCase {
         XCTAssertFalse(targets["VakaCrashmeC"]?.unsafeFlags.isEmpty ?? true,
                        "VakaCrashmeC: \(String(describing: targets["VakaCrashmeC"]))")
     }
+
+    /// scripts/check-dependency commits the work tree to a scratch repository tagged 0.0.1 (its `snapshot DIR`
+    /// mode makes only that). A developer's global git configuration must not break it: here commits and tags are
+    /// to be signed (no key exists) and a hooks directory whose pre-commit hook fails, with DIR's path holding a
+    /// space. The snapshot must still be made: a commit tagged 0.0.1 with the manifest, and no `.venv`.
+    func testCheckDependencySnapshotIgnoresTheUsersGitConfiguration() throws {
+        let scratch = Paths.freshDirectory("check-dependency")
+        let hooks = scratch.appendingPathComponent("hooks")
+        try FileManager.default.createDirectory(at: hooks, withIntermediateDirectories: true)
+        let hook = hooks.appendingPathComponent("pre-commit")
+        try Data("#!/bin/sh\necho pre-commit hook refuses >&2\nexit 1\n".utf8).write(to: hook)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: hook.path)
+        let config = scratch.appendingPathComponent("gitconfig")
+        try Data("""
+            [commit]
+            \tgpgsign = true
+            [tag]
+            \tgpgSign = true
+            [core]
+            \thooksPath = \(hooks.path)
+
+            """.utf8).write(to: config)
+        let target = scratch.appendingPathComponent("with space")
+        try FileManager.default.createDirectory(at: target, withIntermediateDirectories: true)
+        let script = Paths.repositoryRoot.appendingPathComponent("scripts/check-dependency").path
+        let result = try runProcess("/usr/bin/env", ["GIT_CONFIG_GLOBAL=\(config.path)", "bash", script, "snapshot",
+                                                     target.path])
+        XCTAssertEqual(result.status, 0, result.stderrText)
+        let snapshot = target.appendingPathComponent("vaka")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: snapshot.appendingPathComponent("Package.swift").path))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: snapshot.appendingPathComponent(".venv").path))
+        let tags = try runProcess("/usr/bin/env", ["GIT_CONFIG_GLOBAL=/dev/null", "git", "-C", snapshot.path,
+                                                   "tag", "--contains", "HEAD"])
+        XCTAssertEqual(tags.stdoutText, "0.0.1\n", tags.stderrText)
+    }
 }
