@@ -1,7 +1,8 @@
 // scripts/bench: bench-start-foundation calling `Vaka.start` first.
 //   bench-start-vaka STORAGE [DSN]         Vaka.start on STORAGE (outbox mode without DSN), then the baseline's own
 //                                          work (the time, the environment), then exit (the atexit hook ends the
-//                                          session and flushes)
+//                                          session and flushes). STORAGE `-`: the default storage directory
+//                                          (`Vaka.Options()` without storageDirectory, as README's snippet)
 //   With $BENCH_START_MEMORY set (every bench-start-* program): /proc/self/smaps_rollup copied to that file
 //   before exiting (bench_report_memory; here after `Vaka.flush(timeout: 0)`, which waits for the background part
 //   of start).
@@ -32,7 +33,7 @@ if mode == "deliver", arguments.count == 4, let count = Int(arguments[3]) {
     exit(0)
 }
 let dsn = mode == "crash" ? (arguments.count > 2 ? arguments[2] : nil) : (arguments.count > 1 ? arguments[1] : nil)
-Vaka.start(Vaka.Options(dsn: dsn, storageDirectory: URL(fileURLWithPath: storage)))
+Vaka.start(Vaka.Options(dsn: dsn, storageDirectory: storage == "-" ? nil : URL(fileURLWithPath: storage)))
 // Then what bench-start-foundation does (the baseline's own work), so that the two rows differ by Vaka alone.
 let started = Date()
 let environment = ProcessInfo.processInfo.environment
