@@ -32,7 +32,7 @@ final class SwiftBacktracerSuspendTests: XCTestCase {
     /// default: the winner calls Swift's handler, which resets every crash signal to SIG_DFL, prints its
     /// backtrace and returns; the fault then repeats and ends the process. The threads waiting for the winner
     /// must not capture again in between: a second capture reopened the same report path and the death cut it
-    /// short (7 of 10 runs left a report with no `end` line, or none), and it ran Swift's handler a second time.
+    /// short (7 of 12 runs of this test left a report with no `end` line, or none).
     /// Each run: SIGSEGV, one complete report, one Swift backtrace, whose crashed thread is the report's.
     func testConcurrentCrashesWithSwiftsBacktracerLeaveOneCompleteReport() throws {
         var problems: [String] = []
