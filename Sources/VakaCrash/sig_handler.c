@@ -46,6 +46,10 @@
  *  10. sig_rearm.c: vaka_sig_survived       the previous handler returned (or the signal is ignored): the report is
  *                                           kept, made the next reserve or removed (sig_report_file.c:
  *                                           vaka_sig_settle_survived_report), our handlers re-armed, the slot freed.
+ *                                           Not when it returned from a repeating fault or abort()'s SIGABRT and
+ *                                           put SIG_DFL in place itself (Swift's backtracer; win:
+ *                                           death_follows_return): the signal comes back and ends the process, the
+ *                                           report is kept and the slot stays taken.
  *
  * Process hooks that may run while the handler is on the stack (fork, exit from a previous handler):
  * sig_lifecycle.c. The thread signal's own handler (another thread unwinding itself for step 6, or taking an
@@ -283,6 +287,23 @@ static void defer_to_waiters(void)
         nanosleep(&pause, NULL);
 }
 
+/* 1 when the previous handler function the winner called returned (vaka_sig_chain returned 1) from a signal
+ * that comes back by itself and left SIG_DFL in place for it itself (Swift's backtracer resets every crash signal
+ * to SIG_DFL): it then meets that default action and ends the process without reaching Vaka. Such a signal is a
+ * fault that repeats (returning re-runs the faulting instruction), or SIGABRT this process raised at its own
+ * thread (SI_TKILL): abort() raises it again after a handler returns. Not when Vaka put SIG_DFL there
+ * (SA_RESETHAND, put_by_us): vaka_sig_survived re-arms our handler, and the signal comes back to it. A plain
+ * raise(SIGABRT) under such a handler is survived instead: its report stays, as the last crash captured, and a
+ * later signal Vaka still handles waits the bounded time, then goes to its previous action. */
+static int death_follows_return(int sig, const siginfo_t *info)
+{
+    struct sigaction now;
+    int comes_back = vaka_sig_is_hardware_fault(sig, info) ||
+                     (sig == SIGABRT && info != NULL && info->si_code == SI_TKILL && info->si_pid == vaka_state.owner_pid);
+    return comes_back && !vaka_run.put_by_us[sig] && sigaction(sig, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
+           now.sa_handler == SIG_DFL;
+}
+
 /* This thread won the arbitration slot (crash_tid is its tid): capture, then chain to the previous action. */
 static void win(int sig, siginfo_t *info, void *context, pid_t tid, uint64_t start_ns)
 {
@@ -303,7 +324,18 @@ static void win(int sig, siginfo_t *info, void *context, pid_t tid, uint64_t sta
     if (!(armed && vaka_sig_previous_is_function(sig))) vaka_sig_restore_previous();
     atomic_store(&vaka_run.crash_done_ns, vaka_sig_now_ns(CLOCK_MONOTONIC));
     atomic_store(&vaka_run.crash_done, 1);
-    if (vaka_sig_chain(sig, info, context, tid, armed) && armed) vaka_sig_survived(sig);
+    if (vaka_sig_chain(sig, info, context, tid, armed) && armed) {
+        if (death_follows_return(sig, info)) {
+            /* The report is this crash's: kept (a normal exit still removes it), the slot stays this
+             * capture's, done. Threads waiting for it keep waiting for the death (bounded, as after a signal
+             * re-sent to SIG_DFL) instead of competing again: a second capture reopened the same report
+             * path, and the death on return cut it short (no `end` line, or no report at all), after the
+             * previous handler (Swift's backtracer) had also run a second time. */
+            vaka_sig_settle_survived_report(1);
+            return;
+        }
+        vaka_sig_survived(sig);
+    }
 }
 
 static void vaka_sig_handler_body(int sig, siginfo_t *info, void *context)
