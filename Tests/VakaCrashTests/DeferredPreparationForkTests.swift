@@ -34,7 +34,7 @@ final class DeferredPreparationForkTests: XCTestCase {
         XCTAssertTrue(name.hasPrefix("forked-") && name.hasSuffix(".crash"), name)
         let report = run.report(name)
         XCTAssertTrue(report.hasSuffix("\nend\n"), "complete report: \(report)")
-        let methods = report.split(separator: "\n").filter { $0.hasPrefix("frame ") }.map { String($0.split(separator: " ").last ?? "") }
+        let methods = frameMethods(report)
         XCTAssertEqual(methods.first, "context", report)
         XCTAssertGreaterThanOrEqual(methods.count, 3, "vk_null, main and libc's caller: \(report)")
         XCTAssertEqual(Set(methods.dropFirst()), ["cfi"], report)
@@ -61,28 +61,20 @@ final class DeferredPreparationForkTests: XCTestCase {
     /// across fork (the usual pthread_atfork idiom; registered after Vaka's, its prepare handler runs first),
     /// starts a thread that dlopens the plugin and forks as soon as the plugin's constructor has begun. The
     /// child writes through NULL; the parent waits for it and for the thread.
-    static let pluginForkSource = """
-    #include <dlfcn.h>
+    static let pluginForkSource = RuntimeProgram.pluginThreadFunction + """
     #include <sys/wait.h>
     pthread_mutex_t app_lock = PTHREAD_MUTEX_INITIALIZER;
     static void lock_app(void) { pthread_mutex_lock(&app_lock); }
     static void unlock_app(void) { pthread_mutex_unlock(&app_lock); }
-    static void *open_plugin(void *path) { return dlopen((const char *)path, RTLD_NOW | RTLD_LOCAL); }
     int main(int argc, char **argv) {
         if (argc < 2) return 90;
         vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "pluginfork", .defer_preparation = 1 };
         int rc = vaka_crash_install(&c);
         if (rc) { fprintf(stderr, "install failed %d\\n", rc); return 99; }
         if (pthread_atfork(lock_app, unlock_app, unlock_app) != 0) return 94;
-        int fds[2];
-        if (pipe(fds) != 0) return 91;
-        char number[16];
-        snprintf(number, sizeof number, "%d", fds[1]);
-        setenv("VK_PLUGIN_FD", number, 1);
         pthread_t thread;
-        if (pthread_create(&thread, NULL, open_plugin, argv[1]) != 0) return 92;
-        char byte;
-        if (read(fds[0], &byte, 1) != 1) return 93;
+        int started = start_plugin_thread(argv[1], &thread);
+        if (started != 0) return started;
         pid_t child = fork();
         if (child == 0) { vk_null(); _exit(3); }
         int status = 0;
@@ -110,7 +102,7 @@ final class DeferredPreparationForkTests: XCTestCase {
         XCTAssertEqual(run.reports.count, 1, "\(run.reports)")
         let report = run.onlyReport
         XCTAssertTrue(report.hasSuffix("\nend\n"), "complete report: \(report)")
-        let methods = report.split(separator: "\n").filter { $0.hasPrefix("frame ") }.map { String($0.split(separator: " ").last ?? "") }
+        let methods = frameMethods(report)
         XCTAssertEqual(methods.first, "context", report)
         XCTAssertGreaterThanOrEqual(methods.count, 3, "vk_null, main and libc's caller: \(report)")
         XCTAssertEqual(Set(methods.dropFirst()), ["fp"], report)

@@ -39,11 +39,6 @@ final class DeferredPreparationTests: XCTestCase {
     }
     """
 
-    /// The methods of the crashed thread's `frame` lines, in order.
-    private func frameMethods(_ report: String) -> [String] {
-        report.split(separator: "\n").filter { $0.hasPrefix("frame ") }.map { String($0.split(separator: " ").last ?? "") }
-    }
-
     private func crash(_ mode: String) throws -> (stdout: String, report: String) {
         let program = try RuntimeProgram.build("deferred", Self.source)
         let run = try RuntimeProgram.run(program, [mode], timeout: 30)
@@ -98,22 +93,14 @@ final class DeferredPreparationTests: XCTestCase {
 
     /// `pluginfinish <plugin>`: installs with `defer_preparation`, starts a thread that dlopens the plugin, and
     /// runs vaka_crash_finish_install() as soon as the plugin's constructor has begun; then writes through NULL.
-    static let pluginFinishSource = """
-    #include <dlfcn.h>
-    static void *open_plugin(void *path) { return dlopen((const char *)path, RTLD_NOW | RTLD_LOCAL); }
+    static let pluginFinishSource = RuntimeProgram.pluginThreadFunction + """
     int main(int argc, char **argv) {
         if (argc < 2) return 90;
         vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "pluginfinish", .defer_preparation = 1 };
         if (vaka_crash_install(&c) != 0) return 99;
-        int fds[2];
-        if (pipe(fds) != 0) return 91;
-        char number[16];
-        snprintf(number, sizeof number, "%d", fds[1]);
-        setenv("VK_PLUGIN_FD", number, 1);
         pthread_t thread;
-        if (pthread_create(&thread, NULL, open_plugin, argv[1]) != 0) return 92;
-        char byte;
-        if (read(fds[0], &byte, 1) != 1) return 93;
+        int started = start_plugin_thread(argv[1], &thread);
+        if (started != 0) return started;
         int rc = vaka_crash_finish_install();
         void *plugin = NULL;
         pthread_join(thread, &plugin);

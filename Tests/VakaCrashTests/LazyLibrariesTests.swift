@@ -80,11 +80,6 @@ final class LazyLibrariesTests: XCTestCase {
         XCTAssertEqual(reportValue(missing.onlyReport, "signal"), "6 SIGABRT", missing.onlyReport)
     }
 
-    /// The methods of a report's `frame` lines (the crashed thread), newest first.
-    func frameMethods(_ report: String) -> [String] {
-        report.split(separator: "\n").filter { $0.hasPrefix("frame ") }.map { String($0.split(separator: " ").last ?? "") }
-    }
-
     /// Runs the harness in `scenario` with Vaka (`--settle`: the `vaka.start` thread has finished its work, the
     /// libunwind load included) and `VAKA_DEBUG=1`; returns its stderr, its one report and that report's event.
     func crash(_ scenario: String, label: String, environment: [String: String] = [:]) throws

@@ -76,6 +76,27 @@ enum RuntimeProgram {
 
     """
 
+    /// C source of `static int start_plugin_thread(const char *path, pthread_t *thread)`: a thread that dlopens
+    /// the plugin at `path`, started once `$VK_PLUGIN_FD` names the write end of a pipe; returns 0 when the
+    /// plugin's constructor (which writes one byte to that descriptor, with the dynamic linker's load lock held)
+    /// has begun, else the program's exit code 91-93. Put in front of a program's source.
+    static let pluginThreadFunction = """
+    #include <dlfcn.h>
+    static void *open_plugin(void *path) { return dlopen((const char *)path, RTLD_NOW | RTLD_LOCAL); }
+    static int start_plugin_thread(const char *path, pthread_t *thread) {
+        int fds[2];
+        if (pipe(fds) != 0) return 91;
+        char number[16];
+        snprintf(number, sizeof number, "%d", fds[1]);
+        setenv("VK_PLUGIN_FD", number, 1);
+        if (pthread_create(thread, NULL, open_plugin, (void *)path) != 0) return 92;
+        char byte;
+        if (read(fds[0], &byte, 1) != 1) return 93;
+        return 0;
+    }
+
+    """
+
     /// The static library built from the runtime sources (once).
     static let library: Result<URL, Error> = Result(catching: {
         guard let cc else { throw ChildError(description: "no C compiler (cc)") }
@@ -168,6 +189,11 @@ enum RuntimeProgram {
             .filter { $0.hasSuffix(".crash") }.sorted()
         return Run(result: result, directory: reports, reports: names)
     }
+}
+
+/// The methods of a report's `frame` lines (the crashed thread), newest first.
+func frameMethods(_ report: String) -> [String] {
+    report.split(separator: "\n").filter { $0.hasPrefix("frame ") }.map { String($0.split(separator: " ").last ?? "") }
 }
 
 /// The value of the first line `key ...` of a report (without the key), or nil.
