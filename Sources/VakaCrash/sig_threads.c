@@ -373,19 +373,24 @@ static size_t comm_of(pid_t tid, char *out)
     return (size_t)n;
 }
 
-/* The value after `key` at the start of a line of proc_buf (spaces and tabs skipped), or NULL. */
-static const char *status_field(const char *key)
+/* What follows `key` at the start of a line of proc_buf (the first such line), or NULL. */
+static const char *status_line(const char *key)
 {
     for (const char *p = proc_buf; *p != '\0'; p++) {
         if (p != proc_buf && p[-1] != '\n') continue;
         size_t k = 0;
         while (key[k] != '\0' && p[k] == key[k]) k++;
-        if (key[k] != '\0') continue;
-        p += k;
-        while (*p == ' ' || *p == '\t') p++;
-        return p;
+        if (key[k] == '\0') return p + k;
     }
     return NULL;
+}
+
+/* The value of `key`'s line of proc_buf: status_line with the spaces and tabs after the key skipped. */
+static const char *status_field(const char *key)
+{
+    const char *p = status_line(key);
+    while (p != NULL && (*p == ' ' || *p == '\t')) p++;
+    return p;
 }
 
 /* 1 when `key`'s line of proc_buf (a status mask: 16 hex digits, signal 1 the lowest bit) has signal `sig`. */
@@ -404,22 +409,17 @@ static void keep_status(int k)
 {
     kept_name_len[k] = -1;
     kept_states[k] = 0;
-    for (const char *p = proc_buf; *p != '\0'; p++) {
-        if (p != proc_buf && p[-1] != '\n') continue;
-        if (p[0] == 'N' && p[1] == 'a' && p[2] == 'm' && p[3] == 'e' && p[4] == ':' && p[5] == '\t' &&
-            kept_name_len[k] < 0) {
-            const char *name = p + 6;
-            size_t n = 0;
-            while (n <= VAKA_REPORT_THREAD_NAME_MAX && name[n] != '\0' && name[n] != '\n' && name[n] != '\\') n++;
-            if (n <= VAKA_REPORT_THREAD_NAME_MAX && name[n] == '\n') {
-                vaka_sig_copy(kept_names[k], name, n);
-                kept_name_len[k] = (int)n;
-            }
-        } else if (p[0] == 'S' && p[1] == 't' && p[2] == 'a' && p[3] == 't' && p[4] == 'e' && p[5] == ':' &&
-                   p[6] == '\t' && p[7] > ' ' && kept_states[k] == 0) {
-            kept_states[k] = p[7];
+    const char *name = status_line("Name:\t"); /* the name as it is: leading blanks are part of it */
+    if (name != NULL) {
+        size_t n = 0;
+        while (n <= VAKA_REPORT_THREAD_NAME_MAX && name[n] != '\0' && name[n] != '\n' && name[n] != '\\') n++;
+        if (n <= VAKA_REPORT_THREAD_NAME_MAX && name[n] == '\n') {
+            vaka_sig_copy(kept_names[k], name, n);
+            kept_name_len[k] = (int)n;
         }
     }
+    const char *state = status_field("State:");
+    if (state != NULL && *state > ' ') kept_states[k] = *state;
 }
 
 /* Thread `tid`'s name (slot `k`'s kept one, else from `comm`) into `out` (VAKA_REPORT_THREAD_NAME_MAX + 2 bytes).
