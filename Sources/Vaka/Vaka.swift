@@ -472,7 +472,7 @@ public enum Vaka {
     /// read-only in the Swift 6 language mode).
     static func defaultStorageDirectory(argv0: String?) -> URL {
         // One variable each with getenv(3), not the whole environment copied into a dictionary.
-        func variable(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
+        let variable = Options.environmentVariable
         let app = programDirectoryName(argv0: argv0)
         if let xdg = variable("XDG_STATE_HOME"), xdg.hasPrefix("/") {
             return URL(fileURLWithPath: xdg, isDirectory: true).appendingFileComponent("vaka/\(app)", isDirectory: true)
@@ -498,7 +498,7 @@ public enum Vaka {
     public static func programDirectoryName(argv0: String?) -> String {
         // `PATH` and `PWD` with getenv(3): `ProcessInfo.environment` copies the whole environment into a
         // dictionary (0.8 M instructions at its first use in a process, callgrind).
-        programDirectoryName(argv0: argv0, variable: { getenv($0).map { String(cString: $0) } })
+        programDirectoryName(argv0: argv0, variable: Options.environmentVariable)
     }
 
     /// ``programDirectoryName(argv0:)`` with `PATH` and `PWD` read by `variable`.
