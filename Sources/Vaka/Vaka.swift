@@ -13,7 +13,8 @@ import VakaSymbolication
 /// first run, when `crashes/` is missing, the `vaka.start` thread makes them first thing); installs the C
 /// crash runtime under a fresh run id (a random UUID), so a fatal signal writes
 /// `<storage>/crashes/<run-id>.crash`; makes delivery; registers an `atexit` hook that ends the session as
-/// `exited` and flushes (like ``close()``). Then, on a background thread (`vaka.start`): starts the delivery
+/// `exited` and flushes (like ``close()``; a run that exits before start's background part began writes its
+/// session to `<storage>/sessions/` for a later launch to send instead, see docs/ingest.md). Then, on a background thread (`vaka.start`): starts the delivery
 /// thread (with a DSN: `pending/` listed, pending files of earlier runs sent at once); makes this run's files (`runs/<run-id>/` with its lock, the journal, the
 /// anon id, `scope.json`); turns each earlier run's crash report into its fatal event with that run's scope
 /// and `crashed` session (the crash join, see docs/ingest.md), sends `abnormal` for runs that were killed, then
@@ -352,7 +353,8 @@ public enum Vaka {
     /// Ends this run: session `exited`, flush (at most `timeout` seconds, default ``Options/shutdownTimeout``,
     /// 2; what is left stays in `pending/` for the next launch), delivery stopped, crash handlers restored to
     /// those before ``start(_:)``. Later calls are no-ops until the next ``start(_:)``. Also run automatically
-    /// at process exit, with ``Options/shutdownTimeout``. From inside ``Options/beforeSend`` it returns at once
+    /// at process exit, with ``Options/shutdownTimeout`` (there, a run whose start's background part has not
+    /// begun writes its session to `<storage>/sessions/` for a later launch to send, see docs/ingest.md). From inside ``Options/beforeSend`` it returns at once
     /// and the end runs on a thread of its own (`vaka.close`), once the hook has returned; an exit meanwhile
     /// waits for it.
     public static func close(timeout: TimeInterval? = nil) {
@@ -364,13 +366,13 @@ public enum Vaka {
         // An end that `close()` from inside `beforeSend` left to the `vaka.close` thread completes first (its
         // `exited` update is written), unless this exit comes from inside the hook, which that end waits for.
         if !HookThread.current.contains(.beforeSend) { detachedEnd.wait() }
-        end(timeout: current?.options.shutdownTimeout ?? 2, uninstall: false)
+        end(timeout: current?.options.shutdownTimeout ?? 2, uninstall: false, atExit: true)
     }
 
     /// Closed while an end runs on the `vaka.close` thread (``close(timeout:)`` from inside ``Options/beforeSend``).
     private static let detachedEnd = Gate()
 
-    private static func end(timeout: TimeInterval, uninstall: Bool) {
+    private static func end(timeout: TimeInterval, uninstall: Bool, atExit: Bool = false) {
         let ending = state.withLock { state -> Client? in
             let ending = state.client
             state.client = nil
@@ -380,7 +382,7 @@ public enum Vaka {
         }
         guard let ending else { return }
         @Sendable func finish() {
-            ending.end(timeout: timeout)
+            ending.end(timeout: timeout, atExit: atExit)
             // Under the lock, and only when no `start` ran meanwhile: a start during the flush above installed (or
             // retargeted) the handlers for its own run, which must keep them.
             if uninstall { state.withLock { state in if state.client == nil { _ = vaka_crash_uninstall() } } }

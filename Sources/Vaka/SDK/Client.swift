@@ -264,7 +264,9 @@ final class Client: Sendable {
     /// thread has not begun it). A crash before `scope.json` was written (nothing recorded since start) is still
     /// reported at the next launch (the crash handlers are installed): with that launch's release and
     /// environment, and no session update (this run never made one).
-    func begin() {
+    /// - Parameter startingThread: `false` does as when no thread can be created (tests of a run whose start's
+    ///   background part has not begun when it ends).
+    func begin(startingThread: Bool = true) {
         startGate.close()
         startTaken.store(false, ordering: .releasing)
         Client.forkTarget.withLock { $0.client = self }
@@ -284,7 +286,7 @@ final class Client: Sendable {
             guard let mover = self?.finishStartOnStartThread() else { return }
             mover.runOnCurrentThread()
         }
-        if !thread.start() {
+        if !startingThread || !thread.start() {
             // No thread left (pthread_create: EAGAIN): the crash runtime's deferred part is done here, the run's
             // files by the first call that needs them or at exit (setUp(through:), end), as when the thread is late.
             makeStorage()
@@ -353,11 +355,15 @@ final class Client: Sendable {
     /// (`vaka.journal`); run by ``waitForStart()``, the mover gets a thread of its own. A run already ending
     /// (``end(timeout:)``) gets neither the first update (the `exited` one is then the first) nor a mover thread
     /// (the end drains the journal itself).
-    private func finishStart(onStartThread: Bool) {
+    private func finishStart(onStartThread: Bool, deferringSession: Bool = false) {
         makeStorage()
         delivery.startWorker()
-        setUp()
+        // A run ending at exit that defers its session (``end(timeout:atExit:)``) needs no run files and no `did`.
+        if !deferringSession { setUp() }
         joinPreviousRuns()
+        // Sessions deferred by earlier runs that ended at once: all of them, or, from such a run itself, once
+        // enough wait.
+        sendDeferredSessions(atLeast: deferringSession ? Client.maxDeferredSessions : 1)
         let endingNow = ending.load(ordering: .acquiring)
         if !endingNow && !onStartThread { mover?.start() }
         defer { startGate.open() }
@@ -804,26 +810,52 @@ final class Client: Sendable {
     /// one), moves what the journal holds to delivery, closes the journal, removes this run's directory (the
     /// journal with it), then flushes (up to `timeout` s), keeping what was not sent for the next launch.
     /// Idempotent.
-    func end(timeout: TimeInterval) {
+    ///
+    /// With `atExit` (the process's exit hook), a run whose start's background part has not begun (a program done
+    /// within a millisecond or two) does only what that part must: the storage directories, the crash join when
+    /// earlier runs left reports, the deferred sessions once ``maxDeferredSessions`` wait. Its session, which made
+    /// no update yet, is written as a ``SessionRecord`` for a later launch to send instead of an `exited` update
+    /// now (no `anon_id` read, no JSON, no envelope); when the record cannot be written the update is sent as
+    /// without `atExit`.
+    func end(timeout: TimeInterval, atExit: Bool = false) {
         // A fork child leaves the journal (shared with its parent: the parent's mover moves what the child
         // appended), the run directory and the session to the parent; it neither waits for threads it does not
         // have nor removes them, and sends no session update (the session is the parent process's).
         let forkChild = getpid() != ownerPID
         if !forkChild { ending.store(true, ordering: .releasing) }
-        // The session's `did` for a client whose start's background part never ran (nothing else: it is ending).
-        setUp()
-        // The background part of start first: its session update, if it made one, comes before the `exited` one.
-        waitForStart()
-        let items: [EnvelopeItem]? = state.withLock { state in
+        let deferring = atExit && !forkChild && !startTaken.exchange(true, ordering: .acquiringAndReleasing)
+        if deferring {
+            // A stage of the run's files that the `vaka.start` thread is making completes first (a later one sees
+            // `ending` and makes nothing), so that what it made is removed below.
+            setUpLock.withLock { _ in }
+            finishStart(onStartThread: false, deferringSession: true)
+        } else {
+            // The session's `did` for a client whose start's background part never ran (nothing else: it is ending).
+            setUp()
+            // The background part of start first: its session update, if it made one, comes before the `exited` one.
+            waitForStart()
+        }
+        // The session's end: its `exited` update, or its record (`nil`: ended before, or a fork child).
+        var record: SessionRecord? = nil
+        let taken: [EnvelopeItem]? = state.withLock { state in
             if state.ended { return nil }
             state.ended = true
             endedFlag.store(true, ordering: .relaxed)
-            guard !forkChild, let update = sessionUpdate(.exited, &state) else { return [] }
+            guard !forkChild, var session = state.scope.session else { return [] }
+            if deferring && !session.initSent {
+                record = SessionRecord(session: session, ended: Date(), release: state.scope.release,
+                                       environment: state.scope.environment)
+                session.status = .exited
+                session.initSent = true
+                state.scope.session = session
+                return []
+            }
+            guard let update = sessionUpdate(.exited, &state) else { return [] }
             // `scope.json` keeps saying `ok` until the `exited` update is written (below): a process killed
             // while draining the journal is then `abnormal` at the next launch, not a session left open.
             return [.session(update.jsonData())]
         }
-        guard let items else { return }
+        guard var items = taken else { return }
         if !forkChild {
             // Captures that passed their `ended` check before it was set record their events now: wait for them.
             while capturesInFlight.load(ordering: .acquiring) != 0 { sched_yield() }
@@ -832,11 +864,19 @@ final class Client: Sendable {
         }
         // Waits for appends in progress (a thread past the `ended` check), unregisters it from the crash handler.
         journal?.close()
+        if let record {
+            do {
+                try record.write(storage: storage, runID: runID)
+            } catch {
+                log("cannot write the session record (\(error)); its update is sent now")
+                items = [.session(record.update(did: Client.anonID(storage: storage, log: logSink)).jsonData())]
+            }
+        }
         if !items.isEmpty { submit(Envelope(items: items)) }
         // `ended` is set and the journal closed: no other call uses the run directory any more. Removed once the
-        // `exited` update is written (its `scope.json` still says `ok`, so a process killed before this point
-        // is `abnormal` at the next launch) and before the flush (a run that is gone needs no `scope.json`
-        // saying `exited`: the next launch finds nothing to close).
+        // `exited` update (or the session record) is written (its `scope.json` still says `ok`, so a process
+        // killed before this point is `abnormal` at the next launch) and before the flush (a run that is gone
+        // needs no `scope.json` saying `exited`: the next launch finds nothing to close).
         if !forkChild { state.withLock { ($0.runDirectory ?? $0.pendingRunDirectory)?.remove() } }
         delivery.close(timeout: timeout)
         log(delivery.summary)

@@ -3,7 +3,8 @@ import Foundation
 /// A release-health session update (the payload of a `session` envelope item), Sentry semantics.
 ///
 /// On Linux one session covers one process run: `ok` from ``Vaka/start(_:)`` (with `init: true` on the first
-/// update), then one final status: `exited` (``Vaka/close()`` or normal exit), `crashed` (sent by the crash
+/// update), then one final status: `exited` (``Vaka/close()`` or normal exit; a run that exits before its start's
+/// background part began leaves it as a ``SessionRecord`` that a later launch sends), `crashed` (sent by the crash
 /// join of the next launch, in the envelope of the fatal event), or `abnormal` (the run ended without either,
 /// e.g. SIGKILL; sent at the next launch). `errors` counts the handled errors captured in the run, and for
 /// `crashed` the fatal event too (so a crashed session always has `errors` ≥ 1, as Sentry counts it and as

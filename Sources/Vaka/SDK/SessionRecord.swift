@@ -1,0 +1,183 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The end of a run's session, kept on disk for a later launch to send: what a run that exits before the
+/// background part of its start ran (a program that is done within a millisecond or two) writes at exit instead
+/// of its session update, so that its exit encodes no JSON and writes no envelope (the first `JSONEncoder` use
+/// and the outbox write were about half a millisecond of such a run's life).
+///
+/// One file per run, `<storage>/sessions/<run-id>.session` (mode 0600, written atomically), seven lines of
+/// `key value`:
+///
+/// ```
+/// vaka-session 1
+/// sid 0c0ffee0-0000-4000-8000-000000000001
+/// started 1764567890.123
+/// ended 1764567890.125
+/// errors 0
+/// release shop@1.2.3
+/// environment production
+/// ```
+///
+/// `started` and `ended` are seconds since the Unix epoch; `release` and `environment` are the run's, already
+/// within Sentry's limits (``Vaka/Options/boundedRelease(_:)``: no control characters, so no line breaks). A
+/// later launch's background part sends every record it finds (``Client/sendDeferredSessions(atLeast:)``), each as
+/// the one update its run never made: `init: true`, `exited`, the run's `sid`, `started`, `duration`, `errors` and
+/// attributes, `timestamp` and `seq` its end, `did` the storage directory's anon id. A run that exits early
+/// itself sends them only once ``Client/maxDeferredSessions`` are waiting, so a program that always exits at
+/// once sends them in batches.
+struct SessionRecord: Equatable {
+    /// `sid`: the session's id (lower-case UUID with dashes).
+    var sid: String
+    /// When the session started, seconds since the Unix epoch.
+    var started: Double
+    /// When the run ended, seconds since the Unix epoch.
+    var ended: Double
+    /// Handled errors counted in the session.
+    var errors: Int
+    /// The run's release.
+    var release: String
+    /// The run's environment.
+    var environment: String?
+
+    /// The first line of a record, with its format version.
+    static let magic = "vaka-session 1"
+    /// File-name suffix of a record: `<run-id>.session`.
+    static let suffix = ".session"
+    /// Most bytes a record file is read up to (a larger one is not a record): release and environment at their
+    /// byte limits plus the other lines, rounded up.
+    static let maxBytes = 4096
+
+    /// `<storage>/sessions`.
+    static func directory(_ storage: URL) -> URL { storage.appendingFileComponent("sessions", isDirectory: true) }
+
+    /// The record of `session` ending at `ended` in a run of `release` and `environment`.
+    init(session: SessionState, ended: Date, release: String, environment: String?) {
+        sid = session.sid
+        started = session.started
+        self.ended = ended.timeIntervalSince1970
+        errors = session.errors
+        self.release = release
+        self.environment = environment
+    }
+
+    /// The file's text (see the type's documentation).
+    var text: String {
+        var lines = [SessionRecord.magic, "sid \(sid)", "started \(started)", "ended \(ended)", "errors \(errors)",
+                     "release \(Vaka.Options.boundedRelease(release))"]
+        if let environment { lines.append("environment \(Vaka.Options.boundedEnvironment(environment))") }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// Parses a record's bytes; `nil` when they are not one (another first line, a missing or malformed `sid`,
+    /// `started`, `ended`, `errors` or `release`, times that are not finite, negative errors). Unknown keys are
+    /// skipped (a later version may add some).
+    init?(data: Data) {
+        guard data.count <= SessionRecord.maxBytes else { return nil }
+        let lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
+        guard lines.first == Substring(SessionRecord.magic) else { return nil }
+        var values: [String: String] = [:]
+        for line in lines.dropFirst() {
+            guard let space = line.firstIndex(of: " ") else { continue }
+            values[String(line[..<space])] = String(line[line.index(after: space)...])
+        }
+        guard let sid = values["sid"], RandomID.isUUID(sid),
+              let started = values["started"].flatMap(Double.init), started.isFinite,
+              let ended = values["ended"].flatMap(Double.init), ended.isFinite,
+              let errors = values["errors"].flatMap(Int.init), errors >= 0,
+              let release = values["release"], !release.isEmpty else { return nil }
+        self.sid = sid.lowercased()
+        self.started = started
+        self.ended = ended
+        self.errors = errors
+        self.release = release
+        environment = values["environment"]
+    }
+
+    /// The session update this record stands for: the run's only one (`init: true`, `exited`), made as the run
+    /// would have made it at its end, with `did` the storage directory's anon id.
+    func update(did: String?) -> SessionUpdate {
+        var state = SessionState(did: did, started: Date(timeIntervalSince1970: started))
+        state.sid = sid
+        state.errors = errors
+        return state.update(.exited, now: Date(timeIntervalSince1970: ended), release: release, environment: environment)
+    }
+
+    /// Writes the record to `<storage>/sessions/<runID>.session` (the directory made first when missing, 0700).
+    /// - Throws: ``DeliveryIOError`` naming the failed call (a full disk, a read-only storage directory...).
+    func write(storage: URL, runID: String) throws {
+        let directory = SessionRecord.directory(storage)
+        try PrivateFiles.makeDirectory(directory)
+        // `Data(bytes:count:)`, not `Data(text.utf8)`: the generic initializer's casts cost a scan of the
+        // runtime's conformance records at their first use, and this runs at exit.
+        var text = self.text
+        let data = text.withUTF8 { Data(bytes: $0.baseAddress!, count: $0.count) }
+        try PrivateFiles.writeAtomically(data, to: directory.appendingFileComponent(runID + SessionRecord.suffix), sync: false)
+    }
+}
+
+extension Client {
+    /// Deferred session records (``SessionRecord``) a run that exits before its start's background part ran lets
+    /// wait in `<storage>/sessions/` before it sends them itself: 32. A run whose background part runs sends every
+    /// one it finds.
+    static let maxDeferredSessions = 32
+
+    /// Most session updates one envelope carries when deferred records are sent: 100 (Relay's limit of session
+    /// items per envelope).
+    static let maxSessionsPerEnvelope = 100
+
+    /// Sends the session records earlier runs left in `<storage>/sessions/` (``SessionRecord``) when there are at
+    /// least `minimum`: each becomes its update (`did` this storage directory's anon id), up to
+    /// ``maxSessionsPerEnvelope`` per envelope, oldest run first (by the record's end). A record is deleted once
+    /// the envelope carrying it is written to `pending/` or the outbox; one that cannot be read or parsed is
+    /// deleted with a debug line. Processes sharing the storage directory take turns: the directory is locked
+    /// (`flock`) for the pass, and a process that finds it locked leaves the records to the one holding it.
+    /// The run's own record (none before it ends) is never among them.
+    func sendDeferredSessions(atLeast minimum: Int) {
+        let directory = SessionRecord.directory(storage).fileSystemPath
+        let ownName = runID + SessionRecord.suffix
+        var names = PrivateFiles.directoryNames(directory).filter { $0.hasSuffix(SessionRecord.suffix) && $0 != ownName }
+        guard !names.isEmpty, names.count >= minimum else { return }
+        let lock = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard lock >= 0 else { return }
+        defer { close(lock) }
+        guard flock(lock, LOCK_EX | LOCK_NB) == 0 else {
+            logLine("\(names.count) deferred session(s) in \(directory) are being sent by another process")
+            return
+        }
+        // Listed again under the lock: another process may have sent some meanwhile.
+        names = PrivateFiles.directoryNames(directory).filter { $0.hasSuffix(SessionRecord.suffix) && $0 != ownName }
+        var records: [(path: String, record: SessionRecord)] = []
+        for name in names {
+            let path = directory + "/" + name
+            guard case .data(let data) = PrivateFiles.readCapped(path, maxBytes: SessionRecord.maxBytes),
+                  let record = SessionRecord(data: data) else {
+                logLine("deferred session \(name) is not a session record; removed")
+                unlink(path)
+                continue
+            }
+            records.append((path, record))
+        }
+        guard !records.isEmpty else { return }
+        records.sort { $0.record.ended < $1.record.ended }
+        let did = Client.anonID(storage: storage, log: { [weak self] in self?.logLine($0) })
+        var start = 0
+        while start < records.count {
+            let batch = records[start..<min(start + Client.maxSessionsPerEnvelope, records.count)]
+            start = batch.endIndex
+            let items = batch.map { EnvelopeItem.session($0.record.update(did: did).jsonData()) }
+            do {
+                try delivery.submit(Envelope(items: items), durable: true)
+            } catch {
+                // Kept for a later launch (outbox mode dropped the envelope; with a DSN it is held in memory and
+                // may still go out, in which case the server sees these updates twice).
+                logLine("could not persist \(batch.count) deferred session update(s): \(error); kept for a later launch")
+                return
+            }
+            for entry in batch { unlink(entry.path) }
+            logLine("sent \(batch.count) deferred session update(s) of earlier runs")
+        }
+    }
+}
