@@ -372,6 +372,10 @@ public enum Vaka {
     /// Closed while an end runs on the `vaka.close` thread (``close(timeout:)`` from inside ``Options/beforeSend``).
     private static let detachedEnd = Gate()
 
+    /// The client the exit hook ended, kept: the process is going away, and tearing its objects down (delivery,
+    /// contexts, closures) would only cost the exit time.
+    private static let endedAtExit = Mutex<Client?>(nil)
+
     private static func end(timeout: TimeInterval, uninstall: Bool, atExit: Bool = false) {
         let ending = state.withLock { state -> Client? in
             let ending = state.client
@@ -383,6 +387,7 @@ public enum Vaka {
         guard let ending else { return }
         @Sendable func finish() {
             ending.end(timeout: timeout, atExit: atExit)
+            if atExit { endedAtExit.withLock { $0 = ending } }
             // Under the lock, and only when no `start` ran meanwhile: a start during the flush above installed (or
             // retargeted) the handlers for its own run, which must keep them.
             if uninstall { state.withLock { state in if state.client == nil { _ = vaka_crash_uninstall() } } }

@@ -162,13 +162,13 @@ final class DeferredSessionTests: XCTestCase {
         let storage = dirs.make("bad")
         let good = try plantRecords(1, in: storage)
         let dir = SessionRecord.directory(storage)
-        let valid = "sid 0c0ffee0-0000-4000-8000-000000000001\nstarted 1764000000\nended 1764000001\nerrors 0\nrelease a@1\n"
+        let valid = "sid 0c0ffee0-0000-4000-8000-000000000001\nstarted_us 1764000000000000\nended_us 1764000001000000\nerrors 0\nrelease a@1\n"
         let bad = [
             "garbage.session": "not a record\n",
             "big.session": SessionRecord.magic + "\n" + String(repeating: "x", count: SessionRecord.maxBytes),
             "version.session": "vaka-session 2\n" + valid,
             "sid.session": SessionRecord.magic + "\n" + valid.replacingOccurrences(of: "0c0ffee0-0000-4000-8000-000000000001", with: "nope"),
-            "nan.session": SessionRecord.magic + "\n" + valid.replacingOccurrences(of: "started 1764000000", with: "started nan"),
+            "nan.session": SessionRecord.magic + "\n" + valid.replacingOccurrences(of: "started_us 1764000000000000", with: "started_us nan"),
             "errors.session": SessionRecord.magic + "\n" + valid.replacingOccurrences(of: "errors 0", with: "errors -1"),
             "norelease.session": SessionRecord.magic + "\n" + valid.replacingOccurrences(of: "release a@1\n", with: ""),
         ]

@@ -14,14 +14,14 @@ import Glibc
 /// ```
 /// vaka-session 1
 /// sid 0c0ffee0-0000-4000-8000-000000000001
-/// started 1764567890.123
-/// ended 1764567890.125
+/// started_us 1764567890123456
+/// ended_us 1764567890125012
 /// errors 0
 /// release shop@1.2.3
 /// environment production
 /// ```
 ///
-/// `started` and `ended` are seconds since the Unix epoch; `release` and `environment` are the run's, already
+/// `started_us` and `ended_us` are microseconds since the Unix epoch; `release` and `environment` are the run's, already
 /// within Sentry's limits (``Vaka/Options/boundedRelease(_:)``: no control characters, so no line breaks). A
 /// later launch's background part sends every record it finds (``Client/sendDeferredSessions(atLeast:)``), each as
 /// the one update its run never made: `init: true`, `exited`, the run's `sid`, `started`, `duration`, `errors` and
@@ -63,17 +63,24 @@ struct SessionRecord: Equatable {
         self.environment = environment
     }
 
-    /// The file's text (see the type's documentation).
+    /// The file's text (see the type's documentation). Composed by concatenation, the times as integers: it is
+    /// made at exit, where the first use of an array join or of a `Double`'s text costs more than the rest.
     var text: String {
-        var lines = [SessionRecord.magic, "sid \(sid)", "started \(started)", "ended \(ended)", "errors \(errors)",
-                     "release \(Vaka.Options.boundedRelease(release))"]
-        if let environment { lines.append("environment \(Vaka.Options.boundedEnvironment(environment))") }
-        return lines.joined(separator: "\n") + "\n"
+        var text = SessionRecord.magic + "\nsid " + sid
+        text += "\nstarted_us " + String(SessionRecord.microseconds(started))
+        text += "\nended_us " + String(SessionRecord.microseconds(ended))
+        text += "\nerrors " + String(errors)
+        text += "\nrelease " + Vaka.Options.boundedRelease(release)
+        if let environment { text += "\nenvironment " + Vaka.Options.boundedEnvironment(environment) }
+        return text + "\n"
     }
 
+    /// `seconds` since the epoch as whole microseconds (saturating; NaN as 0).
+    static func microseconds(_ seconds: Double) -> Int64 { Bounded.int64((seconds * 1_000_000).rounded()) }
+
     /// Parses a record's bytes; `nil` when they are not one (another first line, a missing or malformed `sid`,
-    /// `started`, `ended`, `errors` or `release`, times that are not finite, negative errors). Unknown keys are
-    /// skipped (a later version may add some).
+    /// `started_us`, `ended_us`, `errors` or `release`, negative errors). Unknown keys are skipped (a later
+    /// version may add some).
     init?(data: Data) {
         guard data.count <= SessionRecord.maxBytes else { return nil }
         let lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
@@ -84,13 +91,13 @@ struct SessionRecord: Equatable {
             values[String(line[..<space])] = String(line[line.index(after: space)...])
         }
         guard let sid = values["sid"], RandomID.isUUID(sid),
-              let started = values["started"].flatMap(Double.init), started.isFinite,
-              let ended = values["ended"].flatMap(Double.init), ended.isFinite,
+              let started = values["started_us"].flatMap({ Int64($0) }),
+              let ended = values["ended_us"].flatMap({ Int64($0) }),
               let errors = values["errors"].flatMap(Int.init), errors >= 0,
               let release = values["release"], !release.isEmpty else { return nil }
         self.sid = sid.lowercased()
-        self.started = started
-        self.ended = ended
+        self.started = Double(started) / 1_000_000
+        self.ended = Double(ended) / 1_000_000
         self.errors = errors
         self.release = release
         environment = values["environment"]
