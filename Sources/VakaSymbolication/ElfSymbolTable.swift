@@ -160,6 +160,55 @@ struct ElfSymbolTable: Sendable {
         return search(containing: vaddr)
     }
 
+    /// ``entry(containing:)`` for each of `addresses` (any order, repeats allowed), the results in their
+    /// order. Before the entries are sorted, one pass over them answers all the addresses (and counts as one
+    /// scan): each entry is matched against the addresses in its range by a binary search in them, so a
+    /// frame list's addresses of one image cost about one scan, not one each.
+    mutating func entries(containing addresses: [UInt64]) -> [Entry?] {
+        if !isSorted {
+            if scans < ElfSymbolTable.scansBeforeSorting {
+                scans += 1
+                return scan(containing: addresses)
+            }
+            sortEntries()
+        }
+        return addresses.map { search(containing: $0) }
+    }
+
+    /// ``entries(containing:)`` by one pass over the entries in any order.
+    private func scan(containing addresses: [UInt64]) -> [Entry?] {
+        guard !addresses.isEmpty else { return [] }
+        let sorted = addresses.sorted()
+        var best = [Entry?](repeating: nil, count: sorted.count)
+        entries.withUnsafeBufferPointer { entries in
+            sorted.withUnsafeBufferPointer { sorted in
+                best.withUnsafeMutableBufferPointer { best in
+                    let lowest = sorted[0], highest = sorted[sorted.count - 1]
+                    // Entries that start above the highest address, or end at or below the lowest, contain none.
+                    for entry in entries where entry.value <= highest && (entry.value > lowest || lowest - entry.value < entry.size) {
+                        // The first address at or above the entry's start, then every one inside the entry.
+                        var low = 0, high = sorted.count
+                        while low < high {
+                            let mid = (low + high) / 2
+                            if sorted[mid] < entry.value { low = mid + 1 } else { high = mid }
+                        }
+                        var index = low
+                        while index < sorted.count && sorted[index] - entry.value < entry.size {
+                            if let found = best[index], !(entry.value > found.value
+                                || (entry.value == found.value && (entry.rank, entry.index) < (found.rank, found.index))) {
+                                index += 1
+                                continue
+                            }
+                            best[index] = entry
+                            index += 1
+                        }
+                    }
+                }
+            }
+        }
+        return addresses.map { address in best[sorted.firstIndex(after: address, by: { $0 }) - 1] }
+    }
+
     /// ``entry(containing:)`` by one pass over the entries in any order.
     private func scan(containing vaddr: UInt64) -> Entry? {
         entries.withUnsafeBufferPointer { entries -> Entry? in
