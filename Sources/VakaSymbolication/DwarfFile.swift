@@ -45,9 +45,9 @@ struct SourceLocation: Equatable, Sendable {
 /// Compile units are found through `.debug_aranges` when the file has it (GCC emits it), else through a
 /// table of all units' address ranges (`DW_AT_ranges`, `DW_AT_low_pc` / `DW_AT_high_pc`), built on first
 /// use, so files without `.debug_aranges` (Swift and clang do not emit it) work too. Each compile unit's
-/// functions not nested in functions are indexed on its first lookup (the functions nested in the one an
-/// address falls in are then read from its DIE; the unit's whole index, nested functions included, is built
-/// only for an address no outer function contains). Thread-safe: lookups run with the ``ElfFile``'s lock held
+/// functions defined in it or in its namespaces and modules are indexed on its first lookup (the functions
+/// nested in the one an address falls in are then read from its DIE; the unit's whole index, functions in
+/// types and nested functions included, is built only for an address none of those contains). Thread-safe: lookups run with the ``ElfFile``'s lock held
 /// (libdw reads through its `Elf *`) and then this file's own lock (the indexes built on first use).
 public final class DwarfFile: Sendable {
     /// The ELF file the DWARF comes from (kept open while this object lives).
@@ -306,6 +306,12 @@ private final class DwarfReader {
         }
     }
 
+    /// Namespaces and modules: where compilers put function definitions (C++ and Swift put a type's methods
+    /// there too, or in the unit, declared in the type).
+    private static func isNamespace(_ tag: Int32) -> Bool {
+        tag == Int32(DW_TAG_namespace) || tag == Int32(DW_TAG_module)
+    }
+
     /// Tags of scopes inside a function that inlined calls may be nested in.
     private static func isBlock(_ tag: Int32) -> Bool {
         switch tag {
@@ -316,8 +322,8 @@ private final class DwarfReader {
     }
 
     /// Functions of the unit (subprograms with code, also nested in namespaces and types, and functions nested
-    /// in functions) by address: built only when ``outerFunctions(of:)`` has none for an address (a nested
-    /// function whose code lies outside the code of the function it is nested in).
+    /// in functions) by address: built only when ``outerFunctions(of:)`` has none for an address (a function
+    /// nested in another whose code lies outside its parent's, or one defined in a type).
     private func functions(of unit: Unit) -> [FunctionRange] {
         if let functions = unit.functions { return functions }
         var result: [FunctionRange] = []
@@ -327,9 +333,10 @@ private final class DwarfReader {
         return result
     }
 
-    /// The unit's functions that are not nested in a function, by address: the index a lookup searches first.
-    /// Made without descending into each function's children, so each function's DIEs are parsed once (to
-    /// skip them: Swift and clang emit no `DW_AT_sibling`) rather than twice.
+    /// The unit's functions defined in it or in its namespaces and modules (not in a function or a type), by
+    /// address: the index a lookup searches first. Made without descending into functions and types, so
+    /// their DIEs are parsed once (to skip them: Swift and clang emit no `DW_AT_sibling`) rather than twice:
+    /// a Swift type declares each of its methods with their parameters.
     private func outerFunctions(of unit: Unit) -> [FunctionRange] {
         if let functions = unit.outerFunctions { return functions }
         var result: [FunctionRange] = []
@@ -346,8 +353,8 @@ private final class DwarfReader {
     }
 
     /// Appends the address ranges of the function definitions among `parent`'s children, and of those in
-    /// namespaces, modules and types below them; with `nested`, also of the functions nested in those
-    /// functions (their children, again through namespaces and types).
+    /// namespaces and modules below them; with `nested`, also of those in types and of the functions nested
+    /// in those functions (their children, again through namespaces and types).
     private func collectFunctions(in parent: inout Dwarf_Die, nested: Bool, into result: inout [FunctionRange]) {
         var child = Dwarf_Die()
         guard dw.dwarf_child(&parent, &child) == 0 else { return }
@@ -380,7 +387,7 @@ private final class DwarfReader {
                     // Functions nested in functions (local functions in some languages) have their own DIEs.
                     if nested { collectFunctions(in: &child, nested: true, into: &result) }
                 }
-            } else if DwarfReader.isContainer(tag) {
+            } else if nested ? DwarfReader.isContainer(tag) : DwarfReader.isNamespace(tag) {
                 collectFunctions(in: &child, nested: nested, into: &result)
             }
             var next = Dwarf_Die()
