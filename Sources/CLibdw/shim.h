@@ -17,7 +17,7 @@
 #define VAKA_LIBDW_FUNCTIONS(X) \
     X(dwarf_addrdie) X(dwarf_attr) X(dwarf_attr_integrate) X(dwarf_begin_elf) X(dwarf_child) \
     X(dwarf_dieoffset) X(dwarf_end) X(dwarf_filesrc) X(dwarf_formstring) X(dwarf_formudata) \
-    X(dwarf_get_units) X(dwarf_getaranges) X(dwarf_getsrc_die) X(dwarf_getsrcfiles) X(dwarf_haspc) \
+    X(dwarf_get_units) X(dwarf_getaranges) X(dwarf_getsrc_die) X(dwarf_getsrcfiles) X(dwarf_hasattr) X(dwarf_haspc) \
     X(dwarf_linecol) X(dwarf_lineno) X(dwarf_linesrc) X(dwarf_lowpc) X(dwarf_ranges) X(dwarf_siblingof) \
     X(dwarf_tag) \
     X(dwfl_begin) X(dwfl_build_id_find_elf) X(dwfl_end) X(dwfl_module_build_id) X(dwfl_module_getsym_info) \

@@ -45,7 +45,9 @@ struct SourceLocation: Equatable, Sendable {
 /// Compile units are found through `.debug_aranges` when the file has it (GCC emits it), else through a
 /// table of all units' address ranges (`DW_AT_ranges`, `DW_AT_low_pc` / `DW_AT_high_pc`), built on first
 /// use, so files without `.debug_aranges` (Swift and clang do not emit it) work too. Each compile unit's
-/// functions are indexed on its first lookup. Thread-safe: lookups run with the ``ElfFile``'s lock held
+/// functions defined in it or in its namespaces and modules are indexed on its first lookup (the functions
+/// nested in the one an address falls in are then read from its DIE; the unit's whole index, functions in
+/// types and nested functions included, is built only for an address none of those contains). Thread-safe: lookups run with the ``ElfFile``'s lock held
 /// (libdw reads through its `Elf *`) and then this file's own lock (the indexes built on first use).
 public final class DwarfFile: Sendable {
     /// The ELF file the DWARF comes from (kept open while this object lives).
@@ -120,6 +122,7 @@ private final class DwarfReader {
         var die: Dwarf_Die
         var compDir: String?
         var functions: [FunctionRange]?
+        var outerFunctions: [FunctionRange]?
         var files: OpaquePointer??
         init(die: Dwarf_Die, compDir: String?) {
             self.die = die
@@ -257,8 +260,6 @@ private final class DwarfReader {
         // component and opening the file, per unit), and split units add no address ranges here.
         while dw.dwarf_get_units(dwarf, cu, &cu, &version, &unitType, &cuDie, nil) == 0 {
             var die = cuDie
-            var attribute = Dwarf_Attribute()
-            let compDir = dw.dwarf_formstring(dw.dwarf_attr(&die, UInt32(DW_AT_comp_dir), &attribute)).map { String(cString: $0) }
             var added = false
             var offset = 0
             var base: Dwarf_Addr = 0, start: Dwarf_Addr = 0, end: Dwarf_Addr = 0
@@ -266,7 +267,15 @@ private final class DwarfReader {
                 offset = dw.dwarf_ranges(&die, offset, &base, &start, &end)
                 if offset <= 0 { break }
                 if end > start {
-                    if !added { units.append(Unit(die: die, compDir: compDir)); added = true }
+                    if !added {
+                        // The compile directory only of units with code (most of Swift's are skeleton units
+                        // of imported clang modules, without).
+                        var attribute = Dwarf_Attribute()
+                        let compDir = dw.dwarf_formstring(dw.dwarf_attr(&die, UInt32(DW_AT_comp_dir), &attribute))
+                            .map { String(cString: $0) }
+                        units.append(Unit(die: die, compDir: compDir))
+                        added = true
+                    }
                     ranges.append(UnitRange(start: start, end: end, unit: units.count - 1))
                 }
             }
@@ -297,6 +306,12 @@ private final class DwarfReader {
         }
     }
 
+    /// Namespaces and modules: where compilers put function definitions (C++ and Swift put a type's methods
+    /// there too, or in the unit, declared in the type).
+    private static func isNamespace(_ tag: Int32) -> Bool {
+        tag == Int32(DW_TAG_namespace) || tag == Int32(DW_TAG_module)
+    }
+
     /// Tags of scopes inside a function that inlined calls may be nested in.
     private static func isBlock(_ tag: Int32) -> Bool {
         switch tag {
@@ -306,27 +321,62 @@ private final class DwarfReader {
         }
     }
 
-    /// Functions of the unit (subprograms with code, also nested in namespaces and types) by address.
+    /// Functions of the unit (subprograms with code, also nested in namespaces and types, and functions nested
+    /// in functions) by address: built only when ``outerFunctions(of:)`` has none for an address (a function
+    /// nested in another whose code lies outside its parent's, or one defined in a type).
     private func functions(of unit: Unit) -> [FunctionRange] {
         if let functions = unit.functions { return functions }
         var result: [FunctionRange] = []
-        func collect(_ parent: inout Dwarf_Die) {
-            var child = Dwarf_Die()
-            guard dw.dwarf_child(&parent, &child) == 0 else { return }
-            while true {
-                let tag = dw.dwarf_tag(&child)
+        collectFunctions(in: &unit.die, nested: true, into: &result)
+        DwarfReader.sortByAddress(&result)
+        unit.functions = result
+        return result
+    }
+
+    /// The unit's functions defined in it or in its namespaces and modules (not in a function or a type), by
+    /// address: the index a lookup searches first. Made without descending into functions and types, so
+    /// their DIEs are parsed once (to skip them: Swift and clang emit no `DW_AT_sibling`) rather than twice:
+    /// a Swift type declares each of its methods with their parameters.
+    private func outerFunctions(of unit: Unit) -> [FunctionRange] {
+        if let functions = unit.outerFunctions { return functions }
+        var result: [FunctionRange] = []
+        collectFunctions(in: &unit.die, nested: false, into: &result)
+        DwarfReader.sortByAddress(&result)
+        unit.outerFunctions = result
+        return result
+    }
+
+    /// Start ascending, then end descending: the innermost range containing an address is the last one that
+    /// starts at or below it and ends above it.
+    private static func sortByAddress(_ ranges: inout [FunctionRange]) {
+        ranges.sort { ($0.start, $1.end) < ($1.start, $0.end) }
+    }
+
+    /// Appends the address ranges of the function definitions among `parent`'s children, and of those in
+    /// namespaces and modules below them; with `nested`, also of those in types and of the functions nested
+    /// in those functions (their children, again through namespaces and types).
+    private func collectFunctions(in parent: inout Dwarf_Die, nested: Bool, into result: inout [FunctionRange]) {
+        var child = Dwarf_Die()
+        guard dw.dwarf_child(&parent, &child) == 0 else { return }
+        while true {
+            let tag = dw.dwarf_tag(&child)
+            if tag == Int32(DW_TAG_subprogram) || tag == Int32(DW_TAG_entry_point) {
+                // Without nested functions only DIEs with code are asked more (most subprograms of a unit are
+                // declarations, or abstract instances of inlined functions, without).
+                let hasCode = nested || dw.dwarf_hasattr(&child, UInt32(DW_AT_low_pc)) != 0
+                    || dw.dwarf_hasattr(&child, UInt32(DW_AT_ranges)) != 0
                 var declaration = Dwarf_Attribute()
                 var isDeclaration = false
-                if tag == Int32(DW_TAG_subprogram), dw.dwarf_attr(&child, UInt32(DW_AT_declaration), &declaration) != nil {
+                if hasCode, tag == Int32(DW_TAG_subprogram),
+                   dw.dwarf_attr(&child, UInt32(DW_AT_declaration), &declaration) != nil {
                     // Present and true: a DW_FORM_flag attribute may also say false.
                     var flag = false
                     isDeclaration = dw.dwarf_formflag(&declaration, &flag) == 0 && flag
                 }
-                if isDeclaration {
-                    // A declaration (a member function in its type, an external function): no code, and the
-                    // functions nested in it are the children of its definition, not of it. Swift types list
-                    // every method so, with their parameters.
-                } else if tag == Int32(DW_TAG_subprogram) || tag == Int32(DW_TAG_entry_point) {
+                // A declaration (a member function in its type, an external function) has no code, and the
+                // functions nested in it are the children of its definition, not of it. Swift types list
+                // every method so, with their parameters.
+                if hasCode && !isDeclaration {
                     var offset = 0
                     var base: Dwarf_Addr = 0, start: Dwarf_Addr = 0, end: Dwarf_Addr = 0
                     while true {
@@ -335,34 +385,47 @@ private final class DwarfReader {
                         if end > start { result.append(FunctionRange(start: start, end: end, die: child)) }
                     }
                     // Functions nested in functions (local functions in some languages) have their own DIEs.
-                    collect(&child)
-                } else if DwarfReader.isContainer(tag) {
-                    collect(&child)
+                    if nested { collectFunctions(in: &child, nested: true, into: &result) }
                 }
-                var next = Dwarf_Die()
-                guard dw.dwarf_siblingof(&child, &next) == 0 else { break }
-                child = next
+            } else if nested ? DwarfReader.isContainer(tag) : DwarfReader.isNamespace(tag) {
+                collectFunctions(in: &child, nested: nested, into: &result)
             }
+            var next = Dwarf_Die()
+            guard dw.dwarf_siblingof(&child, &next) == 0 else { break }
+            child = next
         }
-        collect(&unit.die)
-        result.sort { ($0.start, $1.end) < ($1.start, $0.end) }
-        unit.functions = result
-        return result
+    }
+
+    /// The innermost of `functions` (sorted by ``sortByAddress(_:)``) containing `vaddr`: the latest-starting
+    /// one, looking back at most 256 ranges (ranges may nest or overlap). `nil` when none does.
+    private static func innermost(_ functions: [FunctionRange], containing vaddr: UInt64) -> FunctionRange? {
+        var index = functions.firstIndex(after: vaddr, by: \.start) - 1
+        var checked = 0
+        while index >= 0 && checked < 256 {
+            if vaddr < functions[index].end { return functions[index] }
+            index -= 1
+            checked += 1
+        }
+        return nil
+    }
+
+    /// The function whose code contains `vaddr`, as the unit's whole function index (``functions(of:)``)
+    /// would give it: the innermost of the outer functions and the functions nested in the one found;
+    /// the whole index when no outer function contains `vaddr`.
+    private func function(in unit: Unit, containing vaddr: UInt64) -> Dwarf_Die? {
+        guard let outer = DwarfReader.innermost(outerFunctions(of: unit), containing: vaddr) else {
+            return DwarfReader.innermost(functions(of: unit), containing: vaddr)?.die
+        }
+        var candidates = [outer]
+        var die = outer.die
+        collectFunctions(in: &die, nested: true, into: &candidates)
+        DwarfReader.sortByAddress(&candidates)
+        return (DwarfReader.innermost(candidates, containing: vaddr) ?? outer).die
     }
 
     /// The inlined_subroutine / subprogram DIEs containing `vaddr`, innermost first.
     private func scopes(in unit: Unit, at vaddr: UInt64) -> [Dwarf_Die] {
-        let functions = functions(of: unit)
-        // The innermost (latest-starting) function range containing vaddr.
-        var index = functions.firstIndex(after: vaddr, by: \.start) - 1
-        var outer: Dwarf_Die?
-        var checked = 0
-        while index >= 0 && checked < 256 {
-            if vaddr < functions[index].end { outer = functions[index].die; break }
-            index -= 1
-            checked += 1
-        }
-        guard var current = outer else { return [] }
+        guard var current = function(in: unit, containing: vaddr) else { return [] }
         var chain = [current]
         // Descend through lexical blocks and inlined subroutines that contain vaddr.
         descend: while true {

@@ -327,6 +327,34 @@ public final class ElfFile: Sendable {
         }
     }
 
+    /// ``symbol(containing:)`` for each of `vaddrs` (ELF virtual addresses, any order, repeats allowed), the
+    /// results in their order: the same symbols, found by one pass over each symbol table for all of them
+    /// (while the table is unsorted) rather than one each.
+    public func symbols(containing vaddrs: [UInt64]) -> [ElfSymbol?] {
+        handle.withLock { handle -> [ElfSymbol?] in
+            var result = [ElfSymbol?](repeating: nil, count: vaddrs.count)
+            var pending = Array(vaddrs.indices)
+            for kind in [TableKind.symtab, .dynsym] where !pending.isEmpty {
+                var table = loadedTable(kind, &handle)
+                if table.isEmpty { continue }
+                // Taken out of the handle while the lookup may sort it, as in symbol(containing:).
+                if kind == .symtab { handle.symtab = nil } else { handle.dynsym = nil }
+                let entries = table.entries(containing: pending.map { vaddrs[$0] })
+                var unanswered: [Int] = []
+                for (index, entry) in zip(pending, entries) {
+                    if let entry, let name = table.name(of: entry, in: handle.elf) {
+                        result[index] = ElfSymbol(name: name, address: entry.value, size: entry.size)
+                    } else {
+                        unanswered.append(index)
+                    }
+                }
+                if kind == .symtab { handle.symtab = table } else { handle.dynsym = table }
+                pending = unanswered
+            }
+            return result
+        }
+    }
+
     /// The bytes of the first page (up to 4096 bytes) of the `.text` section, for
     /// ``DebugID/fromTextSection(_:)`` when the file has no build ID; empty when there is no `.text`
     /// with contents.

@@ -2,13 +2,15 @@ import CLibdw
 
 /// The function symbols of one ELF symbol table (`.symtab` or `.dynsym`), for address → symbol lookups.
 /// Names stay in the file's string table (section ``stringSection``) and are read with `elf_strptr` when a
-/// lookup finds an entry, so a table of a few hundred thousand symbols costs 32 bytes per symbol. A table
-/// read through libdwfl (MiniDebugInfo, ``init(miniDebugInfoOf:buildID:maxSymbols:)``) keeps its names itself.
+/// lookup finds an entry. A table read through libdwfl (MiniDebugInfo,
+/// ``init(miniDebugInfoOf:buildID:maxSymbols:)``) keeps its names itself.
 ///
-/// The entries stay in table order for the first ``scansBeforeSorting`` lookups, each a linear scan, and are
-/// sorted by address at the next one, after which lookups are binary searches: a crash report asks a few
-/// addresses of each image, and sorting a table of tens of thousands of symbols costs more than that many
-/// scans of it; a long-running process that asks many keeps the sorted table.
+/// The first ``scansBeforeSorting`` lookups are linear scans in table order, and the next one sorts the
+/// function symbols by address, after which lookups are binary searches: a crash report asks a few addresses
+/// of each image, and sorting a table of tens of thousands of symbols costs more than that many scans of it;
+/// a long-running process that asks many keeps the sorted table. A 64-bit table in the host's byte order (as
+/// libelf gives it) is scanned in place, in libelf's section data: its function symbols are copied (32
+/// bytes each) only to be sorted. Other tables are copied when read.
 struct ElfSymbolTable: Sendable {
     /// One `STT_FUNC` (or sized `STT_NOTYPE`) defined symbol.
     struct Entry: Sendable {
@@ -27,7 +29,18 @@ struct ElfSymbolTable: Sendable {
     /// Lookups answered by a linear scan before the entries are sorted (32).
     static let scansBeforeSorting = 32
 
-    /// The entries: in table order until ``isSorted``, then sorted by value, then rank, then index.
+    /// libelf's `Elf64_Sym` array of one symbol table section, read in place. `@unchecked Sendable` is safe:
+    /// it is section data of the `Elf *` of the ``ElfFile`` whose handle keeps the table, read only under that
+    /// handle's lock and freed (`elf_end`) only with the handle; it is never written.
+    private struct InPlaceSymbols: @unchecked Sendable {
+        var base: UnsafePointer<Elf64_Sym>
+        var count: Int
+    }
+
+    /// The symbols read in place until ``isSorted`` (then `nil`); `nil` for a table read another way.
+    private var inPlace: InPlaceSymbols?
+    /// The entries: empty while the table is read in place; otherwise in table order until ``isSorted``,
+    /// then sorted by value, then rank, then index.
     private(set) var entries: [Entry] = []
     /// `true` once ``entries`` are sorted (lookups are binary searches from then on).
     private(set) var isSorted = false
@@ -41,7 +54,7 @@ struct ElfSymbolTable: Sendable {
     private var maxSize: UInt64 = 0
 
     /// `true` when the table has no function symbols (or the file has no such table).
-    var isEmpty: Bool { entries.isEmpty }
+    private(set) var isEmpty = true
 
     /// An empty table: the file has no such section, or it was refused as damaged.
     init() {}
@@ -62,13 +75,14 @@ struct ElfSymbolTable: Sendable {
         // file's own bytes when they already are): read in place, not one `gelf_getsym` call (and libelf
         // lock) per symbol.
         guard let buffer = data.pointee.d_buf, data.pointee.d_type == ELF_T_SYM else { return }
-        entries.reserveCapacity(count)
         if gelf_getclass(elf) == ELFCLASS64 && entrySize == UInt64(MemoryLayout<Elf64_Sym>.size) {
-            let symbols = UnsafeRawPointer(buffer).bindMemory(to: Elf64_Sym.self, capacity: count)
-            for index in 0..<count where symbols[index].st_name != 0 {
-                let sym = symbols[index]
-                add(GElf_Sym(st_name: sym.st_name, st_info: sym.st_info, st_other: sym.st_other, st_shndx: sym.st_shndx,
-                             st_value: sym.st_value, st_size: sym.st_size), nameOffset: sym.st_name, index: index)
+            let symbols = InPlaceSymbols(base: UnsafeRawPointer(buffer).bindMemory(to: Elf64_Sym.self, capacity: count),
+                                         count: count)
+            inPlace = symbols
+            isEmpty = true
+            for index in 0..<count where ElfSymbolTable.entry(symbols.base[index], index: index) != nil {
+                isEmpty = false
+                break
             }
         } else {
             for index in 0..<count {
@@ -115,21 +129,66 @@ struct ElfSymbolTable: Sendable {
     /// it is skipped.
     @discardableResult
     private mutating func add(_ sym: GElf_Sym, nameOffset: UInt32, index: Int) -> Bool {
-        let type = Int32(sym.st_info & 0xf)
-        let binding = Int32(sym.st_info >> 4)
-        guard sym.st_shndx != UInt16(SHN_UNDEF), sym.st_size > 0, type == STT_FUNC || type == STT_NOTYPE else {
+        guard let entry = ElfSymbolTable.entry(info: sym.st_info, shndx: sym.st_shndx, value: sym.st_value,
+                                               size: sym.st_size, nameOffset: nameOffset, index: index) else {
             return false
         }
-        let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
-        entries.append(Entry(value: sym.st_value, size: sym.st_size, nameOffset: nameOffset, rank: rank,
-                             index: UInt32(truncatingIfNeeded: index)))
+        entries.append(entry)
         maxSize = max(maxSize, sym.st_size)
+        isEmpty = false
         return true
+    }
+
+    /// The entry of a defined `STT_FUNC`, or sized `STT_NOTYPE`, symbol with a size; `nil` for other symbols.
+    @inline(__always)
+    private static func entry(info: UInt8, shndx: UInt16, value: UInt64, size: UInt64, nameOffset: UInt32,
+                              index: Int) -> Entry? {
+        let type = Int32(info & 0xf)
+        guard shndx != UInt16(SHN_UNDEF), size > 0, type == STT_FUNC || type == STT_NOTYPE else { return nil }
+        let binding = Int32(info >> 4)
+        let rank: UInt8 = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2
+        return Entry(value: value, size: size, nameOffset: nameOffset, rank: rank, index: UInt32(truncatingIfNeeded: index))
+    }
+
+    /// ``entry(info:shndx:value:size:nameOffset:index:)`` of an `Elf64_Sym` read in place, which also needs
+    /// a name (`st_name` not 0), as the tables read otherwise.
+    @inline(__always)
+    private static func entry(_ sym: Elf64_Sym, index: Int) -> Entry? {
+        guard sym.st_name != 0 else { return nil }
+        return entry(info: sym.st_info, shndx: sym.st_shndx, value: sym.st_value, size: sym.st_size,
+                     nameOffset: sym.st_name, index: index)
+    }
+
+    /// Calls `body` with each entry in table order: from the symbols read in place, else from ``entries``.
+    @inline(__always)
+    private func forEachEntry(_ body: (Entry) -> Void) {
+        if let inPlace {
+            for index in 0..<inPlace.count {
+                if let entry = ElfSymbolTable.entry(inPlace.base[index], index: index) { body(entry) }
+            }
+        } else {
+            entries.withUnsafeBufferPointer { entries in
+                for entry in entries { body(entry) }
+            }
+        }
     }
 
     /// Sorts by address, then preferred binding, then table order (the index in the table, as a tiebreaker:
     /// one key, so an unstable in-place sort gives the same order as a stable one).
     private mutating func sortEntries() {
+        if let inPlace {
+            var copied: [Entry] = []
+            var largest: UInt64 = 0
+            for index in 0..<inPlace.count {
+                if let entry = ElfSymbolTable.entry(inPlace.base[index], index: index) {
+                    copied.append(entry)
+                    largest = max(largest, entry.size)
+                }
+            }
+            entries = copied
+            maxSize = largest
+            self.inPlace = nil
+        }
         entries.sort { lhs, rhs in
             if lhs.value != rhs.value { return lhs.value < rhs.value }
             if lhs.rank != rhs.rank { return lhs.rank < rhs.rank }
@@ -160,20 +219,67 @@ struct ElfSymbolTable: Sendable {
         return search(containing: vaddr)
     }
 
+    /// ``entry(containing:)`` for each of `addresses` (any order, repeats allowed), the results in their
+    /// order. Before the entries are sorted, one pass over them answers all the addresses (and counts as one
+    /// scan): each entry is matched against the addresses in its range by a binary search in them, so a
+    /// frame list's addresses of one image cost about one scan, not one each.
+    mutating func entries(containing addresses: [UInt64]) -> [Entry?] {
+        if !isSorted {
+            if scans < ElfSymbolTable.scansBeforeSorting {
+                scans += 1
+                return scan(containing: addresses)
+            }
+            sortEntries()
+        }
+        return addresses.map { search(containing: $0) }
+    }
+
+    /// ``entries(containing:)`` by one pass over the entries in any order.
+    private func scan(containing addresses: [UInt64]) -> [Entry?] {
+        guard !addresses.isEmpty else { return [] }
+        let sorted = addresses.sorted()
+        var best = [Entry?](repeating: nil, count: sorted.count)
+        sorted.withUnsafeBufferPointer { sorted in
+            best.withUnsafeMutableBufferPointer { best in
+                let lowest = sorted[0], highest = sorted[sorted.count - 1]
+                forEachEntry { entry in
+                    // Entries that start above the highest address, or end at or below the lowest, contain none.
+                    guard entry.value <= highest && (entry.value > lowest || lowest - entry.value < entry.size) else { return }
+                    // The first address at or above the entry's start, then every one inside the entry.
+                    var low = 0, high = sorted.count
+                    while low < high {
+                        let mid = (low + high) / 2
+                        if sorted[mid] < entry.value { low = mid + 1 } else { high = mid }
+                    }
+                    var index = low
+                    while index < sorted.count && sorted[index] - entry.value < entry.size {
+                        if let found = best[index], !(entry.value > found.value
+                            || (entry.value == found.value && (entry.rank, entry.index) < (found.rank, found.index))) {
+                            index += 1
+                            continue
+                        }
+                        best[index] = entry
+                        index += 1
+                    }
+                }
+            }
+        }
+        return addresses.map { address in best[sorted.firstIndex(after: address, by: { $0 }) - 1] }
+    }
+
     /// ``entry(containing:)`` by one pass over the entries in any order.
     private func scan(containing vaddr: UInt64) -> Entry? {
-        entries.withUnsafeBufferPointer { entries -> Entry? in
-            var best: Entry?
-            for entry in entries where entry.value <= vaddr && vaddr - entry.value < entry.size {
-                if let found = best {
-                    guard entry.value > found.value
-                        || (entry.value == found.value
-                            && (entry.rank, entry.index) < (found.rank, found.index)) else { continue }
-                }
-                best = entry
+        var best: Entry?
+        forEachEntry { entry in
+            guard entry.value <= vaddr && vaddr - entry.value < entry.size else { return }
+            if let found = best {
+                guard entry.value > found.value
+                    || (entry.value == found.value
+                        && (entry.rank, entry.index) < (found.rank, found.index)) else { return }
             }
-            return best
+            best = entry
         }
+        return best
     }
 
     /// ``entry(containing:)`` in the sorted entries.

@@ -298,10 +298,13 @@ public final class Symbolicator: Sendable {
 
     /// The frames of `address` (runtime) in `image`, loaded at `imageBase`: the body of
     /// ``symbolicate(address:imagePath:imageBase:buildID:debugID:)`` once the image's files are found.
-    private static func frames(at address: UInt64, in image: ResolvedImage, imageBase: UInt64) -> [SymbolicatedFrame] {
+    /// `known` is the symbol table's answer for the address when the caller looked it up already
+    /// (`.some(nil)`: no symbol contains it); `nil` looks it up here.
+    private static func frames(at address: UInt64, in image: ResolvedImage, imageBase: UInt64,
+                               symbol known: ElfSymbol?? = nil) -> [SymbolicatedFrame] {
         let vaddr = address &- imageBase &+ image.firstLoadVaddr
         let runtime = { (value: UInt64) in value &- image.firstLoadVaddr &+ imageBase }
-        let symbol = image.symbolFile?.symbol(containing: vaddr)
+        let symbol = known ?? image.symbolFile?.symbol(containing: vaddr)
         let locations = image.dwarf?.locations(at: vaddr) ?? []
         guard let outer = locations.last else {
             guard let symbol else { return [] }
@@ -521,10 +524,15 @@ public final class Symbolicator: Sendable {
             outcome.resolved = item.known
                 ?? Symbolicator.resolve(imagePath: item.imagePath, buildID: item.buildID, locator: locator,
                                         candidates: { item.candidates }, open: open, dwarf: dwarf)
-            if let image = outcome.resolved {
-                for lookup in item.lookups {
+            if let image = outcome.resolved, !item.lookups.isEmpty {
+                // The symbol table is searched once for all the image's addresses.
+                let symbols = image.symbolFile?.symbols(containing: item.lookups.map {
+                    $0.address &- $0.imageBase &+ image.firstLoadVaddr
+                })
+                for (index, lookup) in item.lookups.enumerated() {
                     outcome.answers[Answer(image: item.key, address: lookup.address, imageBase: lookup.imageBase)] =
-                        Symbolicator.frames(at: lookup.address, in: image, imageBase: lookup.imageBase)
+                        Symbolicator.frames(at: lookup.address, in: image, imageBase: lookup.imageBase,
+                                            symbol: .some(symbols?[index] ?? nil))
                 }
             }
             let result = outcome
