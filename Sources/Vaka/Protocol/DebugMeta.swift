@@ -13,7 +13,7 @@ public struct DebugMeta: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<DebugMeta>] = [
-        .strictOrBase("images", \.images),
+        .strictOrBase("images", { $0.images }, { $0.images = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -66,9 +66,9 @@ public struct DebugImage: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<DebugImage>] = [
-        .required("type", \.type),
-        .lenient("code_file", \.codeFile),
-        .required("image_addr", \.imageAddr),
+        .required("type", { $0.type }, { $0.type = $1 }),
+        .lenient("code_file", { $0.codeFile }, { $0.codeFile = $1 }),
+        .required("image_addr", { $0.imageAddr }, { $0.imageAddr = $1 }),
         // A number, or (as some SDKs write it) a "0x…" string.
         Field(name: "image_size",
               decode: { image, c, odd in
@@ -79,9 +79,9 @@ public struct DebugImage: Codable, Equatable, Sendable, FieldCoded {
               encode: { image, c, other, _ in
                   try c.encode(image.imageSize, forKey: OtherFieldKey("image_size"), orVerbatimFrom: other)
               }),
-        .lenient("code_id", \.codeID),
-        .lenient("debug_id", \.debugID),
-        .lenient("arch", \.arch),
+        .lenient("code_id", { $0.codeID }, { $0.codeID = $1 }),
+        .lenient("debug_id", { $0.debugID }, { $0.debugID = $1 }),
+        .lenient("arch", { $0.arch }, { $0.arch = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).

@@ -115,26 +115,26 @@ public struct Event: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<Event>] = [
-        .verbatimFirst("event_id", \.eventID, omit: { $0.isEmpty }),
-        .verbatimFirst("timestamp", \.timestamp),
-        .verbatimFirst("platform", \.platform),
-        .verbatimFirst("level", \.level),
-        .verbatimFirst("sdk", \.sdk),
-        .verbatimFirst("release", \.release),
-        .verbatimFirst("environment", \.environment),
-        .verbatimFirst("logentry", \.logentry),
-        .verbatimFirst("user", \.user),
-        .verbatimFirst("tags", \.tags),
-        .verbatimFirst("extra", \.extra),
-        .verbatimFirst("breadcrumbs", \.breadcrumbs),
-        .verbatimFirst("contexts", \.contexts),
-        .verbatimFirst("exception", \.exception),
-        .verbatimFirst("threads", \.threads),
-        .verbatimFirst("debug_meta", \.debugMeta),
-        .verbatimFirst("dist", \.dist),
-        .verbatimFirst("server_name", \.serverName),
-        .verbatimFirst("type", \.type),
-        .verbatimFirst("fingerprint", \.fingerprint),
+        .verbatimFirst("event_id", { $0.eventID }, { $0.eventID = $1 }, omit: { $0.isEmpty }),
+        .verbatimFirst("timestamp", { $0.timestamp }, { $0.timestamp = $1 }),
+        .verbatimFirst("platform", { $0.platform }, { $0.platform = $1 }),
+        .verbatimFirst("level", { $0.level }, { $0.level = $1 }),
+        .verbatimFirst("sdk", { $0.sdk }, { $0.sdk = $1 }),
+        .verbatimFirst("release", { $0.release }, { $0.release = $1 }),
+        .verbatimFirst("environment", { $0.environment }, { $0.environment = $1 }),
+        .verbatimFirst("logentry", { $0.logentry }, { $0.logentry = $1 }),
+        .verbatimFirst("user", { $0.user }, { $0.user = $1 }),
+        .verbatimFirst("tags", { $0.tags }, { $0.tags = $1 }),
+        .verbatimFirst("extra", { $0.extra }, { $0.extra = $1 }),
+        .verbatimFirst("breadcrumbs", { $0.breadcrumbs }, { $0.breadcrumbs = $1 }),
+        .verbatimFirst("contexts", { $0.contexts }, { $0.contexts = $1 }),
+        .verbatimFirst("exception", { $0.exception }, { $0.exception = $1 }),
+        .verbatimFirst("threads", { $0.threads }, { $0.threads = $1 }),
+        .verbatimFirst("debug_meta", { $0.debugMeta }, { $0.debugMeta = $1 }),
+        .verbatimFirst("dist", { $0.dist }, { $0.dist = $1 }),
+        .verbatimFirst("server_name", { $0.serverName }, { $0.serverName = $1 }),
+        .verbatimFirst("type", { $0.type }, { $0.type = $1 }),
+        .verbatimFirst("fingerprint", { $0.fingerprint }, { $0.fingerprint = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -190,7 +190,7 @@ public struct LogEntry: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<LogEntry>] = [
-        .required("formatted", \.formatted),
+        .required("formatted", { $0.formatted }, { $0.formatted = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -235,10 +235,10 @@ public struct User: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<User>] = [
-        .strict("id", \.id),
-        .strict("email", \.email),
-        .strict("username", \.username),
-        .strict("ip_address", \.ipAddress),
+        .strict("id", { $0.id }, { $0.id = $1 }),
+        .strict("email", { $0.email }, { $0.email = $1 }),
+        .strict("username", { $0.username }, { $0.username = $1 }),
+        .strict("ip_address", { $0.ipAddress }, { $0.ipAddress = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -256,8 +256,12 @@ public struct User: Codable, Equatable, Sendable, FieldCoded {
     }
 }
 
-/// A `{"values": [...]}` wrapper, the shape of the `exception` and `threads` interfaces.
-public struct ValueList<Element: Codable & Equatable & Sendable>: Codable, Equatable, Sendable {
+/// A `{"values": [...]}` wrapper, the shape of the `exception` and `threads` interfaces: `Codable` and
+/// `Equatable` when its elements are. (Those are conformances of the wrapper, not requirements on `Element`:
+/// the Swift runtime checks a generic type's requirements each time it makes the type's metadata from its
+/// mangled name, and the first check of each element type and protocol scans every loaded library's
+/// conformance records; the first event encoded in a process made nine such scans.)
+public struct ValueList<Element: Sendable>: Sendable {
     /// The entries.
     public var values: [Element]
 
@@ -266,6 +270,9 @@ public struct ValueList<Element: Codable & Equatable & Sendable>: Codable, Equat
         self.values = values
     }
 }
+
+extension ValueList: Codable where Element: Codable {}
+extension ValueList: Equatable where Element: Equatable {}
 
 /// The SDK that produced an event (`sdk`): name and version, e.g. `vaka.swift` / `0.1.0`.
 public struct SDKInfo: Codable, Equatable, Sendable, FieldCoded {
@@ -290,10 +297,10 @@ public struct SDKInfo: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<SDKInfo>] = [
-        .required("name", \.name),
-        .required("version", \.version),
-        .strict("packages", \.packages),
-        .strict("integrations", \.integrations),
+        .required("name", { $0.name }, { $0.name = $1 }),
+        .required("version", { $0.version }, { $0.version = $1 }),
+        .strict("packages", { $0.packages }, { $0.packages = $1 }),
+        .strict("integrations", { $0.integrations }, { $0.integrations = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -348,9 +355,9 @@ public struct Contexts: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<Contexts>] = [
-        .strict("device", \.device),
-        .strict("os", \.os),
-        .strict("app", \.app),
+        .strict("device", { $0.device }, { $0.device = $1 }),
+        .strict("os", { $0.os }, { $0.os = $1 }),
+        .strict("app", { $0.app }, { $0.app = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -384,7 +391,7 @@ public struct DeviceContext: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<DeviceContext>] = [
-        .strict("arch", \.arch),
+        .strict("arch", { $0.arch }, { $0.arch = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -438,13 +445,13 @@ public struct OSContext: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<OSContext>] = [
-        .strict("name", \.name),
-        .strict("version", \.version),
-        .strict("kernel_version", \.kernelVersion),
-        .strict("build", \.build),
-        .strict("distribution_name", \.distributionName),
-        .strict("distribution_version", \.distributionVersion),
-        .strict("distribution_pretty_name", \.distributionPrettyName),
+        .strict("name", { $0.name }, { $0.name = $1 }),
+        .strict("version", { $0.version }, { $0.version = $1 }),
+        .strict("kernel_version", { $0.kernelVersion }, { $0.kernelVersion = $1 }),
+        .strict("build", { $0.build }, { $0.build = $1 }),
+        .strict("distribution_name", { $0.distributionName }, { $0.distributionName = $1 }),
+        .strict("distribution_version", { $0.distributionVersion }, { $0.distributionVersion = $1 }),
+        .strict("distribution_pretty_name", { $0.distributionPrettyName }, { $0.distributionPrettyName = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -488,10 +495,10 @@ public struct AppContext: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<AppContext>] = [
-        .strict("app_name", \.appName),
-        .strict("app_version", \.appVersion),
-        .strict("app_start_time", \.appStartTime),
-        .strict("app_identifier", \.appIdentifier),
+        .strict("app_name", { $0.appName }, { $0.appName = $1 }),
+        .strict("app_version", { $0.appVersion }, { $0.appVersion = $1 }),
+        .strict("app_start_time", { $0.appStartTime }, { $0.appStartTime = $1 }),
+        .strict("app_identifier", { $0.appIdentifier }, { $0.appIdentifier = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).

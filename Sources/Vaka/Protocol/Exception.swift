@@ -26,11 +26,11 @@ public struct Exception: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<Exception>] = [
-        .lenient("type", \.type),
-        .lenient("value", \.value),
-        .lenient("thread_id", \.threadID),
-        .lenient("mechanism", \.mechanism),
-        .lenient("stacktrace", \.stacktrace),
+        .lenient("type", { $0.type }, { $0.type = $1 }),
+        .lenient("value", { $0.value }, { $0.value = $1 }),
+        .lenient("thread_id", { $0.threadID }, { $0.threadID = $1 }),
+        .lenient("mechanism", { $0.mechanism }, { $0.mechanism = $1 }),
+        .lenient("stacktrace", { $0.stacktrace }, { $0.stacktrace = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -79,11 +79,11 @@ public struct Mechanism: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<Mechanism>] = [
-        .required("type", \.type),
-        .strict("handled", \.handled),
-        .strict("meta", \.meta),
-        .strict("data", \.data),
-        .strict("source", \.source),
+        .required("type", { $0.type }, { $0.type = $1 }),
+        .strict("handled", { $0.handled }, { $0.handled = $1 }),
+        .strict("meta", { $0.meta }, { $0.meta = $1 }),
+        .strict("data", { $0.data }, { $0.data = $1 }),
+        .strict("source", { $0.source }, { $0.source = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -120,8 +120,8 @@ public struct MechanismMeta: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<MechanismMeta>] = [
-        .strict("signal", \.signal),
-        .strict("ns_error", \.nsError),
+        .strict("signal", { $0.signal }, { $0.signal = $1 }),
+        .strict("ns_error", { $0.nsError }, { $0.nsError = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -164,10 +164,10 @@ public struct SignalMeta: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<SignalMeta>] = [
-        .required("number", \.number),
-        .strict("code", \.code),
-        .strict("name", \.name),
-        .strict("code_name", \.codeName),
+        .required("number", { $0.number }, { $0.number = $1 }),
+        .strict("code", { $0.code }, { $0.code = $1 }),
+        .strict("name", { $0.name }, { $0.name = $1 }),
+        .strict("code_name", { $0.codeName }, { $0.codeName = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -205,8 +205,8 @@ public struct NSErrorMeta: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<NSErrorMeta>] = [
-        .required("code", \.code),
-        .strict("domain", \.domain),
+        .required("code", { $0.code }, { $0.code = $1 }),
+        .strict("domain", { $0.domain }, { $0.domain = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).

@@ -56,68 +56,73 @@ struct Field<Root>: Sendable {
 extension Field {
     /// An optional field read strictly: absent or `null` is `nil`, a value of another type throws; written when
     /// not `nil`.
-    static func strict<T: Codable & Sendable>(_ name: String, _ path: WritableKeyPath<Root, T?> & Sendable) -> Field {
+    static func strict<T: Codable & Sendable>(_ name: String, _ get: @escaping @Sendable (Root) -> T?,
+                                              _ set: @escaping @Sendable (inout Root, T?) -> Void) -> Field {
         let key = OtherFieldKey(name)
         return Field(name: name,
-                     decode: { root, c, _ in root[keyPath: path] = try c.decodeIfPresent(T.self, forKey: key) },
-                     encode: { root, c, _, _ in try c.encodeIfPresent(root[keyPath: path], forKey: key) })
+                     decode: { root, c, _ in try set(&root, c.decodeIfPresent(T.self, forKey: key)) },
+                     encode: { root, c, _, _ in try c.encodeIfPresent(get(root), forKey: key) })
     }
 
     /// A required field: absent, `null` or of another type throws; always written.
-    static func required<T: Codable & Sendable>(_ name: String, _ path: WritableKeyPath<Root, T> & Sendable) -> Field {
+    static func required<T: Codable & Sendable>(_ name: String, _ get: @escaping @Sendable (Root) -> T,
+                                                _ set: @escaping @Sendable (inout Root, T) -> Void) -> Field {
         let key = OtherFieldKey(name)
         return Field(name: name,
-                     decode: { root, c, _ in root[keyPath: path] = try c.decode(T.self, forKey: key) },
-                     encode: { root, c, _, _ in try c.encode(root[keyPath: path], forKey: key) })
+                     decode: { root, c, _ in try set(&root, c.decode(T.self, forKey: key)) },
+                     encode: { root, c, _, _ in try c.encode(get(root), forKey: key) })
     }
 
     /// A field that keeps the decoding base's value when absent or `null` (e.g. no `images` is none); of
     /// another type throws; always written.
-    static func strictOrBase<T: Codable & Sendable>(_ name: String, _ path: WritableKeyPath<Root, T> & Sendable) -> Field {
+    static func strictOrBase<T: Codable & Sendable>(_ name: String, _ get: @escaping @Sendable (Root) -> T,
+                                                    _ set: @escaping @Sendable (inout Root, T) -> Void) -> Field {
         let key = OtherFieldKey(name)
         return Field(name: name,
                      decode: { root, c, _ in
-                         if let value = try c.decodeIfPresent(T.self, forKey: key) { root[keyPath: path] = value }
+                         if let value = try c.decodeIfPresent(T.self, forKey: key) { set(&root, value) }
                      },
-                     encode: { root, c, _, _ in try c.encode(root[keyPath: path], forKey: key) })
+                     encode: { root, c, _, _ in try c.encode(get(root), forKey: key) })
     }
 
     /// An optional field read leniently (see ``KeyedDecodingContainer/decodeLeniently(_:forKey:odd:)``): a value
     /// of another type is kept verbatim and written back in the field's place while the property is `nil`.
     /// `reportOnly` fields are written only in the ``Event/Encoding/report`` encoding.
-    static func lenient<T: Codable & Sendable>(_ name: String, _ path: WritableKeyPath<Root, T?> & Sendable,
-                                    reportOnly: Bool = false) -> Field {
+    static func lenient<T: Codable & Sendable>(_ name: String, _ get: @escaping @Sendable (Root) -> T?,
+                                               _ set: @escaping @Sendable (inout Root, T?) -> Void, reportOnly: Bool = false) -> Field {
         let key = OtherFieldKey(name)
         return Field(name: name,
-                     decode: { root, c, odd in root[keyPath: path] = c.decodeLeniently(T.self, forKey: key, odd: &odd) },
+                     decode: { root, c, odd in set(&root, c.decodeLeniently(T.self, forKey: key, odd: &odd)) },
                      encode: { root, c, other, encoding in
                          if reportOnly, encoding != .report { return }
-                         try c.encode(root[keyPath: path], forKey: key, orVerbatimFrom: other)
+                         try c.encode(get(root), forKey: key, orVerbatimFrom: other)
                      })
     }
 
     /// An optional field read leniently whose verbatim value, when `other` holds one, is written in preference
     /// to the property (the event's top-level fields).
-    static func verbatimFirst<T: Codable & Sendable>(_ name: String, _ path: WritableKeyPath<Root, T?> & Sendable) -> Field {
+    static func verbatimFirst<T: Codable & Sendable>(_ name: String, _ get: @escaping @Sendable (Root) -> T?,
+                                                     _ set: @escaping @Sendable (inout Root, T?) -> Void) -> Field {
         let key = OtherFieldKey(name)
         return Field(name: name,
-                     decode: { root, c, odd in root[keyPath: path] = c.decodeLeniently(T.self, forKey: key, odd: &odd) },
+                     decode: { root, c, odd in set(&root, c.decodeLeniently(T.self, forKey: key, odd: &odd)) },
                      encode: { root, c, other, _ in
-                         if let raw = other?[name] { try c.encode(raw, forKey: key) } else { try c.encodeIfPresent(root[keyPath: path], forKey: key) }
+                         if let raw = other?[name] { try c.encode(raw, forKey: key) } else { try c.encodeIfPresent(get(root), forKey: key) }
                      })
     }
 
     /// A field with a default (the decoding base's value, kept when the member is absent or odd), read
     /// leniently and written as ``verbatimFirst(_:_:)``; a value `omit` holds for is left out.
-    static func verbatimFirst<T: Codable & Sendable>(_ name: String, _ path: WritableKeyPath<Root, T> & Sendable,
-                                          omit: (@Sendable (T) -> Bool)? = nil) -> Field {
+    static func verbatimFirst<T: Codable & Sendable>(_ name: String, _ get: @escaping @Sendable (Root) -> T,
+                                                     _ set: @escaping @Sendable (inout Root, T) -> Void,
+                                                     omit: (@Sendable (T) -> Bool)? = nil) -> Field {
         let key = OtherFieldKey(name)
         return Field(name: name,
                      decode: { root, c, odd in
-                         if let value = c.decodeLeniently(T.self, forKey: key, odd: &odd) { root[keyPath: path] = value }
+                         if let value = c.decodeLeniently(T.self, forKey: key, odd: &odd) { set(&root, value) }
                      },
                      encode: { root, c, other, _ in
-                         let value = root[keyPath: path]
+                         let value = get(root)
                          if let raw = other?[name] {
                              try c.encode(raw, forKey: key)
                          } else if omit?(value) != true {
@@ -144,7 +149,7 @@ extension FieldCoded {
     init(decodingFields decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: OtherFieldKey.self)
         let fields = Self.fields
-        let known = Set(fields.map(\.name))
+        let known = Set(fields.map { $0.name })
         var other: [String: JSONValue] = [:]
         for key in c.allKeys where !known.contains(key.stringValue) {
             other[key.stringValue] = try c.decode(JSONValue.self, forKey: key)
@@ -162,7 +167,7 @@ extension FieldCoded {
         let fields = Self.fields
         for field in fields { try field.encode(self, &c, other, encoding) }
         guard let other, !other.isEmpty else { return }
-        let known = Set(fields.map(\.name))
+        let known = Set(fields.map { $0.name })
         for (name, value) in other where !known.contains(name) {
             try c.encode(value, forKey: OtherFieldKey(name))
         }

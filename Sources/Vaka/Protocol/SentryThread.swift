@@ -32,12 +32,12 @@ public struct SentryThread: Codable, Equatable, Sendable, FieldCoded {
 
     /// The fields, by wire name, in the order they are written.
     static let fields: [Field<SentryThread>] = [
-        .lenient("id", \.id),
-        .lenient("name", \.name),
-        .lenient("crashed", \.crashed),
-        .lenient("current", \.current),
-        .lenient("stacktrace", \.stacktrace),
-        .lenient("state", \.state),
+        .lenient("id", { $0.id }, { $0.id = $1 }),
+        .lenient("name", { $0.name }, { $0.name = $1 }),
+        .lenient("crashed", { $0.crashed }, { $0.crashed = $1 }),
+        .lenient("current", { $0.current }, { $0.current = $1 }),
+        .lenient("stacktrace", { $0.stacktrace }, { $0.stacktrace = $1 }),
+        .lenient("state", { $0.state }, { $0.state = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).

@@ -29,7 +29,7 @@ public struct Stacktrace: Codable, Equatable, Sendable, FieldCoded {
                       try c.encode(stacktrace.frames, forKey: OtherFieldKey("frames"))
                   }
               }),
-        .lenient("registers", \.registers),
+        .lenient("registers", { $0.registers }, { $0.registers = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
@@ -116,17 +116,17 @@ public struct Frame: Codable, Equatable, Sendable, FieldCoded {
                   try c.encode(frame.hasInstructionAddr ? frame.instructionAddr : nil, forKey: OtherFieldKey("instruction_addr"),
                                orVerbatimFrom: other)
               }),
-        .lenient("trust", \.trust, reportOnly: true),
-        .lenient("package", \.package),
-        .lenient("image_addr", \.imageAddr),
-        .lenient("function", \.function),
-        .lenient("symbol", \.symbol),
-        .lenient("symbol_addr", \.symbolAddr),
-        .lenient("in_app", \.inApp),
-        .lenient("filename", \.filename),
-        .lenient("lineno", \.lineno),
-        .lenient("colno", \.colno),
-        .lenient("abs_path", \.absPath),
+        .lenient("trust", { $0.trust }, { $0.trust = $1 }, reportOnly: true),
+        .lenient("package", { $0.package }, { $0.package = $1 }),
+        .lenient("image_addr", { $0.imageAddr }, { $0.imageAddr = $1 }),
+        .lenient("function", { $0.function }, { $0.function = $1 }),
+        .lenient("symbol", { $0.symbol }, { $0.symbol = $1 }),
+        .lenient("symbol_addr", { $0.symbolAddr }, { $0.symbolAddr = $1 }),
+        .lenient("in_app", { $0.inApp }, { $0.inApp = $1 }),
+        .lenient("filename", { $0.filename }, { $0.filename = $1 }),
+        .lenient("lineno", { $0.lineno }, { $0.lineno = $1 }),
+        .lenient("colno", { $0.colno }, { $0.colno = $1 }),
+        .lenient("abs_path", { $0.absPath }, { $0.absPath = $1 }),
     ]
 
     /// The value decoding starts from (see ``FieldCoded/decodingBase``).
