@@ -1,7 +1,9 @@
 /*
  * Signal path: the ways the handler ends the process itself — after a fault inside the capture (on the
  * winner), from another thread when the winner is stuck (the watchdog), and in a process the state does not
- * belong to (a vfork child). Otherwise the process dies by the chained previous action (sig_chain.c).
+ * belong to (a vfork child). Otherwise the process dies by the chained previous action (sig_chain.c), made
+ * non-dumpable first when that is the default action and no core file would be written
+ * (vaka_sig_before_default_death).
  */
 #include "sig_state.h"
 
