@@ -41,7 +41,7 @@ __attribute__((noinline)) size_t vaka_crash_capture_frames(uintptr_t *out, size_
     size_t limit = max + skip < VAKA_REPORT_MAX_FRAMES ? max + skip : VAKA_REPORT_MAX_FRAMES;
     pthread_mutex_lock(&reader_lock);
     if (!reader_ready) {
-        vaka_rt_safe_reader_init(&reader);
+        vaka_rt_safe_reader_init(&reader, 0);
         reader_ready = 1;
     }
     vaka_safe_reader_begin(&reader);

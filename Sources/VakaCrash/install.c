@@ -2,9 +2,11 @@
  * Install time: configuration, sigaction install/uninstall, and everything the handler needs prepared in
  * static storage before a crash (report path, executable path, image list, the Swift runtime's fatal
  * message buffer, glibc's abort message, the dynamic linker's r_debug, the safe-memory reader, libunwind
- * opened with dlopen and warmed up, the report's space reserve). With `defer_preparation` the last two are left to
- * vaka_crash_finish_install(), run later on another thread: the handler works without them (it opens the
- * report by name and unwinds by frame pointers until they are there). Not signal safe; serialised by a mutex.
+ * opened with dlopen and warmed up, the report's space reserve). With `defer_preparation` the last two, and the
+ * safe-memory reader's fallback pipe when process_vm_readv works, are left to vaka_crash_finish_install(), run
+ * later on another thread, which then collects the image list again (with the libraries libunwind brought): the
+ * handler works without them (it opens the report by name, unwinds by frame pointers and reads images missing
+ * from the list from memory until they are there). Not signal safe; serialised by a mutex.
  */
 #include "vaka_internal.h"
 #include "sig_threads.h"
@@ -43,34 +45,45 @@ static const int default_signals[] = { VAKA_CRASH_SIGNALS };
 
 /* ------------------------------------------------------------------ safe memory setup */
 
-int vaka_rt_safe_reader_init(vaka_safe_reader *r)
+int vaka_rt_safe_reader_make_pipe(vaka_safe_reader *r)
 {
-    int err = 0;
     struct stat st;
     /* Keep a pipe from an earlier install if it is still ours. */
     if (r->pipe_w >= 0) {
-        if (fstat(r->pipe_r, &st) != 0 || st.st_ino != r->pipe_ino || st.st_dev != r->pipe_dev ||
-            fstat(r->pipe_w, &st) != 0 || st.st_ino != r->pipe_ino || st.st_dev != r->pipe_dev)
-            r->pipe_r = r->pipe_w = -1;
+        if (fstat(r->pipe_r, &st) == 0 && st.st_ino == r->pipe_ino && st.st_dev == r->pipe_dev &&
+            fstat(r->pipe_w, &st) == 0 && st.st_ino == r->pipe_ino && st.st_dev == r->pipe_dev)
+            return 0;
+        __atomic_store_n(&r->pipe_w, -1, __ATOMIC_RELEASE);
+        r->pipe_r = -1;
     }
-    if (r->pipe_w < 0) {
-        int fds[2];
-        if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0 && fstat(fds[0], &st) == 0) {
-            r->pipe_r = fds[0];
-            r->pipe_w = fds[1];
-            r->pipe_dev = st.st_dev;
-            r->pipe_ino = st.st_ino;
-        } else {
-            err = errno;
-        }
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return errno;
+    if (fstat(fds[0], &st) != 0) {
+        int err = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return err;
     }
-    r->pid = getpid();
+    /* The write end last: a capture on another thread that sees it sees the rest (and checks the identity). */
+    r->pipe_dev = st.st_dev;
+    r->pipe_ino = st.st_ino;
+    r->pipe_r = fds[0];
+    __atomic_store_n(&r->pipe_w, fds[1], __ATOMIC_RELEASE);
+    return 0;
+}
 
+int vaka_rt_safe_reader_init(vaka_safe_reader *r, int defer_pipe)
+{
+    r->pid = getpid();
     /* Probe process_vm_readv on our own memory: containers and seccomp policies may refuse it. */
     volatile uint64_t probe = 0x5641b4a5u, copy = 0;
     struct iovec local = { (void *)&copy, sizeof copy };
     struct iovec remote = { (void *)&probe, sizeof probe };
-    if (process_vm_readv(r->pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof copy && copy == probe) {
+    int pvr = process_vm_readv(r->pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof copy && copy == probe;
+    /* With process_vm_readv working the pipe is only the fallback for a refusal later (a seccomp filter installed
+     * after this): `defer_pipe` leaves it to vaka_rt_safe_reader_make_pipe, later on another thread. */
+    int err = pvr && defer_pipe ? 0 : vaka_rt_safe_reader_make_pipe(r);
+    if (pvr) {
         r->method = VAKA_SAFE_READ_PVR;
         return 0;
     }
@@ -114,15 +127,14 @@ static void close_target_dir(vaka_report_target *t, const vaka_report_target *ke
     t->reserve_fd = -1;
 }
 
-/* 0 when files can be created in the directory `dir` (descriptor `fd`): write permission for the effective
- * ids (faccessat with AT_EACCESS, which also reports EROFS, even for root) and a file system not mounted
- * read-only (statvfs). @return 0 or the errno. */
+/* 0 when files can be created in the directory `dir` (descriptor `fd`, O_PATH): write permission for the
+ * effective ids (faccessat with AT_EACCESS, which also reports EROFS, even for root) and a file system not mounted
+ * read-only (fstatvfs of the descriptor: no second path lookup). @return 0 or the errno. */
 static int writable_directory(const char *dir, int fd)
 {
-    (void)fd;
     if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) != 0) return errno != 0 ? errno : EACCES;
     struct statvfs vfs;
-    if (statvfs(dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) return EROFS;
+    if (fstatvfs(fd, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) return EROFS;
     return 0;
 }
 
@@ -424,7 +436,7 @@ static void prepare_handler_state(int defer)
 {
     prepare_process_facts();
 
-    vaka_rt_safe_reader_init(&vaka_state.reader);
+    vaka_rt_safe_reader_init(&vaka_state.reader, defer);
 
     resolve_message_symbols();
     vaka_state.r_debug = link_map_debug();
@@ -475,7 +487,9 @@ int vaka_crash_install(const vaka_crash_config *config)
     if (atomic_load(&vaka_state.installed)) {
         atomic_store(&vaka_state.target, next); /* idempotent: only the report destination changes */
         if (!defer && !preparation_done) {
-            warm_up_libunwind(); /* a first install that deferred it, and no vaka_crash_finish_install yet */
+            /* a first install that deferred them, and no vaka_crash_finish_install yet */
+            (void)vaka_rt_safe_reader_make_pipe(&vaka_state.reader);
+            warm_up_libunwind();
             preparation_done = 1;
         }
         goto out;
@@ -542,23 +556,56 @@ out:
     return rc;
 }
 
+/* Collects the image list into the cache not in use and publishes it (install_lock held, no capture under way:
+ * the handler reads the published one). @return the number of images. */
+static size_t refresh_image_cache(void)
+{
+    vaka_image_cache *current = atomic_load(&vaka_state.images);
+    vaka_image_cache *next = current == &vaka_image_caches[0] ? &vaka_image_caches[1] : &vaka_image_caches[0];
+    size_t count = vaka_images_collect(next);
+    atomic_store(&vaka_state.images, next);
+    return count;
+}
+
+/* The current target's reserve when a deferring install left it out (install_lock held). @return 0 or the errno
+ * of its creation. */
+static int make_deferred_reserve(void)
+{
+    vaka_report_target *target = atomic_load(&vaka_state.target);
+    if (target == NULL || target->dir_fd < 0 || __atomic_load_n(&target->reserve_fd, __ATOMIC_ACQUIRE) >= 0 ||
+        preparation_done)
+        return 0;
+    return vaka_sig_make_reserve(target);
+}
+
 int vaka_crash_finish_install(void)
 {
     int rc = 0;
+    /* First what is quick (~0.05 ms): the safe reader's fallback pipe and the report's reserve, so that a crash
+     * while libunwind is being opened below (~0.2 ms) finds them. Not while a capture runs: the handler may be
+     * taking the target's reserve or making one itself. */
+    pthread_mutex_lock(&install_lock);
+    if (atomic_load(&vaka_state.installed) && !vaka_rt_crash_started() && !preparation_done) {
+        (void)vaka_rt_safe_reader_make_pipe(&vaka_state.reader);
+        rc = make_deferred_reserve();
+    }
+    pthread_mutex_unlock(&install_lock);
     /* libunwind opened before install_lock is taken, not under it: dlopen waits for the dynamic linker's lock,
      * which a thread inside a library's constructor holds while that constructor may call into Vaka (e.g.
      * vaka_crash_refresh_images), waiting for install_lock. The warm-up below then finds it opened. */
     if (atomic_load(&vaka_state.installed) && !atomic_load(&vaka_state.unwind_ready) && !vaka_rt_crash_started())
         (void)vaka_rt_libunwind();
     pthread_mutex_lock(&install_lock);
-    /* Not while a capture runs: the handler may be taking the target's reserve or making one itself. */
     if (atomic_load(&vaka_state.installed) && !vaka_rt_crash_started()) {
-        vaka_report_target *target = atomic_load(&vaka_state.target);
-        if (target != NULL && target->dir_fd >= 0 && __atomic_load_n(&target->reserve_fd, __ATOMIC_ACQUIRE) < 0 &&
-            !preparation_done)
-            rc = vaka_sig_make_reserve(target);
+        int first = !preparation_done;
+        /* A reinstall meanwhile may have put in a target without one. */
+        int again = make_deferred_reserve();
+        if (rc == 0) rc = again;
         warm_up_libunwind();
         preparation_done = 1;
+        /* The libraries opened just now (libunwind, liblzma) into the image cache: the handler reads an image
+         * the cache lacks from memory, one entry at a time (~10 µs each), in every later capture. */
+        if (first) (void)refresh_image_cache();
     }
     pthread_mutex_unlock(&install_lock);
     return rc;
@@ -646,11 +693,8 @@ int vaka_crash_refresh_images(void)
         errno = EBUSY;
         count = -1;
     } else {
-        vaka_image_cache *current = atomic_load(&vaka_state.images);
-        vaka_image_cache *next = current == &vaka_image_caches[0] ? &vaka_image_caches[1] : &vaka_image_caches[0];
         if (!atomic_load(&vaka_state.installed)) prepare_process_facts();
-        count = (int)vaka_images_collect(next);
-        atomic_store(&vaka_state.images, next);
+        count = (int)refresh_image_cache();
     }
     pthread_mutex_unlock(&install_lock);
     return count;

@@ -61,6 +61,7 @@ int vaka_sig_chain(int sig, siginfo_t *info, void *context, pid_t tid, int winne
      * winner calls a previous handler function directly instead (below), to see it return or leave. */
     if (vaka_sig_is_hardware_fault(sig, info) && !(winner && function)) {
         vaka_sig_close_kept_report();
+        if (winner && !function) vaka_sig_before_default_death(sig); /* the fault repeats into the previous action */
         return 0;
     }
 
@@ -72,6 +73,7 @@ int vaka_sig_chain(int sig, siginfo_t *info, void *context, pid_t tid, int winne
         if (code <= 0) return 1;
         vaka_sig_set_default(sig); /* force_sig: an ignored synchronous trap still ends the process */
         vaka_sig_close_kept_report();
+        if (winner) vaka_sig_before_default_death(sig);
         vaka_sig_send_self(sig, tid);
         return 0;
     }
@@ -81,8 +83,9 @@ int vaka_sig_chain(int sig, siginfo_t *info, void *context, pid_t tid, int winne
         struct sigaction now;
         int dfl_now = sigaction(sig, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL;
         vaka_sig_close_kept_report();
-        if (dfl_now && vaka_sig_is_hardware_fault(sig, info)) return 0;
         if (!dfl_now) vaka_sig_set_default(sig);
+        if (winner) vaka_sig_before_default_death(sig);
+        if (dfl_now && vaka_sig_is_hardware_fault(sig, info)) return 0;
         vaka_sig_send_self(sig, tid);
         return 0;
     }

@@ -1,13 +1,17 @@
 /*
  * Signal path: the ways the handler ends the process itself — after a fault inside the capture (on the
  * winner), from another thread when the winner is stuck (the watchdog), and in a process the state does not
- * belong to (a vfork child). Otherwise the process dies by the chained previous action (sig_chain.c).
+ * belong to (a vfork child). Otherwise the process dies by the chained previous action (sig_chain.c), made
+ * non-dumpable first when that is the default action and no core file would be written
+ * (vaka_sig_before_default_death).
  */
 #include "sig_state.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -62,6 +66,27 @@ __attribute__((noreturn)) void vaka_sig_die_from_other_thread(void)
     atomic_store(&vaka_run.crash_done_ns, 1); /* long past: waiting threads go straight through */
     atomic_store(&vaka_run.crash_done, 1);
     die_by_default(sig, tid);
+}
+
+int vaka_sig_no_core_file(void)
+{
+    struct { uint64_t cur, max; } core = { 1, 1 };
+    if (syscall(SYS_prlimit64, 0, RLIMIT_CORE, NULL, &core) != 0 || core.cur != 0) return 0;
+    int fd = open("/proc/sys/kernel/core_pattern", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char first = '|';
+    long n = read(fd, &first, 1);
+    close(fd);
+    return n == 1 && first != '|' && first != '@';
+}
+
+void vaka_sig_before_default_death(int sig)
+{
+    struct sigaction now;
+    if (sigaction(sig, NULL, &now) != 0 || (now.sa_flags & SA_SIGINFO) ||
+        (now.sa_handler != SIG_DFL && now.sa_handler != SIG_IGN))
+        return; /* a handler put in after ours: the signal goes there, the process may live on */
+    if (vaka_sig_no_core_file()) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
 
 /* The signal hit a process the state does not belong to: a vfork child (shares our memory) or a raw

@@ -42,7 +42,8 @@
  *                                           called directly: ours stay in place around it).
  *   9. sig_chain.c: vaka_sig_chain          to the previous action: a handler function called directly, SIG_DFL
  *                                           re-sent (tgkill), or a hardware fault left to repeat on return
- *                                           (sig_report_file.c: vaka_sig_close_kept_report first) -> death by that action.
+ *                                           (sig_report_file.c: vaka_sig_close_kept_report first; before a default
+ *                                           action, sig_death.c: vaka_sig_before_default_death) -> death by that action.
  *  10. sig_rearm.c: vaka_sig_survived       the previous handler returned (or the signal is ignored): the report is
  *                                           kept, made the next reserve or removed (sig_report_file.c:
  *                                           vaka_sig_settle_survived_report), our handlers re-armed, the slot freed.

@@ -198,6 +198,18 @@ int vaka_sig_take_over(pid_t tid);
 __attribute__((noreturn)) void vaka_sig_die_after_nested_fault(int nested_sig, pid_t tid);
 /** The winner is stuck: end the process with the original signal's default action from this thread. */
 __attribute__((noreturn)) void vaka_sig_die_from_other_thread(void);
+/** 1 when the death of this process by a core-dumping signal would write no core anyway: a soft RLIMIT_CORE of 0
+ * and a core_pattern (/proc/sys/kernel/core_pattern) that names a file, not a program (`|`) or a socket (`@`), which
+ * the kernel feeds whatever the limit. 0 when either cannot be read. (sig_death.c) */
+int vaka_sig_no_core_file(void);
+/** Called by the winner right before the default action of `sig` (each crash signal's dumps core) ends the
+ *  process: when that action is the one in place (SIG_DFL, or SIG_IGN, which the kernel turns into it for
+ *  a fault) and vaka_sig_no_core_file(), makes the process non-dumpable (PR_SET_DUMPABLE 0). The kernel's core-dump
+ *  stage, which runs whether or not a core will be written, first kills every other thread and waits until each
+ *  has left the address space (the dying thread sleeps until the others get a CPU); a process that is not dumpable
+ *  skips that stage and dies at once, with the same signal and the same wait status (no core either way). Costs a
+ *  prlimit64 and a read of core_pattern (~5 µs) where no core is written. (sig_death.c) */
+void vaka_sig_before_default_death(int sig);
 /** The signal hit a process the state does not belong to (vfork child, raw clone): default action. */
 void vaka_sig_not_our_process(int sig, const siginfo_t *info);
 

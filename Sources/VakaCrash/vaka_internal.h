@@ -78,9 +78,14 @@ typedef struct vaka_safe_reader {
     pid_t pid;           /* our pid, refreshed by vaka_safe_reader_begin() (fork changes it) */
 } vaka_safe_reader;
 
-/** Install time (install.c): creates the pipe and picks the method (process_vm_readv if it works, else the pipe).
+/** Install time (install.c): picks the method (process_vm_readv if it works, else the pipe) and creates the pipe
+ *  (vaka_rt_safe_reader_make_pipe), the fallback for a process_vm_readv refused later; with `defer_pipe` and
+ *  process_vm_readv working, the pipe is left to a later vaka_rt_safe_reader_make_pipe (pipe_r/pipe_w -1 until then).
  *  @return 0 or an errno value (the reader then has method NONE). */
-int vaka_rt_safe_reader_init(vaka_safe_reader *r);
+int vaka_rt_safe_reader_init(vaka_safe_reader *r, int defer_pipe);
+/** Normal context: creates the reader's private pipe (O_NONBLOCK, O_CLOEXEC) unless it has one that is still its own
+ *  (same device and inode); the write end is stored last (release). @return 0 or the errno of pipe2/fstat. */
+int vaka_rt_safe_reader_make_pipe(vaka_safe_reader *r);
 /** Signal safe. Refreshes the pid and checks the pipe is still ours; call once per capture. */
 void vaka_safe_reader_begin(vaka_safe_reader *r);
 /** Signal safe. Copies up to `len` bytes at address `src` to `dst` without faulting.

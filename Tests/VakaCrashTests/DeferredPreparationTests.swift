@@ -73,6 +73,81 @@ final class DeferredPreparationTests: XCTestCase {
         }
     }
 
+    /// `deferredpipe [finish]`: installs with `defer_preparation` (process_vm_readv works here), prints whether
+    /// the handler's safe memory reader has its fallback pipe and whether the handler's image list has libunwind in it, runs
+    /// vaka_crash_finish_install() with `finish` and prints both again; then a seccomp filter refuses
+    /// process_vm_readv (EPERM), as a sandbox set up after start would, and the program writes through NULL. Built
+    /// with the runtime's own headers: the image list is read from `vaka_state`.
+    static let pipeSource = """
+    #include "sig_state.h"
+    #include <sys/stat.h>
+    /* 1 when the handler's safe memory reader has its fallback pipe, and it is open in this process. */
+    static int reader_pipe(void) {
+        struct stat st;
+        return vaka_state.reader.pipe_w >= 0 && fstat(vaka_state.reader.pipe_w, &st) == 0 && S_ISFIFO(st.st_mode);
+    }
+    static int cached_libunwind(void) {
+        vaka_image_cache *cache = atomic_load(&vaka_state.images);
+        int found = 0;
+        for (size_t i = 0; cache != NULL && i < cache->count; i++) {
+            char path[4097];
+            size_t n = cache->images[i].path_len < 4096 ? cache->images[i].path_len : 4096;
+            memcpy(path, cache->pool + cache->images[i].path_off, n);
+            path[n] = '\\0';
+            found |= strstr(path, "/libunwind.so") != NULL;
+        }
+        return found;
+    }
+    static int deny_process_vm_readv(void) {
+        struct sock_filter f[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog p = { 4, f };
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p);
+    }
+    int main(int argc, char **argv) {
+        vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "deferredpipe", .defer_preparation = 1 };
+        if (vaka_crash_install(&c) != 0) return 99;
+        printf("pipe %d libunwind cached %d\\n", reader_pipe(), cached_libunwind());
+        if (argc > 1 && strcmp(argv[1], "finish") == 0) {
+            if (vaka_crash_finish_install() != 0) return 98;
+            printf("pipe %d libunwind cached %d\\n", reader_pipe(), cached_libunwind());
+        }
+        if (deny_process_vm_readv() != 0) return 97;
+        fflush(stdout);
+        vk_null();
+        return 0;
+    }
+    """
+
+    /// A deferring install leaves the safe memory reader's fallback pipe to vaka_crash_finish_install when
+    /// process_vm_readv works: none before it, one after it, and a crash whose process_vm_readv is refused after
+    /// start reads memory through that pipe (`memory_read pipe`); before it such a crash reads none. The finish
+    /// also collects the image list again, so libunwind (opened by the finish) is in it.
+    func testFinishMakesTheReaderPipeAndCachesLibunwind() throws {
+        let sources = Paths.repositoryRoot.appendingPathComponent("Sources/VakaCrash").path
+        let program = try RuntimeProgram.build("deferredpipe", Self.pipeSource, extraFlags: ["-I", sources])
+        for mode in ["finish", "defer"] {
+            let run = try RuntimeProgram.run(program, [mode], timeout: 30)
+            XCTAssertEqual(run.result.outcome, "signal 11 (SIGSEGV)", "\(mode): \(run.result.stderrTail())")
+            XCTAssertEqual(run.reports, ["deferredpipe.crash"], mode)
+            let report = run.onlyReport
+            XCTAssertTrue(report.hasSuffix("\nend\n"), "\(mode): complete report: \(report)")
+            let stdout = String(decoding: run.result.stdout, as: UTF8.self)
+            if mode == "finish" {
+                XCTAssertEqual(stdout, "pipe 0 libunwind cached 0\npipe 1 libunwind cached 1\n")
+                XCTAssertEqual(reportValue(report, "memory_read"), "pipe", report)
+            } else {
+                XCTAssertEqual(stdout, "pipe 0 libunwind cached 0\n")
+                XCTAssertEqual(reportValue(report, "memory_read"), "none", report)
+            }
+        }
+    }
+
     /// The plugin of ``testFinishInstallWhileAPluginConstructorCallsVaka``: its constructor (run by the dynamic
     /// linker with its load lock held) writes one byte to the descriptor in `$VK_PLUGIN_FD`, sleeps, then asks
     /// Vaka to list the images again (as a plugin that makes itself known does) and says how that went.

@@ -187,7 +187,7 @@ static void test_writer(void)
 
     /* The message cap (VAKA_REPORT_MESSAGE_MAX) and the trailing-newline rule, through the handler's own
      * message writer and safe reader. */
-    vaka_rt_safe_reader_init(&vaka_state.reader);
+    vaka_rt_safe_reader_init(&vaka_state.reader, 0);
     vaka_safe_reader_begin(&vaka_state.reader);
 
     begin("message_capped_at_message_max");
@@ -346,7 +346,7 @@ static void test_fp_walk(void)
         vaka_safe_reader r;
         memset(&r, 0, sizeof r);
         r.pipe_r = r.pipe_w = -1;
-        vaka_rt_safe_reader_init(&r);
+        vaka_rt_safe_reader_init(&r, 0);
         r.method = methods_to_try[m];
         vaka_safe_reader_begin(&r);
         uintptr_t ips[16];
@@ -514,7 +514,7 @@ static void test_images(void)
     const struct dl_phdr_info *main_info = main_entry.dlpi_phdr != NULL ? &main_entry : NULL;
     vaka_safe_reader reader;
     vaka_image in_place, safe;
-    int ok = main_info != NULL && vaka_rt_safe_reader_init(&reader) == 0;
+    int ok = main_info != NULL && vaka_rt_safe_reader_init(&reader, 0) == 0;
     EXPECT(ok, "no main program entry or no safe reader");
     if (ok) {
         vaka_safe_reader_begin(&reader);

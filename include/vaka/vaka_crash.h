@@ -56,11 +56,13 @@ typedef struct vaka_crash_config {
     /** Size of each alternate signal stack this runtime creates, in bytes;
      *  0 selects VAKA_DEFAULT_ALT_STACK_SIZE. Rounded up to whole pages, at least MINSIGSTKSZ. */
     size_t alt_stack_size;
-    /** 0: install prepares everything the handler uses. Nonzero: install leaves two things to
+    /** 0: install prepares everything the handler uses. Nonzero: install leaves three things to
      *  vaka_crash_finish_install(), which the caller runs later on a thread of its choosing: the report's space
-     *  reserve (a crash before it opens the report file normally) and libunwind's one-time initialisation (a
+     *  reserve (a crash before it opens the report file normally), libunwind's one-time initialisation (a
      *  crash before it unwinds every thread by frame pointers and stack scan: `fp`/`scan` frames instead of
-     *  `cfi`). Keeps about 0.1 ms of system calls off the installing thread. A fork() before that call warms
+     *  `cfi`) and, when process_vm_readv works, the safe memory reader's fallback pipe (a crash before it whose
+     *  process_vm_readv is refused mid-capture reads no more memory: `memory_read none`). Keeps about 0.1 ms of
+     *  system calls off the installing thread. A fork() before that call warms
      *  libunwind up in the forking thread first (fork's prepare hook), so the child unwinds with it. */
     int defer_preparation;
     /** 0: `report_dir` must exist at install. Nonzero: a `report_dir` that does not exist yet (ENOENT) is no
@@ -104,9 +106,11 @@ int vaka_crash_install(const vaka_crash_config *config);
 
 /**
  * The part of install that a config with `defer_preparation` set left out (vaka_crash_install()): makes the
- * current report target's space reserve (an unnamed O_TMPFILE file in the report directory with up to 64 KiB
- * of blocks allocated), then initialises libunwind (its first use allocates and blocks signals, so the handler
- * may not be the first) and only then lets the handler unwind with it (an atomic flag the handler reads). Safe
+ * safe memory reader's fallback pipe, the current report target's space reserve (an unnamed O_TMPFILE file in
+ * the report directory with up to 64 KiB of blocks allocated), then initialises libunwind (its first use
+ * allocates and blocks signals, so the handler may not be the first) and only then lets the handler unwind
+ * with it (an atomic flag the handler reads); last, the handler's image list is collected again, so that it
+ * holds libunwind and the libraries it brought (liblzma), which the handler then need not read from memory. Safe
  * to call from any thread at any time, any number of times: does nothing when not installed, when a crash
  * capture has begun, or when already done. Not async-signal-safe.
  * @return 0, or the errno of the reserve's creation (EROFS, EACCES: the crash then creates its report by
