@@ -14,6 +14,11 @@ import os
 import sys
 import threading
 
+if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+    print(__doc__, end="")
+    sys.exit(0)
+if len(sys.argv) != 3:
+    sys.exit("usage: envelope-sink.py EVENTS_FILE PORT_FILE (--help prints what it does)")
 events_path, port_path = sys.argv[1], sys.argv[2]
 lock = threading.Lock()
 

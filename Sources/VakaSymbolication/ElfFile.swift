@@ -114,10 +114,11 @@ public final class ElfFile: Sendable {
 
     /// The path the file was opened from.
     public let path: String
-    /// The GNU build ID (the `NT_GNU_BUILD_ID` note, found by elfutils' `dwelf_elf_gnu_build_id` in the
-    /// note sections or segments) in lower-case hex, or `nil` when the file has none.
+    /// The GNU build ID (the `NT_GNU_BUILD_ID` note in the note sections or segments, found with libelf the
+    /// way elfutils' `dwelf_elf_gnu_build_id` finds it) in lower-case hex, or `nil` when the file has none.
     public let buildID: String?
-    /// The `.gnu_debuglink` section (elfutils' `dwelf_elf_gnu_debuglink`), or `nil` when the file has none.
+    /// The `.gnu_debuglink` section (read with libelf as elfutils' `dwelf_elf_gnu_debuglink` reads it), or `nil`
+    /// when the file has none.
     public let debugLink: DebugLink?
     /// The lowest `PT_LOAD` `p_vaddr`, aligned down to the page size: the ELF virtual address of the image's
     /// first mapped byte, which a crash report records as the image base. 0 when there is no `PT_LOAD`.

@@ -57,7 +57,7 @@ extension Vaka {
         /// ``Vaka/setTag(_:_:)`` beyond 200 removes the tag set longest ago); an event with more tags than its
         /// byte budget holds loses the last ones (``EventBudget``).
         public var tags: [String: String]
-        /// Where Vaka keeps its files (`crashes/`, `runs/`, `pending/`, `outbox/`, `symcache/`, `anon_id`,
+        /// Where Vaka keeps its files (`crashes/`, `runs/`, `sessions/`, `pending/`, `outbox/`, `symcache/`, `anon_id`,
         /// `client_reports.json` and `client_reports.lock` once something was dropped). `nil` selects
         /// ``Vaka/defaultStorageDirectory()``: `$XDG_STATE_HOME/vaka/<program name>-<8 hex digits>` (when
         /// `XDG_STATE_HOME` is an absolute path), else `~/.local/state/vaka/<program name>-<8 hex digits>`, the

@@ -15,8 +15,8 @@ let outboxUsage = """
                       first event's level and title (message, or exception type: value).
       show ENVELOPE   The envelope header, then per item a `# item N: TYPE (LENGTH bytes) {item header}` line
                       (content_type, filename, attachment_type, ... as JSON) and its payload as indented JSON
-                      (as text when it is not JSON). ENVELOPE is a path, a file name in DIR/outbox, or an
-                      index from `list` (1 = oldest; -1 = newest).
+                      (as text when it is not JSON). ENVELOPE is a path, a file name in DIR/outbox, or the
+                      envelope's line number in `list` (1 = oldest; -1 = newest).
 
     Exit status: 0 success (also for an empty outbox, with a note on stderr); 1 a missing or unreadable
     storage directory, outbox or envelope, or a file that is not an envelope; 2 usage error.
