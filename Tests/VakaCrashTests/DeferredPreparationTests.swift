@@ -98,17 +98,6 @@ final class DeferredPreparationTests: XCTestCase {
         }
         return found;
     }
-    static int deny_process_vm_readv(void) {
-        struct sock_filter f[] = {
-            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        };
-        struct sock_fprog p = { 4, f };
-        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-        return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p);
-    }
     int main(int argc, char **argv) {
         vaka_crash_config c = { .report_dir = getenv("VK_DIR"), .run_id = "deferredpipe", .defer_preparation = 1 };
         if (vaka_crash_install(&c) != 0) return 99;
@@ -117,7 +106,7 @@ final class DeferredPreparationTests: XCTestCase {
             if (vaka_crash_finish_install() != 0) return 98;
             printf("pipe %d libunwind cached %d\\n", reader_pipe(), cached_libunwind());
         }
-        if (deny_process_vm_readv() != 0) return 97;
+        if (vk_seccomp_one(SYS_process_vm_readv, SECCOMP_RET_ERRNO | EPERM) != 0) return 97;
         fflush(stdout);
         vk_null();
         return 0;

@@ -37,17 +37,20 @@ enum RuntimeProgram {
     #include <stddef.h>
     #include <sys/prctl.h>
     #include <sys/syscall.h>
-    __attribute__((unused)) static int vk_trap_getppid(void) {
+    /* A seccomp filter that answers system call `nr` with `action` (SECCOMP_RET_TRAP: a SIGSYS;
+       SECCOMP_RET_ERRNO | EPERM: a refusal) and lets every other one through. 0, or prctl's -1. */
+    __attribute__((unused)) static int vk_seccomp_one(int nr, unsigned action) {
         struct sock_filter f[] = {
             BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, action),
             BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         };
         struct sock_fprog p = { 4, f };
         prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
         return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p);
     }
+    __attribute__((unused)) static int vk_trap_getppid(void) { return vk_seccomp_one(SYS_getppid, SECCOMP_RET_TRAP); }
 
     """
 

@@ -42,15 +42,7 @@ final class ThreadListingRefusedTests: XCTestCase {
             pthread_t t;
             for (int i = 0; i < 2; i++) pthread_create(&t, NULL, idle, NULL);
             usleep(20000);
-            struct sock_filter f[] = {
-                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getdents64, 0, 1),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-            };
-            struct sock_fprog p = { 4, f };
-            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p) != 0) { perror("seccomp"); return 98; }
+            if (vk_seccomp_one(SYS_getdents64, SECCOMP_RET_ERRNO | EPERM) != 0) { perror("seccomp"); return 98; }
             vk_null();
             return 0;
         }
