@@ -5,8 +5,8 @@ import Glibc
 
 /// The end of a run's session, kept on disk for a later launch to send: what a run that exits before the
 /// background part of its start ran (a program that is done within a millisecond or two) writes at exit instead
-/// of its session update, so that its exit encodes no JSON and writes no envelope (the first `JSONEncoder` use
-/// and the outbox write were about half a millisecond of such a run's life).
+/// of its session update, so that its exit encodes no JSON and writes no envelope (`JSONEncoder`'s first use in a
+/// process and an outbox write cost such a run about half a millisecond).
 ///
 /// One file per run, `<storage>/sessions/<run-id>.session` (mode 0600, written atomically), seven lines of
 /// `key value`:
@@ -21,8 +21,8 @@ import Glibc
 /// environment production
 /// ```
 ///
-/// `started_us` and `ended_us` are microseconds since the Unix epoch; `release` and `environment` are the run's, already
-/// within Sentry's limits (``Vaka/Options/boundedRelease(_:)``: no control characters, so no line breaks). A
+/// `started_us` and `ended_us` are microseconds since the Unix epoch; `release` and `environment` are the run's,
+/// already within Sentry's limits (``Vaka/Options/boundedRelease(_:)``: no control characters, so no line breaks). A
 /// later launch's background part sends every record it finds (``Client/sendDeferredSessions(atLeast:)``), each as
 /// the one update its run never made: `init: true`, `exited`, the run's `sid`, `started`, `duration`, `errors` and
 /// attributes, `timestamp` and `seq` its end, `did` the storage directory's anon id. A run that exits early
