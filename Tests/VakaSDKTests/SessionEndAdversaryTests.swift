@@ -23,4 +23,76 @@ final class SessionEndAdversaryTests: XCTestCase {
             XCTAssertEqual(parsed.update(did: nil).attrs.environment, value)
         }
     }
+
+    /// A run directory whose run is removing it (the run ended: its `exited` update is written) is never seen by
+    /// another process's join as a finished run that still has its `scope.json` (which says `ok`): that process
+    /// would send an `abnormal` update after the `exited` one, and move the journal's entries again. One thread
+    /// ends runs over and over while another lists the finished runs as a join does (a lock taken through a
+    /// descriptor of its own conflicts within one process as between processes).
+    func testARunDirectoryBeingRemovedIsNeverJoinedWithItsScope() throws {
+        let storage = dirs.make("removal")
+        let stop = Atomic<Bool>(false)
+        let seen = Mutex<[String]>([])
+        let watcher = Thread {
+            while !stop.load(ordering: .acquiring) {
+                for run in RunDirectory.finishedRuns(storage: storage, except: "") where run.scope != nil {
+                    seen.withLock { $0.append(run.runID) }
+                }
+            }
+        }
+        watcher.start()
+        let deadline = Date().addingTimeInterval(8)
+        var rounds = 0
+        while rounds < 2000 && Date() < deadline && seen.withLock({ $0.isEmpty }) {
+            let runID = UUID().uuidString
+            let run = try RunDirectory(storage: storage, runID: runID)
+            try run.write(RunScope(runID: runID, release: "r@1", environment: "production", tags: [:], userID: nil,
+                                   session: SessionState(did: nil, started: Date())))
+            run.remove()
+            rounds += 1
+        }
+        stop.store(true, ordering: .releasing)
+        while !watcher.isFinished { usleep(1000) }
+        XCTAssertEqual(seen.withLock { $0 }, [], "runs joined with their scope while being removed (\(rounds) rounds)")
+    }
+
+    /// A run takes its directory's lock even when another process's join probes that lock at the moment the run
+    /// makes it (the probe holds it for a `flock` and a `close`): a run left without its lock would be taken
+    /// for a finished one while it lives (its session ended `abnormal`, its journal moved, its directory
+    /// removed).
+    func testARunHoldsItsLockWhileJoinsProbeIt() throws {
+        let storage = dirs.make("lock-probe")
+        let stop = Atomic<Bool>(false)
+        let watcher = Thread {
+            while !stop.load(ordering: .acquiring) { _ = RunDirectory.finishedRuns(storage: storage, except: "") }
+        }
+        watcher.start()
+        defer {
+            stop.store(true, ordering: .releasing)
+            while !watcher.isFinished { usleep(1000) }
+        }
+        let deadline = Date().addingTimeInterval(8)
+        var unlocked: [String] = []
+        var rounds = 0
+        while rounds < 2000 && Date() < deadline && unlocked.isEmpty {
+            let runID = UUID().uuidString
+            let run = try RunDirectory(storage: storage, runID: runID)
+            let fd = open(run.path + "/lock", O_RDWR | O_CLOEXEC)
+            XCTAssertGreaterThanOrEqual(fd, 0)
+            // The watcher may hold it for a moment: only a lock taken, not one refused, shows the run lost it.
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+                var held = false
+                for _ in 0..<3 where !held {
+                    flock(fd, LOCK_UN)
+                    usleep(200)
+                    held = flock(fd, LOCK_EX | LOCK_NB) != 0
+                }
+                if !held { unlocked.append(runID) }
+            }
+            close(fd)
+            run.remove()
+            rounds += 1
+        }
+        XCTAssertEqual(unlocked, [], "runs without their lock (\(rounds) rounds)")
+    }
 }

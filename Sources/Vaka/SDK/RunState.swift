@@ -129,10 +129,22 @@ final class RunDirectory: @unchecked Sendable {
         path = url.fileSystemPath
         lockFD = open(path + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         // 0600 whatever the umask: another launch opens it read-write to tell whether this run is alive.
-        if lockFD >= 0 { _ = fchmod(lockFD, 0o600); _ = flock(lockFD, LOCK_EX | LOCK_NB) }
+        if lockFD >= 0 { _ = fchmod(lockFD, 0o600); RunDirectory.takeLock(lockFD) }
     }
 
     deinit { if lockFD >= 0 { Glibc.close(lockFD) } }
+
+    /// Takes the new run's lock on `fd`. Another launch's join may hold it at that moment, for the `flock` and
+    /// `close` with which it tells whether the run lives (``finishedRuns(storage:except:live:log:)``): a refusal is
+    /// tried again, every 100 µs for up to about 100 ms, rather than leaving the run without its lock (it would
+    /// then be joined as a finished run while it lives). Nothing else ever holds a new run's lock.
+    private static func takeLock(_ fd: Int32) {
+        for _ in 0..<1000 {
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 { return }
+            guard errno == EWOULDBLOCK || errno == EINTR else { return }
+            usleep(100)
+        }
+    }
 
     /// Writes `scope.json` atomically. Failures are returned as an error for debug logging. A scope that would
     /// encode over ``maxScopeBytes`` (never, within ``RunScope``'s limits; a guard) is written without its tags
@@ -170,8 +182,11 @@ final class RunDirectory: @unchecked Sendable {
     /// Deletes the directory (the run ended and everything about it was sent or queued): its known files with
     /// `unlink(2)` and the directory with `rmdir(2)`; anything else in it through `FileManager`.
     func remove() {
-        if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
+        // Every file goes while the lock is held: a launch that takes the lock once it is released finds no
+        // `scope.json` still saying `ok` (it would end the session again, `abnormal`) and no journal (it would
+        // move its entries again).
         for name in RunDirectory.fileNames { unlink(path + "/" + name) }
+        if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
         if rmdir(path) != 0 && errno != ENOENT { try? FileManager.default.removeItem(at: url) }
     }
 
