@@ -95,4 +95,37 @@ final class SessionEndAdversaryTests: XCTestCase {
         }
         XCTAssertEqual(unlocked, [], "runs without their lock (\(rounds) rounds)")
     }
+
+    /// A run directory being made (its lock not yet there) is never listed as a finished run: a join would take it
+    /// for a run that died before writing anything and delete it, with the lock and journal the run makes in it
+    /// next.
+    func testARunDirectoryBeingMadeIsNeverJoined() throws {
+        let storage = dirs.make("making")
+        let stop = Atomic<Bool>(false)
+        let making = Mutex<Set<String>>([])
+        let seen = Mutex<[String]>([])
+        let watcher = Thread {
+            while !stop.load(ordering: .acquiring) {
+                for run in RunDirectory.finishedRuns(storage: storage, except: "") where making.withLock({ $0.contains(run.runID) }) {
+                    seen.withLock { $0.append(run.runID) }
+                }
+            }
+        }
+        watcher.start()
+        defer {
+            stop.store(true, ordering: .releasing)
+            while !watcher.isFinished { usleep(1000) }
+        }
+        let deadline = Date().addingTimeInterval(8)
+        var rounds = 0
+        while rounds < 2000 && Date() < deadline && seen.withLock({ $0.isEmpty }) {
+            let runID = UUID().uuidString
+            making.withLock { _ = $0.insert(runID) }
+            let run = try RunDirectory(storage: storage, runID: runID)
+            making.withLock { _ = $0.remove(runID) }
+            run.remove()
+            rounds += 1
+        }
+        XCTAssertEqual(seen.withLock { $0 }, [], "runs listed as finished while being made (\(rounds) rounds)")
+    }
 }

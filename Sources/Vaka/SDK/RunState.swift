@@ -117,19 +117,38 @@ final class RunDirectory: @unchecked Sendable {
     /// `<storage>/runs`.
     static func root(_ storage: URL) -> URL { storage.appendingFileComponent("runs", isDirectory: true) }
 
-    /// Creates the directory (mode 0700) for `runID` and takes its lock.
+    /// Creates the directory (mode 0700) for `runID` and takes its lock: made as `runs/.<run-id>` (a name the
+    /// crash join skips), its lock taken there, then renamed to `runs/<run-id>`, so that another launch's join
+    /// never sees the directory without its lock held (it would take it for a run that died before writing
+    /// anything, and delete it). When that rename cannot be done (a non-empty `runs/<run-id>` is there), the
+    /// directory is made in place.
     /// - Throws: ``DeliveryIOError`` when it cannot be created.
     init(storage: URL, runID: String) throws {
         self.runID = runID
         let root = RunDirectory.root(storage)
         url = root.appendingFileComponent(runID, isDirectory: true)
+        path = url.fileSystemPath
         // `runs/` first: each level is then one mkdir(2) (see PrivateFiles.makeDirectory).
         try PrivateFiles.makeDirectory(root)
+        let stagingURL = root.appendingFileComponent("." + runID, isDirectory: true)
+        let staging = stagingURL.fileSystemPath
+        if (try? PrivateFiles.makeDirectory(stagingURL)) != nil {
+            lockFD = RunDirectory.openLock(staging + "/lock")
+            if lockFD >= 0 && rename(staging, path) == 0 { return }
+            if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
+            unlink(staging + "/lock")
+            rmdir(staging)
+        }
         try PrivateFiles.makeDirectory(url)
-        path = url.fileSystemPath
-        lockFD = open(path + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        // 0600 whatever the umask: another launch opens it read-write to tell whether this run is alive.
-        if lockFD >= 0 { _ = fchmod(lockFD, 0o600); RunDirectory.takeLock(lockFD) }
+        lockFD = RunDirectory.openLock(path + "/lock")
+    }
+
+    /// Opens (creating it, mode 0600 whatever the umask: another launch opens it read-write to tell whether this
+    /// run is alive) the lock file at `path` and takes its lock; -1 when it cannot be opened.
+    private static func openLock(_ path: String) -> Int32 {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { _ = fchmod(fd, 0o600); takeLock(fd) }
+        return fd
     }
 
     deinit { if lockFD >= 0 { Glibc.close(lockFD) } }
