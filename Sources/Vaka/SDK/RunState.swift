@@ -117,22 +117,53 @@ final class RunDirectory: @unchecked Sendable {
     /// `<storage>/runs`.
     static func root(_ storage: URL) -> URL { storage.appendingFileComponent("runs", isDirectory: true) }
 
-    /// Creates the directory (mode 0700) for `runID` and takes its lock.
+    /// Creates the directory (mode 0700) for `runID` and takes its lock: made as `runs/.<run-id>` (a name the
+    /// crash join skips), its lock taken there, then renamed to `runs/<run-id>`, so that another launch's join
+    /// never sees the directory without its lock held (it would take it for a run that died before writing
+    /// anything, and delete it). When that rename cannot be done (a non-empty `runs/<run-id>` is there), the
+    /// directory is made in place.
     /// - Throws: ``DeliveryIOError`` when it cannot be created.
     init(storage: URL, runID: String) throws {
         self.runID = runID
         let root = RunDirectory.root(storage)
         url = root.appendingFileComponent(runID, isDirectory: true)
+        path = url.fileSystemPath
         // `runs/` first: each level is then one mkdir(2) (see PrivateFiles.makeDirectory).
         try PrivateFiles.makeDirectory(root)
+        let stagingURL = root.appendingFileComponent("." + runID, isDirectory: true)
+        let staging = stagingURL.fileSystemPath
+        if (try? PrivateFiles.makeDirectory(stagingURL)) != nil {
+            lockFD = RunDirectory.openLock(staging + "/lock")
+            if lockFD >= 0 && rename(staging, path) == 0 { return }
+            if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
+            unlink(staging + "/lock")
+            rmdir(staging)
+        }
         try PrivateFiles.makeDirectory(url)
-        path = url.fileSystemPath
-        lockFD = open(path + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        // 0600 whatever the umask: another launch opens it read-write to tell whether this run is alive.
-        if lockFD >= 0 { _ = fchmod(lockFD, 0o600); _ = flock(lockFD, LOCK_EX | LOCK_NB) }
+        lockFD = RunDirectory.openLock(path + "/lock")
+    }
+
+    /// Opens (creating it, mode 0600 whatever the umask: another launch opens it read-write to tell whether this
+    /// run is alive) the lock file at `path` and takes its lock; -1 when it cannot be opened.
+    private static func openLock(_ path: String) -> Int32 {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { _ = fchmod(fd, 0o600); takeLock(fd) }
+        return fd
     }
 
     deinit { if lockFD >= 0 { Glibc.close(lockFD) } }
+
+    /// Takes the new run's lock on `fd`. Another launch's join may hold it at that moment, for the `flock` and
+    /// `close` with which it tells whether the run lives (``finishedRuns(storage:except:live:log:)``): a refusal is
+    /// tried again, every 100 µs for up to about 100 ms, rather than leaving the run without its lock (it would
+    /// then be joined as a finished run while it lives). Nothing else ever holds a new run's lock.
+    private static func takeLock(_ fd: Int32) {
+        for _ in 0..<1000 {
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 { return }
+            guard errno == EWOULDBLOCK || errno == EINTR else { return }
+            usleep(100)
+        }
+    }
 
     /// Writes `scope.json` atomically. Failures are returned as an error for debug logging. A scope that would
     /// encode over ``maxScopeBytes`` (never, within ``RunScope``'s limits; a guard) is written without its tags
@@ -170,8 +201,11 @@ final class RunDirectory: @unchecked Sendable {
     /// Deletes the directory (the run ended and everything about it was sent or queued): its known files with
     /// `unlink(2)` and the directory with `rmdir(2)`; anything else in it through `FileManager`.
     func remove() {
-        if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
+        // Every file goes while the lock is held: a launch that takes the lock once it is released finds no
+        // `scope.json` still saying `ok` (it would end the session again, `abnormal`) and no journal (it would
+        // move its entries again).
         for name in RunDirectory.fileNames { unlink(path + "/" + name) }
+        if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
         if rmdir(path) != 0 && errno != ENOENT { try? FileManager.default.removeItem(at: url) }
     }
 

@@ -83,12 +83,16 @@ struct SessionRecord: Equatable {
     /// version may add some).
     init?(data: Data) {
         guard data.count <= SessionRecord.maxBytes else { return nil }
-        let lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
+        // Split on the bytes of `\n` and of the first space, not on `Character`s: a value that begins with a
+        // combining mark (or a joiner, a variation selector...) makes one grapheme cluster with the space before
+        // it, which a `Character` search would not find.
+        let text = String(decoding: data, as: UTF8.self)
+        let lines = text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true).map { Substring($0) }
         guard lines.first == Substring(SessionRecord.magic) else { return nil }
         var values: [String: String] = [:]
         for line in lines.dropFirst() {
-            guard let space = line.firstIndex(of: " ") else { continue }
-            values[String(line[..<space])] = String(line[line.index(after: space)...])
+            guard let space = line.utf8.firstIndex(of: UInt8(ascii: " ")) else { continue }
+            values[String(line[..<space])] = String(line[line.utf8.index(after: space)...])
         }
         guard let sid = values["sid"], RandomID.isUUID(sid),
               let started = values["started_us"].flatMap({ Int64($0) }),
