@@ -22,7 +22,10 @@ final class DeferredSessionTests: XCTestCase {
     }
 
     /// Writes `count` records of runs that ended at once, each with a sid of its own; returns the sids.
-    private func plantRecords(_ count: Int, in storage: URL, release: String = "old@1", endedFrom: Double = 1_764_000_000) throws -> [String] {
+    /// Ends `endedFrom` on, one second apart (by default a quarter of an hour ago: younger than
+    /// ``Client/maxDeferredSessionAge``).
+    private func plantRecords(_ count: Int, in storage: URL, release: String = "old@1",
+                              endedFrom: Double = Date().timeIntervalSince1970 - 900) throws -> [String] {
         var sids: [String] = []
         for i in 0..<count {
             var session = SessionState(did: nil, started: Date(timeIntervalSince1970: endedFrom + Double(i) - 0.002))
@@ -46,18 +49,22 @@ final class DeferredSessionTests: XCTestCase {
         first.end(timeout: 1, atExit: true)
 
         XCTAssertEqual(try readOutbox(storage).flatMap(\.sessions).count, 0, "no update encoded at this exit")
-        XCTAssertEqual(records(storage), [runID + ".session"])
+        let name = try XCTUnwrap(records(storage).first, "the run's record")
+        XCTAssertEqual(records(storage).count, 1)
+        XCTAssertTrue(name.hasSuffix("-\(runID).session"), name)
+        XCTAssertNotNil(SessionRecord.end(ofFileName: name), name)
         XCTAssertFalse(FileManager.default.fileExists(atPath: storage.appendingPathComponent("anon_id").path),
                        "the anon id is not read at such an exit")
         XCTAssertFalse(FileManager.default.fileExists(atPath: RunDirectory.root(storage).appendingPathComponent(runID).path))
-        let text = try String(contentsOf: SessionRecord.directory(storage).appendingPathComponent(runID + ".session"), encoding: .utf8)
+        let text = try String(contentsOf: SessionRecord.directory(storage).appendingPathComponent(name), encoding: .utf8)
         let record = try XCTUnwrap(SessionRecord(data: Data(text.utf8)), text)
         XCTAssertEqual(record.release, "shop@1.2.3")
         XCTAssertEqual(record.environment, "staging")
         XCTAssertEqual(record.errors, 0)
         XCTAssertLessThanOrEqual(record.started, record.ended)
         let mode = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: SessionRecord.directory(storage)
-            .appendingPathComponent(runID + ".session").path)[.posixPermissions] as? Int)
+            .appendingPathComponent(name).path)[.posixPermissions] as? Int)
+        XCTAssertEqual(SessionRecord.end(ofFileName: name), Int64(record.ended.rounded(.down)))
         XCTAssertEqual(mode, 0o600)
 
         let second = try client(storage, release: "shop@2.0.0", environment: "production")
@@ -133,7 +140,8 @@ final class DeferredSessionTests: XCTestCase {
         let sessions = try readOutbox(storage).flatMap(\.sessions)
         XCTAssertEqual(sessions.count, Client.maxDeferredSessions)
         XCTAssertTrue(Set(planted).isSubset(of: Set(sessions.compactMap { $0["sid"] as? String })))
-        XCTAssertEqual(records(storage), [ownID + ".session"], "only the sending run's own record is left")
+        XCTAssertEqual(records(storage).count, 1, "only the sending run's own record is left")
+        XCTAssertTrue(records(storage).first?.hasSuffix("-\(ownID).session") == true, "\(records(storage))")
         XCTAssertTrue(sessions.allSatisfy { $0["init"] as? Bool == true && $0["status"] as? String == "exited" })
         // Oldest end first, and each record's errors kept.
         let timestamps = sessions.compactMap { $0["timestamp"] as? String }
@@ -223,6 +231,53 @@ final class DeferredSessionTests: XCTestCase {
         XCTAssertEqual(sessions.map { $0["status"] as? String }, ["exited"])
         XCTAssertEqual(sessions.first?["init"] as? Bool, true)
         XCTAssertNotNil(sessions.first?["did"] as? String)
+    }
+
+    /// A run that exits at once sends the waiting records, however few, once the oldest ended a day ago or more
+    /// (Relay drops sessions that started more than five days ago; a program that always exits at once may run
+    /// rarely), and not while the oldest is younger.
+    func testRunsEndingAtOnceSendFewRecordsOnceTheOldestIsADayOld() throws {
+        let storage = dirs.make("age")
+        let now = Date().timeIntervalSince1970
+        _ = try plantRecords(3, in: storage, endedFrom: now - Double(Client.maxDeferredSessionAge) + 600)
+        let young = try client(storage)
+        young.begin(startingThread: false)
+        young.end(timeout: 1, atExit: true)
+        XCTAssertEqual(try readOutbox(storage).flatMap(\.sessions).count, 0, "the oldest is younger than a day")
+        XCTAssertEqual(records(storage).count, 4)
+
+        let old = try plantRecords(1, in: storage, endedFrom: now - Double(Client.maxDeferredSessionAge) - 60)
+        let next = try client(storage)
+        next.begin(startingThread: false)
+        next.end(timeout: 1, atExit: true)
+        let sids = try readOutbox(storage).flatMap(\.sessions).compactMap { $0["sid"] as? String }
+        XCTAssertEqual(sids.count, 5, "all five waiting records, the day-old one among them: \(sids)")
+        XCTAssertTrue(sids.contains(old[0]))
+        XCTAssertEqual(records(storage).count, 1, "only the sending run's own record is left")
+    }
+
+    /// The pass that sends the records deletes temporary files a killed writer left (an hour old or more) and keeps
+    /// younger ones (a writer may be between its write and its rename); a directory with a record's name is left,
+    /// said so, and does not stop the others.
+    func testStaleTemporaryFilesAreRemovedAndAnUnremovableNameIsLeft() throws {
+        let storage = dirs.make("tmp")
+        let planted = try plantRecords(1, in: storage)
+        let dir = SessionRecord.directory(storage)
+        let stale = dir.appendingPathComponent(".tmp-STALE"), fresh = dir.appendingPathComponent(".tmp-FRESH")
+        try Data("x".utf8).write(to: stale)
+        try Data("x".utf8).write(to: fresh)
+        let hoursAgo = Date(timeIntervalSinceNow: -2 * Double(Client.staleTemporaryAge))
+        try FileManager.default.setAttributes([.modificationDate: hoursAgo], ofItemAtPath: stale.path)
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("odd.session"), withIntermediateDirectories: false)
+        let lines = LinesLog()
+        let c = try client(storage, log: { lines.add($0) })
+        c.begin()
+        XCTAssertTrue(c.flush(timeout: 1))
+        c.end(timeout: 1)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: stale.path))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fresh.path))
+        XCTAssertTrue(lines.lines.contains { $0.contains("odd.session is not a session record and cannot be removed") }, "\(lines.lines)")
+        XCTAssertTrue(try readOutbox(storage).flatMap(\.sessions).contains { $0["sid"] as? String == planted[0] })
     }
 
     /// A record's text parses back to the same record, and its update is the one the run would have sent.

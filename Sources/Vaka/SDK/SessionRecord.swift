@@ -8,8 +8,9 @@ import Glibc
 /// of its session update, so that its exit encodes no JSON and writes no envelope (`JSONEncoder`'s first use in a
 /// process and an outbox write cost such a run about half a millisecond).
 ///
-/// One file per run, `<storage>/sessions/<run-id>.session` (mode 0600, written atomically), seven lines of
-/// `key value`:
+/// One file per run, `<storage>/sessions/<end>-<run-id>.session` (`<end>` the run's end in whole seconds since the
+/// Unix epoch, so that the oldest record's age is known from a listing; mode 0600, written atomically), seven lines
+/// of `key value`:
 ///
 /// ```
 /// vaka-session 1
@@ -26,8 +27,9 @@ import Glibc
 /// later launch's background part sends every record it finds (``Client/sendDeferredSessions(atLeast:)``), each as
 /// the one update its run never made: `init: true`, `exited`, the run's `sid`, `started`, `duration`, `errors` and
 /// attributes, `timestamp` and `seq` its end, `did` the storage directory's anon id. A run that exits early
-/// itself sends them only once ``Client/maxDeferredSessions`` are waiting, so a program that always exits at
-/// once sends them in batches.
+/// itself sends them only once ``Client/maxDeferredSessions`` are waiting or the oldest ended
+/// ``Client/maxDeferredSessionAge`` ago, so a program that always exits at once sends them in batches, and none
+/// waits long enough for the server to refuse it (Relay drops sessions that started more than five days ago).
 struct SessionRecord: Equatable {
     /// `sid`: the session's id (lower-case UUID with dashes).
     var sid: String
@@ -44,7 +46,7 @@ struct SessionRecord: Equatable {
 
     /// The first line of a record, with its format version.
     static let magic = "vaka-session 1"
-    /// File-name suffix of a record: `<run-id>.session`.
+    /// File-name suffix of a record: `<end>-<run-id>.session`.
     static let suffix = ".session"
     /// Most bytes a record file is read up to (a larger one is not a record): release and environment at their
     /// byte limits plus the other lines, rounded up.
@@ -116,7 +118,19 @@ struct SessionRecord: Equatable {
         return state.update(.exited, now: Date(timeIntervalSince1970: ended), release: release, environment: environment)
     }
 
-    /// Writes the record to `<storage>/sessions/<runID>.session` (the directory made first when missing, 0700).
+    /// The record's file name: `<end>-<runID>.session`, `<end>` its end in whole seconds since the Unix epoch.
+    func fileName(runID: String) -> String {
+        String(Bounded.int64(ended.rounded(.down))) + "-" + runID + SessionRecord.suffix
+    }
+
+    /// The end in seconds since the Unix epoch that a record's file name starts with (``fileName(runID:)``), or
+    /// `nil` when the name does not start with one.
+    static func end(ofFileName name: String) -> Int64? {
+        guard let dash = name.utf8.firstIndex(of: UInt8(ascii: "-")) else { return nil }
+        return Int64(name[..<dash])
+    }
+
+    /// Writes the record to `<storage>/sessions/<end>-<runID>.session` (the directory made first when missing, 0700).
     /// - Throws: ``DeliveryIOError`` naming the failed call (a full disk, a read-only storage directory...).
     func write(storage: URL, runID: String) throws {
         let directory = SessionRecord.directory(storage)
@@ -125,7 +139,7 @@ struct SessionRecord: Equatable {
         // runtime's conformance records at their first use, and this runs at exit.
         var text = self.text
         let data = text.withUTF8 { Data(bytes: $0.baseAddress!, count: $0.count) }
-        try PrivateFiles.writeAtomically(data, to: directory.appendingFileComponent(runID + SessionRecord.suffix), sync: false)
+        try PrivateFiles.writeAtomically(data, to: directory.appendingFileComponent(fileName(runID: runID)), sync: false)
     }
 }
 
@@ -135,22 +149,41 @@ extension Client {
     /// one it finds.
     static let maxDeferredSessions = 32
 
+    /// How long, seconds, the oldest deferred session record may wait before a run that exits at once sends the
+    /// records even though fewer than ``maxDeferredSessions`` wait: one day (Relay drops sessions that started more
+    /// than five days ago, and a program that always exits at once may run rarely).
+    static let maxDeferredSessionAge: Int64 = 86_400
+
+    /// A temporary file in `sessions/` (`.tmp-*`, left by a writer killed before its `rename`) older than this,
+    /// seconds, is deleted by the pass that sends the records: one hour.
+    static let staleTemporaryAge: Int64 = 3_600
+
     /// Most session updates one envelope carries when deferred records are sent: 100 (Relay's limit of session
     /// items per envelope).
     static let maxSessionsPerEnvelope = 100
 
     /// Sends the session records earlier runs left in `<storage>/sessions/` (``SessionRecord``) when there are at
-    /// least `minimum`: each becomes its update (`did` this storage directory's anon id), up to
+    /// least `minimum`, or when the oldest (by the end its file name starts with) ended
+    /// ``maxDeferredSessionAge`` ago or more: each becomes its update (`did` this storage directory's anon id), up to
     /// ``maxSessionsPerEnvelope`` per envelope, oldest run first (by the record's end). A record is deleted once
     /// the envelope carrying it is written to `pending/` or the outbox; one that cannot be read or parsed is
     /// deleted with a debug line. Processes sharing the storage directory take turns: the directory is locked
     /// (`flock`) for the pass, and a process that finds it locked leaves the records to the one holding it.
-    /// The run's own record (none before it ends) is never among them.
+    /// The run's own record (none before it ends) is never among them. The pass also deletes temporary files older
+    /// than ``staleTemporaryAge``.
     func sendDeferredSessions(atLeast minimum: Int) {
         let directory = SessionRecord.directory(storage).fileSystemPath
-        let ownName = runID + SessionRecord.suffix
-        var names = PrivateFiles.directoryNames(directory).filter { $0.hasSuffix(SessionRecord.suffix) && $0 != ownName }
-        guard !names.isEmpty, names.count >= minimum else { return }
+        let ownSuffix = "-" + runID + SessionRecord.suffix
+        var names = PrivateFiles.directoryNames(directory).filter { $0.hasSuffix(SessionRecord.suffix) && !$0.hasSuffix(ownSuffix) }
+        guard !names.isEmpty else { return }
+        if names.count < minimum {
+            // Fewer than asked: sent anyway when the oldest waited too long (a name without an end counts as old:
+            // the pass deletes it if it is not a record).
+            let now = Int64(time(nil))
+            guard names.contains(where: { name in
+                SessionRecord.end(ofFileName: name).map { now - $0 >= Client.maxDeferredSessionAge } ?? true
+            }) else { return }
+        }
         let lock = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard lock >= 0 else { return }
         defer { close(lock) }
@@ -159,14 +192,19 @@ extension Client {
             return
         }
         // Listed again under the lock: another process may have sent some meanwhile.
-        names = PrivateFiles.directoryNames(directory).filter { $0.hasSuffix(SessionRecord.suffix) && $0 != ownName }
+        let listed = PrivateFiles.directoryNames(directory)
+        names = listed.filter { $0.hasSuffix(SessionRecord.suffix) && !$0.hasSuffix(ownSuffix) }
+        removeStaleTemporaries(listed.filter { $0.hasPrefix(".tmp-") }, in: directory)
         var records: [(path: String, record: SessionRecord)] = []
         for name in names {
             let path = directory + "/" + name
             guard case .data(let data) = PrivateFiles.readCapped(path, maxBytes: SessionRecord.maxBytes),
                   let record = SessionRecord(data: data) else {
-                logLine("deferred session \(name) is not a session record; removed")
-                unlink(path)
+                if unlink(path) == 0 {
+                    logLine("deferred session \(name) is not a session record; removed")
+                } else {
+                    logLine("deferred session \(name) is not a session record and cannot be removed (\(String(cString: strerror(errno)))); left")
+                }
                 continue
             }
             records.append((path, record))
@@ -189,6 +227,19 @@ extension Client {
             }
             for entry in batch { unlink(entry.path) }
             logLine("sent \(batch.count) deferred session update(s) of earlier runs")
+        }
+    }
+
+    /// Deletes the temporary files `names` of `directory` (`sessions/`) whose modification time is
+    /// ``staleTemporaryAge`` or more ago: left by writers killed between writing and renaming a record.
+    private func removeStaleTemporaries(_ names: [String], in directory: String) {
+        let now = Int64(time(nil))
+        for name in names {
+            let path = directory + "/" + name
+            var info = stat()
+            guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+                  now - Int64(info.st_mtim.tv_sec) >= Client.staleTemporaryAge else { continue }
+            if unlink(path) == 0 { logLine("removed \(name), a session record's temporary file left by a killed writer") }
         }
     }
 }
