@@ -177,11 +177,11 @@ extension Client {
         var names = PrivateFiles.directoryNames(directory).filter { $0.hasSuffix(SessionRecord.suffix) && !$0.hasSuffix(ownSuffix) }
         guard !names.isEmpty else { return }
         if names.count < minimum {
-            // Fewer than asked: sent anyway when the oldest waited too long (a name without an end counts as old:
-            // the pass deletes it if it is not a record).
+            // Fewer than asked: sent anyway when the oldest waited too long. A name without an end (not a record's)
+            // does not count: a pass that comes for the others deletes it, or says it cannot.
             let now = Int64(time(nil))
             guard names.contains(where: { name in
-                SessionRecord.end(ofFileName: name).map { now - $0 >= Client.maxDeferredSessionAge } ?? true
+                SessionRecord.end(ofFileName: name).map { now - $0 >= Client.maxDeferredSessionAge } ?? false
             }) else { return }
         }
         let lock = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
