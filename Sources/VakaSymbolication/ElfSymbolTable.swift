@@ -176,18 +176,16 @@ struct ElfSymbolTable: Sendable {
     /// Sorts by address, then preferred binding, then table order (the index in the table, as a tiebreaker:
     /// one key, so an unstable in-place sort gives the same order as a stable one).
     private mutating func sortEntries() {
-        if let inPlace {
+        if inPlace != nil {
             var copied: [Entry] = []
             var largest: UInt64 = 0
-            for index in 0..<inPlace.count {
-                if let entry = ElfSymbolTable.entry(inPlace.base[index], index: index) {
-                    copied.append(entry)
-                    largest = max(largest, entry.size)
-                }
+            forEachEntry { entry in
+                copied.append(entry)
+                largest = max(largest, entry.size)
             }
             entries = copied
             maxSize = largest
-            self.inPlace = nil
+            inPlace = nil
         }
         entries.sort { lhs, rhs in
             if lhs.value != rhs.value { return lhs.value < rhs.value }
@@ -246,19 +244,9 @@ struct ElfSymbolTable: Sendable {
                     // Entries that start above the highest address, or end at or below the lowest, contain none.
                     guard entry.value <= highest && (entry.value > lowest || lowest - entry.value < entry.size) else { return }
                     // The first address at or above the entry's start, then every one inside the entry.
-                    var low = 0, high = sorted.count
-                    while low < high {
-                        let mid = (low + high) / 2
-                        if sorted[mid] < entry.value { low = mid + 1 } else { high = mid }
-                    }
-                    var index = low
+                    var index = sorted.firstIndex(notBelow: entry.value, by: { $0 })
                     while index < sorted.count && sorted[index] - entry.value < entry.size {
-                        if let found = best[index], !(entry.value > found.value
-                            || (entry.value == found.value && (entry.rank, entry.index) < (found.rank, found.index))) {
-                            index += 1
-                            continue
-                        }
-                        best[index] = entry
+                        if ElfSymbolTable.prefers(entry, over: best[index]) { best[index] = entry }
                         index += 1
                     }
                 }
@@ -271,15 +259,20 @@ struct ElfSymbolTable: Sendable {
     private func scan(containing vaddr: UInt64) -> Entry? {
         var best: Entry?
         forEachEntry { entry in
-            guard entry.value <= vaddr && vaddr - entry.value < entry.size else { return }
-            if let found = best {
-                guard entry.value > found.value
-                    || (entry.value == found.value
-                        && (entry.rank, entry.index) < (found.rank, found.index)) else { return }
+            if entry.value <= vaddr && vaddr - entry.value < entry.size && ElfSymbolTable.prefers(entry, over: best) {
+                best = entry
             }
-            best = entry
         }
         return best
+    }
+
+    /// Whether `entry`, which contains the address looked up, answers it rather than `found` (the best so far,
+    /// if any): the innermost (the higher start), then the preferred binding, then the lower table index.
+    @inline(__always)
+    private static func prefers(_ entry: Entry, over found: Entry?) -> Bool {
+        guard let found else { return true }
+        return entry.value > found.value
+            || (entry.value == found.value && (entry.rank, entry.index) < (found.rank, found.index))
     }
 
     /// ``entry(containing:)`` in the sorted entries.

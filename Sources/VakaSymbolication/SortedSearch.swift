@@ -11,4 +11,16 @@ extension RandomAccessCollection where Index == Int {
         }
         return low
     }
+
+    /// The index of the first element whose `key` is at least `value`, in a collection sorted by `key` ascending
+    /// (`count` when there is none): where the elements from `value` up begin.
+    func firstIndex<Key: Comparable>(notBelow value: Key, by key: (Element) -> Key) -> Int {
+        var low = startIndex
+        var high = endIndex
+        while low < high {
+            let mid = (low + high) / 2
+            if key(self[mid]) < value { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
 }
