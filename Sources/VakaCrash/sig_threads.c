@@ -401,14 +401,20 @@ static int status_mask_has(const char *key, int sig)
     return sig > 0 && p != NULL && parse_hex(&p, &mask) && ((mask >> (sig - 1)) & 1);
 }
 
+/* Slot `k` keeps no name and no state: `comm` and `stat` say what they can when its lines are written. */
+static void forget_status(int k)
+{
+    kept_name_len[k] = -1;
+    kept_states[k] = 0;
+}
+
 /* Keeps slot `k`'s name and state from proc_buf, its thread's status file just read, so that writing its lines needs
  * no `comm` and no `stat`. The kernel prints `Name:\t` and the comm with `\n` and `\\` escaped by a backslash: a
  * name with a backslash in it is left to `comm`, which gives it raw. The state is the first letter of `State:`,
  * the one `stat` shows. */
 static void keep_status(int k)
 {
-    kept_name_len[k] = -1;
-    kept_states[k] = 0;
+    forget_status(k);
     const char *name = status_line("Name:\t"); /* the name as it is: leading blanks are part of it */
     if (name != NULL) {
         size_t n = 0;
@@ -443,8 +449,7 @@ static int unanswered_verdict(int k, pid_t tid, int asked)
     if (got > 0) {
         keep_status(k);
     } else {
-        kept_name_len[k] = -1; /* nothing kept from an earlier read: `comm` and `stat` say what they can now */
-        kept_states[k] = 0;
+        forget_status(k); /* nothing kept from an earlier read */
     }
     if (got < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) return 0; /* no descriptor: unknown */
     if (got <= 0) return VAKA_TSLOT_GONE;
@@ -622,8 +627,7 @@ void vaka_sig_write_threads(pid_t crashed_tid)
         atomic_store(&slot->count, 0u);
         slot->truncated = 0;
         atomic_store(&slot->tid, (int)listed[k]);
-        kept_name_len[slots - 1] = -1;
-        kept_states[slots - 1] = 0;
+        forget_status(slots - 1);
     }
     /* The crashed thread is always listed (first), even when /proc is not readable or it lies beyond the cap. */
     /* Only slots an earlier round filled can hold a tid: the others were never written, and writing them would

@@ -311,6 +311,15 @@ enum PrivateFiles {
         VakaSymbolication.writeAll(fd, data)
     }
 
+    /// Opens the lock file at `path` read-write, creating it, mode 0600 whatever the umask (every process that
+    /// uses the lock opens it read-write: under umask 0777 it would be made mode 0). No lock is taken.
+    /// - Returns: the descriptor, or -1 (`errno` set) when it cannot be opened.
+    static func openLockFile(_ path: String) -> Int32 {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { _ = fchmod(fd, 0o600) }
+        return fd
+    }
+
     /// Writes `data` to `url` atomically: a temporary file `.tmp-<uuid>` in the same directory, mode 0600,
     /// optionally `fsync`ed, then `rename`d over `url`.
     /// - Throws: ``DeliveryIOError`` naming the failed call; the temporary file is removed.

@@ -402,11 +402,9 @@ final class ClientReports: Sendable {
     /// the lock or the write failed (the storage cannot be written).
     @discardableResult
     private func withFile(write: Bool = true, body: (inout File) -> Void) -> Bool {
-        let fd = open(lockURL.fileSystemPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        let fd = PrivateFiles.openLockFile(lockURL.fileSystemPath)
         guard fd >= 0 else { return false }
         defer { close(fd) }
-        // 0600 whatever the umask: every launch opens it read-write (under umask 0777 it was made mode 0).
-        _ = fchmod(fd, 0o600)
         while flock(fd, LOCK_EX) != 0 { if errno != EINTR { return false } }
         var file = File()
         if case .data(let data) = PrivateFiles.readCapped(url.fileSystemPath, maxBytes: ClientReports.maxFileBytes) { file = File(data: data) }

@@ -143,11 +143,11 @@ final class RunDirectory: @unchecked Sendable {
         lockFD = RunDirectory.openLock(path + "/lock")
     }
 
-    /// Opens (creating it, mode 0600 whatever the umask: another launch opens it read-write to tell whether this
-    /// run is alive) the lock file at `path` and takes its lock; -1 when it cannot be opened.
+    /// Opens (``PrivateFiles/openLockFile(_:)``: another launch opens it read-write to tell whether this run is
+    /// alive) the lock file at `path` and takes its lock; -1 when it cannot be opened.
     private static func openLock(_ path: String) -> Int32 {
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        if fd >= 0 { _ = fchmod(fd, 0o600); takeLock(fd) }
+        let fd = PrivateFiles.openLockFile(path)
+        if fd >= 0 { takeLock(fd) }
         return fd
     }
 
