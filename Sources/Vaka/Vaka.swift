@@ -56,15 +56,17 @@ public enum Vaka {
             let options = options.bounded { PrivateFiles.writeStandardError("[vaka] \($0)\n") }
             var log: (@Sendable (String) -> Void)? = nil
             if options.debug { log = { line in PrivateFiles.writeStandardError("[vaka] \(line)\n") } }
-            let storage = options.storageDirectory ?? defaultStorageDirectory()
+            // Paths, not URLs, from here to the exit: a `URL`'s first use in a process makes pages of Foundation
+            // resident that a program using Vaka would otherwise not have (docs/cost.md).
+            let storage = options.storageDirectory.map { $0.fileSystemPath } ?? defaultStoragePath(argv0: CommandLine.arguments.first)
             let runID = RandomID.uuid()
-            let crashes = storage.appendingFileComponent("crashes", isDirectory: true)
+            let crashes = PrivateFiles.path(storage, "crashes")
             // A first run (`crashes/` missing) leaves making the directories (two mkdir(2), ~0.1 ms) to start's
             // background part: the handlers go in with the report directory unopened, and a crash before the
             // `vaka.start` thread made it makes it itself. An existing `crashes/` (its mode checked), or one that
             // cannot be looked at (EACCES, ENOTDIR...: the error to print), is dealt with here.
             var found = stat()
-            let looked = stat(crashes.fileSystemPath, &found)
+            let looked = stat(crashes, &found)
             var firstRun = looked != 0 && errno == ENOENT
             // `crashes/` there at 0700 needs no second look (the storage directory's mode is still checked).
             let crashesReady = looked == 0 && found.st_mode & S_IFMT == S_IFDIR && found.st_mode & 0o7777 == 0o700
@@ -83,10 +85,10 @@ public enum Vaka {
                     // The `cannot create` line is out: crash reporting is off.
                 } else if rc != 0 {
                     // Always on stderr (not only with debug): a crash reporter that silently does not report.
-                    PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.fileSystemPath)); crash reporting is off\n")
+                    PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes)); crash reporting is off\n")
                 } else {
                     handlersPending = firstRun
-                    log?("crash handlers installed; reports go to \(vaka_crash_report_path().map { String(cString: $0) } ?? crashes.path)")
+                    log?("crash handlers installed; reports go to \(vaka_crash_report_path().map { String(cString: $0) } ?? crashes)")
                     if let why = vaka_crash_libelf_error() {
                         log?("libelf not loaded (\(String(cString: why))); the executable's own symbol table was not read, so a Swift fatal-error or abort message may be missing from crash reports")
                     }
@@ -97,7 +99,7 @@ public enum Vaka {
                 dsn = try options.parsedDSN()
             } catch {
                 // Always on stderr (not only with debug): a destination that can never work is refused here, once.
-                let outbox = storage.appendingFileComponent("outbox", isDirectory: true).fileSystemPath
+                let outbox = PrivateFiles.path(storage, "outbox")
                 PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)): nothing will be sent; envelopes are written to \(outbox) instead\n")
             }
             do {
@@ -118,12 +120,12 @@ public enum Vaka {
                         guard handlersPending else { return }
                         let rc = vaka_crash_open_report_dir()
                         if rc != 0 {
-                            PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes.fileSystemPath)); crash reporting is off\n")
+                            PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes)); crash reporting is off\n")
                             uninstallOwnHandlers()
                         }
                     }
                 }
-                let started = try Client(options: options, storage: storage, runID: runID, dsn: dsn, log: log,
+                let started = try Client(options: options, storagePath: storage, runID: runID, dsn: dsn, log: log,
                                          makeStorage: makeStorage)
                 state.client = started
                 // Logs: the run's journal once start's background part made it (the mover sends them from there),
@@ -149,13 +151,13 @@ public enum Vaka {
     /// On failure writes the one `[vaka] cannot create <crashes> (...)` line on stderr (storage that cannot be
     /// written: no crash report could be written either; events still go out from memory).
     /// - Returns: whether both directories exist now.
-    private static func makeStorageDirectories(_ storage: URL, _ crashes: URL, crashesReady: Bool = false) -> Bool {
+    private static func makeStorageDirectories(_ storage: String, _ crashes: String, crashesReady: Bool = false) -> Bool {
         do {
-            try PrivateFiles.makeDirectory(storage)
-            if !crashesReady { try PrivateFiles.makeDirectory(crashes) }
+            try PrivateFiles.makeDirectory(path: storage)
+            if !crashesReady { try PrivateFiles.makeDirectory(path: crashes) }
             return true
         } catch {
-            PrivateFiles.writeStandardError("[vaka] cannot create \(crashes.fileSystemPath) (\(error)); crash reporting is off, events are held in memory and sent\n")
+            PrivateFiles.writeStandardError("[vaka] cannot create \(crashes) (\(error)); crash reporting is off, events are held in memory and sent\n")
             return false
         }
     }
@@ -164,8 +166,8 @@ public enum Vaka {
     /// thread runs `vaka_crash_finish_install`). With `makeReportDirectory`, a missing report directory is left
     /// for that thread to make (`vaka_crash_open_report_dir` then); a crash before that makes it itself.
     /// - Returns: 0, or the errno of `vaka_crash_install`.
-    private static func installCrashHandlers(reportDirectory: URL, runID: String, makeReportDirectory: Bool) -> Int32 {
-        reportDirectory.fileSystemPath.withCString { dir in
+    private static func installCrashHandlers(reportDirectory: String, runID: String, makeReportDirectory: Bool) -> Int32 {
+        reportDirectory.withCString { dir in
             runID.withCString { id in
                 var config = vaka_crash_config(report_dir: dir, run_id: id, signals: nil, signal_count: 0,
                                                alt_stack_size: 0, defer_preparation: 1,
@@ -458,7 +460,7 @@ public enum Vaka {
             let pathLength = min(image.load(fromByteOffset: pathLengthOffset, as: Int.self), size - pathOffset)
             path = String(decoding: UnsafeRawBufferPointer(start: image + pathOffset, count: pathLength), as: UTF8.self)
             let idLength = min(image.load(fromByteOffset: idLengthOffset, as: Int.self), 6)
-            buildID = DebugID.hexString(UnsafeRawBufferPointer(start: image + idOffset, count: max(idLength, 0)))
+            buildID = NumberText.hex(bytes: UnsafeRawBufferPointer(start: image + idOffset, count: max(idLength, 0)))
         }
         if path.isEmpty { path = EventFactory.executablePath() }
         let name = PrivateFiles.lastComponent(path)
@@ -478,14 +480,20 @@ public enum Vaka {
     /// ``defaultStorageDirectory()`` for a program started with `argv0` (tests: `CommandLine.arguments` is
     /// read-only in the Swift 6 language mode).
     static func defaultStorageDirectory(argv0: String?) -> URL {
+        URL(fileURLWithPath: defaultStoragePath(argv0: argv0), isDirectory: true)
+    }
+
+    /// ``defaultStorageDirectory(argv0:)``'s file-system path (no trailing `/`), made without a `URL`: what
+    /// ``start(_:)`` uses.
+    static func defaultStoragePath(argv0: String?) -> String {
         // One variable each with getenv(3), not the whole environment copied into a dictionary.
         let variable = Options.environmentVariable
         let app = programDirectoryName(argv0: argv0)
         if let xdg = variable("XDG_STATE_HOME"), xdg.hasPrefix("/") {
-            return URL(fileURLWithPath: xdg, isDirectory: true).appendingFileComponent("vaka/\(app)", isDirectory: true)
+            return PrivateFiles.path(PrivateFiles.trimmingTrailingSlashes(xdg), "vaka/\(app)")
         }
         let home = variable("HOME").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
-        return URL(fileURLWithPath: home, isDirectory: true).appendingFileComponent(".local/state/vaka/\(app)", isDirectory: true)
+        return PrivateFiles.path(PrivateFiles.trimmingTrailingSlashes(home), ".local/state/vaka/\(app)")
     }
 
     /// The name of a program's default storage directory: `<name>-<hash>`.
@@ -543,8 +551,7 @@ public enum Vaka {
         if !usable(name) { name = "program" }
         name = Options.bounded(name, maxBytes: 64)  // control characters (and `/`, `\`) become `_`
         if !usable(name) { name = "program" }
-        let hex = String(hash, radix: 16)
-        return "\(name)-\(String(repeating: "0", count: 8 - hex.count))\(hex)"
+        return name + "-" + NumberText.hex(UInt64(hash), width: 8)
     }
 
     /// `path` made absolute against the working directory: `$PWD` when it is absolute and names the same

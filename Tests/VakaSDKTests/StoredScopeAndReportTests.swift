@@ -29,7 +29,7 @@ final class StoredScopeAndReportTests: XCTestCase {
         umask(saved)
         let dir = try made.get()
         for path in [dir.url.appendingPathComponent("lock").path, dir.url.appendingPathComponent("scope.json").path,
-                     reports.lockURL.path] {
+                     reports.lockPath] {
             var info = stat()
             XCTAssertEqual(stat(path, &info), 0, path)
             XCTAssertEqual(info.st_mode & 0o7777, 0o600, path)

@@ -174,26 +174,45 @@ enum PrivateFiles {
     /// stderr lines (debug output) never trap (`FileHandle.write` does on an error) and never kill the app
     /// when stderr is a file over `RLIMIT_FSIZE`, on a full disk or a closed descriptor.
     static func writeStandardError(_ text: String) {
-        let data = Data(text.utf8)
-        _ = withFileSizeSignalBlocked { writeAll(2, data) }
+        var text = text
+        text.withUTF8 { bytes in _ = withFileSizeSignalBlocked { writeAll(2, UnsafeRawBufferPointer(bytes)) } }
     }
 
     /// Reads the whole regular file at `path` if it holds at most `maxBytes` bytes, without reading more than
     /// `maxBytes + 1` bytes whatever the file holds (a 1 GiB or sparse file costs one `fstat`). Opened with
     /// `O_NONBLOCK`, so a FIFO with a file's name never blocks. Every file the SDK reads back from its
-    /// storage directory goes through this or ``readTail(_:maxBytes:)``.
+    /// storage directory goes through this, ``readCappedBytes(_:maxBytes:)`` or ``readTail(_:maxBytes:)``.
     static func readCapped(_ path: String, maxBytes: Int) -> CappedRead {
+        switch readCappedBytes(path, maxBytes: maxBytes) {
+        case .success(let bytes): return .data(Data(bytes))
+        case .failure(let failure): return failure.read
+        }
+    }
+
+    /// Why ``readCappedBytes(_:maxBytes:)`` read nothing: the ``CappedRead`` case other than `data`.
+    struct UnreadFile: Error {
+        /// `tooLarge`, `notRegular` or `unreadable`.
+        var read: CappedRead
+    }
+
+    /// ``readCapped(_:maxBytes:)`` giving the bytes as an array: what the start and exit paths read (the anon id),
+    /// which then use no `Data` (its code's first use in a process is pages of Foundation that a program using
+    /// Vaka would otherwise not have resident).
+    static func readCappedBytes(_ path: String, maxBytes: Int) -> Result<[UInt8], UnreadFile> {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { return .unreadable(errno) }
+        guard fd >= 0 else { return .failure(UnreadFile(read: .unreadable(errno))) }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return .unreadable(errno) }
-        guard info.st_mode & S_IFMT == S_IFREG else { return .notRegular }
+        guard fstat(fd, &info) == 0 else { return .failure(UnreadFile(read: .unreadable(errno))) }
+        guard info.st_mode & S_IFMT == S_IFREG else { return .failure(UnreadFile(read: .notRegular)) }
         let cap = max(0, maxBytes)
-        if Int64(info.st_size) > Int64(cap) { return .tooLarge(Int64(info.st_size)) }
+        if Int64(info.st_size) > Int64(cap) { return .failure(UnreadFile(read: .tooLarge(Int64(info.st_size)))) }
         var code: Int32 = 0
-        guard let data = readAll(fd, from: 0, upTo: cap + 1, errorCode: &code) else { return .unreadable(code) }
-        return data.count > cap ? .tooLarge(Int64(data.count)) : .data(data)  // it grew meanwhile
+        guard let bytes = readAll(fd, from: 0, upTo: cap + 1, errorCode: &code) else {
+            return .failure(UnreadFile(read: .unreadable(code)))
+        }
+        // It grew meanwhile.
+        return bytes.count > cap ? .failure(UnreadFile(read: .tooLarge(Int64(bytes.count)))) : .success(bytes)
     }
 
     /// The last `maxBytes` bytes of the regular file at `path` (all of it when smaller), reading nothing
@@ -207,17 +226,17 @@ enum PrivateFiles {
         let cap = Int64(max(0, maxBytes))
         let start = max(0, Int64(info.st_size) - cap)
         var code: Int32 = 0
-        return readAll(fd, from: start, upTo: Int(cap), errorCode: &code)
+        return readAll(fd, from: start, upTo: Int(cap), errorCode: &code).map { Data($0) }
     }
 
     /// Up to `limit` bytes of `fd` from `offset` (`pread`, retrying `EINTR`), stopping at end of file; `nil`
     /// with `errorCode` set to `errno` when a read fails.
-    private static func readAll(_ fd: Int32, from offset: Int64, upTo limit: Int, errorCode: inout Int32) -> Data? {
-        var data = Data()
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+    private static func readAll(_ fd: Int32, from offset: Int64, upTo limit: Int, errorCode: inout Int32) -> [UInt8]? {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: min(64 * 1024, max(1, limit)))
         var position = offset
-        while data.count < limit {
-            let want = min(chunk.count, limit - data.count)
+        while bytes.count < limit {
+            let want = min(chunk.count, limit - bytes.count)
             let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, want, off_t(position)) }
             if n < 0 {
                 if errno == EINTR { continue }
@@ -225,10 +244,10 @@ enum PrivateFiles {
                 return nil
             }
             if n == 0 { break }
-            data.append(contentsOf: chunk[0..<n])
+            bytes.append(contentsOf: chunk[0..<n])
             position += Int64(n)
         }
-        return data
+        return bytes
     }
 
     /// Frees the disk blocks a file holds past its end (space reserved with `fallocate(FALLOC_FL_KEEP_SIZE)`, as
@@ -255,7 +274,13 @@ enum PrivateFiles {
     ///   called on: e.g. `mkdir` with `EEXIST` when a file that is not a directory is in the way, `EROFS` on a
     ///   read-only file system, `stat` with `ENAMETOOLONG` past `PATH_MAX` or `ELOOP` for a symlink loop.
     static func makeDirectory(_ url: URL) throws {
-        let path = url.fileSystemPath
+        try makeDirectory(path: url.fileSystemPath)
+    }
+
+    /// ``makeDirectory(_:)`` for the directory at `path` (absolute): the start and exit paths name their
+    /// directories by path, without a `URL` (whose first use in a process is pages of Foundation that a program
+    /// using Vaka would otherwise not have resident, and ~45 µs of its set-up).
+    static func makeDirectory(path: String) throws {
         var existing = stat()
         if stat(path, &existing) != 0 {
             // Only a missing path is made: any other failure (ELOOP, EACCES, ENOTDIR...) is the one to name.
@@ -311,6 +336,11 @@ enum PrivateFiles {
         VakaSymbolication.writeAll(fd, data)
     }
 
+    /// Writes all of `bytes` to `fd`, as the `Data` one does.
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int32 {
+        VakaSymbolication.writeAll(fd, bytes)
+    }
+
     /// Opens the lock file at `path` read-write, creating it, mode 0600 whatever the umask (every process that
     /// uses the lock opens it read-write: under umask 0777 it would be made mode 0). No lock is taken.
     /// - Returns: the descriptor, or -1 (`errno` set) when it cannot be opened.
@@ -320,20 +350,33 @@ enum PrivateFiles {
         return fd
     }
 
-    /// Writes `data` to `url` atomically: a temporary file `.tmp-<uuid>` in the same directory, mode 0600,
-    /// optionally `fsync`ed, then `rename`d over `url`.
+    /// Writes `data` to `url` atomically: ``writeAtomically(_:toPath:sync:)`` on its file-system path.
     /// - Throws: ``DeliveryIOError`` naming the failed call; the temporary file is removed.
     static func writeAtomically(_ data: Data, to url: URL, sync: Bool) throws {
-        let target = url.fileSystemPath
+        try data.withUnsafeBytes { try writeAtomically($0, toPath: url.fileSystemPath, sync: sync) }
+    }
+
+    /// Writes `text`'s UTF-8 bytes to the file at `path` atomically (``writeAtomically(_:toPath:sync:)``): the
+    /// start and exit paths' small files (the anon id, a session record), written without `Data` or `URL`.
+    /// - Throws: ``DeliveryIOError`` naming the failed call; the temporary file is removed.
+    static func writeAtomically(text: String, toPath path: String, sync: Bool) throws {
+        var text = text
+        try text.withUTF8 { try writeAtomically(UnsafeRawBufferPointer($0), toPath: path, sync: sync) }
+    }
+
+    /// Writes `bytes` to the file at `target` atomically: a temporary file `.tmp-<uuid>` in the same directory,
+    /// mode 0600, optionally `fsync`ed, then `rename`d over `target`.
+    /// - Throws: ``DeliveryIOError`` naming the failed call; the temporary file is removed.
+    static func writeAtomically(_ bytes: UnsafeRawBufferPointer, toPath target: String, sync: Bool) throws {
         // Searched as bytes: a `Character` search walks grapheme clusters (30 k instructions at its first use).
-        let dir = target.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(target[..<$0]) } ?? "."
+        let dir = target.utf8.lastIndex(of: UInt8(ascii: "/")).map { String(decoding: target.utf8[..<$0], as: UTF8.self) } ?? "."
         let tmp = dir + "/.tmp-\(RandomID.uuid())"
         let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw DeliveryIOError(operation: "open", path: tmp, code: errno) }
         var failure: DeliveryIOError? = nil
         if fchmod(fd, 0o600) != 0 { failure = DeliveryIOError(operation: "fchmod", path: tmp, code: errno) }
         if failure == nil {
-            let code = withFileSizeSignalBlocked { writeAll(fd, data) }
+            let code = withFileSizeSignalBlocked { writeAll(fd, bytes) }
             if code != 0 { failure = DeliveryIOError(operation: "write", path: tmp, code: code) }
         }
         if failure == nil, sync, fsync(fd) != 0 { failure = DeliveryIOError(operation: "fsync", path: tmp, code: errno) }

@@ -93,17 +93,19 @@ final class ClientReports: Sendable {
     /// Most bytes of the file read.
     static let maxFileBytes = 64 * 1024
 
-    /// The storage directory the file is kept in.
-    let storageDirectory: URL
-    // The paths below are made at each use, not at init: `Vaka.start` makes this value, and a URL's
-    // `appendingPathComponent` costs more (its first use in a process, about 45 k instructions for the three) than
-    // the few uses a run has.
+    /// The path of the storage directory the file is kept in (absolute). Paths, not URLs: `Vaka.start` makes
+    /// this value, and a `URL`'s first use in a process costs pages of Foundation made resident and its parsing.
+    let storagePath: String
+    /// The storage directory as a file URL (made at each use).
+    var storageDirectory: URL { URL(fileURLWithPath: storagePath, isDirectory: true) }
     /// `<storage>/client_reports.json`.
-    var url: URL { storageDirectory.appendingFileComponent("client_reports.json", isDirectory: false) }
+    var path: String { PrivateFiles.path(storagePath, "client_reports.json") }
+    /// `<storage>/client_reports.json` as a file URL.
+    var url: URL { URL(fileURLWithPath: path) }
     /// `<storage>/client_reports.lock`.
-    var lockURL: URL { storageDirectory.appendingFileComponent("client_reports.lock", isDirectory: false) }
+    var lockPath: String { PrivateFiles.path(storagePath, "client_reports.lock") }
     /// `<storage>/outbox` as a path: where the carrier files of in-flight entries are looked for.
-    var outboxDirectory: String { storageDirectory.appendingFileComponent("outbox", isDirectory: true).fileSystemPath }
+    var outboxDirectory: String { PrivateFiles.path(storagePath, "outbox") }
     /// This value's in-flight key in the file: `<pid>:<random token>`.
     let owner: String
     /// `false`: nothing is counted, nothing is sent (``Vaka/Options/sendClientReports``).
@@ -125,9 +127,14 @@ final class ClientReports: Sendable {
     private let state = Mutex(State())
 
     /// Client reports kept in `storageDirectory`.
-    init(storageDirectory: URL, enabled: Bool = true, log: (@Sendable (String) -> Void)? = nil) {
-        self.storageDirectory = storageDirectory
-        owner = "\(getpid()):\(RandomID.hex8())"
+    convenience init(storageDirectory: URL, enabled: Bool = true, log: (@Sendable (String) -> Void)? = nil) {
+        self.init(storagePath: storageDirectory.fileSystemPath, enabled: enabled, log: log)
+    }
+
+    /// Client reports kept in the storage directory at `storagePath` (absolute).
+    init(storagePath: String, enabled: Bool = true, log: (@Sendable (String) -> Void)? = nil) {
+        self.storagePath = storagePath
+        owner = NumberText.decimal(Int(getpid())) + ":" + RandomID.hex8()
         self.enabled = enabled
         logSink = log
     }
@@ -232,7 +239,7 @@ final class ClientReports: Sendable {
             return (state.unsaved, state.recorded)
         }
         guard let (unsaved, recorded) = started else { return nil }
-        if unsaved.isEmpty, access(url.fileSystemPath, F_OK) != 0 {
+        if unsaved.isEmpty, access(path, F_OK) != 0 {
             // Nothing counted anywhere: no lock file is created, and no later envelope looks again until a drop.
             state.withLock { state in
                 state.inFlight = false
@@ -279,7 +286,7 @@ final class ClientReports: Sendable {
             file.inFlight[owner] = nil
             file.carriers[owner] = nil
         }) {
-            logSink?("client reports: could not update \(url.lastPathComponent) after a report was sent; its counts may be sent again")
+            logSink?("client reports: could not update client_reports.json after a report was sent; its counts may be sent again")
         }
         state.withLock { $0.inFlight = false }
     }
@@ -402,25 +409,25 @@ final class ClientReports: Sendable {
     /// the lock or the write failed (the storage cannot be written).
     @discardableResult
     private func withFile(write: Bool = true, body: (inout File) -> Void) -> Bool {
-        let fd = PrivateFiles.openLockFile(lockURL.fileSystemPath)
+        let fd = PrivateFiles.openLockFile(lockPath)
         guard fd >= 0 else { return false }
         defer { close(fd) }
         while flock(fd, LOCK_EX) != 0 { if errno != EINTR { return false } }
         var file = File()
-        if case .data(let data) = PrivateFiles.readCapped(url.fileSystemPath, maxBytes: ClientReports.maxFileBytes) { file = File(data: data) }
+        if case .data(let data) = PrivateFiles.readCapped(path, maxBytes: ClientReports.maxFileBytes) { file = File(data: data) }
         let before = file.encoded()
         body(&file)
         guard write else { return true }
         let after = file.encoded()
         if after == before { return true }
         if file.pending.isEmpty && file.inFlight.isEmpty {
-            return unlink(url.fileSystemPath) == 0 || errno == ENOENT
+            return unlink(path) == 0 || errno == ENOENT
         }
         do {
-            try PrivateFiles.writeAtomically(after, to: url, sync: false)
+            try after.withUnsafeBytes { try PrivateFiles.writeAtomically($0, toPath: path, sync: false) }
             return true
         } catch {
-            logSink?("client reports: cannot write \(url.path) (\(error))")
+            logSink?("client reports: cannot write \(path) (\(error))")
             return false
         }
     }

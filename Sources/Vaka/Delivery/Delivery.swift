@@ -28,8 +28,13 @@ import Foundation
 final class Delivery: @unchecked Sendable {
     /// Settings; defaults are the SDK's.
     struct Configuration {
-        /// The SDK storage directory (`Options.storageDirectory` or its default); created if needed.
-        var storageDirectory: URL
+        /// The SDK storage directory's path (`Options.storageDirectory` or its default; absolute); created if needed.
+        var storagePath: String
+        /// ``storagePath`` as a file URL.
+        var storageDirectory: URL {
+            get { URL(fileURLWithPath: storagePath, isDirectory: true) }
+            set { storagePath = newValue.fileSystemPath }
+        }
         /// Where to send; `nil` selects outbox mode.
         var dsn: DSN?
         /// Seconds between automatic sends (`Options.flushInterval`, default 10).
@@ -64,8 +69,19 @@ final class Delivery: @unchecked Sendable {
              maxBatchFiles: Int = 200, requestTimeout: TimeInterval = 15, syncWrites: Bool = false,
              log: (@Sendable (String) -> Void)? = nil,
              onEventSettled: (@Sendable (String, Uploader.EventSettlement) -> Void)? = nil) {
+            self.init(storagePath: storageDirectory.fileSystemPath, dsn: dsn, flushInterval: flushInterval,
+                      maxBatchSize: maxBatchSize, maxBatchFiles: maxBatchFiles, requestTimeout: requestTimeout,
+                      syncWrites: syncWrites, log: log, onEventSettled: onEventSettled)
+        }
+
+        /// ``init(storageDirectory:dsn:flushInterval:maxBatchSize:maxBatchFiles:requestTimeout:syncWrites:log:onEventSettled:)``
+        /// with the storage directory given by its path (absolute): what the client makes at start (no `URL`).
+        init(storagePath: String, dsn: DSN?, flushInterval: TimeInterval = 10, maxBatchSize: Int = 50,
+             maxBatchFiles: Int = 200, requestTimeout: TimeInterval = 15, syncWrites: Bool = false,
+             log: (@Sendable (String) -> Void)? = nil,
+             onEventSettled: (@Sendable (String, Uploader.EventSettlement) -> Void)? = nil) {
             self.onEventSettled = onEventSettled
-            self.storageDirectory = storageDirectory
+            self.storagePath = storagePath
             self.dsn = dsn
             self.flushInterval = flushInterval
             self.maxBatchSize = maxBatchSize
@@ -136,10 +152,10 @@ final class Delivery: @unchecked Sendable {
         log = { message in sink?(message) }
         self.configuration = Delivery.sanitized(configuration, log: { message in sink?(message) })
         self.clock = clock
-        let reports = ClientReports(storageDirectory: configuration.storageDirectory,
+        let reports = ClientReports(storagePath: configuration.storagePath,
                                     enabled: configuration.sendClientReports, log: sink)
         clientReports = reports
-        var box = Outbox(storageDirectory: configuration.storageDirectory)
+        var box = Outbox(storagePath: configuration.storagePath)
         box.dropSink = { records in reports.record(.cacheOverflow, serialized: records) }
         outbox = box
         let config = self.configuration
@@ -147,10 +163,10 @@ final class Delivery: @unchecked Sendable {
         guard let dsn = config.dsn else {
             queue = nil
             uploader = nil
-            log("no DSN: envelopes are written to \(outbox.directory.fileSystemPath)")
+            log("no DSN: envelopes are written to \(outbox.directoryPath)")
             return
         }
-        let q = try PersistentQueue(storageDirectory: config.storageDirectory,
+        let q = try PersistentQueue(storagePath: config.storagePath,
                                     maxBatchSize: config.maxBatchSize,
                                     maxBatchFiles: config.maxBatchFiles,
                                     syncWrites: config.syncWrites, maxMemoryBytes: config.maxMemoryBytes, log: log,

@@ -16,8 +16,10 @@ public struct Outbox: Sendable {
     /// Writes numbered so far by this process (the `<sequence>` of the file names).
     private static let sequence = Atomic<Int>(0)
 
-    /// `<storage>/outbox`.
-    public let directory: URL
+    /// `<storage>/outbox` (a file URL made at each use from ``directoryPath``).
+    public var directory: URL { URL(fileURLWithPath: directoryPath, isDirectory: true) }
+    /// `<storage>/outbox`'s path: what this value's own file work uses.
+    let directoryPath: String
     /// Most files kept (default 1,000); at least 1.
     public let maxFiles: Int
     /// Most bytes kept over all files (default 64 MiB); the newest file is kept even when it alone is larger.
@@ -43,7 +45,13 @@ public struct Outbox: Sendable {
     ///   - maxFiles: most files kept (clamped to at least 1).
     ///   - maxBytes: most bytes kept (clamped to at least 1).
     public init(storageDirectory: URL, maxFiles: Int = 1_000, maxBytes: Int = 64 << 20) {
-        directory = storageDirectory.appendingFileComponent("outbox", isDirectory: true)
+        self.init(storagePath: storageDirectory.fileSystemPath, maxFiles: maxFiles, maxBytes: maxBytes)
+    }
+
+    /// ``init(storageDirectory:maxFiles:maxBytes:)`` for the storage directory at `storagePath` (absolute):
+    /// what delivery makes at start (no `URL`).
+    init(storagePath: String, maxFiles: Int = 1_000, maxBytes: Int = 64 << 20) {
+        directoryPath = PrivateFiles.path(storagePath, "outbox")
         self.maxFiles = max(1, maxFiles)
         self.maxBytes = max(1, maxBytes)
     }
@@ -99,7 +107,7 @@ public struct Outbox: Sendable {
     /// Writes `envelope` to `url` (a name from ``newFileURL(for:at:)``) atomically, then trims the outbox.
     /// - Throws: ``DeliveryIOError`` when the directory or file cannot be written.
     func write(_ envelope: Envelope, to url: URL) throws {
-        try PrivateFiles.makeDirectory(directory)
+        try PrivateFiles.makeDirectory(path: directoryPath)
         let bytes = envelope.serialized()
         // The first write of the process lists the directory before its file is there, not after: the caller's
         // step that follows a durable write (deleting an ended run's `scope.json`) then comes at once.
@@ -114,7 +122,7 @@ public struct Outbox: Sendable {
     /// file costs more than its stat).
     private func listFiles(_ usage: inout Usage) {
         var files: [String: Int] = [:]
-        let root = directory.fileSystemPath
+        let root = directoryPath
         for name in PrivateFiles.directoryNames(root) where name.hasSuffix(".envelope") && !name.hasPrefix(".") {
             var st = stat()
             files[name] = stat(root + "/" + name, &st) == 0 ? Int(st.st_size) : 0
@@ -139,7 +147,7 @@ public struct Outbox: Sendable {
             let keep = dropSink != nil
             for old in files.keys.sorted() where old != name {
                 guard files.count > maxFiles || usage.bytes > maxBytes else { break }
-                let path = directory.fileSystemPath + "/" + old
+                let path = directoryPath + "/" + old
                 var content: Data?
                 if keep, case .data(let data) = PrivateFiles.readCapped(path, maxBytes: PersistentQueue.maxEnvelopeBytes) { content = data }
                 if unlink(path) != 0 && errno != ENOENT { continue }
@@ -154,7 +162,7 @@ public struct Outbox: Sendable {
 
     /// The outbox files, oldest first (by name); empty when the directory does not exist.
     public func list() -> [URL] {
-        let names = PrivateFiles.directoryNames(directory.fileSystemPath)
+        let names = PrivateFiles.directoryNames(directoryPath)
         return names.filter { $0.hasSuffix(".envelope") && !$0.hasPrefix(".") }.sorted()
             .map { directory.appendingFileComponent($0) }
     }

@@ -92,8 +92,10 @@ final class PersistentQueue: Sendable {
 
     /// The queue's settings, clamped once at init; the state behind the mutex reads the same value.
     struct Settings: Sendable {
-        /// `<storage>/pending`, mode 0700.
-        let directory: URL
+        /// `<storage>/pending`'s path, mode 0700.
+        let directoryPath: String
+        /// `<storage>/pending` as a file URL (made at each use from ``directoryPath``).
+        var directory: URL { URL(fileURLWithPath: directoryPath, isDirectory: true) }
         /// Most envelopes per batch (file); `Options.maxBatchSize`, default 50. At least 1.
         let maxBatchSize: Int
         /// Most batch files kept; default 200. At least 1.
@@ -136,12 +138,22 @@ final class PersistentQueue: Sendable {
     ///     `Vaka.start`'s caller).
     /// - Throws: nothing today: a directory that cannot be created or listed is logged and the queue starts
     ///   empty, holding batches in memory until writes succeed (kept `throws` for API stability).
-    init(storageDirectory: URL, maxBatchSize: Int = 50, maxBatchFiles: Int = 200, syncWrites: Bool = false,
+    convenience init(storageDirectory: URL, maxBatchSize: Int = 50, maxBatchFiles: Int = 200, syncWrites: Bool = false,
+                     maxMemoryBytes: Int = PersistentQueue.defaultMaxMemoryBytes,
+                     log: @escaping @Sendable (String) -> Void = { _ in },
+                     dropSink: (@Sendable (ClientReports.Reason, [Data]) -> Void)? = nil, openNow: Bool = true) throws {
+        try self.init(storagePath: storageDirectory.fileSystemPath, maxBatchSize: maxBatchSize, maxBatchFiles: maxBatchFiles,
+                      syncWrites: syncWrites, maxMemoryBytes: maxMemoryBytes, log: log, dropSink: dropSink, openNow: openNow)
+    }
+
+    /// ``init(storageDirectory:maxBatchSize:maxBatchFiles:syncWrites:maxMemoryBytes:log:dropSink:openNow:)`` for
+    /// the storage directory at `storagePath` (absolute): what ``Delivery`` calls (no `URL` on the start path).
+    init(storagePath: String, maxBatchSize: Int = 50, maxBatchFiles: Int = 200, syncWrites: Bool = false,
          maxMemoryBytes: Int = PersistentQueue.defaultMaxMemoryBytes,
          log: @escaping @Sendable (String) -> Void = { _ in },
          dropSink: (@Sendable (ClientReports.Reason, [Data]) -> Void)? = nil, openNow: Bool = true) throws {
         let batchSize = max(1, maxBatchSize)
-        settings = Settings(directory: storageDirectory.appendingFileComponent("pending", isDirectory: true),
+        settings = Settings(directoryPath: PrivateFiles.path(storagePath, "pending"),
                             maxBatchSize: batchSize, maxBatchFiles: max(1, maxBatchFiles), syncWrites: syncWrites,
                             maxMemoryBytes: max(0, maxMemoryBytes),
                             maxFileBytes: batchSize * (PersistentQueue.maxEnvelopeBytes + 16) + 16)
@@ -294,14 +306,14 @@ extension PersistentQueue {
         mutating func load() {
             loaded = true
             do {
-                try PrivateFiles.makeDirectory(settings.directory)
+                try PrivateFiles.makeDirectory(path: settings.directoryPath)
             } catch {
-                log("cannot create \(settings.directory.path) (\(error)); envelopes are held in memory (at most \(settings.maxMemoryBytes) bytes) until it can be written")
+                log("cannot create \(settings.directoryPath) (\(error)); envelopes are held in memory (at most \(settings.maxMemoryBytes) bytes) until it can be written")
                 writeBackoff.recordFailure(now: Date())
             }
             // readdir(3) and string paths: `FileManager`'s listing and `URL.path` cost `Vaka.start` more, on their
             // first use in a process, than the listing itself.
-            let directory = settings.directory.fileSystemPath
+            let directory = settings.directoryPath
             for name in PrivateFiles.directoryNames(directory) {
                 if name.hasPrefix(".tmp-") {
                     unlink(directory + "/" + name)
@@ -534,7 +546,7 @@ extension PersistentQueue {
                 throw DeliveryIOError(operation: "write (backing off after a failed write)", path: path(ref), code: EAGAIN)
             }
             do {
-                try PrivateFiles.writeAtomically(BatchFile.encode(records), to: URL(fileURLWithPath: path(ref)), sync: settings.syncWrites)
+                try BatchFile.encode(records).withUnsafeBytes { try PrivateFiles.writeAtomically($0, toPath: path(ref), sync: settings.syncWrites) }
                 writeBackoff.reset()
             } catch {
                 stats.writeFailures += 1
@@ -585,7 +597,7 @@ extension PersistentQueue {
             }
         }
 
-        func path(_ ref: BatchRef) -> String { settings.directory.appendingFileComponent(ref.name).fileSystemPath }
+        func path(_ ref: BatchRef) -> String { PrivateFiles.path(settings.directoryPath, ref.name) }
 
         /// Renames a batch file that can never be sent to `<name>.bad` (deleted when the rename fails), forgets it
         /// and keeps at most ``maxBadFiles`` set-aside files.
@@ -601,10 +613,10 @@ extension PersistentQueue {
 
         /// Deletes the oldest `.bad` files beyond ``maxBadFiles``.
         func pruneBadFiles() {
-            let bad = PrivateFiles.directoryNames(settings.directory.fileSystemPath)
+            let bad = PrivateFiles.directoryNames(settings.directoryPath)
                 .filter { $0.hasSuffix(".batch.bad") }.sorted()
             for name in bad.dropLast(PersistentQueue.maxBadFiles) {
-                try? FileManager.default.removeItem(atPath: settings.directory.appendingFileComponent(name).fileSystemPath)
+                try? FileManager.default.removeItem(atPath: PrivateFiles.path(settings.directoryPath, name))
             }
         }
     }

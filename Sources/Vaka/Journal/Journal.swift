@@ -125,8 +125,10 @@ public final class Journal: Sendable {
     /// can lose there).
     static let fallbackSyncInterval: TimeInterval = 0.2
 
-    /// The journal file.
-    public let url: URL
+    /// The journal file (made at each use from ``path``).
+    public var url: URL { URL(fileURLWithPath: path) }
+    /// The journal file's path.
+    let path: String
     /// True when the rings are a shared mapping of the file; false in the write(2) fallback.
     let isMapped: Bool
     /// The errno of the refused `mmap` that selected the fallback, or 0.
@@ -146,19 +148,25 @@ public final class Journal: Sendable {
     /// (a full spill, a record over 4 MiB).
     /// - Throws: ``JournalError`` (`open`) when the file cannot be created or sized; a refused mmap is not an
     ///   error (``isMapped`` is false).
-    init(path: URL, size: Int = Journal.defaultSize, allowMmap: Bool = true,
+    convenience init(path: URL, size: Int = Journal.defaultSize, allowMmap: Bool = true,
+                     failed: (@Sendable (Int32) -> Void)? = nil) throws {
+        try self.init(filePath: path.fileSystemPath, size: size, allowMmap: allowMmap, failed: failed)
+    }
+
+    /// ``init(path:size:allowMmap:failed:)`` for the file at `filePath`: what the SDK's start path calls (no `URL`).
+    init(filePath: String, size: Int = Journal.defaultSize, allowMmap: Bool = true,
          failed: (@Sendable (Int32) -> Void)? = nil) throws {
         var flags: Int32 = 0
         if !allowMmap || getenv("VAKA_JOURNAL_NO_MMAP").map({ String(cString: $0) }) == "1" {
             flags |= VAKA_JOURNAL_NO_MMAP
         }
         var handle: OpaquePointer?
-        let rc = path.fileSystemPath.withCString { p -> Int32 in
+        let rc = filePath.withCString { p -> Int32 in
             var options = vaka_journal_options(path: p, size: max(0, size), flags: flags)
             return vaka_journal_open(&options, &handle)
         }
         guard rc == 0, let handle else { throw JournalError(code: rc == 0 ? EINVAL : rc, operation: "open") }
-        url = path
+        path = filePath
         handleBits = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(handle)))
         isMapped = vaka_journal_is_mapped(handle) != 0
         mmapError = vaka_journal_mmap_error(handle)

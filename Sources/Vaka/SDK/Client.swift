@@ -23,8 +23,11 @@ import VakaSymbolication
 final class Client: Sendable {
     /// The options given to start.
     let options: Vaka.Options
-    /// The storage directory (created, 0700).
-    let storage: URL
+    /// The storage directory's file-system path (created, 0700; absolute, no trailing `/`). The start and exit
+    /// paths make their files' paths from it as strings (``PrivateFiles/path(_:_:)``), not URLs.
+    let storagePath: String
+    /// The storage directory as a file URL (made at each use: ``storagePath`` is what the SDK's own file work uses).
+    var storage: URL { URL(fileURLWithPath: storagePath, isDirectory: true) }
     /// Whether envelopes go to a server: a valid DSN (given in code or from `$SENTRY_DSN`); `false` in outbox mode.
     let hasDSN: Bool
     /// This run's id (UUID string).
@@ -116,11 +119,19 @@ final class Client: Sendable {
     /// - Parameter makeStorage: the making of the storage directory and `crashes/` that ``Vaka/start(_:)`` left
     ///   to start's background part (a first run), or `nil`; run once, before any other file work of the run
     ///   (``makeStorage()``).
-    init(options: Vaka.Options, storage: URL, runID: String, dsn: DSN?, log: (@Sendable (String) -> Void)?,
+    convenience init(options: Vaka.Options, storage: URL, runID: String, dsn: DSN?, log: (@Sendable (String) -> Void)?,
+                     makeStorage: (@Sendable () -> Void)? = nil) throws {
+        try self.init(options: options, storagePath: storage.fileSystemPath, runID: runID, dsn: dsn, log: log,
+                      makeStorage: makeStorage)
+    }
+
+    /// ``init(options:storage:runID:dsn:log:makeStorage:)`` with the storage directory given by its path
+    /// (absolute): what ``Vaka/start(_:)`` calls.
+    init(options: Vaka.Options, storagePath: String, runID: String, dsn: DSN?, log: (@Sendable (String) -> Void)?,
          makeStorage: (@Sendable () -> Void)? = nil) throws {
         self.pendingStorage = Mutex(makeStorage)
         self.options = options
-        self.storage = storage
+        self.storagePath = storagePath
         self.runID = runID
         hasDSN = dsn != nil
         self.logSink = log
@@ -131,7 +142,7 @@ final class Client: Sendable {
         let ledger = CrashLedger(log: log)
         crashLedger = ledger
         var configuration = Delivery.Configuration(
-            storageDirectory: storage, dsn: dsn, flushInterval: options.flushInterval,
+            storagePath: storagePath, dsn: dsn, flushInterval: options.flushInterval,
             maxBatchSize: options.maxBatchSize, log: log,
             onEventSettled: { id, outcome in ledger.settled(id, outcome) })
         configuration.sendClientReports = options.sendClientReports
@@ -180,11 +191,11 @@ final class Client: Sendable {
     private func makeJournal() {
         guard !ending.load(ordering: .acquiring) else { return }
         let dir: RunDirectory
-        do { dir = try RunDirectory(storage: storage, runID: runID) } catch {
+        do { dir = try RunDirectory(storagePath: storagePath, runID: runID) } catch {
             log("cannot create the run directory: \(error)")
             return
         }
-        if let journal = Client.openJournal(in: dir.url, size: options.journalSize, log: logSink) {
+        if let journal = Client.openJournal(in: dir.path, size: options.journalSize, log: logSink) {
             // Before it is published: a crash report then carries `journal_seq` (and in the fallback the handler
             // writes the rings to the file) for every record appended to it.
             journal.registerWithCrashHandler()
@@ -202,7 +213,7 @@ final class Client: Sendable {
     /// for this stage first, so none is expected; before `runDirectory` is set such a change writes nothing).
     private func makeScopeFile() {
         if options.sessionTracking {
-            let did = Client.anonID(storage: storage, log: logSink)
+            let did = Client.anonID(storagePath: storagePath, log: logSink)
             state.withLock { $0.scope.session?.did = did }
         }
         guard let (dir, written) = state.withLock({ state in state.pendingRunDirectory.map { ($0, state.scope) } }) else { return }
@@ -224,14 +235,14 @@ final class Client: Sendable {
 
     /// Opens `<run directory>/journal` (`size` bytes; `VAKA_JOURNAL_NO_MMAP=1` selects the write(2) fallback,
     /// see ``Journal``); `nil` with a debug line when it cannot be created.
-    static func openJournal(in directory: URL, size: Int, log: (@Sendable (String) -> Void)?) -> Journal? {
+    static func openJournal(in directory: String, size: Int, log: (@Sendable (String) -> Void)?) -> Journal? {
         do {
             // With SIGXFSZ blocked, as every SDK write: sizing the file past an RLIMIT_FSIZE quota then fails
             // with EFBIG (no journal: memory only) instead of killing the app.
             var opened: Result<Journal, Error> = .failure(JournalError(code: EINVAL, operation: "open"))
             _ = PrivateFiles.withFileSizeSignalBlocked {
                 opened = Result {
-                    try Journal(path: directory.appendingFileComponent("journal", isDirectory: false), size: size, failed: { code in
+                    try Journal(filePath: PrivateFiles.path(directory, "journal"), size: size, failed: { code in
                         log?("journal append failed: \(String(cString: strerror(code)))")
                     })
                 }
@@ -241,11 +252,11 @@ final class Client: Sendable {
             }
             let journal = try opened.get()
             if !journal.isMapped {
-                log?("journal \(journal.url.path): shared mapping not used (errno \(journal.mmapError)); written to the file every \(Int(Journal.fallbackSyncInterval * 1000)) ms and at a crash")
+                log?("journal \(journal.path): shared mapping not used (errno \(journal.mmapError)); written to the file every \(Int(Journal.fallbackSyncInterval * 1000)) ms and at a crash")
             }
             return journal
         } catch {
-            log?("cannot create the journal in \(directory.path) (\(error)); breadcrumbs are kept in memory and events written to storage at once")
+            log?("cannot create the journal in \(directory) (\(error)); breadcrumbs are kept in memory and events written to storage at once")
             return nil
         }
     }
@@ -866,10 +877,10 @@ final class Client: Sendable {
         journal?.close()
         if let record {
             do {
-                try record.write(storage: storage, runID: runID)
+                try record.write(storagePath: storagePath, runID: runID)
             } catch {
                 log("cannot write the session record (\(error)); its update is sent now")
-                items = [.session(record.update(did: Client.anonID(storage: storage, log: logSink)).jsonData())]
+                items = [.session(record.update(did: Client.anonID(storagePath: storagePath, log: logSink)).jsonData())]
             }
         }
         if !items.isEmpty { submit(Envelope(items: items)) }
@@ -891,11 +902,16 @@ final class Client: Sendable {
     /// The anon id (`did`): a random UUID kept in `<storage>/anon_id` (mode 0600), created on first use.
     /// At most 4 KiB of the file is read; a bigger or unreadable one is replaced by a new id.
     static func anonID(storage: URL, log: ((String) -> Void)?) -> String? {
-        let url = storage.appendingFileComponent("anon_id", isDirectory: false)
-        if case .data(let data) = PrivateFiles.readCapped(url.fileSystemPath, maxBytes: 4096) {
+        anonID(storagePath: storage.fileSystemPath, log: log)
+    }
+
+    /// ``anonID(storage:log:)`` for the storage directory at `storagePath`: read and written without `URL` or
+    /// `Data` (the start and exit paths use neither).
+    static func anonID(storagePath: String, log: ((String) -> Void)?) -> String? {
+        let path = PrivateFiles.path(storagePath, "anon_id")
+        if case .success(let bytes) = PrivateFiles.readCappedBytes(path, maxBytes: 4096) {
             // ASCII whitespace around the id trimmed with index loops (generic collection adapters would cost
             // `Vaka.start` their first-use type lookups); a UUID is ASCII, so lower-casing is per byte.
-            let bytes = [UInt8](data)
             func isSpace(_ b: UInt8) -> Bool { b == 0x20 || (0x09...0x0D).contains(b) }
             var start = 0, end = bytes.count
             while start < end && isSpace(bytes[start]) { start += 1 }
@@ -906,10 +922,7 @@ final class Client: Sendable {
             if RandomID.isUUID(id) { return id }
         }
         let id = RandomID.uuid(lowercase: true)
-        // The bytes copied from the C string: `Data(id.utf8)`'s first use in a process is a dynamic cast that scans
-        // every library's conformance records (0.24 M instructions, callgrind), paid here by every first run.
-        let bytes = id.withCString { Data(bytes: $0, count: strlen($0)) }
-        do { try PrivateFiles.writeAtomically(bytes, to: url, sync: false) } catch { log?("cannot write anon_id: \(error)") }
+        do { try PrivateFiles.writeAtomically(text: id, toPath: path, sync: false) } catch { log?("cannot write anon_id: \(error)") }
         return id
     }
 }

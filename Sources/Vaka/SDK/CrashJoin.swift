@@ -478,11 +478,11 @@ extension Client {
     /// (names starting with `.` are not runs), or in `crashes/` a report (`*.crash`) or a spare (`.*.spare`)
     /// not of this run. `false` means ``joinPreviousRuns()`` has nothing to do.
     func earlierRunsLeftSomething() -> Bool {
-        for name in PrivateFiles.directoryNames(RunDirectory.root(storage).fileSystemPath) where name != runID && !name.hasPrefix(".") {
+        for name in PrivateFiles.directoryNames(RunDirectory.root(storagePath)) where name != runID && !name.hasPrefix(".") {
             return true
         }
         let ownReport = runID + reportSuffix, ownSpare = "." + runID
-        for name in PrivateFiles.directoryNames(storage.fileSystemPath + "/crashes") {
+        for name in PrivateFiles.directoryNames(PrivateFiles.path(storagePath, "crashes")) {
             if name.hasSuffix(reportSuffix) && name != ownReport { return true }
             if name.hasPrefix(".") && name.hasSuffix(".spare") && !name.hasPrefix(ownSpare) { return true }
         }

@@ -63,6 +63,22 @@ extension URL {
 }
 
 extension PrivateFiles {
+    /// `component` (one name, or several joined by `/`) below the directory `base`: joined by one `/`, none
+    /// added when `base` ends in one. What ``URL/appendingFileComponent(_:isDirectory:)`` gives as a path, with
+    /// no `URL` made: the start and exit paths name the storage directory's files this way (a `URL`'s first use
+    /// in a process is about 450 KiB of Foundation's pages made resident, and its parsing).
+    static func path(_ base: String, _ component: String) -> String {
+        base.utf8.last == UInt8(ascii: "/") ? base + component : base + "/" + component
+    }
+
+    /// `path` without its trailing `/`s (the root `/` kept): the form ``URL/fileSystemPath`` gives.
+    static func trimmingTrailingSlashes(_ path: String) -> String {
+        var bytes = Array(path.utf8)
+        guard bytes.count > 1 && bytes.last == UInt8(ascii: "/") else { return path }
+        while bytes.count > 1 && bytes.last == UInt8(ascii: "/") { bytes.removeLast() }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// The last non-empty `/`-separated component of `path` (what `path.split(separator: "/").last` gives,
     /// with a byte loop instead of `split`'s generic code); `path` itself when it has none (`/`, empty).
     static func lastComponent(_ path: String) -> String {

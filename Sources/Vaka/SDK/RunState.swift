@@ -99,12 +99,12 @@ struct RunScope: Codable, Equatable {
 /// by one thread at a time: the client's ``Client/setUp()`` until it hands the directory over, then only under
 /// the client's state lock.
 final class RunDirectory: @unchecked Sendable {
-    /// The directory.
-    let url: URL
+    /// The directory as a file URL (made at each use: ``path`` is what the SDK's own file work uses).
+    var url: URL { URL(fileURLWithPath: path, isDirectory: true) }
     /// The run id (directory name).
     let runID: String
-    /// `url`'s file-system path (file paths are made from it as strings: URL operations on the start and exit
-    /// path cost more than the system calls they name).
+    /// The directory's file-system path (its files' paths are made from it as strings: a `URL` on the start and
+    /// exit paths costs more than the system calls it names, and pages of Foundation made resident).
     let path: String
     private var lockFD: Int32 = -1
     /// Whether `scope.json` was written once (later writes replace it atomically).
@@ -117,29 +117,35 @@ final class RunDirectory: @unchecked Sendable {
     /// `<storage>/runs`.
     static func root(_ storage: URL) -> URL { storage.appendingFileComponent("runs", isDirectory: true) }
 
+    /// `<storage>/runs` for the storage directory at `storagePath`.
+    static func root(_ storagePath: String) -> String { PrivateFiles.path(storagePath, "runs") }
+
     /// Creates the directory (mode 0700) for `runID` and takes its lock: made as `runs/.<run-id>` (a name the
     /// crash join skips), its lock taken there, then renamed to `runs/<run-id>`, so that another launch's join
     /// never sees the directory without its lock held (it would take it for a run that died before writing
     /// anything, and delete it). When that rename cannot be done (a non-empty `runs/<run-id>` is there), the
     /// directory is made in place.
     /// - Throws: ``DeliveryIOError`` when it cannot be created.
-    init(storage: URL, runID: String) throws {
+    convenience init(storage: URL, runID: String) throws {
+        try self.init(storagePath: storage.fileSystemPath, runID: runID)
+    }
+
+    /// ``init(storage:runID:)`` for the storage directory at `storagePath` (absolute).
+    init(storagePath: String, runID: String) throws {
         self.runID = runID
-        let root = RunDirectory.root(storage)
-        url = root.appendingFileComponent(runID, isDirectory: true)
-        path = url.fileSystemPath
+        let root = RunDirectory.root(storagePath)
+        path = PrivateFiles.path(root, runID)
         // `runs/` first: each level is then one mkdir(2) (see PrivateFiles.makeDirectory).
-        try PrivateFiles.makeDirectory(root)
-        let stagingURL = root.appendingFileComponent("." + runID, isDirectory: true)
-        let staging = stagingURL.fileSystemPath
-        if (try? PrivateFiles.makeDirectory(stagingURL)) != nil {
+        try PrivateFiles.makeDirectory(path: root)
+        let staging = PrivateFiles.path(root, "." + runID)
+        if (try? PrivateFiles.makeDirectory(path: staging)) != nil {
             lockFD = RunDirectory.openLock(staging + "/lock")
             if lockFD >= 0 && rename(staging, path) == 0 { return }
             if lockFD >= 0 { Glibc.close(lockFD); lockFD = -1 }
             unlink(staging + "/lock")
             rmdir(staging)
         }
-        try PrivateFiles.makeDirectory(url)
+        try PrivateFiles.makeDirectory(path: path)
         lockFD = RunDirectory.openLock(path + "/lock")
     }
 
@@ -178,18 +184,18 @@ final class RunDirectory: @unchecked Sendable {
             smaller.tags = [:]
             data = try smaller.jsonData()
         }
-        let file = url.appendingFileComponent("scope.json", isDirectory: false)
+        let file = PrivateFiles.path(path, "scope.json")
         if !wroteScope {
-            let fd = open(file.fileSystemPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            let fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             if fd >= 0 {
                 _ = fchmod(fd, 0o600)  // the next launch reads it, whatever the umask
                 let code = PrivateFiles.withFileSizeSignalBlocked { PrivateFiles.writeAll(fd, data) }
                 Glibc.close(fd)
                 if code == 0 { wroteScope = true; return }
-                unlink(file.fileSystemPath)
+                unlink(file)
             }
         }
-        try PrivateFiles.writeAtomically(data, to: file, sync: false)
+        try data.withUnsafeBytes { try PrivateFiles.writeAtomically($0, toPath: file, sync: false) }
         wroteScope = true
     }
 

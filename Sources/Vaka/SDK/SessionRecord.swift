@@ -55,6 +55,9 @@ struct SessionRecord: Equatable {
     /// `<storage>/sessions`.
     static func directory(_ storage: URL) -> URL { storage.appendingFileComponent("sessions", isDirectory: true) }
 
+    /// `<storage>/sessions`, for the storage directory at `storagePath`.
+    static func directory(_ storagePath: String) -> String { PrivateFiles.path(storagePath, "sessions") }
+
     /// The record of `session` ending at `ended` in a run of `release` and `environment`.
     init(session: SessionState, ended: Date, release: String, environment: String?) {
         sid = session.sid
@@ -66,12 +69,13 @@ struct SessionRecord: Equatable {
     }
 
     /// The file's text (see the type's documentation). Composed by concatenation, the times as integers: it is
-    /// made at exit, where the first use of an array join or of a `Double`'s text costs more than the rest.
+    /// made at exit, where the first use of an array join or of a `Double`'s text costs more than the rest (the
+    /// integers by ``NumberText``).
     var text: String {
         var text = SessionRecord.magic + "\nsid " + sid
-        text += "\nstarted_us " + String(SessionRecord.microseconds(started))
-        text += "\nended_us " + String(SessionRecord.microseconds(ended))
-        text += "\nerrors " + String(errors)
+        text += "\nstarted_us " + NumberText.decimal(SessionRecord.microseconds(started))
+        text += "\nended_us " + NumberText.decimal(SessionRecord.microseconds(ended))
+        text += "\nerrors " + NumberText.decimal(errors)
         text += "\nrelease " + Vaka.Options.boundedRelease(release)
         if let environment { text += "\nenvironment " + Vaka.Options.boundedEnvironment(environment) }
         return text + "\n"
@@ -120,7 +124,7 @@ struct SessionRecord: Equatable {
 
     /// The record's file name: `<end>-<runID>.session`, `<end>` its end in whole seconds since the Unix epoch.
     func fileName(runID: String) -> String {
-        String(Bounded.int64(ended.rounded(.down))) + "-" + runID + SessionRecord.suffix
+        NumberText.decimal(Bounded.int64(ended.rounded(.down))) + "-" + runID + SessionRecord.suffix
     }
 
     /// The end in seconds since the Unix epoch that a record's file name starts with (``fileName(runID:)``), or
@@ -133,13 +137,15 @@ struct SessionRecord: Equatable {
     /// Writes the record to `<storage>/sessions/<end>-<runID>.session` (the directory made first when missing, 0700).
     /// - Throws: ``DeliveryIOError`` naming the failed call (a full disk, a read-only storage directory...).
     func write(storage: URL, runID: String) throws {
-        let directory = SessionRecord.directory(storage)
-        try PrivateFiles.makeDirectory(directory)
-        // `Data(bytes:count:)`, not `Data(text.utf8)`: the generic initializer's casts cost a scan of the
-        // runtime's conformance records at their first use, and this runs at exit.
-        var text = self.text
-        let data = text.withUTF8 { Data(bytes: $0.baseAddress!, count: $0.count) }
-        try PrivateFiles.writeAtomically(data, to: directory.appendingFileComponent(fileName(runID: runID)), sync: false)
+        try write(storagePath: storage.fileSystemPath, runID: runID)
+    }
+
+    /// ``write(storage:runID:)`` for the storage directory at `storagePath`, made with paths and the text's bytes
+    /// (no `URL` or `Data`: this runs at exit).
+    func write(storagePath: String, runID: String) throws {
+        let directory = SessionRecord.directory(storagePath)
+        try PrivateFiles.makeDirectory(path: directory)
+        try PrivateFiles.writeAtomically(text: text, toPath: PrivateFiles.path(directory, fileName(runID: runID)), sync: false)
     }
 }
 
@@ -172,7 +178,7 @@ extension Client {
     /// The run's own record (none before it ends) is never among them. The pass also deletes temporary files older
     /// than ``staleTemporaryAge``.
     func sendDeferredSessions(atLeast minimum: Int) {
-        let directory = SessionRecord.directory(storage).fileSystemPath
+        let directory = SessionRecord.directory(storagePath)
         let ownSuffix = "-" + runID + SessionRecord.suffix
         var names = PrivateFiles.directoryNames(directory).filter { $0.hasSuffix(SessionRecord.suffix) && !$0.hasSuffix(ownSuffix) }
         guard !names.isEmpty else { return }
@@ -211,7 +217,7 @@ extension Client {
         }
         guard !records.isEmpty else { return }
         records.sort { $0.record.ended < $1.record.ended }
-        let did = Client.anonID(storage: storage, log: { [weak self] in self?.logLine($0) })
+        let did = Client.anonID(storagePath: storagePath, log: { [weak self] in self?.logLine($0) })
         var start = 0
         while start < records.count {
             let batch = records[start..<min(start + Client.maxSessionsPerEnvelope, records.count)]
