@@ -230,7 +230,12 @@ final class ClientReports: Sendable {
     /// - Parameter carrier: the outbox file (a name from ``Outbox/newFileURL(for:at:)``) the report will be
     ///   written in, recorded with the entry so that a death between that write and ``commit(_:)`` does not
     ///   send the counts again; `nil` for a POST.
-    func take(now: Date = Date(), carrier: URL? = nil) -> Ticket? {
+    func take(now: Date = Date(), carrier: URL?) -> Ticket? {
+        take(now: now, carrierName: carrier?.fileSystemName)
+    }
+
+    /// ``take(now:carrier:)`` with the carrier given by its file name in the outbox (`nil`: none).
+    func take(now: Date = Date(), carrierName name: String? = nil) -> Ticket? {
         guard enabled else { return nil }
         let started: (unsaved: [Key: Int], recorded: UInt64)? = state.withLock { state in
             guard !state.inFlight, state.fileMayHoldCounts || !state.unsaved.isEmpty else { return nil }
@@ -250,7 +255,7 @@ final class ClientReports: Sendable {
         var taken: [Key: Int] = [:]
         let owner = self.owner
         let outbox = outboxDirectory
-        let carrierName = carrier.map(\.fileSystemName).flatMap { File.isCarrierName($0) ? $0 : nil }
+        let carrierName = name.flatMap { File.isCarrierName($0) ? $0 : nil }
         let ok = withFile { file in
             file.pending.merge(unsaved, uniquingKeysWith: ClientReports.add)
             file.reclaimDeadOwners(except: owner, outbox: outbox)

@@ -209,12 +209,12 @@ final class Delivery: @unchecked Sendable {
             // in-flight entry names the file, so a death between the write and the commit does not send the
             // counts again.
             let now = clock.now
-            let url = outbox.newFileURL(for: envelope, at: now)
-            let ticket = clientReports.take(now: now, carrier: url)
+            let name = outbox.newFileName(for: envelope, at: now)
+            let ticket = clientReports.take(now: now, carrierName: name)
             var written = envelope
             if let ticket { written.items.append(ticket.item) }
             do {
-                try outbox.write(written, to: url)
+                try outbox.write(written, named: name)
             } catch {
                 if let ticket { clientReports.abort(ticket) }
                 clientReports.record(.internalSDKError, envelope: envelope)
@@ -223,10 +223,10 @@ final class Delivery: @unchecked Sendable {
                 throw error
             }
             if let ticket {
-                configuration.afterOutboxWrite?(url)
+                configuration.afterOutboxWrite?(outbox.directory.appendingFileComponent(name))
                 clientReports.commit(ticket)
             }
-            log("wrote \(url.fileSystemName)")
+            log("wrote \(name)")
             let dropped = outbox.droppedFiles - droppedBefore
             if dropped > 0 {
                 log("outbox over \(outbox.maxFiles) files or \(outbox.maxBytes) B: dropped the \(dropped) oldest file(s)")

@@ -67,15 +67,20 @@ public struct Outbox: Sendable {
     /// - Throws: ``DeliveryIOError`` when the directory or file cannot be written.
     @discardableResult
     public func write(_ envelope: Envelope, at date: Date = Date()) throws -> URL {
-        let url = newFileURL(for: envelope, at: date)
-        try write(envelope, to: url)
-        return url
+        let name = newFileName(for: envelope, at: date)
+        try write(envelope, named: name)
+        return directory.appendingFileComponent(name)
+    }
+
+    /// ``newFileName(for:at:)`` as a file URL in the outbox.
+    func newFileURL(for envelope: Envelope, at date: Date) -> URL {
+        directory.appendingFileComponent(newFileName(for: envelope, at: date))
     }
 
     /// The name of a new file for `envelope` stamped with `date`, numbered in this process's sequence (nothing
-    /// is written): what ``write(_:to:)`` writes, so a caller can record the name before the file exists
+    /// is written): what ``write(_:named:)`` writes, so a caller can record the name before the file exists
     /// (``ClientReports``: the file a client report travels in).
-    func newFileURL(for envelope: Envelope, at date: Date) -> URL {
+    func newFileName(for envelope: Envelope, at date: Date) -> String {
         let id = envelope.header.eventID ?? RandomID.hex32()
         // Built as bytes: string filters and maps over characters cost their first use in a process more than
         // the name (callgrind).
@@ -101,19 +106,26 @@ public struct Outbox: Sendable {
             }
         }
         name.append(contentsOf: Array(".envelope".utf8))
-        return directory.appendingFileComponent(String(decoding: name, as: UTF8.self), isDirectory: false)
+        return String(decoding: name, as: UTF8.self)
     }
 
-    /// Writes `envelope` to `url` (a name from ``newFileURL(for:at:)``) atomically, then trims the outbox.
+    /// Writes `envelope` to `url` (``newFileURL(for:at:)``; ``write(_:named:)`` with its last component).
     /// - Throws: ``DeliveryIOError`` when the directory or file cannot be written.
     func write(_ envelope: Envelope, to url: URL) throws {
+        try write(envelope, named: url.fileSystemName)
+    }
+
+    /// Writes `envelope` to the outbox file `name` (from ``newFileName(for:at:)``) atomically, then trims the
+    /// outbox. By path: no `URL` on the write path.
+    /// - Throws: ``DeliveryIOError`` when the directory or file cannot be written.
+    func write(_ envelope: Envelope, named name: String) throws {
         try PrivateFiles.makeDirectory(path: directoryPath)
         let bytes = envelope.serialized()
         // The first write of the process lists the directory before its file is there, not after: the caller's
         // step that follows a durable write (deleting an ended run's `scope.json`) then comes at once.
         usage.state.withLock { usage in if usage.files == nil { listFiles(&usage) } }
-        try PrivateFiles.writeAtomically(bytes, to: url, sync: false)
-        let removed = trim(adding: url.fileSystemName, size: bytes.count)
+        try bytes.withUnsafeBytes { try PrivateFiles.writeAtomically($0, toPath: PrivateFiles.path(directoryPath, name), sync: false) }
+        let removed = trim(adding: name, size: bytes.count)
         if let dropSink, !removed.isEmpty { dropSink(removed) }
     }
 
