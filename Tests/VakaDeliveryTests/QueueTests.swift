@@ -60,10 +60,18 @@ final class QueueTests: XCTestCase {
             try previous.enqueue(eventEnvelope(3), durable: true)
             // the process "dies" here: no close
         }
-        _ = FileManager.default.createFile(atPath: storage.appendingPathComponent("pending/.tmp-leftover").path, contents: Data("x".utf8))
+        // A temporary file of a write killed two hours ago, and one of a write in progress in another process
+        // sharing the storage directory (modified now): only the first is removed, so the second's rename works.
+        let leftover = storage.appendingPathComponent("pending/.tmp-leftover").path
+        let inProgress = storage.appendingPathComponent("pending/.tmp-in-progress").path
+        _ = FileManager.default.createFile(atPath: leftover, contents: Data("x".utf8))
+        _ = FileManager.default.createFile(atPath: inProgress, contents: Data("y".utf8))
+        try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -2 * 3600)], ofItemAtPath: leftover)
         let q = try PersistentQueue(storageDirectory: storage, maxBatchSize: 1)
         XCTAssertEqual(q.sealedBatches().count, 3)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: storage.appendingPathComponent("pending/.tmp-leftover").path))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: leftover))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: inProgress), "another process's write in progress was deleted")
+        XCTAssertEqual(rename(inProgress, storage.appendingPathComponent("pending/renamed").path), 0)
         try q.enqueue(eventEnvelope(4))
         let ids = q.sealedBatches().map { q.records(of: $0).flatMap { try? Envelope(data: $0[0]) }?.header.eventID }
         XCTAssertEqual(ids, [eventID(1), eventID(2), eventID(3), eventID(4)])

@@ -302,7 +302,9 @@ extension PersistentQueue {
         /// Whether ``load()`` ran (``PersistentQueue/open()``).
         var loaded = false
 
-        /// Picks up the batch files of previous runs (and removes temporary files of interrupted writes).
+        /// Picks up the batch files of previous runs, and removes the temporary files of writes interrupted an hour
+        /// or more ago (``PrivateFiles/removeIfStaleTemporary(_:in:now:)``: a younger one may be another process's
+        /// write in progress, whose `rename` would fail without it).
         mutating func load() {
             loaded = true
             do {
@@ -314,9 +316,12 @@ extension PersistentQueue {
             // readdir(3) and string paths: `FileManager`'s listing and `URL.path` cost `Vaka.start` more, on their
             // first use in a process, than the listing itself.
             let directory = settings.directoryPath
+            let now = Int64(time(nil))
             for name in PrivateFiles.directoryNames(directory) {
                 if name.hasPrefix(".tmp-") {
-                    unlink(directory + "/" + name)
+                    if PrivateFiles.removeIfStaleTemporary(name, in: directory, now: now) {
+                        log("removed \(name), a batch file's temporary file left by a killed writer")
+                    }
                 } else if let ref = PersistentQueue.ref(name) {
                     files.append(ref)
                 }

@@ -161,8 +161,8 @@ extension Client {
     static let maxDeferredSessionAge: Int64 = 86_400
 
     /// A temporary file in `sessions/` (`.tmp-*`, left by a writer killed before its `rename`) older than this,
-    /// seconds, is deleted by the pass that sends the records: one hour.
-    static let staleTemporaryAge: Int64 = 3_600
+    /// seconds, is deleted by the pass that sends the records: ``PrivateFiles/staleTemporaryAge``, one hour.
+    static let staleTemporaryAge: Int64 = PrivateFiles.staleTemporaryAge
 
     /// Most session updates one envelope carries when deferred records are sent: 100 (Relay's limit of session
     /// items per envelope).
@@ -240,12 +240,8 @@ extension Client {
     /// ``staleTemporaryAge`` or more ago: left by writers killed between writing and renaming a record.
     private func removeStaleTemporaries(_ names: [String], in directory: String) {
         let now = Int64(time(nil))
-        for name in names {
-            let path = directory + "/" + name
-            var info = stat()
-            guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
-                  now - Int64(info.st_mtim.tv_sec) >= Client.staleTemporaryAge else { continue }
-            if unlink(path) == 0 { logLine("removed \(name), a session record's temporary file left by a killed writer") }
+        for name in names where PrivateFiles.removeIfStaleTemporary(name, in: directory, now: now) {
+            logLine("removed \(name), a session record's temporary file left by a killed writer")
         }
     }
 }
