@@ -77,6 +77,23 @@ final class QueueTests: XCTestCase {
         XCTAssertEqual(ids, [eventID(1), eventID(2), eventID(3), eventID(4)])
     }
 
+    /// The outbox's first write removes the temporary file of a write killed two hours ago and keeps one of a
+    /// write in progress (modified now), as the queue's load does in `pending/`.
+    func testOutboxFirstWriteRemovesOnlyStaleTemporaryFiles() throws {
+        let storage = dirs.make()
+        let outboxDirectory = storage.appendingPathComponent("outbox").path
+        try FileManager.default.createDirectory(atPath: outboxDirectory, withIntermediateDirectories: true)
+        let leftover = outboxDirectory + "/.tmp-leftover", inProgress = outboxDirectory + "/.tmp-in-progress"
+        _ = FileManager.default.createFile(atPath: leftover, contents: Data("x".utf8))
+        _ = FileManager.default.createFile(atPath: inProgress, contents: Data("y".utf8))
+        try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -2 * 3600)], ofItemAtPath: leftover)
+        let outbox = Outbox(storageDirectory: storage)
+        try outbox.write(eventEnvelope(1))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: leftover))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: inProgress))
+        XCTAssertEqual(outbox.list().count, 1)
+    }
+
     func testCapDropsOldestFilesAndCounts() throws {
         let storage = dirs.make()
         let log = LogSink()

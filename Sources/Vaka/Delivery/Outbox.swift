@@ -131,11 +131,15 @@ public struct Outbox: Sendable {
 
     /// Fills `usage` from a listing of the directory (once per process): the names as `list()` takes them, sized
     /// with stat(2) on string paths (FileManager's attributes look up the owner's user and group names; a URL per
-    /// file costs more than its stat).
+    /// file costs more than its stat). Temporary files of writes killed an hour or more ago are removed
+    /// (``PrivateFiles/removeIfStaleTemporary(_:in:now:)``).
     private func listFiles(_ usage: inout Usage) {
         var files: [String: Int] = [:]
         let root = directoryPath
-        for name in PrivateFiles.directoryNames(root) where name.hasSuffix(".envelope") && !name.hasPrefix(".") {
+        let now = Int64(time(nil))
+        for name in PrivateFiles.directoryNames(root) {
+            if name.hasPrefix(".tmp-") { _ = PrivateFiles.removeIfStaleTemporary(name, in: root, now: now) }
+            guard name.hasSuffix(".envelope") && !name.hasPrefix(".") else { continue }
             var st = stat()
             files[name] = stat(root + "/" + name, &st) == 0 ? Int(st.st_size) : 0
         }
