@@ -146,7 +146,8 @@ enum CappedRead {
 /// `EFBIG` instead of killing the app with `SIGXFSZ` (whose default action terminates the process).
 enum PrivateFiles {
     /// Runs `body` with `SIGXFSZ` blocked on the calling thread, then discards a `SIGXFSZ` that `body`'s writes
-    /// raised (the kernel sends it to the writing thread, so it stays pending there) and restores the mask.
+    /// raised (the kernel sends it to the writing thread, so it stays pending there) and restores the mask
+    /// (`VakaSymbolication.withFileSizeSignalBlocked`, which the symbol cache's writes run in too).
     ///
     /// Why block rather than check the limit first: the kernel decides per `write(2)` (a write that starts
     /// at or past the limit raises the signal, one that crosses it is cut short), and a limit can change at
@@ -156,18 +157,7 @@ enum PrivateFiles {
     /// - Parameter body: returns 0 or the `errno` of its failed write; only after `EFBIG` (the only failure that
     ///   comes with `SIGXFSZ`) is the pending set looked at, so a successful write costs two `pthread_sigmask`.
     static func withFileSizeSignalBlocked(_ body: () -> Int32) -> Int32 {
-        var block = sigset_t(), old = sigset_t()
-        sigemptyset(&block)
-        sigaddset(&block, SIGXFSZ)
-        guard pthread_sigmask(SIG_BLOCK, &block, &old) == 0 else { return body() }
-        let code = body()
-        var pending = sigset_t()
-        if code == EFBIG, sigismember(&old, SIGXFSZ) == 0, sigpending(&pending) == 0, sigismember(&pending, SIGXFSZ) == 1 {
-            var zero = timespec(tv_sec: 0, tv_nsec: 0)
-            while sigtimedwait(&block, nil, &zero) < 0 && errno == EINTR {}
-        }
-        pthread_sigmask(SIG_SETMASK, &old, nil)
-        return code
+        VakaSymbolication.withFileSizeSignalBlocked(body)
     }
 
     /// Writes `text` to standard error (fd 2) with `write(2)`, `SIGXFSZ` blocked, ignoring errors: the SDK's
