@@ -410,8 +410,9 @@ public enum Vaka {
     /// The id of the current run (a UUID string, also the crash report's file name), or `nil` before start.
     public static var runID: String? { current?.runID }
 
-    /// The storage directory in use, or `nil` before start.
-    public static var storageDirectory: URL? { current?.storage }
+    /// The storage directory in use, or `nil` before start: ``Options/storageDirectory`` as given to ``start(_:)``
+    /// (the same `URL`), else ``defaultStorageDirectory()``.
+    public static var storageDirectory: URL? { current.map { $0.options.storageDirectory ?? $0.storage } }
 
     /// Whether this run sends to a server: `true` when started with a valid DSN, given in code (``Options/dsn``,
     /// ``Options/key`` and ``Options/endpoint``) or read from `$SENTRY_DSN`; `false` in outbox mode (envelopes

@@ -163,12 +163,13 @@ final class SymbolCache: Sendable {
     /// Writes `bytes` to `path` with `open(2)` (created, or truncated when a temporary file of that name was
     /// left by a process that died; mode 0600), `write(2)` and `close(2)`: a fraction of what
     /// `FileManager.createFile`, which writes atomically through a temporary file of its own, takes.
-    /// - Returns: `false` when a call fails; the partial file is then removed.
+    /// - Returns: `false` when a call fails (`EFBIG` past `RLIMIT_FSIZE` included); the partial file is then removed.
     private static func write(_ bytes: Data, toNewFile path: String) -> Bool {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return false }
         // 0600 whatever the umask (under umask 0777 it was made mode 0: no later launch could read it).
-        var written = fchmod(fd, 0o600) == 0 && writeAll(fd, bytes) == 0
+        // SIGXFSZ blocked: past an RLIMIT_FSIZE quota the write fails (EFBIG) instead of killing the app.
+        var written = fchmod(fd, 0o600) == 0 && withFileSizeSignalBlocked { writeAll(fd, bytes) } == 0
         if close(fd) != 0 { written = false }
         if !written { unlink(path) }
         return written

@@ -28,3 +28,26 @@ public func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int32 {
     }
     return 0
 }
+
+/// Runs `body` with `SIGXFSZ` blocked on the calling thread, then discards a `SIGXFSZ` that `body`'s writes
+/// raised (the kernel sends it to the writing thread, so it stays pending there) and restores the mask: a
+/// write past `RLIMIT_FSIZE` then fails with `EFBIG` instead of killing the process (the signal's default
+/// action). What every file write of the SDK runs in (`PrivateFiles.withFileSizeSignalBlocked` in Vaka, the
+/// symbol cache here); see there for why blocking rather than checking the limit first.
+/// - Parameter body: returns 0 or the `errno` of its failed write; only after `EFBIG` (the only failure that
+///   comes with `SIGXFSZ`) is the pending set looked at, so a successful write costs two `pthread_sigmask`.
+/// - Returns: what `body` returned.
+public func withFileSizeSignalBlocked(_ body: () -> Int32) -> Int32 {
+    var block = sigset_t(), old = sigset_t()
+    sigemptyset(&block)
+    sigaddset(&block, SIGXFSZ)
+    guard pthread_sigmask(SIG_BLOCK, &block, &old) == 0 else { return body() }
+    let code = body()
+    var pending = sigset_t()
+    if code == EFBIG, sigismember(&old, SIGXFSZ) == 0, sigpending(&pending) == 0, sigismember(&pending, SIGXFSZ) == 1 {
+        var zero = timespec(tv_sec: 0, tv_nsec: 0)
+        while sigtimedwait(&block, nil, &zero) < 0 && errno == EINTR {}
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nil)
+    return code
+}

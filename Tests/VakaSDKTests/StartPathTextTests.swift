@@ -85,7 +85,7 @@ final class StartPathTextTests: XCTestCase {
         let files: [(String, [UInt8]?)] = [("empty", []), ("four", Array("abcd".utf8)), ("five", Array("abcde".utf8)),
                                            ("missing", nil)]
         for (name, bytes) in files {
-            if let bytes { FileManager.default.createFile(atPath: dir + "/" + name, contents: Data(bytes)) }
+            if let bytes { _ = FileManager.default.createFile(atPath: dir + "/" + name, contents: Data(bytes)) }
         }
         for (name, bytes) in files {
             let path = dir + "/" + name

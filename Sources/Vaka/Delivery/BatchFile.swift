@@ -146,7 +146,8 @@ enum CappedRead {
 /// `EFBIG` instead of killing the app with `SIGXFSZ` (whose default action terminates the process).
 enum PrivateFiles {
     /// Runs `body` with `SIGXFSZ` blocked on the calling thread, then discards a `SIGXFSZ` that `body`'s writes
-    /// raised (the kernel sends it to the writing thread, so it stays pending there) and restores the mask.
+    /// raised (the kernel sends it to the writing thread, so it stays pending there) and restores the mask
+    /// (`VakaSymbolication.withFileSizeSignalBlocked`, which the symbol cache's writes run in too).
     ///
     /// Why block rather than check the limit first: the kernel decides per `write(2)` (a write that starts
     /// at or past the limit raises the signal, one that crosses it is cut short), and a limit can change at
@@ -156,18 +157,7 @@ enum PrivateFiles {
     /// - Parameter body: returns 0 or the `errno` of its failed write; only after `EFBIG` (the only failure that
     ///   comes with `SIGXFSZ`) is the pending set looked at, so a successful write costs two `pthread_sigmask`.
     static func withFileSizeSignalBlocked(_ body: () -> Int32) -> Int32 {
-        var block = sigset_t(), old = sigset_t()
-        sigemptyset(&block)
-        sigaddset(&block, SIGXFSZ)
-        guard pthread_sigmask(SIG_BLOCK, &block, &old) == 0 else { return body() }
-        let code = body()
-        var pending = sigset_t()
-        if code == EFBIG, sigismember(&old, SIGXFSZ) == 0, sigpending(&pending) == 0, sigismember(&pending, SIGXFSZ) == 1 {
-            var zero = timespec(tv_sec: 0, tv_nsec: 0)
-            while sigtimedwait(&block, nil, &zero) < 0 && errno == EINTR {}
-        }
-        pthread_sigmask(SIG_SETMASK, &old, nil)
-        return code
+        VakaSymbolication.withFileSizeSignalBlocked(body)
     }
 
     /// Writes `text` to standard error (fd 2) with `write(2)`, `SIGXFSZ` blocked, ignoring errors: the SDK's
@@ -183,10 +173,14 @@ enum PrivateFiles {
     /// `O_NONBLOCK`, so a FIFO with a file's name never blocks. Every file the SDK reads back from its
     /// storage directory goes through this, ``readCappedBytes(_:maxBytes:)`` or ``readTail(_:maxBytes:)``.
     static func readCapped(_ path: String, maxBytes: Int) -> CappedRead {
-        switch readCappedBytes(path, maxBytes: maxBytes) {
-        case .success(let bytes): return .data(Data(bytes))
-        case .failure(let failure): return failure.read
+        // Read into the `Data` itself, not into an array copied into one: a file near the cap would be held twice.
+        var data = Data()
+        if let failure = readCapped(path, maxBytes: maxBytes, append: { chunk in
+            data.append(chunk.baseAddress!.assumingMemoryBound(to: UInt8.self), count: chunk.count)
+        }) {
+            return failure.read
         }
+        return .data(data)
     }
 
     /// Why ``readCappedBytes(_:maxBytes:)`` read nothing: the ``CappedRead`` case other than `data`.
@@ -199,20 +193,30 @@ enum PrivateFiles {
     /// which then use no `Data` (its code's first use in a process is pages of Foundation that a program using
     /// Vaka would otherwise not have resident).
     static func readCappedBytes(_ path: String, maxBytes: Int) -> Result<[UInt8], UnreadFile> {
+        var bytes: [UInt8] = []
+        if let failure = readCapped(path, maxBytes: maxBytes, append: { bytes.append(contentsOf: $0) }) {
+            return .failure(failure)
+        }
+        return .success(bytes)
+    }
+
+    /// The reading of ``readCapped(_:maxBytes:)``: the file's bytes, in order, given to `append` (never more than
+    /// `maxBytes + 1` in all); `nil`, or why nothing (or not all) could be read.
+    private static func readCapped(_ path: String, maxBytes: Int, append: (UnsafeRawBufferPointer) -> Void) -> UnreadFile? {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { return .failure(UnreadFile(read: .unreadable(errno))) }
+        guard fd >= 0 else { return UnreadFile(read: .unreadable(errno)) }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return .failure(UnreadFile(read: .unreadable(errno))) }
-        guard info.st_mode & S_IFMT == S_IFREG else { return .failure(UnreadFile(read: .notRegular)) }
+        guard fstat(fd, &info) == 0 else { return UnreadFile(read: .unreadable(errno)) }
+        guard info.st_mode & S_IFMT == S_IFREG else { return UnreadFile(read: .notRegular) }
         let cap = max(0, maxBytes)
-        if Int64(info.st_size) > Int64(cap) { return .failure(UnreadFile(read: .tooLarge(Int64(info.st_size)))) }
+        if Int64(info.st_size) > Int64(cap) { return UnreadFile(read: .tooLarge(Int64(info.st_size))) }
         var code: Int32 = 0
-        guard let bytes = readAll(fd, from: 0, upTo: cap + 1, errorCode: &code) else {
-            return .failure(UnreadFile(read: .unreadable(code)))
+        guard let count = readAll(fd, from: 0, upTo: cap + 1, errorCode: &code, append: append) else {
+            return UnreadFile(read: .unreadable(code))
         }
         // It grew meanwhile.
-        return bytes.count > cap ? .failure(UnreadFile(read: .tooLarge(Int64(bytes.count)))) : .success(bytes)
+        return count > cap ? UnreadFile(read: .tooLarge(Int64(count))) : nil
     }
 
     /// The last `maxBytes` bytes of the regular file at `path` (all of it when smaller), reading nothing
@@ -226,17 +230,23 @@ enum PrivateFiles {
         let cap = Int64(max(0, maxBytes))
         let start = max(0, Int64(info.st_size) - cap)
         var code: Int32 = 0
-        return readAll(fd, from: start, upTo: Int(cap), errorCode: &code).map { Data($0) }
+        var data = Data()
+        let count = readAll(fd, from: start, upTo: Int(cap), errorCode: &code) { chunk in
+            data.append(chunk.baseAddress!.assumingMemoryBound(to: UInt8.self), count: chunk.count)
+        }
+        return count == nil ? nil : data
     }
 
-    /// Up to `limit` bytes of `fd` from `offset` (`pread`, retrying `EINTR`), stopping at end of file; `nil`
-    /// with `errorCode` set to `errno` when a read fails.
-    private static func readAll(_ fd: Int32, from offset: Int64, upTo limit: Int, errorCode: inout Int32) -> [UInt8]? {
-        var bytes: [UInt8] = []
+    /// Reads up to `limit` bytes of `fd` from `offset` (`pread`, retrying `EINTR`), stopping at end of file,
+    /// giving each chunk read (never empty) to `append` as it comes.
+    /// - Returns: the number of bytes read; `nil` with `errorCode` set to `errno` when a read fails.
+    private static func readAll(_ fd: Int32, from offset: Int64, upTo limit: Int, errorCode: inout Int32,
+                                append: (UnsafeRawBufferPointer) -> Void) -> Int? {
+        var total = 0
         var chunk = [UInt8](repeating: 0, count: min(64 * 1024, max(1, limit)))
         var position = offset
-        while bytes.count < limit {
-            let want = min(chunk.count, limit - bytes.count)
+        while total < limit {
+            let want = min(chunk.count, limit - total)
             let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, want, off_t(position)) }
             if n < 0 {
                 if errno == EINTR { continue }
@@ -244,10 +254,11 @@ enum PrivateFiles {
                 return nil
             }
             if n == 0 { break }
-            bytes.append(contentsOf: chunk[0..<n])
+            chunk.withUnsafeBytes { append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            total += n
             position += Int64(n)
         }
-        return bytes
+        return total
     }
 
     /// Frees the disk blocks a file holds past its end (space reserved with `fallocate(FALLOC_FL_KEEP_SIZE)`, as

@@ -7,10 +7,13 @@ extension URL {
     /// The file-system path of this URL: what `path` gives (percent escapes decoded, no trailing `/` except for
     /// the root), read from `absoluteString` for a `file:///...` URL. `path` itself sets up Foundation's URL
     /// parsing the first time a process calls it (about 0.15 ms), which `Vaka.start` and the exit path have no
-    /// other use for. Any other URL (a host, a query, a fragment, an escape that is not UTF-8) goes to `path`.
+    /// other use for. Any other URL (a host, a query, a fragment, an escape that is not UTF-8) goes to `path`;
+    /// a relative one (`URL(string: "state")`) is made absolute against the working directory
+    /// (``PrivateFiles/absolutePath(_:)``), as `URL(fileURLWithPath:)` makes a path from it: the storage
+    /// directory's paths are absolute (the crash handler refuses a relative report directory).
     var fileSystemPath: String {
         let text = absoluteString
-        guard text.hasPrefix("file:///") else { return path }
+        guard text.hasPrefix("file:///") else { return PrivateFiles.absolutePath(path) }
         var bytes: [UInt8] = []
         let utf8 = Array(text.utf8.dropFirst(7))
         bytes.reserveCapacity(utf8.count)
@@ -69,6 +72,17 @@ extension PrivateFiles {
     /// in a process is about 450 KiB of Foundation's pages made resident, and its parsing).
     static func path(_ base: String, _ component: String) -> String {
         base.utf8.last == UInt8(ascii: "/") ? base + component : base + "/" + component
+    }
+
+    /// `path` made absolute against the working directory when it is relative: what `URL(fileURLWithPath:)`
+    /// gives for it (`getcwd(3)` joined with `path`, its `.` and `..` resolved by name,
+    /// ``Vaka/lexicallyNormalised(_:)``). An absolute or empty `path` as it is, and `path` as it is when the
+    /// working directory cannot be read (removed, or below a directory that cannot be searched).
+    static func absolutePath(_ path: String) -> String {
+        guard let first = path.utf8.first, first != UInt8(ascii: "/") else { return path }
+        guard let cwd = getcwd(nil, 0) else { return path }
+        defer { free(cwd) }
+        return Vaka.lexicallyNormalised(PrivateFiles.path(String(cString: cwd), path))
     }
 
     /// `path` without its trailing `/`s (the root `/` kept): the form ``URL/fileSystemPath`` gives.
