@@ -528,14 +528,14 @@ public enum Vaka {
         func hasSlash(_ s: String) -> Bool { s.utf8.contains(UInt8(ascii: "/")) }
         var path: String?
         if let argv0, hasSlash(argv0), !argv0.hasSuffix("/"), usable(lastComponent(argv0)) {
-            path = lexicallyNormalised(absolute(argv0, variable: variable))
+            path = PrivateFiles.lexicallyNormalised(absolute(argv0, variable: variable))
         } else if let argv0, usable(argv0), !hasSlash(argv0) {
             // A bare name: the shell found it through PATH (an empty entry is the working directory).
             for entry in (variable("PATH") ?? "").split(separator: ":", omittingEmptySubsequences: false) {
                 let candidate = (entry.isEmpty ? "." : String(entry)) + "/" + argv0
                 var st = stat()
                 if stat(candidate, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, access(candidate, X_OK) == 0 {
-                    path = lexicallyNormalised(absolute(candidate, variable: variable))
+                    path = PrivateFiles.lexicallyNormalised(absolute(candidate, variable: variable))
                     break
                 }
             }
@@ -572,41 +572,5 @@ public enum Vaka {
             if stat(pwd, &a) == 0, stat(".", &b) == 0, a.st_dev == b.st_dev, a.st_ino == b.st_ino { cwd = pwd }
         }
         return cwd + "/" + path
-    }
-
-    /// An absolute path with `.`, `..` and repeated `/` removed, without looking at the file system
-    /// (`/a/b/../c` is `/a/c` even when `b` is a symbolic link).
-    /// By byte, with index loops and an array of `Int`: `split` and `joined` over substrings (or an array of ranges)
-    /// cost a program's first `Vaka.start` with the default storage directory 0.25–0.3 M instructions (the runtime's
-    /// first use of their generic types).
-    static func lexicallyNormalised(_ path: String) -> String {
-        let bytes = Array(path.utf8)
-        let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
-        var parts: [Int] = []  // start and end of each kept component, by pairs
-        var i = 0
-        while i < bytes.count {
-            while i < bytes.count && bytes[i] == slash { i += 1 }
-            var end = i
-            while end < bytes.count && bytes[end] != slash { end += 1 }
-            let length = end - i
-            if length == 1 && bytes[i] == dot {
-                // `.`: nothing
-            } else if length == 2 && bytes[i] == dot && bytes[i + 1] == dot {
-                if !parts.isEmpty { parts.removeLast(2) }
-            } else if length > 0 {
-                parts.append(i)
-                parts.append(end)
-            }
-            i = end
-        }
-        var out: [UInt8] = [slash]
-        out.reserveCapacity(bytes.count + 1)
-        var k = 0
-        while k < parts.count {
-            if k > 0 { out.append(slash) }
-            for j in parts[k]..<parts[k + 1] { out.append(bytes[j]) }
-            k += 2
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 }

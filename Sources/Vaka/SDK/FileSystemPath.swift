@@ -76,13 +76,49 @@ extension PrivateFiles {
 
     /// `path` made absolute against the working directory when it is relative: what `URL(fileURLWithPath:)`
     /// gives for it (`getcwd(3)` joined with `path`, its `.` and `..` resolved by name,
-    /// ``Vaka/lexicallyNormalised(_:)``). An absolute or empty `path` as it is, and `path` as it is when the
+    /// ``lexicallyNormalised(_:)``). An absolute or empty `path` as it is, and `path` as it is when the
     /// working directory cannot be read (removed, or below a directory that cannot be searched).
     static func absolutePath(_ path: String) -> String {
         guard let first = path.utf8.first, first != UInt8(ascii: "/") else { return path }
         guard let cwd = getcwd(nil, 0) else { return path }
         defer { free(cwd) }
-        return Vaka.lexicallyNormalised(PrivateFiles.path(String(cString: cwd), path))
+        return lexicallyNormalised(PrivateFiles.path(String(cString: cwd), path))
+    }
+
+    /// An absolute path with `.`, `..` and repeated `/` removed, without looking at the file system
+    /// (`/a/b/../c` is `/a/c` even when `b` is a symbolic link).
+    /// By byte, with index loops and an array of `Int`: `split` and `joined` over substrings (or an array of ranges)
+    /// cost a program's first `Vaka.start` with the default storage directory 0.25–0.3 M instructions (the runtime's
+    /// first use of their generic types).
+    static func lexicallyNormalised(_ path: String) -> String {
+        let bytes = Array(path.utf8)
+        let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
+        var parts: [Int] = []  // start and end of each kept component, by pairs
+        var i = 0
+        while i < bytes.count {
+            while i < bytes.count && bytes[i] == slash { i += 1 }
+            var end = i
+            while end < bytes.count && bytes[end] != slash { end += 1 }
+            let length = end - i
+            if length == 1 && bytes[i] == dot {
+                // `.`: nothing
+            } else if length == 2 && bytes[i] == dot && bytes[i + 1] == dot {
+                if !parts.isEmpty { parts.removeLast(2) }
+            } else if length > 0 {
+                parts.append(i)
+                parts.append(end)
+            }
+            i = end
+        }
+        var out: [UInt8] = [slash]
+        out.reserveCapacity(bytes.count + 1)
+        var k = 0
+        while k < parts.count {
+            if k > 0 { out.append(slash) }
+            for j in parts[k]..<parts[k + 1] { out.append(bytes[j]) }
+            k += 2
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// `path` without its trailing `/`s (the root `/` kept): the form ``URL/fileSystemPath`` gives.
