@@ -67,6 +67,11 @@ final class StartPathTests: XCTestCase {
         }
         urls.append(URL(string: "https://example.com/a/b")!)
         urls.append(URL(string: "file://host/share/x")!)
+        // Escapes a program may write into a storage URL: `path` keeps `%2F` and `%00` (a decoded `/` would name
+        // another directory, a NUL cut the C string short), decodes the others.
+        for text in ["file:///tmp/a%2Fb", "file:///tmp/a%2fb/c", "file:///tmp/a%00b", "file:///tmp/a%20b%C3%A9", "file:///tmp/%41/"] {
+            urls.append(URL(string: text)!)
+        }
         for url in urls { XCTAssertEqual(url.fileSystemPath, url.path, url.absoluteString) }
     }
 

@@ -7,7 +7,7 @@ extension URL {
     /// The file-system path of this URL: what `path` gives (percent escapes decoded, no trailing `/` except for
     /// the root), read from `absoluteString` for a `file:///...` URL. `path` itself sets up Foundation's URL
     /// parsing the first time a process calls it (about 0.15 ms), which `Vaka.start` and the exit path have no
-    /// other use for. Any other URL (a host, a query, a fragment, an escape that is not UTF-8) goes to `path`;
+    /// other use for. Any other URL (a host, a query, a fragment, an escape that is not UTF-8, `%2F` or `%00`) goes to `path`;
     /// a relative one (`URL(string: "state")`) is made absolute against the working directory
     /// (``PrivateFiles/absolutePath(_:)``), as `URL(fileURLWithPath:)` makes a path from it: the storage
     /// directory's paths are absolute (the crash handler refuses a relative report directory).
@@ -31,7 +31,11 @@ extension URL {
             if c == UInt8(ascii: "?") || c == UInt8(ascii: "#") { return path }
             if c == UInt8(ascii: "%") {
                 guard i + 2 < utf8.count, let high = hexValue(utf8[i + 1]), let low = hexValue(utf8[i + 2]) else { return path }
-                bytes.append(high << 4 | low)
+                // `path` keeps `%2F` and `%00` as they are (a `/` or NUL decoded there would change the path, or
+                // cut it short at the C string's end): those go to `path` too.
+                let byte = high << 4 | low
+                if byte == 0 || byte == UInt8(ascii: "/") { return path }
+                bytes.append(byte)
                 i += 3
                 continue
             }
