@@ -162,8 +162,8 @@ struct EventProcessor: Sendable {
     static func homeDirectory() -> String? {
         var home = Vaka.Options.environmentVariable("HOME").flatMap { $0.hasPrefix("/") ? $0 : nil }
         if home == nil, let pw = getpwuid(getuid()), let dir = pw.pointee.pw_dir { home = String(cString: dir) }
-        guard var path = home else { return nil }
-        while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
+        guard let home else { return nil }
+        let path = PrivateFiles.trimmingTrailingSlashes(home)
         return path == "/" || path.isEmpty ? nil : path
     }
 

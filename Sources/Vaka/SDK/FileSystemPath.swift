@@ -57,8 +57,7 @@ extension URL {
     /// path up in the file system), which start, the crash join and the exit have no other use for.
     /// `isDirectory`: whether the URL ends in `/` (`hasDirectoryPath`), as with `appendingPathComponent`.
     func appendingFileComponent(_ component: String, isDirectory: Bool = false) -> URL {
-        let base = fileSystemPath
-        return URL(fileURLWithPath: base.hasSuffix("/") ? base + component : base + "/" + component, isDirectory: isDirectory)
+        URL(fileURLWithPath: PrivateFiles.path(fileSystemPath, component), isDirectory: isDirectory)
     }
 }
 
