@@ -134,7 +134,7 @@ final class ClientReportTests: XCTestCase {
         // The death came before the write: no such file, the counts go again.
         let reports = ClientReports(storageDirectory: storage)
         reports.record(.beforeSend, category: "error")
-        let ticket = try XCTUnwrap(reports.take(carrier: outbox.directory.appendingPathComponent("20260101T000000.000Z-000009-x.envelope")))
+        let ticket = try XCTUnwrap(reports.take(carrierName: "20260101T000000.000Z-000009-x.envelope"))
         var unwritten = ClientReports.File(data: try Data(contentsOf: url))
         XCTAssertEqual(unwritten.carriers.count, 1)
         unwritten.inFlight = ["2147483646:dead": ticket.counts]

@@ -227,14 +227,9 @@ final class ClientReports: Sendable {
     /// A report of everything counted and not sent yet (also by earlier runs and other processes), moved to
     /// this value's in-flight entry; `nil` when there is nothing to send, a report of this value is already
     /// travelling, or the file cannot be used. Settle it with ``commit(_:)`` or ``abort(_:)``.
-    /// - Parameter carrier: the outbox file (a name from ``Outbox/newFileURL(for:at:)``) the report will be
+    /// - Parameter name: the name of the outbox file (from ``Outbox/newFileName(for:at:)``) the report will be
     ///   written in, recorded with the entry so that a death between that write and ``commit(_:)`` does not
     ///   send the counts again; `nil` for a POST.
-    func take(now: Date = Date(), carrier: URL?) -> Ticket? {
-        take(now: now, carrierName: carrier?.fileSystemName)
-    }
-
-    /// ``take(now:carrier:)`` with the carrier given by its file name in the outbox (`nil`: none).
     func take(now: Date = Date(), carrierName name: String? = nil) -> Ticket? {
         guard enabled else { return nil }
         let started: (unsaved: [Key: Int], recorded: UInt64)? = state.withLock { state in

@@ -109,12 +109,6 @@ public struct Outbox: Sendable {
         return String(decoding: name, as: UTF8.self)
     }
 
-    /// Writes `envelope` to `url` (``newFileURL(for:at:)``; ``write(_:named:)`` with its last component).
-    /// - Throws: ``DeliveryIOError`` when the directory or file cannot be written.
-    func write(_ envelope: Envelope, to url: URL) throws {
-        try write(envelope, named: url.fileSystemName)
-    }
-
     /// Writes `envelope` to the outbox file `name` (from ``newFileName(for:at:)``) atomically, then trims the
     /// outbox. By path: no `URL` on the write path.
     /// - Throws: ``DeliveryIOError`` when the directory or file cannot be written.
