@@ -153,14 +153,23 @@ const char *vaka_crash_libunwind_error(void);
 const char *vaka_crash_libelf_error(void);
 
 /**
- * Marks the calling thread as one of Vaka's own: the SDK calls it first thing in each thread it starts
- * (`vaka.start`, `vaka.journal`, `vaka.delivery`, `vaka.close`). Its kernel thread id goes into a ring of the last
- * 32 marked ids. At crash time a thread whose id is in that ring and whose name (`comm`) still starts with
- * VAKA_REPORT_OWN_THREAD_PREFIX is not asked to unwind itself: it is listed with status
- * VAKA_REPORT_THREAD_OWN and described from /proc. Every other thread is asked, whatever its name. Lock-free, no
- * allocation; callable before or after install, from any thread. Not async-signal-safe (it is not needed there).
+ * Marks the calling thread as one of Vaka's own, named `name` (its first VAKA_REPORT_THREAD_NAME_MAX bytes; NULL:
+ * no name): the SDK calls it first thing in each thread it starts (`vaka.start`, `vaka.journal`, `vaka.delivery`,
+ * `vaka.close`), and again when a thread takes another name (the entry is renamed). Its kernel thread id, process id
+ * and name go into a table of VAKA_OWN_THREADS (32) entries; with all taken, the oldest is reused. At crash time a
+ * thread in that table (of this process) is not asked to unwind itself and nothing of it is read from /proc: it is
+ * listed with status VAKA_REPORT_THREAD_OWN and the name given here, without frames. Every other thread is asked,
+ * whatever its name. Lock-free, no allocation; callable before or after install, from any thread. Not
+ * async-signal-safe (it is not needed there).
  */
-void vaka_crash_mark_own_thread(void);
+void vaka_crash_mark_own_thread(const char *name);
+
+/**
+ * Takes the calling thread out of the table of Vaka's own threads (vaka_crash_mark_own_thread): the SDK calls it as
+ * the last step of each of its threads, so that the id, once the kernel gives it to a program thread, is not taken
+ * for Vaka's. Nothing happens for a thread that is not marked. Lock-free; not async-signal-safe.
+ */
+void vaka_crash_unmark_own_thread(void);
 
 /**
  * Restores exactly the signal actions that were in place before vaka_crash_install() (handler,
