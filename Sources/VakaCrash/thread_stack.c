@@ -13,7 +13,12 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #if defined(__GLIBC__) && __GLIBC_PREREQ(2, 28)
@@ -196,6 +201,15 @@ typedef struct thread_start {
     void *arg;
 } thread_start;
 
+/* What the creator of one of Vaka's own threads and the thread share (vaka_crash_create_own_thread); the thread
+ * frees it, once the creator is done with it. */
+typedef struct own_start {
+    void *(*start)(void *);
+    void *arg;
+    char name[VAKA_REPORT_THREAD_NAME_MAX + 1];
+    atomic_int creator_done; /* 1: the creator has marked the thread (or could not) and reads this no more */
+} own_start;
+
 static pthread_create_fn real_pthread_create(void)
 {
     pthread_create_fn fn = atomic_load(&real_pthread_create_ptr);
@@ -232,6 +246,33 @@ static void *thread_trampoline(void *data)
     return start.start(start.arg);
 }
 
+static void *own_thread_trampoline(void *data)
+{
+    own_start *s = data;
+    /* Marked by its id too, in case its creator could not learn that id (pthread_getcpuclockid). */
+    vaka_crash_mark_own_thread(s->name);
+    if (vaka_crash_is_installed()) (void)vaka_crash_thread_attach();
+    void *result = s->start(s->arg);
+    /* The creator marks it once pthread_create has returned, maybe only now: the unmark must come after that, or
+     * the entry would outlive the thread (and its id, given to a program thread, be taken for Vaka's). */
+    while (atomic_load(&s->creator_done) == 0) syscall(SYS_futex, &s->creator_done, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+    vaka_crash_unmark_own_thread();
+    free(s);
+    return result;
+}
+
+/* The kernel thread id of `thread` (0: not known), from its CPU-time clock: the kernel's encoding of a thread's
+ * clock id (CPUCLOCK_PID in include/linux/posix-timers.h: ~tid << 3, CPUCLOCK_PERTHREAD_MASK 4, CPUCLOCK_SCHED 2),
+ * which glibc and musl compute from the id the kernel wrote into the thread's descriptor before clone returned
+ * (CLONE_PARENT_SETTID). */
+pid_t vaka_rt_thread_id_of(pthread_t thread)
+{
+    clockid_t clock;
+    if (pthread_getcpuclockid(thread, &clock) != 0 || (clock & 7) != 6) return 0;
+    pid_t tid = (pid_t)~(clock >> 3);
+    return tid > 0 ? tid : 0;
+}
+
 int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg)
 {
     pthread_create_fn real = real_pthread_create();
@@ -244,4 +285,30 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)
     int rc = real(thread, attr, thread_trampoline, data);
     if (rc != 0) free(data);
     return rc;
+}
+
+int vaka_crash_create_own_thread(pthread_t *thread, const char *name, void *(*start)(void *), void *arg)
+{
+    pthread_create_fn real = real_pthread_create();
+    if (real == NULL) return EAGAIN;
+    own_start *data = malloc(sizeof *data);
+    if (data == NULL) return EAGAIN;
+    data->start = start;
+    data->arg = arg;
+    size_t n = name != NULL ? strnlen(name, VAKA_REPORT_THREAD_NAME_MAX) : 0;
+    memcpy(data->name, name != NULL ? name : "", n);
+    data->name[n] = '\0';
+    atomic_init(&data->creator_done, 0);
+    int rc = real(thread, NULL, own_thread_trampoline, data);
+    if (rc != 0) {
+        free(data);
+        return rc;
+    }
+    /* Marked now, by its id: a crash before the new thread first runs (usual right after Vaka.start, which
+     * creates one) lists it as Vaka's rather than reading /proc for a thread that blocks every signal. */
+    pid_t tid = vaka_rt_thread_id_of(*thread);
+    if (tid > 0) vaka_rt_mark_own_thread_id(tid, name);
+    atomic_store(&data->creator_done, 1); /* data is the thread's from here on */
+    syscall(SYS_futex, &data->creator_done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    return 0;
 }

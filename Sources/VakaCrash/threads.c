@@ -51,7 +51,12 @@ static void fill_own_thread(vaka_own_thread *e, int tid, int pid, const char *na
 
 void vaka_crash_mark_own_thread(const char *name)
 {
-    int tid = (int)syscall(SYS_gettid);
+    vaka_rt_mark_own_thread_id((pid_t)syscall(SYS_gettid), name);
+}
+
+void vaka_rt_mark_own_thread_id(pid_t thread_id, const char *name)
+{
+    int tid = (int)thread_id;
     int pid = (int)syscall(SYS_getpid);
     /* Marked before (renamed): its entry takes the new name. */
     for (unsigned i = 0; i < VAKA_OWN_THREADS; i++) {

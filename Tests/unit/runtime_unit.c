@@ -4,7 +4,7 @@
  * GNU build-ID note reader over crafted note sections, the frame-pointer walk over a crafted stack, the
  * signal / si_code name table, and the loaded images (the public copy, the install list and the handler's
  * safe-read path agree), a waiting thread's verdict on another thread's capture, and the table of Vaka's own threads
- * (marked, renamed, unmarked, full). Run by
+ * (marked, renamed, unmarked, full, marked at creation). Run by
  * VakaCrashTests.RuntimeUnitTests (swift test, scripts/test).
  *
  *   runtime_unit                       run every check; one line per check: `ok <name>` or
@@ -886,6 +886,22 @@ static void *crowd_thread(void *arg)
     return NULL;
 }
 
+/* An own thread's first instruction: is it in the table already, under its name? */
+static void *own_thread_first_step(void *arg)
+{
+    *(int *)arg = own_entries((int)syscall(SYS_gettid), "vaka.early");
+    return NULL;
+}
+
+/* Waits (at most ~1 s) until `go` is set, then says its id. */
+static atomic_int own_thread_go;
+static void *own_thread_waiting(void *arg)
+{
+    for (int i = 0; i < 1000 && !atomic_load(&own_thread_go); i++) usleep(1000);
+    *(int *)arg = (int)syscall(SYS_gettid);
+    return NULL;
+}
+
 static void test_own_threads(void)
 {
     int tid = (int)syscall(SYS_gettid);
@@ -943,6 +959,43 @@ static void test_own_threads(void)
     pthread_barrier_destroy(&crowd_checked);
     for (int i = 0; i < started; i++)
         EXPECT(own_entries(members[i].tid, NULL) == 0, "thread %d's entry stayed after unmark", i);
+    end_check();
+
+    begin("own_thread_created_marked");
+    /* Marked before its start function runs, not when it gets to mark itself. */
+    int entries = -1;
+    pthread_t early;
+    EXPECT(vaka_crash_create_own_thread(&early, "vaka.early", own_thread_first_step, &entries) == 0 &&
+               pthread_join(early, NULL) == 0, "thread");
+    EXPECT(entries == 1, "%d entries at its first step", entries);
+    end_check();
+
+    begin("own_thread_id_from_its_clock");
+    /* The id vaka_crash_create_own_thread marks a new thread with, learnt from its pthread_t. */
+    EXPECT(vaka_rt_thread_id_of(pthread_self()) == tid, "%d, not %d", (int)vaka_rt_thread_id_of(pthread_self()), tid);
+    int waited = 0;
+    pthread_t late;
+    atomic_store(&own_thread_go, 0);
+    int created = pthread_create(&late, NULL, own_thread_waiting, &waited) == 0;
+    EXPECT(created, "thread");
+    pid_t learnt = created ? vaka_rt_thread_id_of(late) : 0;
+    atomic_store(&own_thread_go, 1);
+    if (created) pthread_join(late, NULL);
+    EXPECT(learnt > 0 && learnt == waited, "learnt %d, the thread says %d", (int)learnt, waited);
+    end_check();
+
+    begin("own_thread_marked_by_its_creator");
+    /* Before it ever runs its start function (it waits): marked by its creator; unmarked once it has ended. */
+    waited = 0;
+    atomic_store(&own_thread_go, 0);
+    created = vaka_crash_create_own_thread(&late, "vaka.late", own_thread_waiting, &waited) == 0;
+    EXPECT(created, "thread");
+    learnt = created ? vaka_rt_thread_id_of(late) : 0;
+    int marked_before = created ? own_entries((int)learnt, "vaka.late") : 0;
+    atomic_store(&own_thread_go, 1);
+    if (created) pthread_join(late, NULL);
+    EXPECT(marked_before >= 1, "not marked when vaka_crash_create_own_thread returned");
+    EXPECT(own_entries(waited, NULL) == 0, "entry left after it ended");
     end_check();
 
     begin("own_thread_unmark");

@@ -14,6 +14,7 @@
 #ifndef VAKA_CRASH_H
 #define VAKA_CRASH_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -165,9 +166,20 @@ const char *vaka_crash_libelf_error(void);
 void vaka_crash_mark_own_thread(const char *name);
 
 /**
- * Takes the calling thread out of the table of Vaka's own threads (vaka_crash_mark_own_thread): the SDK calls it as
- * the last step of each of its threads, so that the id, once the kernel gives it to a program thread, is not taken
- * for Vaka's. Nothing happens for a thread that is not marked. Lock-free; not async-signal-safe.
+ * Creates one of Vaka's own threads (default attributes) running `start(arg)`, marked with `name`
+ * (vaka_crash_mark_own_thread) from the moment it exists: by its kernel thread id as soon as pthread_create returns
+ * (from pthread_getcpuclockid's clock id, the kernel's encoding of the id), and by itself as its first step; so a
+ * crash right after it was created, before it first ran, lists it as Vaka's without reading /proc for it. It is
+ * unmarked (vaka_crash_unmark_own_thread) after `start` returns, once its creator is done marking it. It gets the
+ * crash runtime's alternate stack and unblocked crash signals while installed. @return 0, or pthread_create's error
+ * (EAGAIN: no thread left, no memory for its start, or no pthread_create found). Not async-signal-safe.
+ */
+int vaka_crash_create_own_thread(pthread_t *thread, const char *name, void *(*start)(void *), void *arg);
+
+/**
+ * Takes the calling thread out of the table of Vaka's own threads (vaka_crash_mark_own_thread): each thread made by
+ * vaka_crash_create_own_thread does it as its last step, so that the id, once the kernel gives it to a program
+ * thread, is not taken for Vaka's. Nothing happens for a thread that is not marked. Lock-free; not async-signal-safe.
  */
 void vaka_crash_unmark_own_thread(void);
 
