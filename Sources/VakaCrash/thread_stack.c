@@ -4,22 +4,23 @@
  * with sigaltstack, unless the thread already has an alternate stack (that one is left alone). A
  * pthread key destructor disables and unmaps the stack when the thread exits. While installed, attach also
  * unblocks the synchronous crash signals in the calling thread (sig_mask.c). Threads created after install
- * get both automatically through the pthread_create interposer at the end of this file.
+ * get both automatically through the pthread_create interposer at the end of this file. The SDK's own threads are
+ * created by vaka_crash_create_own_thread (last in this file): marked as Vaka's (threads.c) from the moment they
+ * exist until they end.
  */
 #include "vaka_internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdint.h>
-#include <linux/futex.h>
 #include <stdatomic.h>
-#include <sys/syscall.h>
-#include <time.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #if defined(__GLIBC__) && __GLIBC_PREREQ(2, 28)
 #include <threads.h>

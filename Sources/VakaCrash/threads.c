@@ -77,8 +77,8 @@ void vaka_rt_mark_own_thread_id(pid_t thread_id, const char *name)
             return;
         }
     }
-    /* All taken (more than VAKA_OWN_THREADS live own threads): the oldest slot in turn; the thread it held is then
-     * asked like a program thread. */
+    /* All taken (more than VAKA_OWN_THREADS live own threads): one entry after another in turn; the thread it held
+     * is then asked like a program thread. */
     vaka_own_thread *e = &vaka_own_threads[atomic_fetch_add(&own_thread_next, 1u) % VAKA_OWN_THREADS];
     atomic_store(&e->tid, -1);
     fill_own_thread(e, tid, pid, name);
