@@ -482,18 +482,27 @@ static int waits_for_signals(pid_t tid)
 }
 
 /* 1 when `tid` is one of Vaka's own threads of process `pid` (the table vaka_crash_mark_own_thread fills); its name
- * is then kept as slot `k`'s. No /proc read: the entry is the thread's while it runs (it clears it before it ends). */
+ * is then kept as slot `k`'s. No /proc read: the entry is the thread's while it runs (it leaves the table before it
+ * ends). A name being rewritten meanwhile (seq odd, or changed while read) is read again, a few times at most. */
 static int is_own_thread(int k, pid_t tid, pid_t pid)
 {
     for (unsigned i = 0; i < VAKA_OWN_THREADS; i++) {
         vaka_own_thread *e = &vaka_own_threads[i];
-        if (atomic_load_explicit(&e->tid, memory_order_acquire) != (int)tid || e->pid != (int)pid) continue;
-        size_t n = vaka_sig_strnlen(e->name, VAKA_REPORT_THREAD_NAME_MAX);
-        vaka_sig_copy(kept_names[k], e->name, n);
-        if (atomic_load_explicit(&e->tid, memory_order_acquire) != (int)tid) continue; /* renamed meanwhile */
-        kept_name_len[k] = (int)n;
-        kept_states[k] = 0;
-        return 1;
+        for (int attempt = 0; attempt < 4; attempt++) {
+            unsigned before = atomic_load_explicit(&e->seq, memory_order_acquire);
+            int current = atomic_load_explicit(&e->tid, memory_order_acquire);
+            if (current == -1 || (before & 1u)) continue; /* being written: look again */
+            if (current != (int)tid || e->pid != (int)pid) break;
+            size_t n = vaka_sig_strnlen(e->name, VAKA_REPORT_THREAD_NAME_MAX);
+            vaka_sig_copy(kept_names[k], e->name, n);
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&e->seq, memory_order_relaxed) != before ||
+                atomic_load_explicit(&e->tid, memory_order_relaxed) != (int)tid)
+                continue;
+            kept_name_len[k] = (int)n;
+            kept_states[k] = 0;
+            return 1;
+        }
     }
     return 0;
 }

@@ -87,10 +87,12 @@ extern vaka_threads_state vaka_threads;
 #define VAKA_OWN_THREADS 32
 /** One of Vaka's own threads as the SDK marked it: written by vaka_crash_mark_own_thread and cleared by
  *  vaka_crash_unmark_own_thread (threads.c) in normal context, read by the crash-time round (sig_threads.c, which
- *  defines the table). `tid` is published last (release) and cleared first: a reader that sees the same tid before
- *  and after copying the name has a whole one. */
+ *  defines the table). A writer holds the entry (tid -1, taken by compare-and-swap) and brackets its writes of
+ *  `pid` and `name` with `seq` (odd while writing): a reader that sees the same even `seq` before and after reading
+ *  them has whole ones. */
 typedef struct {
     atomic_int tid;                                /* the kernel thread id; 0: a free entry, -1: being written */
+    atomic_uint seq;                               /* odd while pid and name are being written */
     int pid;                                       /* the process that marked it (a fork child inherits the table,
                                                       not the threads) */
     char name[VAKA_REPORT_THREAD_NAME_MAX + 1];    /* its name as the SDK gave it, NUL-terminated */

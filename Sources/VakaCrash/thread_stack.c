@@ -202,14 +202,20 @@ typedef struct thread_start {
     void *arg;
 } thread_start;
 
-/* What the creator of one of Vaka's own threads and the thread share (vaka_crash_create_own_thread); the thread
- * frees it, once the creator is done with it. */
+/* What the creator of one of Vaka's own threads and the thread share (vaka_crash_create_own_thread); freed by the
+ * last of the two to be done with it. */
 typedef struct own_start {
     void *(*start)(void *);
     void *arg;
     char name[VAKA_REPORT_THREAD_NAME_MAX + 1];
-    atomic_int creator_done; /* 1: the creator has marked the thread (or could not) and reads this no more */
+    atomic_int marked; /* 0: the creator is at it; 1: it marked the thread by its id; 2: it could not learn the id */
+    atomic_int users; /* the creator and the thread, until each is done with this */
 } own_start;
+
+static void release_own_start(own_start *s)
+{
+    if (atomic_fetch_sub(&s->users, 1) == 1) free(s);
+}
 
 static pthread_create_fn real_pthread_create(void)
 {
@@ -250,15 +256,19 @@ static void *thread_trampoline(void *data)
 static void *own_thread_trampoline(void *data)
 {
     own_start *s = data;
-    /* Marked by its id too, in case its creator could not learn that id (pthread_getcpuclockid). */
-    vaka_crash_mark_own_thread(s->name);
+    /* Its creator marks it as soon as pthread_create has returned: wait for that (microseconds, and only when this
+     * thread runs first), so that no mark of the creator's comes after this thread's own (a rename) or after its
+     * unmark (the entry would outlive the thread, and its id, given to a program thread, be taken for Vaka's). */
+    int marked;
+    while ((marked = atomic_load(&s->marked)) == 0)
+        syscall(SYS_futex, &s->marked, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+    if (marked == 2) vaka_crash_mark_own_thread(s->name); /* the creator could not: by itself, now */
+    void *(*start)(void *) = s->start;
+    void *arg = s->arg;
+    release_own_start(s);
     if (vaka_crash_is_installed()) (void)vaka_crash_thread_attach();
-    void *result = s->start(s->arg);
-    /* The creator marks it once pthread_create has returned, maybe only now: the unmark must come after that, or
-     * the entry would outlive the thread (and its id, given to a program thread, be taken for Vaka's). */
-    while (atomic_load(&s->creator_done) == 0) syscall(SYS_futex, &s->creator_done, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+    void *result = start(arg);
     vaka_crash_unmark_own_thread();
-    free(s);
     return result;
 }
 
@@ -299,7 +309,8 @@ int vaka_crash_create_own_thread(pthread_t *thread, const char *name, void *(*st
     size_t n = name != NULL ? strnlen(name, VAKA_REPORT_THREAD_NAME_MAX) : 0;
     memcpy(data->name, name != NULL ? name : "", n);
     data->name[n] = '\0';
-    atomic_init(&data->creator_done, 0);
+    atomic_init(&data->marked, 0);
+    atomic_init(&data->users, 2);
     int rc = real(thread, NULL, own_thread_trampoline, data);
     if (rc != 0) {
         free(data);
@@ -309,7 +320,8 @@ int vaka_crash_create_own_thread(pthread_t *thread, const char *name, void *(*st
      * creates one) lists it as Vaka's rather than reading /proc for a thread that blocks every signal. */
     pid_t tid = vaka_rt_thread_id_of(*thread);
     if (tid > 0) vaka_rt_mark_own_thread_id(tid, name);
-    atomic_store(&data->creator_done, 1); /* data is the thread's from here on */
-    syscall(SYS_futex, &data->creator_done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    atomic_store(&data->marked, tid > 0 ? 1 : 2);
+    syscall(SYS_futex, &data->marked, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    release_own_start(data);
     return 0;
 }

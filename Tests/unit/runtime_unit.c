@@ -4,7 +4,7 @@
  * GNU build-ID note reader over crafted note sections, the frame-pointer walk over a crafted stack, the
  * signal / si_code name table, and the loaded images (the public copy, the install list and the handler's
  * safe-read path agree), a waiting thread's verdict on another thread's capture, and the table of Vaka's own threads
- * (marked, renamed, unmarked, full, marked at creation). Run by
+ * (marked, renamed, unmarked, full, marked at creation, cleared in a fork child). Run by
  * VakaCrashTests.RuntimeUnitTests (swift test, scripts/test).
  *
  *   runtime_unit                       run every check; one line per check: `ok <name>` or
@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -996,6 +997,23 @@ static void test_own_threads(void)
     if (created) pthread_join(late, NULL);
     EXPECT(marked_before >= 1, "not marked when vaka_crash_create_own_thread returned");
     EXPECT(own_entries(waited, NULL) == 0, "entry left after it ended");
+    end_check();
+
+    begin("own_thread_table_cleared_in_a_fork_child");
+    /* The parent's threads are not in the child (whose pid may even be the parent's, in a new PID namespace). */
+    vaka_crash_mark_own_thread("vaka.start");
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        vaka_sig_after_fork_child();
+        int left = 0;
+        for (unsigned i = 0; i < VAKA_OWN_THREADS; i++) left += atomic_load(&vaka_own_threads[i].tid) != 0;
+        _exit(left == 0 ? 0 : 1);
+    }
+    int status = -1;
+    EXPECT(child > 0 && waitpid(child, &status, 0) == child, "fork");
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "entries left in the child (status %d)", status);
+    EXPECT(own_entries(tid, "vaka.start") == 1, "the parent's entry went too");
     end_check();
 
     begin("own_thread_unmark");
