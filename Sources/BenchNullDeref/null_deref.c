@@ -3,11 +3,17 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 __attribute__((noinline)) int bench_null_deref(void) {
     volatile int *p = 0;
     return *p;
+}
+
+void bench_settle(void) {
+    struct timespec wait = { 0, BENCH_SETTLE_MS * 1000000L };
+    while (nanosleep(&wait, &wait) != 0) {}
 }
 
 void bench_report_memory(void) {

@@ -4,6 +4,7 @@
  * test fault hook.
  */
 #include "sig_state.h"
+#include "sig_threads.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +33,9 @@ void vaka_sig_after_fork_child(void)
     /* So is the spare (the parent's open file, under the parent's name): never written, nor unlinked here. */
     vaka_run.spare_fd = -1;
     vaka_sig_watchdog_after_fork();
+    /* Vaka's own threads are the parent's: none of them is in the child (whose pid may even equal the parent's, in
+     * a new PID namespace), and an entry a parent thread was writing would stay held. */
+    for (unsigned i = 0; i < VAKA_OWN_THREADS; i++) atomic_store(&vaka_own_threads[i].tid, 0);
 
     /* The child's own report file: `<dir>/<run_id>-<pid>.crash`, so parent and child never overwrite each
      * other's report. */

@@ -32,7 +32,7 @@
 
 vaka_threads_state vaka_threads;
 vaka_thread_slot vaka_thread_slots[VAKA_THREAD_SLOTS];
-atomic_int vaka_own_thread_ids[VAKA_OWN_THREADS];
+vaka_own_thread vaka_own_threads[VAKA_OWN_THREADS];
 /* One libunwind cursor (the type from vaka_internal.h's libunwind.h; the calls go through vaka_unw in
  * sig_unwind.c) and one stack-scan buffer per slot: the threads unwind at the same time. */
 static unw_cursor_t slot_cursors[VAKA_THREAD_SLOTS];
@@ -481,33 +481,42 @@ static int waits_for_signals(pid_t tid)
     return *p == ' ' && nr == SYS_rt_sigtimedwait;
 }
 
-/* 1 when `tid` is one of Vaka's own threads: the SDK marked it (vaka_crash_mark_own_thread) and proc_buf (its status
- * file) still names it with VAKA_REPORT_OWN_THREAD_PREFIX (an id reused by a program thread since has its own name,
- * and a program thread that takes such a name was never marked). */
-static int is_own_thread(pid_t tid)
+/* 1 when `tid` is one of Vaka's own threads of process `pid` (the table vaka_crash_mark_own_thread fills); its name
+ * is then kept as slot `k`'s. No /proc read: the entry is the thread's while it runs (it leaves the table before it
+ * ends). A name being rewritten meanwhile (seq odd, or changed while read) is read again, a few times at most. */
+static int is_own_thread(int k, pid_t tid, pid_t pid)
 {
-    int marked = 0;
-    for (unsigned i = 0; i < VAKA_OWN_THREADS && !marked; i++)
-        marked = atomic_load(&vaka_own_thread_ids[i]) == (int)tid;
-    if (!marked) return 0;
-    const char *name = status_field("Name:");
-    if (name == NULL) return 0;
-    static const char prefix[] = VAKA_REPORT_OWN_THREAD_PREFIX;
-    for (size_t i = 0; prefix[i] != '\0'; i++)
-        if (name[i] != prefix[i]) return 0;
-    return 1;
+    for (unsigned i = 0; i < VAKA_OWN_THREADS; i++) {
+        vaka_own_thread *e = &vaka_own_threads[i];
+        for (int attempt = 0; attempt < 4; attempt++) {
+            unsigned before = atomic_load_explicit(&e->seq, memory_order_acquire);
+            int current = atomic_load_explicit(&e->tid, memory_order_acquire);
+            if (current == -1 || (before & 1u)) continue; /* being written: look again */
+            if (current != (int)tid || e->pid != (int)pid) break;
+            size_t n = vaka_sig_strnlen(e->name, VAKA_REPORT_THREAD_NAME_MAX);
+            vaka_sig_copy(kept_names[k], e->name, n);
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&e->seq, memory_order_relaxed) != before ||
+                atomic_load_explicit(&e->tid, memory_order_relaxed) != (int)tid)
+                continue;
+            kept_name_len[k] = (int)n;
+            kept_states[k] = 0;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* What thread `tid` would do with a request, before one is sent: VAKA_TSLOT_GONE (it is ending),
  * VAKA_TSLOT_BLOCKED (it blocks the thread signal, or waits for signals with sigwait: it cannot answer, and one that
  * blocks a signal to take it itself — a sigwait or signalfd loop — would take the request for one of its own
  * signals, e.g. a "shut down" one), VAKA_TSLOT_OWN (one of Vaka's own threads: its stack says nothing about the
- * crash, and waiting for it to be scheduled, unwind and answer only delays the death: described from /proc), or
- * 0 (ask it). */
-static int verdict_before_asking(int k, pid_t tid)
+ * crash, and waiting for it to be scheduled, unwind and answer, or reading /proc for it — ~0.1 ms a thread —,
+ * only delays the death: listed by its name in the table, process `pid`'s), or 0 (ask it). */
+static int verdict_before_asking(int k, pid_t tid, pid_t pid)
 {
+    if (is_own_thread(k, tid, pid)) return VAKA_TSLOT_OWN;
     int verdict = unanswered_verdict(k, tid, 0);
-    if (verdict == 0 && is_own_thread(tid)) verdict = VAKA_TSLOT_OWN; /* proc_buf: the status just read */
     if (verdict == 0 && waits_for_signals(tid)) verdict = VAKA_TSLOT_BLOCKED;
     return verdict;
 }
@@ -638,6 +647,7 @@ void vaka_sig_write_threads(pid_t crashed_tid)
     /* Ask them all, then wait for all at once: they unwind in parallel. */
     unsigned sent = 0;
     int ask = thread_signal_is_ours();
+    pid_t pid = (pid_t)syscall(SYS_getpid);
     atomic_store(&vaka_threads.round, 1);
     for (int k = 0; k < slots; k++) {
         vaka_thread_slot *slot = &vaka_thread_slots[k];
@@ -645,7 +655,7 @@ void vaka_sig_write_threads(pid_t crashed_tid)
             atomic_store(&slot->state, VAKA_TSLOT_UNSENT);
             continue;
         }
-        int verdict = verdict_before_asking(k, (pid_t)atomic_load(&slot->tid));
+        int verdict = verdict_before_asking(k, (pid_t)atomic_load(&slot->tid), pid);
         if (verdict != 0) {
             atomic_store(&slot->state, verdict);
             continue;
@@ -721,9 +731,8 @@ void vaka_sig_write_threads(pid_t crashed_tid)
             write_thread_line(tid, VAKA_REPORT_THREAD_GONE, name, name_of(k, tid, name));
             continue;
         }
-        if (state == VAKA_TSLOT_OWN) {
+        if (state == VAKA_TSLOT_OWN) { /* its name from the table; nothing from /proc */
             write_thread_line(tid, VAKA_REPORT_THREAD_OWN, name, name_of(k, tid, name));
-            describe_from_proc(tid, kept_states[k], proc_ips, proc_methods);
             continue;
         }
         /* A thread not known to block the signal: its status now (kept: its name and state too). */

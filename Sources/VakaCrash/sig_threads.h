@@ -45,7 +45,7 @@ enum {
     VAKA_TSLOT_GONE = 5,    /* it ended before the signal (tgsigqueueinfo: ESRCH) */
     VAKA_TSLOT_UNSENT = 6,  /* not asked: no thread signal, its action no longer ours, or it could not be sent */
     VAKA_TSLOT_BLOCKED = 7, /* it blocks the thread signal (seen while waiting): not waited for */
-    VAKA_TSLOT_OWN = 8,     /* one of Vaka's own threads (marked by the SDK, named `vaka.*`): not asked, described from /proc */
+    VAKA_TSLOT_OWN = 8,     /* one of Vaka's own threads (in the table the SDK marks): not asked, nothing read from /proc */
 };
 
 /** One thread of the crash-time round. Written by the crashed thread (tid, state ASKED) and then by the thread
@@ -83,12 +83,21 @@ typedef struct vaka_threads_state {
 
 extern vaka_threads_state vaka_threads;
 
-/** How many of the last marked own threads' ids are kept (vaka_crash_mark_own_thread, threads.c). */
+/** How many of Vaka's own threads can be marked at once (vaka_crash_mark_own_thread, threads.c). */
 #define VAKA_OWN_THREADS 32
-/** The kernel thread ids of the threads the SDK marked as its own (0: empty), a ring written by
- *  vaka_crash_mark_own_thread (threads.c) and read by the crash-time round (sig_threads.c, which defines it) with
- *  atomic loads. */
-extern atomic_int vaka_own_thread_ids[VAKA_OWN_THREADS];
+/** One of Vaka's own threads as the SDK marked it: written by vaka_crash_mark_own_thread and cleared by
+ *  vaka_crash_unmark_own_thread (threads.c) in normal context, read by the crash-time round (sig_threads.c, which
+ *  defines the table). A writer holds the entry (tid -1, taken by compare-and-swap) and brackets its writes of
+ *  `pid` and `name` with `seq` (odd while writing): a reader that sees the same even `seq` before and after reading
+ *  them has whole ones. */
+typedef struct {
+    atomic_int tid;                                /* the kernel thread id; 0: a free entry, -1: being written */
+    atomic_uint seq;                               /* odd while pid and name are being written */
+    int pid;                                       /* the process that marked it (a fork child inherits the table,
+                                                      not the threads) */
+    char name[VAKA_REPORT_THREAD_NAME_MAX + 1];    /* its name as the SDK gave it, NUL-terminated */
+} vaka_own_thread;
+extern vaka_own_thread vaka_own_threads[VAKA_OWN_THREADS];
 extern vaka_thread_slot vaka_thread_slots[VAKA_THREAD_SLOTS];
 
 /** The thread signal's handler (sig_threads.c): unwinds the calling thread into its slot, or gives it an

@@ -4,17 +4,23 @@
  * with sigaltstack, unless the thread already has an alternate stack (that one is left alone). A
  * pthread key destructor disables and unmaps the stack when the thread exits. While installed, attach also
  * unblocks the synchronous crash signals in the calling thread (sig_mask.c). Threads created after install
- * get both automatically through the pthread_create interposer at the end of this file.
+ * get both automatically through the pthread_create interposer at the end of this file. The SDK's own threads are
+ * created by vaka_crash_create_own_thread (last in this file): marked as Vaka's (threads.c) from the moment they
+ * exist until they end.
  */
 #include "vaka_internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #if defined(__GLIBC__) && __GLIBC_PREREQ(2, 28)
 #include <threads.h>
@@ -196,6 +202,21 @@ typedef struct thread_start {
     void *arg;
 } thread_start;
 
+/* What the creator of one of Vaka's own threads and the thread share (vaka_crash_create_own_thread); freed by the
+ * last of the two to be done with it. */
+typedef struct own_start {
+    void *(*start)(void *);
+    void *arg;
+    char name[VAKA_REPORT_THREAD_NAME_MAX + 1];
+    atomic_int marked; /* 0: the creator is at it; 1: it marked the thread by its id; 2: it could not learn the id */
+    atomic_int users; /* the creator and the thread, until each is done with this */
+} own_start;
+
+static void release_own_start(own_start *s)
+{
+    if (atomic_fetch_sub(&s->users, 1) == 1) free(s);
+}
+
 static pthread_create_fn real_pthread_create(void)
 {
     pthread_create_fn fn = atomic_load(&real_pthread_create_ptr);
@@ -232,6 +253,37 @@ static void *thread_trampoline(void *data)
     return start.start(start.arg);
 }
 
+static void *own_thread_trampoline(void *data)
+{
+    own_start *s = data;
+    /* Its creator marks it as soon as pthread_create has returned: wait for that (microseconds, and only when this
+     * thread runs first), so that no mark of the creator's comes after this thread's own (a rename) or after its
+     * unmark (the entry would outlive the thread, and its id, given to a program thread, be taken for Vaka's). */
+    int marked;
+    while ((marked = atomic_load(&s->marked)) == 0)
+        syscall(SYS_futex, &s->marked, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+    if (marked == 2) vaka_crash_mark_own_thread(s->name); /* the creator could not: by itself, now */
+    void *(*start)(void *) = s->start;
+    void *arg = s->arg;
+    release_own_start(s);
+    if (vaka_crash_is_installed()) (void)vaka_crash_thread_attach();
+    void *result = start(arg);
+    vaka_crash_unmark_own_thread();
+    return result;
+}
+
+/* The kernel thread id of `thread` (0: not known), from its CPU-time clock: the kernel's encoding of a thread's
+ * clock id (CPUCLOCK_PID in include/linux/posix-timers.h: ~tid << 3, CPUCLOCK_PERTHREAD_MASK 4, CPUCLOCK_SCHED 2),
+ * which glibc and musl compute from the id the kernel wrote into the thread's descriptor before clone returned
+ * (CLONE_PARENT_SETTID). */
+pid_t vaka_rt_thread_id_of(pthread_t thread)
+{
+    clockid_t clock;
+    if (pthread_getcpuclockid(thread, &clock) != 0 || (clock & 7) != 6) return 0;
+    pid_t tid = (pid_t)~(clock >> 3);
+    return tid > 0 ? tid : 0;
+}
+
 int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg)
 {
     pthread_create_fn real = real_pthread_create();
@@ -244,4 +296,32 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)
     int rc = real(thread, attr, thread_trampoline, data);
     if (rc != 0) free(data);
     return rc;
+}
+
+int vaka_crash_create_own_thread(pthread_t *thread, const char *name, void *(*start)(void *), void *arg)
+{
+    pthread_create_fn real = real_pthread_create();
+    if (real == NULL) return EAGAIN;
+    own_start *data = malloc(sizeof *data);
+    if (data == NULL) return EAGAIN;
+    data->start = start;
+    data->arg = arg;
+    size_t n = name != NULL ? strnlen(name, VAKA_REPORT_THREAD_NAME_MAX) : 0;
+    memcpy(data->name, name != NULL ? name : "", n);
+    data->name[n] = '\0';
+    atomic_init(&data->marked, 0);
+    atomic_init(&data->users, 2);
+    int rc = real(thread, NULL, own_thread_trampoline, data);
+    if (rc != 0) {
+        free(data);
+        return rc;
+    }
+    /* Marked now, by its id: a crash before the new thread first runs (usual right after Vaka.start, which
+     * creates one) lists it as Vaka's rather than reading /proc for a thread that blocks every signal. */
+    pid_t tid = vaka_rt_thread_id_of(*thread);
+    if (tid > 0) vaka_rt_mark_own_thread_id(tid, name);
+    atomic_store(&data->marked, tid > 0 ? 1 : 2);
+    syscall(SYS_futex, &data->marked, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    release_own_start(data);
+    return 0;
 }

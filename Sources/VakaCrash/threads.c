@@ -39,13 +39,71 @@ static int installed_signal;
 
 static atomic_uint own_thread_next;
 
-void vaka_crash_mark_own_thread(void)
+/* Fills entry `e`, held (tid -1) by the caller, for thread `tid` named `name`, then publishes it (seq: see
+ * vaka_own_thread). */
+static void fill_own_thread(vaka_own_thread *e, int tid, int pid, const char *name)
+{
+    unsigned seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
+    atomic_store_explicit(&e->seq, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    size_t n = name != NULL ? strnlen(name, VAKA_REPORT_THREAD_NAME_MAX) : 0;
+    memcpy(e->name, name != NULL ? name : "", n);
+    e->name[n] = '\0';
+    e->pid = pid;
+    atomic_store_explicit(&e->seq, seq + 2, memory_order_release);
+    atomic_store_explicit(&e->tid, tid, memory_order_release);
+}
+
+void vaka_crash_mark_own_thread(const char *name)
+{
+    vaka_rt_mark_own_thread_id((pid_t)syscall(SYS_gettid), name);
+}
+
+void vaka_rt_mark_own_thread_id(pid_t thread_id, const char *name)
+{
+    int tid = (int)thread_id;
+    int pid = (int)syscall(SYS_getpid);
+    /* Marked before (renamed): its entry takes the new name. */
+    for (unsigned i = 0; i < VAKA_OWN_THREADS; i++) {
+        vaka_own_thread *e = &vaka_own_threads[i];
+        int expected = tid;
+        if (e->pid == pid && atomic_compare_exchange_strong(&e->tid, &expected, -1)) {
+            fill_own_thread(e, tid, pid, name);
+            return;
+        }
+    }
+    /* A free entry, or one of a process this is a fork child of (its threads are not here). */
+    for (unsigned i = 0; i < VAKA_OWN_THREADS; i++) {
+        vaka_own_thread *e = &vaka_own_threads[i];
+        int current = atomic_load(&e->tid);
+        if (current == -1 || (current != 0 && e->pid == pid)) continue;
+        if (atomic_compare_exchange_strong(&e->tid, &current, -1)) {
+            fill_own_thread(e, tid, pid, name);
+            return;
+        }
+    }
+    /* All taken (more than VAKA_OWN_THREADS live own threads): one entry after another in turn, never one another
+     * writer holds; the thread it held is then asked like a program thread. Given up after two turns (the thread
+     * is then asked too). */
+    for (unsigned tries = 0; tries < 2 * VAKA_OWN_THREADS; tries++) {
+        vaka_own_thread *e = &vaka_own_threads[atomic_fetch_add(&own_thread_next, 1u) % VAKA_OWN_THREADS];
+        int current = atomic_load(&e->tid);
+        if (current != -1 && atomic_compare_exchange_strong(&e->tid, &current, -1)) {
+            fill_own_thread(e, tid, pid, name);
+            return;
+        }
+    }
+}
+
+void vaka_crash_unmark_own_thread(void)
 {
     int tid = (int)syscall(SYS_gettid);
-    for (unsigned i = 0; i < VAKA_OWN_THREADS; i++)
-        if (atomic_load(&vaka_own_thread_ids[i]) == tid) return;
-    unsigned slot = atomic_fetch_add(&own_thread_next, 1u) % VAKA_OWN_THREADS;
-    atomic_store(&vaka_own_thread_ids[slot], tid);
+    int pid = (int)syscall(SYS_getpid);
+    for (unsigned i = 0; i < VAKA_OWN_THREADS; i++) {
+        vaka_own_thread *e = &vaka_own_threads[i];
+        int expected = tid;
+        if (e->pid == pid) atomic_compare_exchange_strong(&e->tid, &expected, 0);
+    }
 }
 
 /* The thread signal: SIGRTMAX - 1 or the next free one below it (action SIG_DFL), above SIGRTMIN. 0: none. */

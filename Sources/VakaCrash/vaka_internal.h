@@ -395,6 +395,11 @@ extern _Atomic(vaka_sigmask_fn) vaka_real_sigprocmask;
 /** Install time and thread start (install.c, thread_stack.c). Unblocks the protected signals
  *  (vaka_sig_protected_mask) in the calling thread. */
 void vaka_rt_unblock_crash_signals(void);
+/** vaka_crash_mark_own_thread for thread `tid` of this process (threads.c): the creator of one of Vaka's own threads
+ *  marks it by its id as soon as pthread_create returns (thread_stack.c). */
+void vaka_rt_mark_own_thread_id(pid_t tid, const char *name);
+/** The kernel thread id of `thread` (0: not known), from pthread_getcpuclockid's clock id (thread_stack.c). */
+pid_t vaka_rt_thread_id_of(pthread_t thread);
 
 /* ---------------------------------------------------------------- install-time helpers */
 

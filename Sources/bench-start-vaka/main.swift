@@ -8,6 +8,9 @@
 //   of start).
 //   bench-start-vaka STORAGE crash [DSN]   the same, dereferencing NULL where bench-start-foundation crash does
 //                                          (bench_null_deref, SIGSEGV)
+//   bench-start-vaka STORAGE crash-settled [DSN]
+//                                          the same after bench_settle (BENCH_SETTLE_MS, as bench-start-foundation
+//                                          crash-settled): a crash once start's background part is done
 //   bench-start-vaka STORAGE deliver DSN N captures N messages, then Vaka.flush(timeout: 120); prints one JSON
 //                                          object: {"events","seconds","events_per_s","flushed"} (seconds from
 //                                          the first capture to the end of the flush)
@@ -32,12 +35,17 @@ if mode == "deliver", arguments.count == 4, let count = Int(arguments[3]) {
     Vaka.close(timeout: 0)
     exit(0)
 }
-let dsn = mode == "crash" ? (arguments.count > 2 ? arguments[2] : nil) : (arguments.count > 1 ? arguments[1] : nil)
+let crashes = mode == "crash" || mode == "crash-settled"
+let dsn = crashes ? (arguments.count > 2 ? arguments[2] : nil) : (arguments.count > 1 ? arguments[1] : nil)
 Vaka.start(Vaka.Options(dsn: dsn, storageDirectory: storage == "-" ? nil : URL(fileURLWithPath: storage)))
 // Then what bench-start-foundation does (the baseline's own work), so that the two rows differ by Vaka alone.
 let started = Date()
 let environment = ProcessInfo.processInfo.environment
 if mode == "crash" { _ = bench_null_deref() }
+if mode == "crash-settled" {
+    bench_settle()
+    _ = bench_null_deref()
+}
 if environment["BENCH_START_MEMORY"] != nil {
     // Resident memory of a started Vaka for scripts/bench: after the background part of start (flush waits for
     // it), before the exit path.

@@ -88,6 +88,13 @@ final class AllThreadsTests: XCTestCase {
         let sdkThreads = threadLines.filter { $0[3].hasPrefix("vaka.") && $0[3] != "vaka.impostor" }
         XCTAssertFalse(sdkThreads.isEmpty, "\(threadLines)")
         for thread in sdkThreads { XCTAssertEqual(thread[2], "vaka", "\(thread)") }
+        // In the event: listed by name, with the reason it has no frames.
+        for line in sdkThreads {
+            let thread = try XCTUnwrap(threads.first { ($0["id"] as? NSNumber)?.stringValue == line[1] }, "\(line)")
+            XCTAssertEqual(thread["name"] as? String, line[3])
+            XCTAssertEqual(thread["state"] as? String, "Vaka's own thread: not unwound (the crash does not wait for it)")
+            XCTAssertTrue(Self.functions(thread).isEmpty, "\(line[3]): \(Self.functions(thread))")
+        }
         // The thread that blocks every signal cannot unwind itself: listed, with the reason and /proc's registers.
         let blocked = try XCTUnwrap(threads.first { $0["name"] as? String == "crashme-blocked" })
         let state = blocked["state"] as? String ?? ""
@@ -206,13 +213,15 @@ final class AllThreadsTests: XCTestCase {
         let size = text.utf8.count - 2 * exe.utf8.count + 2 * 64
         XCTAssertLessThanOrEqual(size, 4096, "report of \(text.utf8.count) bytes:\n\(text)")
         // Vaka's own threads (here the journal mover, once start is settled) are not asked to unwind themselves,
-        // so the crash does not wait for them to be scheduled: each is listed with status `vaka` and described
-        // from /proc (`thread_proc`).
+        // so the crash does not wait for them to be scheduled, and nothing of them is read from /proc: each is
+        // listed with status `vaka` and the name the SDK gave it, without `thread_proc` or `thread_frames`.
         let own = CrashReportFile.threadLines(text).filter { $0[3].hasPrefix("vaka.") }
         XCTAssertFalse(own.isEmpty, "no vaka.* thread in the report:\n\(text)")
         for thread in own {
             XCTAssertEqual(thread[2], "vaka", "\(thread[3]) was asked:\n\(text)")
-            XCTAssertTrue(text.contains("\nthread_proc \(thread[1]) "), "\(thread[3]) not described:\n\(text)")
+            XCTAssertTrue(["vaka.start", "vaka.journal", "vaka.delivery", "vaka.close"].contains(thread[3]), "\(thread)")
+            XCTAssertFalse(text.contains("\nthread_proc \(thread[1]) "), "\(thread[3]) read from /proc:\n\(text)")
+            XCTAssertFalse(text.contains("\nthread_frames \(thread[1]) "), "\(thread[3]) unwound:\n\(text)")
         }
         let threads = try XCTUnwrap(text.split(separator: "\n").first { $0.hasPrefix("threads ") }).split(separator: " ")
         XCTAssertEqual(threads.count, 4, text)

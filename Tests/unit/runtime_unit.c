@@ -3,7 +3,8 @@
  * internal functions are reachable: the report writer's escaping and number formatting, the message cap, the
  * GNU build-ID note reader over crafted note sections, the frame-pointer walk over a crafted stack, the
  * signal / si_code name table, and the loaded images (the public copy, the install list and the handler's
- * safe-read path agree), and a waiting thread's verdict on another thread's capture. Run by
+ * safe-read path agree), a waiting thread's verdict on another thread's capture, and the table of Vaka's own threads
+ * (marked, renamed, unmarked, full, marked at creation, cleared in a fork child). Run by
  * VakaCrashTests.RuntimeUnitTests (swift test, scripts/test).
  *
  *   runtime_unit                       run every check; one line per check: `ok <name>` or
@@ -17,6 +18,7 @@
  *                                      hold every key of vaka/vaka_report_format.h.
  */
 #include "sig_state.h"
+#include "sig_threads.h"
 #include "vaka/vaka_journal.h"
 #include "unit_check.h"
 
@@ -31,6 +33,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -838,6 +841,190 @@ static void test_entry_abandoned(void)
     end_check();
 }
 
+/* The entries of Vaka's own threads (threads.c) that the crash-time round lists without reading /proc: `tid` of
+ * this process, named `name`; how many there are. */
+static int own_entries(int tid, const char *name)
+{
+    int found = 0;
+    for (unsigned i = 0; i < VAKA_OWN_THREADS; i++) {
+        vaka_own_thread *e = &vaka_own_threads[i];
+        if (atomic_load(&e->tid) == tid && e->pid == (int)getpid() && (name == NULL || strcmp(e->name, name) == 0))
+            found++;
+    }
+    return found;
+}
+
+static void *mark_and_unmark(void *arg)
+{
+    int *tid = arg;
+    *tid = (int)syscall(SYS_gettid);
+    vaka_crash_mark_own_thread("vaka.other");
+    int marked = own_entries(*tid, "vaka.other");
+    vaka_crash_unmark_own_thread();
+    return (void *)(intptr_t)marked;
+}
+
+struct crowd_member { int order; int tid; };
+static pthread_barrier_t crowd_marked, crowd_checked;
+static pthread_mutex_t crowd_order = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t crowd_turn = PTHREAD_COND_INITIALIZER;
+static int crowd_next;
+
+/* Marks itself when its turn comes (members mark in order), waits for the check, unmarks itself. */
+static void *crowd_thread(void *arg)
+{
+    struct crowd_member *m = arg;
+    m->tid = (int)syscall(SYS_gettid);
+    pthread_mutex_lock(&crowd_order);
+    while (crowd_next != m->order) pthread_cond_wait(&crowd_turn, &crowd_order);
+    vaka_crash_mark_own_thread("vaka.crowd");
+    crowd_next++;
+    pthread_cond_broadcast(&crowd_turn);
+    pthread_mutex_unlock(&crowd_order);
+    pthread_barrier_wait(&crowd_marked);
+    pthread_barrier_wait(&crowd_checked);
+    vaka_crash_unmark_own_thread();
+    return NULL;
+}
+
+/* An own thread's first instruction: is it in the table already, under its name? */
+static void *own_thread_first_step(void *arg)
+{
+    *(int *)arg = own_entries((int)syscall(SYS_gettid), "vaka.early");
+    return NULL;
+}
+
+/* Waits (at most ~1 s) until `go` is set, then says its id. */
+static atomic_int own_thread_go;
+static void *own_thread_waiting(void *arg)
+{
+    for (int i = 0; i < 1000 && !atomic_load(&own_thread_go); i++) usleep(1000);
+    *(int *)arg = (int)syscall(SYS_gettid);
+    return NULL;
+}
+
+static void test_own_threads(void)
+{
+    int tid = (int)syscall(SYS_gettid);
+    begin("own_thread_marked_with_its_name");
+    vaka_crash_mark_own_thread("vaka.start");
+    EXPECT(own_entries(tid, "vaka.start") == 1, "%d entries", own_entries(tid, NULL));
+    end_check();
+
+    begin("own_thread_renamed_in_place");
+    vaka_crash_mark_own_thread("vaka.journal");
+    EXPECT(own_entries(tid, NULL) == 1 && own_entries(tid, "vaka.journal") == 1, "%d entries, %d renamed",
+           own_entries(tid, NULL), own_entries(tid, "vaka.journal"));
+    end_check();
+
+    begin("own_thread_name_cut_at_the_thread_name_max");
+    vaka_crash_mark_own_thread("vaka.a-name-longer-than-fifteen");
+    EXPECT(own_entries(tid, "vaka.a-name-lon") == 1, "%d entries", own_entries(tid, NULL));
+    end_check();
+
+    begin("own_thread_unmarked_when_it_ends");
+    int other = 0;
+    pthread_t thread;
+    void *marked = NULL;
+    EXPECT(pthread_create(&thread, NULL, mark_and_unmark, &other) == 0 && pthread_join(thread, &marked) == 0, "thread");
+    EXPECT((intptr_t)marked == 1, "the other thread was not marked (%d)", (int)(intptr_t)marked);
+    EXPECT(own_entries(other, NULL) == 0, "its entry stayed after unmark");
+    EXPECT(own_entries(tid, NULL) == 1, "this thread's entry went with the other's");
+    end_check();
+
+    begin("own_thread_table_full_reuses_an_entry");
+    /* This thread and VAKA_OWN_THREADS + 1 more marked at once (one after another): the last to mark still gets an
+     * entry (the oldest one's), and no id is in two. */
+    enum { MORE = VAKA_OWN_THREADS + 1 };
+    static pthread_t crowd[MORE];
+    static struct crowd_member members[MORE];
+    pthread_barrier_init(&crowd_marked, NULL, MORE + 1);
+    pthread_barrier_init(&crowd_checked, NULL, MORE + 1);
+    int started = 0;
+    for (int i = 0; i < MORE; i++) {
+        members[i].order = i;
+        if (pthread_create(&crowd[i], NULL, crowd_thread, &members[i]) != 0) break;
+        started++;
+    }
+    EXPECT(started == MORE, "%d of %d threads", started, MORE);
+    if (started == MORE) {
+        pthread_barrier_wait(&crowd_marked);
+        EXPECT(own_entries(members[MORE - 1].tid, "vaka.crowd") == 1, "the last marked has no entry");
+        int twice = 0;
+        for (int i = 0; i < MORE; i++) twice += own_entries(members[i].tid, NULL) > 1;
+        EXPECT(twice == 0, "%d ids in two entries", twice);
+        pthread_barrier_wait(&crowd_checked);
+    }
+    for (int i = 0; i < started; i++) pthread_join(crowd[i], NULL);
+    pthread_barrier_destroy(&crowd_marked);
+    pthread_barrier_destroy(&crowd_checked);
+    for (int i = 0; i < started; i++)
+        EXPECT(own_entries(members[i].tid, NULL) == 0, "thread %d's entry stayed after unmark", i);
+    end_check();
+
+    begin("own_thread_created_marked");
+    /* Marked before its start function runs, not when it gets to mark itself. */
+    int entries = -1;
+    pthread_t early;
+    EXPECT(vaka_crash_create_own_thread(&early, "vaka.early", own_thread_first_step, &entries) == 0 &&
+               pthread_join(early, NULL) == 0, "thread");
+    EXPECT(entries == 1, "%d entries at its first step", entries);
+    end_check();
+
+    begin("own_thread_id_from_its_clock");
+    /* The id vaka_crash_create_own_thread marks a new thread with, learnt from its pthread_t. */
+    EXPECT(vaka_rt_thread_id_of(pthread_self()) == tid, "%d, not %d", (int)vaka_rt_thread_id_of(pthread_self()), tid);
+    int waited = 0;
+    pthread_t late;
+    atomic_store(&own_thread_go, 0);
+    int created = pthread_create(&late, NULL, own_thread_waiting, &waited) == 0;
+    EXPECT(created, "thread");
+    pid_t learnt = created ? vaka_rt_thread_id_of(late) : 0;
+    atomic_store(&own_thread_go, 1);
+    if (created) pthread_join(late, NULL);
+    EXPECT(learnt > 0 && learnt == waited, "learnt %d, the thread says %d", (int)learnt, waited);
+    end_check();
+
+    begin("own_thread_marked_by_its_creator");
+    /* Before it ever runs its start function (it waits): marked by its creator; unmarked once it has ended. */
+    waited = 0;
+    atomic_store(&own_thread_go, 0);
+    created = vaka_crash_create_own_thread(&late, "vaka.late", own_thread_waiting, &waited) == 0;
+    EXPECT(created, "thread");
+    learnt = created ? vaka_rt_thread_id_of(late) : 0;
+    int marked_before = created ? own_entries((int)learnt, "vaka.late") : 0;
+    atomic_store(&own_thread_go, 1);
+    if (created) pthread_join(late, NULL);
+    EXPECT(marked_before >= 1, "not marked when vaka_crash_create_own_thread returned");
+    EXPECT(own_entries(waited, NULL) == 0, "entry left after it ended");
+    end_check();
+
+    begin("own_thread_table_cleared_in_a_fork_child");
+    /* The parent's threads are not in the child (whose pid may even be the parent's, in a new PID namespace). */
+    vaka_crash_mark_own_thread("vaka.start");
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        vaka_sig_after_fork_child();
+        int left = 0;
+        for (unsigned i = 0; i < VAKA_OWN_THREADS; i++) left += atomic_load(&vaka_own_threads[i].tid) != 0;
+        _exit(left == 0 ? 0 : 1);
+    }
+    int status = -1;
+    EXPECT(child > 0 && waitpid(child, &status, 0) == child, "fork");
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "entries left in the child (status %d)", status);
+    EXPECT(own_entries(tid, "vaka.start") == 1, "the parent's entry went too");
+    end_check();
+
+    begin("own_thread_unmark");
+    vaka_crash_mark_own_thread("vaka.start");
+    vaka_crash_unmark_own_thread();
+    EXPECT(own_entries(tid, NULL) == 0, "unmark left %d entries", own_entries(tid, NULL));
+    vaka_crash_unmark_own_thread(); /* not marked: nothing happens */
+    EXPECT(own_entries(tid, NULL) == 0, "a second unmark");
+    end_check();
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--contract-report") == 0) return write_contract_reports(argv[2]);
@@ -853,6 +1040,7 @@ int main(int argc, char **argv)
     test_images();
     test_wait_verdict();
     test_entry_abandoned();
+    test_own_threads();
     printf("checks %d failed %d\n", checks_run, checks_failed);
     return checks_failed != 0;
 }

@@ -14,6 +14,7 @@
 #ifndef VAKA_CRASH_H
 #define VAKA_CRASH_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -153,14 +154,34 @@ const char *vaka_crash_libunwind_error(void);
 const char *vaka_crash_libelf_error(void);
 
 /**
- * Marks the calling thread as one of Vaka's own: the SDK calls it first thing in each thread it starts
- * (`vaka.start`, `vaka.journal`, `vaka.delivery`, `vaka.close`). Its kernel thread id goes into a ring of the last
- * 32 marked ids. At crash time a thread whose id is in that ring and whose name (`comm`) still starts with
- * VAKA_REPORT_OWN_THREAD_PREFIX is not asked to unwind itself: it is listed with status
- * VAKA_REPORT_THREAD_OWN and described from /proc. Every other thread is asked, whatever its name. Lock-free, no
- * allocation; callable before or after install, from any thread. Not async-signal-safe (it is not needed there).
+ * Marks the calling thread as one of Vaka's own, named `name` (its first VAKA_REPORT_THREAD_NAME_MAX bytes; NULL:
+ * no name): the SDK calls it first thing in each thread it starts (`vaka.start`, `vaka.journal`, `vaka.delivery`,
+ * `vaka.close`), and again when a thread takes another name (the entry is renamed). Its kernel thread id, process id
+ * and name go into a table of VAKA_OWN_THREADS (32) entries; with all taken, the oldest is reused. At crash time a
+ * thread in that table (of this process) is not asked to unwind itself and nothing of it is read from /proc: it is
+ * listed with status VAKA_REPORT_THREAD_OWN and the name given here, without frames. Every other thread is asked,
+ * whatever its name. Lock-free, no allocation; callable before or after install, from any thread. Not
+ * async-signal-safe (it is not needed there).
  */
-void vaka_crash_mark_own_thread(void);
+void vaka_crash_mark_own_thread(const char *name);
+
+/**
+ * Creates one of Vaka's own threads (default attributes) running `start(arg)`, marked with `name`
+ * (vaka_crash_mark_own_thread) from the moment it exists: by its kernel thread id as soon as pthread_create returns
+ * (from pthread_getcpuclockid's clock id, the kernel's encoding of the id), and by itself as its first step; so a
+ * crash right after it was created, before it first ran, lists it as Vaka's without reading /proc for it. It is
+ * unmarked (vaka_crash_unmark_own_thread) after `start` returns, once its creator is done marking it. It gets the
+ * crash runtime's alternate stack and unblocked crash signals while installed. @return 0, or pthread_create's error
+ * (EAGAIN: no thread left, no memory for its start, or no pthread_create found). Not async-signal-safe.
+ */
+int vaka_crash_create_own_thread(pthread_t *thread, const char *name, void *(*start)(void *), void *arg);
+
+/**
+ * Takes the calling thread out of the table of Vaka's own threads (vaka_crash_mark_own_thread): each thread made by
+ * vaka_crash_create_own_thread does it as its last step, so that the id, once the kernel gives it to a program
+ * thread, is not taken for Vaka's. Nothing happens for a thread that is not marked. Lock-free; not async-signal-safe.
+ */
+void vaka_crash_unmark_own_thread(void);
 
 /**
  * Restores exactly the signal actions that were in place before vaka_crash_install() (handler,

@@ -133,13 +133,11 @@ extern "C" {
 /** It was not asked: the thread signal's action was no longer the runtime's (the application took the signal over
  *  after install), or the signal could not be sent: as for `blocked`. */
 #define VAKA_REPORT_THREAD_UNASKED "unasked"
-/** One of Vaka's own threads (marked by the SDK when it started it, vaka_crash_mark_own_thread, and its name still
- *  starts with VAKA_REPORT_OWN_THREAD_PREFIX: `vaka.start`, `vaka.journal`, `vaka.delivery`...; a program thread
- *  with such a name is asked like any other): not asked and not waited for (its answer would only delay the process's death); as for
- *  `blocked`. */
+/** One of Vaka's own threads (marked by the SDK while it runs, vaka_crash_mark_own_thread; a program thread with
+ *  such a name is asked like any other): not asked, not waited for and not read from /proc (each would only delay
+ *  the process's death: its stack is Vaka's, waiting for work); the name is the one the SDK gave it, and it has no
+ *  `thread_proc` or `thread_frames` line. */
 #define VAKA_REPORT_THREAD_OWN "vaka"
-/** The name prefix (`comm`) of Vaka's own threads. */
-#define VAKA_REPORT_OWN_THREAD_PREFIX "vaka."
 /** It ended between the listing and the signal. */
 #define VAKA_REPORT_THREAD_GONE "gone"
 /** A bare `thread_frames` token after the frames: the walk stopped at VAKA_REPORT_MAX_THREAD_FRAMES. */

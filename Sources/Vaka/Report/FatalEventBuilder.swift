@@ -284,7 +284,9 @@ public struct FatalEventBuilder {
         case VAKA_REPORT_THREAD_UNASKED:
             return "\(where_.isEmpty ? "" : where_ + "; ")not asked to unwind itself (the program had taken over the signal that asks, or it could not be sent): \(frames)"
         case VAKA_REPORT_THREAD_OWN:
-            return "\(where_.isEmpty ? "" : where_ + "; ")Vaka's own thread, not asked to unwind itself (the crash does not wait for it): \(frames)"
+            // Listed by the name the SDK gave it; a report of an earlier build may still describe it from /proc.
+            return entry.proc == nil ? "Vaka's own thread: not unwound (the crash does not wait for it)"
+                : "\(where_.isEmpty ? "" : where_ + "; ")Vaka's own thread, not asked to unwind itself (the crash does not wait for it): \(frames)"
         case VAKA_REPORT_THREAD_GONE:
             return "ended during the capture"
         default:

@@ -11,10 +11,11 @@ enum ThreadName {
     /// `/proc/thread-self/comm` (what `pthread_setname_np` does, which Swift's Glibc module does not offer);
     /// nothing happens without `/proc`. Called as the first statement of each of Vaka's thread bodies:
     /// Foundation's `Thread.name`, set before `start()`, does not reach the kernel on Linux. Also marks the thread
-    /// as one of Vaka's own for the crash runtime (`vaka_crash_mark_own_thread`): a crash elsewhere describes it
-    /// from `/proc` instead of waiting for it to unwind itself.
+    /// as one of Vaka's own for the crash runtime (`vaka_crash_mark_own_thread`, with this name): a crash elsewhere
+    /// lists it by that name, without waiting for it to unwind itself or reading `/proc` for it (``OwnThread``
+    /// marked it already; the mark here renames it). The mark is taken off when the thread ends (``OwnThread``).
     static func setCurrent(_ name: String) {
-        vaka_crash_mark_own_thread()
+        vaka_crash_mark_own_thread(name)
         let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
         guard fd >= 0 else { return }
         var bytes = Array(name.utf8.prefix(15))
@@ -24,10 +25,11 @@ enum ThreadName {
 }
 
 /// One of Vaka's own threads (`vaka.start`, `vaka.journal`, `vaka.delivery`, `vaka.close`): a detached POSIX
-/// thread (`pthread_create` with the default attributes: the process's default stack size, 8 MiB from
-/// `RLIMIT_STACK` on Debian, as Foundation's `Thread` has), named with ``ThreadName/setCurrent(_:)`` as its first
-/// step, then running `body`. Not Foundation's `Thread`: its first use in a process (the `Thread` object, its
-/// thread-local setup on both threads) cost `Vaka.start`'s caller more than the `clone` itself.
+/// thread created by `vaka_crash_create_own_thread` (`pthread_create` with the default attributes: the process's
+/// default stack size, 8 MiB from `RLIMIT_STACK` on Debian, as Foundation's `Thread` has), marked as Vaka's for the
+/// crash runtime from the moment it exists (by its id, as soon as `pthread_create` returns), then named with
+/// ``ThreadName/setCurrent(_:)``, then running `body`, then unmarked. Not Foundation's `Thread`: its first use in a process (the `Thread`
+/// object, its thread-local setup on both threads) cost `Vaka.start`'s caller more than the `clone` itself.
 final class OwnThread: Sendable {
     /// The kernel name given to the thread (at most 15 bytes are kept).
     let name: String
@@ -45,7 +47,9 @@ final class OwnThread: Sendable {
     func start() -> Bool {
         let box = Unmanaged.passRetained(self).toOpaque()
         var thread = pthread_t()
-        let rc = pthread_create(&thread, nil, { raw in
+        // Marked as Vaka's by the crash runtime from the moment it exists, unmarked when it ends
+        // (vaka_crash_create_own_thread).
+        let rc = vaka_crash_create_own_thread(&thread, name, { raw in
             guard let raw else { return nil }
             let own = Unmanaged<OwnThread>.fromOpaque(raw).takeRetainedValue()
             ThreadName.setCurrent(own.name)
