@@ -217,6 +217,8 @@ final class AllThreadsTests: XCTestCase {
         // listed with status `vaka` and the name the SDK gave it, without `thread_proc` or `thread_frames`.
         let own = CrashReportFile.threadLines(text).filter { $0[3].hasPrefix("vaka.") }
         XCTAssertFalse(own.isEmpty, "no vaka.* thread in the report:\n\(text)")
+        // The `vaka.start` thread became the journal's mover: the table has its new name.
+        XCTAssertTrue(own.contains { $0[3] == "vaka.journal" }, "the mover is not listed as vaka.journal:\n\(text)")
         for thread in own {
             XCTAssertEqual(thread[2], "vaka", "\(thread[3]) was asked:\n\(text)")
             XCTAssertTrue(["vaka.start", "vaka.journal", "vaka.delivery", "vaka.close"].contains(thread[3]), "\(thread)")

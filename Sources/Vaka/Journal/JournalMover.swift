@@ -123,7 +123,7 @@ final class JournalMover: @unchecked Sendable {
         guard !thread, !stopped else { cond.unlock(); return }
         thread = true
         cond.unlock()
-        ThreadName.setCurrent("vaka.journal")
+        ThreadName.rename("vaka.journal")
         run()
     }
 

@@ -9,18 +9,23 @@ import Glibc
 enum ThreadName {
     /// Names the calling thread `name` (at most 15 bytes are kept), at once, by writing
     /// `/proc/thread-self/comm` (what `pthread_setname_np` does, which Swift's Glibc module does not offer);
-    /// nothing happens without `/proc`. Called as the first statement of each of Vaka's thread bodies:
-    /// Foundation's `Thread.name`, set before `start()`, does not reach the kernel on Linux. Also marks the thread
-    /// as one of Vaka's own for the crash runtime (`vaka_crash_mark_own_thread`, with this name): a crash elsewhere
-    /// lists it by that name, without waiting for it to unwind itself or reading `/proc` for it (``OwnThread``
-    /// marked it already; the mark here renames it). The mark is taken off when the thread ends (``OwnThread``).
+    /// nothing happens without `/proc`. Called as the first statement of each of Vaka's thread bodies
+    /// (``OwnThread``, which the crash runtime has already marked as Vaka's under this name): Foundation's
+    /// `Thread.name`, set before `start()`, does not reach the kernel on Linux.
     static func setCurrent(_ name: String) {
-        vaka_crash_mark_own_thread(name)
         let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
         guard fd >= 0 else { return }
         var bytes = Array(name.utf8.prefix(15))
         _ = write(fd, &bytes, bytes.count)
         close(fd)
+    }
+
+    /// ``setCurrent(_:)`` for one of Vaka's threads that takes on other work under another name (the `vaka.start`
+    /// thread becoming the journal's mover): its entry in the crash runtime's table of Vaka's own threads is renamed
+    /// too (`vaka_crash_mark_own_thread`), so a crash lists it under the new name.
+    static func rename(_ name: String) {
+        vaka_crash_mark_own_thread(name)
+        setCurrent(name)
     }
 }
 
