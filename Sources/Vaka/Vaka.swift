@@ -12,22 +12,25 @@ import VakaSymbolication
 /// What `start` does, in order, on the caller's thread: checks the storage directory and `crashes/` (0700; on a
 /// first run, when `crashes/` is missing, the `vaka.start` thread makes them first thing); installs the C
 /// crash runtime under a fresh run id (a random UUID), so a fatal signal writes
-/// `<storage>/crashes/<run-id>.crash`; makes delivery; registers an `atexit` hook that ends the session as
+/// `<storage>/crashes/<run-id>.crash`; turns logging on; registers an `atexit` hook that ends the session as
 /// `exited` and flushes (like ``close()``; a run that exits before start's background part began writes its
-/// session to `<storage>/sessions/` for a later launch to send instead, see docs/ingest.md). Then, on a background thread (`vaka.start`): starts the delivery
-/// thread (with a DSN: `pending/` listed, pending files of earlier runs sent at once); makes this run's files (`runs/<run-id>/` with its lock, the journal, the
-/// anon id, `scope.json`); turns each earlier run's crash report into its fatal event with that run's scope
-/// and `crashed` session (the crash join, see docs/ingest.md), sends `abnormal` for runs that were killed, then
-/// this run's first session update. A breadcrumb, log, scope change or capture that comes before the run's
-/// files exist makes them first on its own thread (once), so what it recorded survives a crash right after it;
-/// a crash before any of that is reported at the next launch with that launch's release and environment.
+/// session to `<storage>/sessions/` for a later launch to send instead, see docs/ingest.md). Then, on a background
+/// thread (`vaka.start`): makes the client (the options bounded, the DSN parsed, contexts, delivery, the session;
+/// made instead by the first call that needs it when that call comes first, ``ClientSlot``); starts the delivery
+/// thread (with a DSN: `pending/` listed, pending files of earlier runs sent at once); makes this run's files
+/// (`runs/<run-id>/` with its lock, the journal, the anon id, `scope.json`); turns each earlier run's crash report
+/// into its fatal event with that run's scope and `crashed` session (the crash join, see docs/ingest.md), sends
+/// `abnormal` for runs that were killed, then this run's first session update. A breadcrumb, log, scope change or
+/// capture that comes before the run's files exist makes them first on its own thread (once), so what it
+/// recorded survives a crash right after it; a crash before any of that is reported at the next launch with that
+/// launch's release and environment.
 /// ``flush(timeout:)`` and ``close(timeout:)`` wait for that thread first (or do its work when it has not
 /// begun).
 public enum Vaka {
     /// What ``start(_:)`` sets up and ``close(timeout:)`` takes down.
     private struct State {
-        /// The started client, or `nil`.
-        var client: Client?
+        /// The started run's client, made on its first use (``ClientSlot``), or `nil`.
+        var slot: ClientSlot?
         /// Whether the `atexit` hook is registered (once per process).
         var atexitRegistered = false
         /// The name given to the last ``screen(_:)`` call (the next one's `from`).
@@ -35,8 +38,8 @@ public enum Vaka {
     }
     private static let state = Mutex(State())
 
-    /// The started client, or `nil`.
-    private static var current: Client? { state.withLock { $0.client } }
+    /// The started client (made now when the `vaka.start` thread has not made it yet), or `nil`.
+    private static var current: Client? { state.withLock { $0.slot }?.client }
 
     /// Starts Vaka (see the type's documentation). Calling it again while started does nothing.
     /// Never throws: problems are logged to stderr when `options.debug` is set (an invalid DSN is always
@@ -46,14 +49,13 @@ public enum Vaka {
     /// `[vaka] ...` line on stderr, with or without `debug`: `crashes/` cannot be created (on a first run printed
     /// by the `vaka.start` thread, which makes it, shortly after `start` returned), `vaka_crash_install`
     /// fails, delivery cannot start. A `release`, `environment` or tags that Sentry would refuse or that are too
-    /// long are changed first (``Options/bounded(note:)``), with one `[vaka]` line each on stderr.
+    /// long are changed first (``Options/bounded(note:)``), with one `[vaka]` line each on stderr. The lines about
+    /// the DSN, delivery and the options come from where the client is made (``ClientSlot``): the `vaka.start`
+    /// thread, or the first call that needs the client before it.
     public static func start(_ options: Options) {
         guard options.enabled else { return }
         state.withLock { state in
-            guard state.client == nil else { return }
-            // Release, environment and tags within Sentry's limits (always one line when one is changed: a
-            // configuration mistake that would otherwise make every event too large or lose its release).
-            let options = options.bounded { PrivateFiles.writeStandardError("[vaka] \($0)\n") }
+            guard state.slot == nil else { return }
             var log: (@Sendable (String) -> Void)? = nil
             if options.debug { log = { line in PrivateFiles.writeStandardError("[vaka] \(line)\n") } }
             // Paths, not URLs, from here to the exit: a `URL`'s first use in a process makes pages of Foundation
@@ -94,57 +96,102 @@ public enum Vaka {
                     }
                 }
             }
-            var dsn: DSN?
-            do {
-                dsn = try options.parsedDSN()
-            } catch {
-                // Always on stderr (not only with debug): a destination that can never work is refused here, once.
-                let outbox = PrivateFiles.path(storage, "outbox")
-                PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)): nothing will be sent; envelopes are written to \(outbox) instead\n")
-            }
-            do {
-                var makeStorage: (@Sendable () -> Void)? = nil
-                if firstRun {
-                    let handlersPending = handlersPending
-                    // The handlers are taken out only while they are still this run's: a close and a new start
-                    // on another thread meanwhile installed another run's, which must keep them.
-                    @Sendable func uninstallOwnHandlers() {
-                        let own = vaka_crash_report_path().map { String(cString: $0).hasSuffix("/\(runID).crash") } ?? false
-                        if own { _ = vaka_crash_uninstall() }
+            var makeStorage: (@Sendable () -> Void)? = nil
+            if firstRun {
+                let handlersPending = handlersPending
+                makeStorage = {
+                    guard makeStorageDirectories(storage, crashes) else {
+                        if handlersPending { uninstallHandlers(ofRun: runID) }
+                        return
                     }
-                    makeStorage = {
-                        guard makeStorageDirectories(storage, crashes) else {
-                            if handlersPending { uninstallOwnHandlers() }
-                            return
-                        }
-                        guard handlersPending else { return }
-                        let rc = vaka_crash_open_report_dir()
-                        if rc != 0 {
-                            PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes)); crash reporting is off\n")
-                            uninstallOwnHandlers()
-                        }
+                    guard handlersPending else { return }
+                    let rc = vaka_crash_open_report_dir()
+                    if rc != 0 {
+                        PrivateFiles.writeStandardError("[vaka] crash handlers not installed: \(String(cString: strerror(rc))) (report directory \(crashes)); crash reporting is off\n")
+                        uninstallHandlers(ofRun: runID)
                     }
                 }
-                let started = try Client(options: options, storagePath: storage, runID: runID, dsn: dsn, log: log,
-                                         makeStorage: makeStorage)
-                state.client = started
-                // Logs: the run's journal once start's background part made it (the mover sends them from there),
-                // breadcrumbs, the options' sinks.
-                LogRouter.activate(options: options, journal: { started.appendLog(timeNs: $0, level: $1, body: $2, attributes: $3) },
-                                   addBreadcrumb: { started.addBreadcrumb($0) })
-            } catch {
-                PrivateFiles.writeStandardError("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n")
-                _ = vaka_crash_uninstall()
-                return
             }
+            let startPID = getpid()
+            let (debugLog, storageWork) = (log, makeStorage)
+            let slot = ClientSlot(runID: runID) { slot in
+                makeClient(options, storage: storage, runID: runID, log: debugLog, makeStorage: storageWork,
+                           startPID: startPID, slot: slot)
+            }
+            state.slot = slot
+            // Logs: the run's journal once start's background part made it (the mover sends them from there),
+            // breadcrumbs, the options' sinks; the client made by the first log that comes before it is.
+            LogRouter.activate(options: options, journal: { slot.client?.appendLog(timeNs: $0, level: $1, body: $2, attributes: $3) },
+                               addBreadcrumb: { slot.client?.addBreadcrumb($0) })
             if !state.atexitRegistered {
                 state.atexitRegistered = true
                 atexit { Vaka.endAtExit() }
             }
-            // Last: its background thread (the crash join) then does not compete with the work above.
-            state.client?.begin()
+            // A `fork()` makes the client first (Vaka's prepare step runs before the client's, registered first):
+            // the child then shares it, and no thread holds the slot's lock at the copy.
+            _ = Client.forkHookRegistered
+            _ = forkHookRegistered
+            // Last: its background thread (the client, then the crash join) does not compete with the work above.
+            // It holds the slot weakly: a run closed before the thread ran leaves it nothing to do.
+            let thread = OwnThread(name: "vaka.start") { [weak slot] in
+                guard let mover = slot?.client?.runStart() else { return }
+                mover.runOnCurrentThread()
+            }
+            if !thread.start() { slot.client?.beginWithoutThread() }
         }
     }
+
+    /// Makes the client of a ``start(_:)`` (``ClientSlot``: on the `vaka.start` thread, or on the first call
+    /// that needs it): the options bounded (one `[vaka]` line for each change), the DSN parsed (an invalid one:
+    /// one `[vaka]` line, outbox mode), the ``Client``, its start's background part made ready to be taken
+    /// (``Client/prepareBegin()``). When delivery cannot start: one `[vaka]` line, the run's crash handlers taken
+    /// out, logging off, and `nil` (Vaka is off). In a `fork()`ed child of the starting process (one forked
+    /// without `fork`'s prepare step, which makes the client first): `nil`.
+    private static func makeClient(_ options: Options, storage: String, runID: String, log: (@Sendable (String) -> Void)?,
+                                   makeStorage: (@Sendable () -> Void)?, startPID: pid_t, slot: ClientSlot) -> Client? {
+        guard getpid() == startPID else { return nil }
+        // Release, environment and tags within Sentry's limits (always one line when one is changed: a
+        // configuration mistake that would otherwise make every event too large or lose its release).
+        let options = options.bounded { PrivateFiles.writeStandardError("[vaka] \($0)\n") }
+        var dsn: DSN?
+        do {
+            dsn = try options.parsedDSN()
+        } catch {
+            // Always on stderr (not only with debug): a destination that can never work is refused here, once.
+            let outbox = PrivateFiles.path(storage, "outbox")
+            PrivateFiles.writeStandardError("[vaka] invalid DSN (\(error)): nothing will be sent; envelopes are written to \(outbox) instead\n")
+        }
+        do {
+            let client = try Client(options: options, storagePath: storage, runID: runID, dsn: dsn, log: log,
+                                    makeStorage: makeStorage)
+            client.prepareBegin()
+            return client
+        } catch {
+            PrivateFiles.writeStandardError("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n")
+            uninstallHandlers(ofRun: runID)
+            state.withLock { state in
+                guard state.slot === slot else { return }
+                state.slot = nil
+                LogRouter.deactivate()
+            }
+            return nil
+        }
+    }
+
+    /// Takes the crash handlers out when they are still those of the run `runID`: a close and a new start on
+    /// another thread meanwhile installed another run's, which must keep them.
+    private static func uninstallHandlers(ofRun runID: String) {
+        let own = vaka_crash_report_path().map { String(cString: $0).hasSuffix("/\(runID).crash") } ?? false
+        if own { _ = vaka_crash_uninstall() }
+    }
+
+    /// `pthread_atfork`'s prepare step of Vaka (registered once per process by the first ``start(_:)``): makes
+    /// the started client when it is not yet, so that the child has it and no thread is making it at the copy.
+    /// Nothing on top of the crash handler (a previous handler chained to that forks).
+    private static let forkHookRegistered: Bool = pthread_atfork({
+        guard vaka_crash_in_progress() == 0 else { return }
+        _ = Vaka.current
+    }, nil, nil) == 0
 
     /// Makes the storage directory and its `crashes/` (0700, ``PrivateFiles/makeDirectory(_:)``: each missing
     /// parent too; `crashes/` left as it is when `crashesReady`, i.e. the caller found it a directory at 0700).
@@ -379,20 +426,21 @@ public enum Vaka {
     private static let endedAtExit = Mutex<Client?>(nil)
 
     private static func end(timeout: TimeInterval, uninstall: Bool, atExit: Bool = false) {
-        let ending = state.withLock { state -> Client? in
-            let ending = state.client
-            state.client = nil
+        let slot = state.withLock { state -> ClientSlot? in
+            let ending = state.slot
+            state.slot = nil
             // Under the lock, as `start` activates it: a start racing with this close keeps its logging.
             if ending != nil { LogRouter.deactivate() }
             return ending
         }
-        guard let ending else { return }
+        // Made now when start's background part had not made it: its session is ended (or recorded) all the same.
+        guard let ending = slot?.client else { return }
         @Sendable func finish() {
             ending.end(timeout: timeout, atExit: atExit)
             if atExit { endedAtExit.withLock { $0 = ending } }
             // Under the lock, and only when no `start` ran meanwhile: a start during the flush above installed (or
             // retargeted) the handlers for its own run, which must keep them.
-            if uninstall { state.withLock { state in if state.client == nil { _ = vaka_crash_uninstall() } } }
+            if uninstall { state.withLock { state in if state.slot == nil { _ = vaka_crash_uninstall() } } }
         }
         // From inside `beforeSend` the end waits for the hook's own thread (the start thread, or the mover's
         // pass): it runs on a thread of its own (`vaka.close`) and completes once the hook has returned.

@@ -40,9 +40,9 @@ final class IdentityAndStorageTests: XCTestCase {
     // MARK: - Bounded identity fields
 
     /// A 1.2 M-character release with a newline and a `/`, a 100,000-character environment, 1,000 tags with
-    /// 1,000-character keys and values, a 1 MB user id and a 1 MB tag through `setTag`: `start` cuts them with
-    /// one stderr line per option, and the event written is within the budget with every field as Relay
-    /// accepts it.
+    /// 1,000-character keys and values, a 1 MB user id and a 1 MB tag through `setTag`: the started client cuts
+    /// them with one stderr line per option (made by the `vaka.start` thread, or by the first call that needs
+    /// it), and the event written is within the budget with every field as Relay accepts it.
     func testHugeOptionsAndFacadeValuesAreCutAtStartAndTheEventFits() throws {
         let storage = dirs.make("identity")
         let release = "app@1.0/" + String(repeating: "r", count: 1_200_000) + "\n"
@@ -51,6 +51,8 @@ final class IdentityAndStorageTests: XCTestCase {
         let stderr = capturingStandardError {
             Vaka.start(Vaka.Options(release: release, environment: String(repeating: "e", count: 100_000),
                                     crashReporting: false, sessionTracking: false, tags: tags, storageDirectory: storage))
+            // The options are bounded where the client is made (the `vaka.start` thread, or this first call).
+            XCTAssertNotNil(Vaka.runID)
         }
         defer { Vaka.close() }
         let lines = stderr.split(separator: "\n")

@@ -278,33 +278,52 @@ final class Client: Sendable {
     /// - Parameter startingThread: `false` does as when no thread can be created (tests of a run whose start's
     ///   background part has not begun when it ends).
     func begin(startingThread: Bool = true) {
+        prepareBegin()
+        // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
+        // run directory's lock with it), as the mover's own thread never held it.
+        let thread = OwnThread(name: "vaka.start") { [weak self] in
+            guard let mover = self?.runStart() else { return }
+            mover.runOnCurrentThread()
+        }
+        if !startingThread || !thread.start() { beginWithoutThread() }
+    }
+
+    /// What ``begin(startingThread:)`` does before its thread exists: start's background part is from now on to
+    /// be taken (by the `vaka.start` thread, or by the first ``waitForStart()`` that comes before it), and a
+    /// `fork()` prepares this client first (``prepareForFork()``). ``Vaka/start(_:)`` calls it when it makes the
+    /// client (``ClientSlot``), whose `vaka.start` thread then runs ``runStart()``.
+    func prepareBegin() {
         startGate.close()
         startTaken.store(false, ordering: .releasing)
         Client.forkTarget.withLock { $0.client = self }
         _ = Client.forkHookRegistered
-        // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
-        // run directory's lock with it), as the mover's own thread never held it.
-        let thread = OwnThread(name: "vaka.start") { [weak self] in
-            // First: the storage directory and `crashes/` on a first run (the crash runtime's reserve is made there).
-            self?.makeStorage()
-            // The crash runtime's report reserve and libunwind's load and warm-up, left out of `Vaka.start`'s install.
-            self?.finishCrashInstall()
-            // The delivery thread (with a DSN), started from here rather than by `Vaka.start`'s caller.
-            self?.delivery.startWorker()
-            // In two steps: a breadcrumb or log waiting for the journal does not wait for `scope.json` as well.
-            self?.setUp(through: .journal)
-            self?.setUp(through: .scope)
-            guard let mover = self?.finishStartOnStartThread() else { return }
-            mover.runOnCurrentThread()
-        }
-        if !startingThread || !thread.start() {
-            // No thread left (pthread_create: EAGAIN): the crash runtime's deferred part is done here, the run's
-            // files by the first call that needs them or at exit (setUp(through:), end), as when the thread is late.
-            makeStorage()
-            finishCrashInstall()
-            delivery.startWorker()
-            logLine("no thread could be created for Vaka's start; its work is done by the calls that need it")
-        }
+    }
+
+    /// The `vaka.start` thread's work (after ``prepareBegin()``): the storage directories on a first run, the crash
+    /// runtime's deferred install, the delivery thread, the run's files, then ``finishStart(onStartThread:)``
+    /// unless a ``waitForStart()`` took it first.
+    /// - Returns: the mover whose loop the thread is to run then (`nil`: none, or the run is already ending).
+    func runStart() -> JournalMover? {
+        // First: the storage directory and `crashes/` on a first run (the crash runtime's reserve is made there).
+        makeStorage()
+        // The crash runtime's report reserve and libunwind's load and warm-up, left out of `Vaka.start`'s install.
+        finishCrashInstall()
+        // The delivery thread (with a DSN), started from here rather than by `Vaka.start`'s caller.
+        delivery.startWorker()
+        // In two steps: a breadcrumb or log waiting for the journal does not wait for `scope.json` as well.
+        setUp(through: .journal)
+        setUp(through: .scope)
+        return finishStartOnStartThread()
+    }
+
+    /// What the `vaka.start` thread would have begun, for when no thread could be created (pthread_create:
+    /// EAGAIN): the crash runtime's deferred part is done here, the run's files by the first call that needs
+    /// them or at exit (``setUp(through:)``, ``end(timeout:atExit:)``), as when the thread is late.
+    func beginWithoutThread() {
+        makeStorage()
+        finishCrashInstall()
+        delivery.startWorker()
+        logLine("no thread could be created for Vaka's start; its work is done by the calls that need it")
     }
 
     /// Makes the storage directory and `crashes/` when ``Vaka/start(_:)`` left that to start's background part (a
@@ -334,8 +353,9 @@ final class Client: Sendable {
     /// (weak: a client dropped without `end` is released as before).
     private struct ForkTarget { weak var client: Client? }
     private static let forkTarget = Mutex(ForkTarget())
-    /// `pthread_atfork`'s prepare step ``prepareForFork()``, registered once per process by the first ``begin()``.
-    private static let forkHookRegistered: Bool = pthread_atfork({ Client.prepareForFork() }, nil, nil) == 0
+    /// `pthread_atfork`'s prepare step ``prepareForFork()``, registered once per process by the first ``prepareBegin()``
+    /// (or by ``Vaka/start(_:)`` first, so that its own prepare step, registered after it, runs before it).
+    static let forkHookRegistered: Bool = pthread_atfork({ Client.prepareForFork() }, nil, nil) == 0
 
     /// Runs in the forking thread just before a `fork()`, for the begun client:
     /// - makes its journal (``setUp(through:)``, the journal stage; one atomic load once it is made), so that a
