@@ -306,9 +306,7 @@ int vaka_crash_create_own_thread(pthread_t *thread, const char *name, void *(*st
     if (data == NULL) return EAGAIN;
     data->start = start;
     data->arg = arg;
-    size_t n = name != NULL ? strnlen(name, VAKA_REPORT_THREAD_NAME_MAX) : 0;
-    memcpy(data->name, name != NULL ? name : "", n);
-    data->name[n] = '\0';
+    vaka_rt_copy_thread_name(data->name, name);
     atomic_init(&data->marked, 0);
     atomic_init(&data->users, 2);
     int rc = real(thread, NULL, own_thread_trampoline, data);

@@ -41,14 +41,19 @@ static atomic_uint own_thread_next;
 
 /* Fills entry `e`, held (tid -1) by the caller, for thread `tid` named `name`, then publishes it (seq: see
  * vaka_own_thread). */
+void vaka_rt_copy_thread_name(char *dst, const char *name)
+{
+    size_t n = name != NULL ? strnlen(name, VAKA_REPORT_THREAD_NAME_MAX) : 0;
+    memcpy(dst, name != NULL ? name : "", n);
+    dst[n] = '\0';
+}
+
 static void fill_own_thread(vaka_own_thread *e, int tid, int pid, const char *name)
 {
     unsigned seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
     atomic_store_explicit(&e->seq, seq + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    size_t n = name != NULL ? strnlen(name, VAKA_REPORT_THREAD_NAME_MAX) : 0;
-    memcpy(e->name, name != NULL ? name : "", n);
-    e->name[n] = '\0';
+    vaka_rt_copy_thread_name(e->name, name);
     e->pid = pid;
     atomic_store_explicit(&e->seq, seq + 2, memory_order_release);
     atomic_store_explicit(&e->tid, tid, memory_order_release);

@@ -398,6 +398,9 @@ void vaka_rt_unblock_crash_signals(void);
 /** vaka_crash_mark_own_thread for thread `tid` of this process (threads.c): the creator of one of Vaka's own threads
  *  marks it by its id as soon as pthread_create returns (thread_stack.c). */
 void vaka_rt_mark_own_thread_id(pid_t tid, const char *name);
+/* Copies `name` (NULL: "") into `dst`, cut to VAKA_REPORT_THREAD_NAME_MAX bytes and NUL-terminated (`dst` holds
+ * VAKA_REPORT_THREAD_NAME_MAX + 1 bytes): an own thread's name as the table and the thread's start keep it. */
+void vaka_rt_copy_thread_name(char *dst, const char *name);
 /** The kernel thread id of `thread` (0: not known), from pthread_getcpuclockid's clock id (thread_stack.c). */
 pid_t vaka_rt_thread_id_of(pthread_t thread);
 
