@@ -148,6 +148,32 @@ final class SDKUnitTests: XCTestCase {
         XCTAssertEqual(left, [".\(current)-789.spare", ".\(current).spare", ".live-456.spare", ".live.spare"])
     }
 
+    /// The crash join deletes `runs/.<run-id>/` directories that a process dying while it made its run directory
+    /// left (with their unheld `lock`, or none), and keeps this run's, one whose `lock` is held (being made by a
+    /// live process) and names that are not a run's (`.<not a UUID>`).
+    func testCrashJoinRemovesRunDirectoriesLeftHalfMade() throws {
+        let storage = dirs.make("staging")
+        let runs = storage.appendingPathComponent("runs", isDirectory: true)
+        let current = UUID().uuidString
+        let (deadLocked, deadBare, live, other) = (UUID().uuidString, UUID().uuidString, UUID().uuidString, ".not-a-run")
+        for name in [".\(deadLocked)", ".\(deadBare)", ".\(live)", ".\(current)", other] {
+            try FileManager.default.createDirectory(at: runs.appendingPathComponent(name), withIntermediateDirectories: true)
+        }
+        for name in [".\(deadLocked)", ".\(live)", ".\(current)"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: runs.appendingPathComponent("\(name)/lock").path, contents: Data()))
+        }
+        let lock = open(runs.appendingPathComponent(".\(live)/lock").path, O_RDWR | O_CLOEXEC)
+        XCTAssertEqual(flock(lock, LOCK_EX | LOCK_NB), 0)
+        defer { close(lock) }
+        let client = try Client(options: Vaka.Options(sessionTracking: false, storageDirectory: storage), storage: storage,
+                                runID: current, dsn: nil, log: nil)
+        XCTAssertTrue(client.earlierRunsLeftSomething())
+        client.joinPreviousRuns()
+        let left = ((try? FileManager.default.contentsOfDirectory(atPath: runs.path)) ?? []).sorted()
+        XCTAssertEqual(left, [".\(current)", ".\(live)", other].sorted())
+        client.end(timeout: 1)
+    }
+
     /// Concurrent calls from many threads neither crash nor lose breadcrumbs beyond the cap.
     func testBreadcrumbsAndTagsFromManyThreads() throws {
         let storage = dirs.make("threads")

@@ -200,8 +200,9 @@ final class StartPathTests: XCTestCase {
         }
     }
 
-    /// The crash join's "nothing to do" check: only this run's directory and files (its report, its spare) is
-    /// nothing; another run's directory, report or spare is something.
+    /// The crash join's "nothing to do" check: only this run's directory and files (its report, its spare, its
+    /// directory being made) is nothing; another run's directory, report, spare or directory left half made is
+    /// something.
     func testEarlierRunsLeftSomethingSeesOnlyOtherRuns() throws {
         let storage = dirs.make("left")
         let runID = "0C0FFEE0-0000-4000-8000-000000000004"
@@ -211,13 +212,15 @@ final class StartPathTests: XCTestCase {
         XCTAssertFalse(client.earlierRunsLeftSomething(), "fresh storage")
         try FileManager.default.createDirectory(at: RunDirectory.root(storage).appendingPathComponent(runID), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: RunDirectory.root(storage).appendingPathComponent(".tmp"), withIntermediateDirectories: true)
+        // This run's own directory being made (`.<run-id>`) is nothing either.
+        try FileManager.default.createDirectory(at: RunDirectory.root(storage).appendingPathComponent(".\(runID)"), withIntermediateDirectories: true)
         for own in ["\(runID).crash", ".\(runID)-42.spare", "old.crash.invalid", "old.crash.dropped"] {
             XCTAssertTrue(FileManager.default.createFile(atPath: crashes.appendingPathComponent(own).path, contents: Data()))
         }
         XCTAssertFalse(client.earlierRunsLeftSomething(), "\(PrivateFiles.directoryNames(crashes.path))")
-        for (index, other) in ["runs/other-run", "crashes/other-run.crash", "crashes/.other-run-7.spare"].enumerated() {
+        for other in ["runs/other-run", "runs/.0C0FFEE0-0000-4000-8000-000000000005", "crashes/other-run.crash", "crashes/.other-run-7.spare"] {
             let url = storage.appendingPathComponent(other)
-            if index == 0 {
+            if other.hasPrefix("runs/") {
                 try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
             } else {
                 XCTAssertTrue(FileManager.default.createFile(atPath: url.path, contents: Data()))

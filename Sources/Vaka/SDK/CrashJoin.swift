@@ -57,6 +57,7 @@ extension Client {
             return
         }
         removeStaleSpares()
+        removeStaleStagingDirectories()
         let crashes = storage.appendingFileComponent("crashes", isDirectory: true)
         var runs: [String: RunDirectory.Previous] = [:]
         var live = Set<String>()
@@ -475,11 +476,13 @@ final class CrashLedger: Sendable {
 
 extension Client {
     /// Whether an earlier run left anything the join looks at: a directory in `runs/` other than this run's
-    /// (names starting with `.` are not runs), or in `crashes/` a report (`*.crash`) or a spare (`.*.spare`)
-    /// not of this run. `false` means ``joinPreviousRuns()`` has nothing to do.
+    /// (a run's, or the `.<run-id>` of a run directory being made), or in `crashes/` a report (`*.crash`) or a
+    /// spare (`.*.spare`) not of this run. `false` means ``joinPreviousRuns()`` has nothing to do.
     func earlierRunsLeftSomething() -> Bool {
-        for name in PrivateFiles.directoryNames(RunDirectory.root(storagePath)) where name != runID && !name.hasPrefix(".") {
-            return true
+        for name in PrivateFiles.directoryNames(RunDirectory.root(storagePath)) where name != runID {
+            // A name starting with `.` is a run directory being made (``RunDirectory``): left behind only by a
+            // process that died in the middle (``removeStaleStagingDirectories()``).
+            if !name.hasPrefix(".") || RunDirectory.stagedRunID(name).map({ $0 != runID }) == true { return true }
         }
         let ownReport = runID + reportSuffix, ownSpare = "." + runID
         for name in PrivateFiles.directoryNames(PrivateFiles.path(storagePath, "crashes")) {
@@ -487,6 +490,31 @@ extension Client {
             if name.hasPrefix(".") && name.hasSuffix(".spare") && !name.hasPrefix(ownSpare) { return true }
         }
         return false
+    }
+
+    /// Deletes `<storage>/runs/.<run-id>/` directories (and the `lock` in them) left by processes that died
+    /// between making that directory and renaming it to `runs/<run-id>` (``RunDirectory``): a crash or a kill
+    /// in the first moments after `Vaka.start`, while the `vaka.start` thread made the run's files. A program
+    /// crashing at start under a supervisor would otherwise leave one more each time. One whose `lock` another
+    /// process holds is being made now and is left alone; so is this run's. A process that finds its staging
+    /// directory removed meanwhile makes its run directory in place (``RunDirectory``).
+    func removeStaleStagingDirectories() {
+        let root = RunDirectory.root(storagePath)
+        for name in PrivateFiles.directoryNames(root) {
+            guard let staged = RunDirectory.stagedRunID(name), staged != runID else { continue }
+            let directory = PrivateFiles.path(root, name)
+            let lockPath = PrivateFiles.path(directory, "lock")
+            let lock = open(lockPath, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
+            if lock >= 0 {
+                defer { Glibc.close(lock) }
+                // Held: the process making it is alive (it holds that lock until its run ends).
+                guard flock(lock, LOCK_EX | LOCK_NB) == 0 else { continue }
+                unlink(lockPath)
+            } else if errno != ENOENT {
+                continue
+            }
+            if rmdir(directory) == 0 { logLine("removed runs/\(name), left by a run that died while making its run directory") }
+        }
     }
 
     /// Deletes `<storage>/crashes/.<run-id>-<pid>.spare` files (and older `.<run-id>.spare`) left by runs killed (SIGKILL) after a signal they

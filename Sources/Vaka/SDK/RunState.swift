@@ -120,6 +120,14 @@ final class RunDirectory: @unchecked Sendable {
     /// `<storage>/runs` for the storage directory at `storagePath`.
     static func root(_ storagePath: String) -> String { PrivateFiles.path(storagePath, "runs") }
 
+    /// The run id in `name` when it is the name of a run directory being made (`.<run-id>`, a UUID: see
+    /// ``init(storagePath:runID:)``), else `nil`.
+    static func stagedRunID(_ name: String) -> String? {
+        guard name.hasPrefix(".") else { return nil }
+        let id = String(name.dropFirst())
+        return RandomID.isUUID(id) ? id : nil
+    }
+
     /// Creates the directory (mode 0700) for `runID` and takes its lock: made as `runs/.<run-id>` (a name the
     /// crash join skips), its lock taken there, then renamed to `runs/<run-id>`, so that another launch's join
     /// never sees the directory without its lock held (it would take it for a run that died before writing
