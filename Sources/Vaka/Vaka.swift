@@ -39,7 +39,7 @@ public enum Vaka {
     private static let state = Mutex(State())
 
     /// The started client (made now when the `vaka.start` thread has not made it yet), or `nil`.
-    private static var current: Client? { state.withLock { $0.slot }?.client }
+    static var current: Client? { state.withLock { $0.slot }?.client }
 
     /// Starts Vaka (see the type's documentation). Calling it again while started does nothing.
     /// Never throws: problems are logged to stderr when `options.debug` is set (an invalid DSN is always
@@ -54,8 +54,9 @@ public enum Vaka {
     /// thread, or the first call that needs the client before it.
     public static func start(_ options: Options) {
         guard options.enabled else { return }
-        state.withLock { state in
-            guard state.slot == nil else { return }
+        // The client is made outside the lock when no thread could be created (its failure takes the lock).
+        let withoutThread = state.withLock { state -> ClientSlot? in
+            guard state.slot == nil else { return nil }
             var log: (@Sendable (String) -> Void)? = nil
             if options.debug { log = { line in PrivateFiles.writeStandardError("[vaka] \(line)\n") } }
             // Paths, not URLs, from here to the exit: a `URL`'s first use in a process makes pages of Foundation
@@ -137,17 +138,19 @@ public enum Vaka {
                 guard let mover = slot?.client?.runStart() else { return }
                 mover.runOnCurrentThread()
             }
-            if !thread.start() { slot.client?.beginWithoutThread() }
+            return thread.start() ? nil : slot
         }
+        withoutThread?.client?.beginWithoutThread()
     }
 
     /// Makes the client of a ``start(_:)`` (``ClientSlot``: on the `vaka.start` thread, or on the first call
-    /// that needs it): the options bounded (one `[vaka]` line for each change), the DSN parsed (an invalid one:
-    /// one `[vaka]` line, outbox mode), the ``Client``, its start's background part made ready to be taken
-    /// (``Client/prepareBegin()``). When delivery cannot start: one `[vaka]` line, the run's crash handlers taken
+    /// that needs it; never under `state`'s lock): the options bounded (one `[vaka]` line for each change), the
+    /// DSN parsed (an invalid one: one `[vaka]` line, outbox mode), the ``Client``, its start's background part
+    /// made ready to be taken (``Client/prepareBegin(forkTarget:)``), made the target of `fork()`'s prepare step
+    /// when its run is still the started one. When delivery cannot start: one `[vaka]` line, the run's crash handlers taken
     /// out, logging off, and `nil` (Vaka is off). In a `fork()`ed child of the starting process (one forked
     /// without `fork`'s prepare step, which makes the client first): `nil`.
-    private static func makeClient(_ options: Options, storage: String, runID: String, log: (@Sendable (String) -> Void)?,
+    static func makeClient(_ options: Options, storage: String, runID: String, log: (@Sendable (String) -> Void)?,
                                    makeStorage: (@Sendable () -> Void)?, startPID: pid_t, slot: ClientSlot) -> Client? {
         guard getpid() == startPID else { return nil }
         // Release, environment and tags within Sentry's limits (always one line when one is changed: a
@@ -164,7 +167,10 @@ public enum Vaka {
         do {
             let client = try Client(options: options, storagePath: storage, runID: runID, dsn: dsn, log: log,
                                     makeStorage: makeStorage)
-            client.prepareBegin()
+            client.prepareBegin(forkTarget: false)
+            // The target of `fork()`'s prepare step only while its run is the started one: a client made after its
+            // run was closed (by its end, or by its thread late) must not take the place of a later start's.
+            state.withLock { state in if state.slot === slot { client.becomeForkTarget() } }
             return client
         } catch {
             PrivateFiles.writeStandardError("[vaka] cannot start delivery (\(error)); Vaka is off, crash reporting too\n")

@@ -67,4 +67,26 @@ final class ClientSlotTests: XCTestCase {
         let sids = Set(envelopes.flatMap(\.sessions).compactMap { $0["sid"] as? String })
         XCTAssertEqual(sids.count, 1, "one session")
     }
+
+    /// A client made after its run was closed (its end made it, or its `vaka.start` thread came late) does not
+    /// become the target of `fork()`'s prepare step in place of the started run's client: a fork would then
+    /// prepare the wrong client (or none, once that one is freed), and a child forked while the started run's
+    /// thread holds a lock could hang.
+    func testClientMadeAfterItsRunWasClosedIsNotTheForkTarget() throws {
+        let started = dirs.make("fork-target-started")
+        Vaka.start(Vaka.Options(release: "app@1", sessionTracking: false, storageDirectory: started))
+        defer { Vaka.close(timeout: 5) }
+        let current = try XCTUnwrap(Vaka.current)
+        XCTAssertTrue(Client.currentForkTarget === current)
+        let late = dirs.make("fork-target-late")
+        let runID = UUID().uuidString
+        let slot = ClientSlot(runID: runID) { slot in
+            Vaka.makeClient(Vaka.Options(release: "app@1", sessionTracking: false, storageDirectory: late), storage: late.path,
+                            runID: runID, log: nil, makeStorage: nil, startPID: getpid(), slot: slot)
+        }
+        let made = try XCTUnwrap(slot.client)
+        XCTAssertFalse(made === current)
+        XCTAssertTrue(Client.currentForkTarget === current, "the started run's client stays the fork target")
+        made.end(timeout: 0)
+    }
 }

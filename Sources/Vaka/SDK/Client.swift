@@ -112,10 +112,12 @@ final class Client: Sendable {
     private let pendingStorage: Mutex<(@Sendable () -> Void)?>
     private let logSink: (@Sendable (String) -> Void)?
 
-    /// Starts what the caller's part of start needs (``Vaka/start(_:)`` installs the crash handlers first):
-    /// release, contexts, the session (its `did` comes with ``setUp(through:)``) and delivery. The run's files
-    /// are made by ``setUp(through:)``.
-    /// - Throws: when the storage directory or `pending/` cannot be created.
+    /// Makes the client of a start (``Vaka/start(_:)`` installed the crash handlers first; ``ClientSlot``: made by
+    /// the `vaka.start` thread, or by the first call that needs it): release, contexts, the session (its `did`
+    /// comes with ``setUp(through:)``) and delivery. The run's files are made by ``setUp(through:)``.
+    /// - Throws: what ``Delivery/init(configuration:transport:clock:startWorker:)`` throws: nothing today (a `pending/`
+    ///   that cannot be created makes delivery hold envelopes in memory); ``Vaka/start(_:)`` still turns Vaka off
+    ///   with a `[vaka]` line should it throw.
     /// - Parameter makeStorage: the making of the storage directory and `crashes/` that ``Vaka/start(_:)`` left
     ///   to start's background part (a first run), or `nil`; run once, before any other file work of the run
     ///   (``makeStorage()``).
@@ -292,14 +294,22 @@ final class Client: Sendable {
     /// be taken (by the `vaka.start` thread, or by the first ``waitForStart()`` that comes before it), and a
     /// `fork()` prepares this client first (``prepareForFork()``). ``Vaka/start(_:)`` calls it when it makes the
     /// client (``ClientSlot``), whose `vaka.start` thread then runs ``runStart()``.
-    func prepareBegin() {
+    /// - Parameter forkTarget: whether this client becomes the one a `fork()` prepares; ``Vaka/start(_:)`` passes
+    ///   `false` for a client made after its run was closed (a later start's client is the one to prepare) and
+    ///   sets the target itself (``becomeForkTarget()``).
+    func prepareBegin(forkTarget: Bool = true) {
         startGate.close()
         startTaken.store(false, ordering: .releasing)
-        Client.forkTarget.withLock { $0.client = self }
+        if forkTarget { becomeForkTarget() }
         _ = Client.forkHookRegistered
     }
 
-    /// The `vaka.start` thread's work (after ``prepareBegin()``): the storage directories on a first run, the crash
+    /// Makes this client the one a `fork()` prepares (``prepareForFork()``).
+    func becomeForkTarget() {
+        Client.forkTarget.withLock { $0.client = self }
+    }
+
+    /// The `vaka.start` thread's work (after ``prepareBegin(forkTarget:)``): the storage directories on a first run, the crash
     /// runtime's deferred install, the delivery thread, the run's files, then ``finishStart(onStartThread:)``
     /// unless a ``waitForStart()`` took it first.
     /// - Returns: the mover whose loop the thread is to run then (`nil`: none, or the run is already ending).
@@ -353,7 +363,9 @@ final class Client: Sendable {
     /// (weak: a client dropped without `end` is released as before).
     private struct ForkTarget { weak var client: Client? }
     private static let forkTarget = Mutex(ForkTarget())
-    /// `pthread_atfork`'s prepare step ``prepareForFork()``, registered once per process by the first ``prepareBegin()``
+    /// The client a `fork()` prepares now (``prepareForFork()``), or `nil`.
+    static var currentForkTarget: Client? { forkTarget.withLock { $0.client } }
+    /// `pthread_atfork`'s prepare step ``prepareForFork()``, registered once per process by the first ``prepareBegin(forkTarget:)``
     /// (or by ``Vaka/start(_:)`` first, so that its own prepare step, registered after it, runs before it).
     static let forkHookRegistered: Bool = pthread_atfork({ Client.prepareForFork() }, nil, nil) == 0
 
