@@ -228,6 +228,17 @@ static size_t on_body(char *buffer, size_t size, size_t count, void *userdata) {
     return n;
 }
 
+/// libcurl's progress callback: non-zero (abort the transfer) once the caller's abort flag is set.
+static int on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    const int *flag = clientp;
+    return flag && __atomic_load_n(flag, __ATOMIC_ACQUIRE) ? 1 : 0;
+}
+
+void vaka_curl_abort(int *flag) {
+    if (flag) __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+}
+
 static vaka_curl_failure finish(vaka_curl_session *s, vaka_curl_result *result, CURLcode rc) {
     result->curl_code = (int)rc;
     // A code is permanent only when it came from our side, before any connection: once a server was
@@ -247,7 +258,7 @@ static vaka_curl_failure finish(vaka_curl_session *s, vaka_curl_result *result, 
 
 vaka_curl_failure vaka_curl_post(vaka_curl_session *s, const char *url, const char *const *header_lines,
                                  size_t header_count, const void *body, size_t body_length, long timeout_ms,
-                                 vaka_curl_result *result) {
+                                 const int *abort_flag, vaka_curl_result *result) {
     memset(result, 0, sizeof *result);
     if (!s->easy && !(s->easy = s->lib->easy_init())) {
         result->failure = VAKA_CURL_TRANSIENT;
@@ -300,6 +311,11 @@ vaka_curl_failure vaka_curl_post(vaka_curl_session *s, const char *url, const ch
     SET(CURLOPT_HEADERDATA, &sink);
     SET(CURLOPT_WRITEFUNCTION, on_body);
     SET(CURLOPT_WRITEDATA, &body_sink);
+    if (abort_flag) {
+        SET(CURLOPT_XFERINFOFUNCTION, on_progress);
+        SET(CURLOPT_XFERINFODATA, (void *)abort_flag);
+        SET(CURLOPT_NOPROGRESS, 0L);
+    }
     // Through an https proxy tunnel, the proxy's answer to CONNECT ("200 Connection established", "407 Proxy
     // Authentication Required") must never reach the header callback as if the server had answered.
     connect_headers_suppressed = s->lib->easy_setopt(e, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L) == CURLE_OK;
@@ -317,6 +333,8 @@ done:
     s->lib->easy_setopt(e, CURLOPT_HEADERDATA, (void *)NULL);
     s->lib->easy_setopt(e, CURLOPT_HEADERFUNCTION, (curl_write_callback)NULL);
     s->lib->easy_setopt(e, CURLOPT_WRITEDATA, (void *)NULL);
+    s->lib->easy_setopt(e, CURLOPT_NOPROGRESS, 1L);
+    s->lib->easy_setopt(e, CURLOPT_XFERINFODATA, (void *)NULL);
     long status = 0;
     long connect_code = 0;
     if (s->lib->easy_getinfo(e, CURLINFO_HTTP_CONNECTCODE, &connect_code) == CURLE_OK && connect_code > 0)

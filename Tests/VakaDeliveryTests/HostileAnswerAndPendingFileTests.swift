@@ -17,6 +17,33 @@ final class HostileAnswerAndPendingFileTests: LoopbackServerTestCase {
         return d
     }
 
+    /// A server that accepts the connection and never answers: `close(timeout: 1)` returns within a few
+    /// seconds (the exchange in progress is aborted, libcurl's progress callback checks at least about once a
+    /// second), not after the request timeout (15 s by default), and the envelope stays on disk for the next
+    /// launch. The same with `flush` first (the exit hook flushes, then closes).
+    func testCloseDoesNotWaitForAServerThatNeverAnswers() throws {
+        server.responder = { _ in .silent }
+        for flushFirst in [false, true] {
+            let storage = dirs.make()
+            let config = Delivery.Configuration(storageDirectory: storage, dsn: try DSN(server.dsn),
+                                                flushInterval: 3600, requestTimeout: 15, log: log.sink)
+            let d = try Delivery(configuration: config)
+            deliveries.append(d)
+            try d.submit(eventEnvelope(flushFirst ? 31 : 30), durable: true)
+            d.wake()
+            // The request is in flight (the server has it) before the close.
+            let deadline = Date().addingTimeInterval(10)
+            while server.requests.count < (flushFirst ? 2 : 1) && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+            XCTAssertEqual(server.requests.count, flushFirst ? 2 : 1)
+            let started = Date()
+            if flushFirst { XCTAssertFalse(d.flush(timeout: 0.5)) }
+            XCTAssertFalse(d.close(timeout: 1))
+            let took = Date().timeIntervalSince(started)
+            XCTAssertLessThan(took, 5, "close waited \(took) s for a server that never answers (request timeout 15 s)")
+            XCTAssertEqual(batchFiles(storage).count, 1, "the envelope is kept for the next launch")
+        }
+    }
+
     /// A server answering every request `429` with `Retry-After: 0.001` (a sub-second delay: the header allows
     /// decimals, docs/ingest.md) must not make the SDK retry in a tight loop. Today the uploader re-sends as
     /// soon as the millisecond passes: ~800 requests per second and a busy core, for as long as the server

@@ -89,10 +89,16 @@ typedef struct vaka_curl_result {
 /// then fails on the body (cap, partial body, timeout, reset after the headers); no signals are used (CURLOPT_NOSIGNAL), so any thread may call
 /// it. The standard proxy variables (http_proxy, https_proxy, all_proxy, no_proxy) apply, as libcurl reads them;
 /// SSL_CERT_FILE / SSL_CERT_DIR, when set, replace the system CA bundle / directory (CURLOPT_CAINFO/CAPATH).
+/// `abort_flag` (may be NULL): once another thread sets it (vaka_curl_abort), the transfer in progress ends
+/// within about a second (libcurl's progress callback, called at least about once a second while it waits) with
+/// a transient failure (curl 42, "Callback aborted"), and every later one ends before it connects.
 /// Returns `result->failure`.
 vaka_curl_failure vaka_curl_post(vaka_curl_session *session, const char *url, const char *const *header_lines,
                                  size_t header_count, const void *body, size_t body_length, long timeout_ms,
-                                 vaka_curl_result *result);
+                                 const int *abort_flag, vaka_curl_result *result);
+
+/// Sets `flag` (atomically, from any thread): the transfers given it end (see vaka_curl_post).
+void vaka_curl_abort(int *flag);
 
 /// Frees `result->headers` (and sets it to NULL).
 void vaka_curl_result_free(vaka_curl_result *result);

@@ -346,11 +346,14 @@ final class Delivery: @unchecked Sendable {
         // is written for the next launch, not raced for by a thread stopped as it begins.
         var sent = flush(timeout: timeout, startingWorker: Bounded.timeout(timeout) > 0)
         uploader?.cancel()
+        // The exchange in progress (a server that does not answer) is not waited for up to its request timeout:
+        // it ends within about a second, its envelopes kept for the next launch.
+        uploader?.transport.abortAll()
         cond.lock()
         closed = true
         if thread == nil { workerDone = true }  // never started: nothing to wait for
         cond.broadcast()
-        // The worker finishes its current request (bounded by requestTimeout) and exits.
+        // The worker finishes its current request (aborted above; bounded by requestTimeout in any case) and exits.
         let limit = Date().addingTimeInterval(configuration.requestTimeout + 5)
         while !workerDone, cond.wait(until: Bounded.waitDeadline(limit)), Date() < limit {}
         cond.unlock()

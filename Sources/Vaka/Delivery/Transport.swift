@@ -45,6 +45,14 @@ struct TransportError: Error, CustomStringConvertible {
 protocol HTTPTransport: AnyObject, Sendable {
     /// Sends `request`; calls `completion` with the response or a ``TransportError``.
     func send(_ request: HTTPRequest, completion: @escaping @Sendable (Result<HTTPResponse, TransportError>) -> Void)
+    /// Ends the exchange in progress soon (a transient ``TransportError``) and every later one at once: the
+    /// delivery is closing and will not wait for a server that does not answer. Default: nothing (the exchange
+    /// ends by its timeout).
+    func abortAll()
+}
+
+extension HTTPTransport {
+    func abortAll() {}
 }
 
 extension HTTPTransport {
@@ -131,6 +139,13 @@ final class CurlTransport: HTTPTransport {
     }
     private let session = Mutex(Session())
     private let log: @Sendable (String) -> Void
+    /// Set by ``abortAll()`` (from any thread, while a request holds `session`): read by libcurl's progress
+    /// callback of every request (`vaka_curl_post`'s `abort_flag`). Allocated for the transport's life.
+    private nonisolated(unsafe) let abortFlag: UnsafeMutablePointer<Int32> = {
+        let flag = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        flag.initialize(to: 0)
+        return flag
+    }()
 
     /// Creates a transport; nothing is loaded until the first request.
     /// - Parameters:
@@ -145,7 +160,14 @@ final class CurlTransport: HTTPTransport {
         self.log = log
     }
 
-    deinit { session.withLock { vaka_curl_session_free($0.handle) } }
+    deinit {
+        session.withLock { vaka_curl_session_free($0.handle) }
+        abortFlag.deallocate()
+    }
+
+    /// Ends the request in progress within about a second (libcurl's progress callback sees the flag: a
+    /// transient failure, curl 42) and makes every later one fail before it connects.
+    func abortAll() { vaka_curl_abort(abortFlag) }
 
     /// Closes the kept-alive connections. A later request opens new ones.
     func invalidate() {
@@ -181,7 +203,7 @@ final class CurlTransport: HTTPTransport {
             let failure: vaka_curl_failure = cLines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in
                 request.body.withUnsafeBytes { body in
                     vaka_curl_post(handle, request.url.absoluteString, headers.baseAddress, headers.count,
-                                   body.baseAddress, body.count, timeoutMS, &result)
+                                   body.baseAddress, body.count, timeoutMS, abortFlag, &result)
                 }
             }
             guard failure == VAKA_CURL_OK else {
