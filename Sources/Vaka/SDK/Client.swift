@@ -294,9 +294,9 @@ final class Client: Sendable {
     /// be taken (by the `vaka.start` thread, or by the first ``waitForStart()`` that comes before it), and a
     /// `fork()` prepares this client first (``prepareForFork()``). ``Vaka/start(_:)`` calls it when it makes the
     /// client (``ClientSlot``), whose `vaka.start` thread then runs ``runStart()``.
-    /// - Parameter forkTarget: whether this client becomes the one a `fork()` prepares; ``Vaka/start(_:)`` passes
-    ///   `false` for a client made after its run was closed (a later start's client is the one to prepare) and
-    ///   sets the target itself (``becomeForkTarget()``).
+    /// - Parameter forkTarget: whether this client becomes the one a `fork()` prepares now; ``Vaka/start(_:)``'s
+    ///   client maker passes `false` and makes it the target (``becomeForkTarget()``) only while its run is still
+    ///   the started one (a client made after its run was closed must not take a later start's place).
     func prepareBegin(forkTarget: Bool = true) {
         startGate.close()
         startTaken.store(false, ordering: .releasing)
