@@ -296,8 +296,6 @@ int vaka_sig_open_report(vaka_report_target *target)
 }
 
 /* RLIMIT_FSIZE as found at crash time, when the capture raised its soft limit to the hard one. */
-
-/* RLIMIT_FSIZE as found at crash time, when the capture raised its soft limit to the hard one. */
 static struct { uint64_t cur, max; } fsize_saved;
 static int fsize_raised;
 
