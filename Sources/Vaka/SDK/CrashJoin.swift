@@ -480,9 +480,10 @@ extension Client {
     /// spare (`.*.spare`) not of this run. `false` means ``joinPreviousRuns()`` has nothing to do.
     func earlierRunsLeftSomething() -> Bool {
         for name in PrivateFiles.directoryNames(RunDirectory.root(storagePath)) where name != runID {
-            // A name starting with `.` is a run directory being made (``RunDirectory``): left behind only by a
-            // process that died in the middle (``removeStaleStagingDirectories()``).
-            if !name.hasPrefix(".") || RunDirectory.stagedRunID(name).map({ $0 != runID }) == true { return true }
+            if !name.hasPrefix(".") { return true }
+            // A run directory being made (``RunDirectory``), not this run's: left behind only by a process that
+            // died in the middle (``removeStaleStagingDirectories()``).
+            if let staged = RunDirectory.stagedRunID(name), staged != runID { return true }
         }
         let ownReport = runID + reportSuffix, ownSpare = "." + runID
         for name in PrivateFiles.directoryNames(PrivateFiles.path(storagePath, "crashes")) {
@@ -504,15 +505,9 @@ extension Client {
             guard let staged = RunDirectory.stagedRunID(name), staged != runID else { continue }
             let directory = PrivateFiles.path(root, name)
             let lockPath = PrivateFiles.path(directory, "lock")
-            let lock = open(lockPath, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
-            if lock >= 0 {
-                defer { Glibc.close(lock) }
-                // Held: the process making it is alive (it holds that lock until its run ends).
-                guard flock(lock, LOCK_EX | LOCK_NB) == 0 else { continue }
-                unlink(lockPath)
-            } else if errno != ENOENT {
-                continue
-            }
+            // Held: the process making it is alive (it holds that lock until its run ends).
+            if RunDirectory.lockHeld(at: lockPath) { continue }
+            unlink(lockPath)
             if rmdir(directory) == 0 { logLine("removed runs/\(name), left by a run that died while making its run directory") }
         }
     }
@@ -535,10 +530,7 @@ extension Client {
             }
             guard !run.isEmpty, run != runID, whole != runID, !run.contains("/") else { continue }
             let held = Set([run, whole]).contains { candidate in
-                let lock = open(storage.appendingFileComponent("runs/\(candidate)/lock").fileSystemPath, O_RDWR | O_CLOEXEC)
-                guard lock >= 0 else { return false }
-                defer { Glibc.close(lock) }
-                return flock(lock, LOCK_EX | LOCK_NB) != 0
+                RunDirectory.lockHeld(at: storage.appendingFileComponent("runs/\(candidate)/lock").fileSystemPath)
             }
             if held { continue }
             if unlink(crashes.appendingFileComponent(name).fileSystemPath) == 0 { logLine("removed \(name), left by a killed run") }

@@ -120,6 +120,15 @@ final class RunDirectory: @unchecked Sendable {
     /// `<storage>/runs` for the storage directory at `storagePath`.
     static func root(_ storagePath: String) -> String { PrivateFiles.path(storagePath, "runs") }
 
+    /// Whether the run lock file at `path` is held (`flock`) by a process, i.e. that run's process lives. A lock
+    /// that cannot be opened (missing, unreadable) is not held. Probes with `flock` and closes at once.
+    static func lockHeld(at path: String) -> Bool {
+        let fd = open(path, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { Glibc.close(fd) }
+        return flock(fd, LOCK_EX | LOCK_NB) != 0
+    }
+
     /// The run id in `name` when it is the name of a run directory being made (`.<run-id>`, a UUID: see
     /// ``init(storagePath:runID:)``), else `nil`.
     static func stagedRunID(_ name: String) -> String? {
@@ -250,12 +259,7 @@ final class RunDirectory: @unchecked Sendable {
         var runs: [Previous] = []
         for name in names.sorted() where name != current && !name.hasPrefix(".") {
             let dir = root.appendingFileComponent(name, isDirectory: true)
-            let fd = open(dir.appendingFileComponent("lock").fileSystemPath, O_RDWR | O_CLOEXEC)
-            if fd >= 0 {
-                let free = flock(fd, LOCK_EX | LOCK_NB) == 0
-                Glibc.close(fd)
-                if !free { live.insert(name); continue }
-            }
+            if lockHeld(at: dir.appendingFileComponent("lock").fileSystemPath) { live.insert(name); continue }
             var scope: RunScope? = nil
             switch PrivateFiles.readCapped(dir.appendingFileComponent("scope.json").fileSystemPath, maxBytes: RunDirectory.maxScopeBytes) {
             case .data(let data): scope = try? JSONDecoder().decode(RunScope.self, from: data)
