@@ -39,8 +39,6 @@ static int installed_signal;
 
 static atomic_uint own_thread_next;
 
-/* Fills entry `e`, held (tid -1) by the caller, for thread `tid` named `name`, then publishes it (seq: see
- * vaka_own_thread). */
 void vaka_rt_copy_thread_name(char *dst, const char *name)
 {
     size_t n = name != NULL ? strnlen(name, VAKA_REPORT_THREAD_NAME_MAX) : 0;
@@ -48,6 +46,8 @@ void vaka_rt_copy_thread_name(char *dst, const char *name)
     dst[n] = '\0';
 }
 
+/* Fills entry `e`, held (tid -1) by the caller, for thread `tid` named `name`, then publishes it (seq: see
+ * vaka_own_thread). */
 static void fill_own_thread(vaka_own_thread *e, int tid, int pid, const char *name)
 {
     unsigned seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
