@@ -541,18 +541,19 @@ public enum Vaka {
     /// ``defaultStorageDirectory(argv0:)``'s file-system path (no trailing `/`), made without a `URL`: what
     /// ``start(_:)`` uses.
     static func defaultStoragePath(argv0: String?) -> String {
-        // One variable each with getenv(3), not the whole environment copied into a dictionary.
-        let variable = Options.environmentVariable
-        let app = programDirectoryName(argv0: argv0)
-        if let xdg = variable("XDG_STATE_HOME"), xdg.hasPrefix("/") {
-            return PrivateFiles.path(PrivateFiles.trimmingTrailingSlashes(xdg), "vaka/\(app)")
+        // In C (vaka_default_storage_path): it runs on the caller of `start` before the crash handlers go in, where
+        // the same steps in Swift cost ~75 µs of the standard library's first use (docs/cost.md). Foundation's home
+        // directory only when neither `XDG_STATE_HOME` nor `HOME` is an absolute path.
+        let made = withOptionalCString(argv0) { argv0 in
+            vaka_default_storage_path(argv0, nil) ?? NSHomeDirectory().withCString { vaka_default_storage_path(argv0, $0) }
         }
-        let home = variable("HOME").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
-        return PrivateFiles.path(PrivateFiles.trimmingTrailingSlashes(home), ".local/state/vaka/\(app)")
+        guard let made else { return PrivateFiles.path(NSHomeDirectory(), ".local/state/vaka/program") }  // no memory
+        defer { free(made) }
+        return String(cString: made)
     }
 
     /// The name of a program's default storage directory: `<name>-<hash>`.
-    /// - `<hash>`: 8 lower-case hex digits, the 32-bit FNV-1a hash of the UTF-8 bytes of the program's
+    /// - `<hash>`: 8 lower-case hex digits, the 32-bit FNV-1a hash of the bytes (UTF-8) of the program's
     ///   absolute path as it was started (stable across runs, Swift versions and machines), **without**
     ///   resolving symbolic links, so that a program deployed behind a switched link (`/srv/app/current ->
     ///   releases/42`, Capistrano, Nix profiles) keeps one directory across releases. That path is:
@@ -566,65 +567,16 @@ public enum Vaka {
     /// - `<name>`: the last path component of `argv0`, else of that absolute path, else `program`; ASCII
     ///   control characters and `\` replaced by `_`, at most 64 UTF-8 bytes. Never empty, `.` or `..`.
     public static func programDirectoryName(argv0: String?) -> String {
-        // `PATH` and `PWD` with getenv(3): `ProcessInfo.environment` copies the whole environment into a
-        // dictionary (0.8 M instructions at its first use in a process, callgrind).
-        programDirectoryName(argv0: argv0, variable: Options.environmentVariable)
+        // In C (vaka_program_directory_name), for `start`'s sake (``defaultStoragePath(argv0:)``); `PATH` and `PWD`
+        // read with getenv(3).
+        guard let name = withOptionalCString(argv0, { vaka_program_directory_name($0) }) else { return "program" }
+        defer { free(name) }
+        return String(cString: name)
     }
 
-    /// ``programDirectoryName(argv0:)`` with `PATH` and `PWD` read by `variable`.
-    static func programDirectoryName(argv0: String?, variable: (String) -> String?) -> String {
-        func usable(_ component: String) -> Bool { !component.isEmpty && component != "." && component != ".." }
-        // The last `/`-separated part ("" when there is none), by byte (`split` costs its generic first use).
-        func lastComponent(_ path: String) -> String {
-            let last = PrivateFiles.lastComponent(path)
-            return last.utf8.contains(UInt8(ascii: "/")) ? "" : last
-        }
-        func hasSlash(_ s: String) -> Bool { s.utf8.contains(UInt8(ascii: "/")) }
-        var path: String?
-        if let argv0, hasSlash(argv0), !argv0.hasSuffix("/"), usable(lastComponent(argv0)) {
-            path = PrivateFiles.lexicallyNormalised(absolute(argv0, variable: variable))
-        } else if let argv0, usable(argv0), !hasSlash(argv0) {
-            // A bare name: the shell found it through PATH (an empty entry is the working directory).
-            for entry in (variable("PATH") ?? "").split(separator: ":", omittingEmptySubsequences: false) {
-                let candidate = (entry.isEmpty ? "." : String(entry)) + "/" + argv0
-                var st = stat()
-                if stat(candidate, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, access(candidate, X_OK) == 0 {
-                    path = PrivateFiles.lexicallyNormalised(absolute(candidate, variable: variable))
-                    break
-                }
-            }
-        }
-        if path == nil, let resolved = realpath("/proc/self/exe", nil) {
-            path = String(cString: resolved)
-            free(resolved)
-        }
-        let identity = path ?? argv0 ?? ""
-        var hash: UInt32 = 0x811C_9DC5
-        for byte in identity.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
-        var name = argv0.map(lastComponent) ?? ""
-        if !usable(name) { name = lastComponent(identity) }
-        if !usable(name) { name = "program" }
-        name = Options.bounded(name, maxBytes: 64)  // control characters (and `/`, `\`) become `_`
-        if !usable(name) { name = "program" }
-        return name + "-" + NumberText.hex(UInt64(hash), width: 8)
-    }
-
-    /// `path` made absolute against the working directory: `$PWD` when it is absolute and names the same
-    /// directory as `.` (the shell's logical working directory, symbolic links kept), else `getcwd(3)`.
-    static func absolute(_ path: String, variable: (String) -> String?) -> String {
-        if path.hasPrefix("/") { return path }
-        // getcwd(3) (glibc allocates the buffer); FileManager's first use costs more, and is left for its failure.
-        var cwd: String
-        if let got = getcwd(nil, 0) {
-            cwd = String(cString: got)
-            free(got)
-        } else {
-            cwd = FileManager.default.currentDirectoryPath
-        }
-        if let pwd = variable("PWD"), pwd.hasPrefix("/") {
-            var a = stat(), b = stat()
-            if stat(pwd, &a) == 0, stat(".", &b) == 0, a.st_dev == b.st_dev, a.st_ino == b.st_ino { cwd = pwd }
-        }
-        return cwd + "/" + path
+    /// `body` given `string` as a C string, or `nil`.
+    private static func withOptionalCString<R>(_ string: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
+        guard let string else { return body(nil) }
+        return string.withCString { body($0) }
     }
 }

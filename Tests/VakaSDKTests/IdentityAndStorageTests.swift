@@ -179,6 +179,46 @@ final class IdentityAndStorageTests: XCTestCase {
         XCTAssertEqual(Vaka.programDirectoryName(argv0: nil), "\((exe as NSString).lastPathComponent)-\(Self.fnv1a(exe))")
     }
 
+    /// The name's rules at their edges (vaka_program_directory_name, in C since it runs on `start`'s caller):
+    /// `.`/`..`/`//` removed by name (a `..` at the root stays there), control characters and `\` as `_`, the
+    /// name cut to 64 bytes at a UTF-8 sequence's start, a relative `argv0` against `$PWD` when that names the
+    /// working directory, `PATH` searched in order with an empty entry as the working directory and a
+    /// non-executable file passed over, an `argv0` ending in `/` hashed from `/proc/self/exe`.
+    func testProgramDirectoryNameAtItsEdges() throws {
+        let name = Vaka.programDirectoryName(argv0:)
+        XCTAssertEqual(name("/a/./b/..//srv///billing/server"), "server-\(Self.fnv1a("/a/srv/billing/server"))")
+        XCTAssertEqual(name("/../../x/../y/z"), "z-\(Self.fnv1a("/y/z"))")
+        XCTAssertEqual(name("/p/a\tb\u{7F}"), "a_b_-\(Self.fnv1a("/p/a\tb\u{7F}"))")
+        XCTAssertEqual(name("/p/a\\b"), "a_b-\(Self.fnv1a("/p/a\\b"))")
+        let accents = String(repeating: "é", count: 40) + "x"  // 81 bytes: cut to 32 é (64 bytes)
+        XCTAssertEqual(name("/p/" + accents), String(repeating: "é", count: 32) + "-\(Self.fnv1a("/p/" + accents))")
+        let exe = try XCTUnwrap(realpath("/proc/self/exe", nil).map { p -> String in defer { free(p) }; return String(cString: p) })
+        XCTAssertEqual(name("x/"), "x-\(Self.fnv1a(exe))")
+
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vaka-names-\(UUID().uuidString)").path
+        let real = try XCTUnwrap(realpath(FileManager.default.temporaryDirectory.path, nil).map { p -> String in
+            defer { free(p) }; return String(cString: p) }) + "/" + (dir as NSString).lastPathComponent
+        try FileManager.default.createDirectory(atPath: dir + "/bin", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        XCTAssertTrue(FileManager.default.createFile(atPath: dir + "/bin/tool", contents: Data(), attributes: [.posixPermissions: 0o755]))
+        XCTAssertTrue(FileManager.default.createFile(atPath: dir + "/bin/plain", contents: Data(), attributes: [.posixPermissions: 0o644]))
+        let cwd = FileManager.default.currentDirectoryPath
+        let saved: [(String, String?)] = ["PATH", "PWD"].map { key in (key, getenv(key).map { String(cString: $0) }) }
+        defer {
+            FileManager.default.changeCurrentDirectoryPath(cwd)
+            for (key, value) in saved { if let value { setenv(key, value, 1) } else { unsetenv(key) } }
+        }
+        XCTAssertTrue(FileManager.default.changeCurrentDirectoryPath(dir + "/bin"))
+        setenv("PWD", dir + "/bin", 1)  // names the working directory by the unresolved spelling: kept
+        XCTAssertEqual(name("../bin/./tool"), "tool-\(Self.fnv1a(dir + "/bin/tool"))")
+        setenv("PWD", "/nonexistent", 1)  // names another directory: getcwd(3), resolved
+        XCTAssertEqual(name("./tool"), "tool-\(Self.fnv1a(real + "/bin/tool"))")
+        setenv("PATH", "/nonexistent::/usr/bin", 1)  // the empty entry is the working directory
+        XCTAssertEqual(name("tool"), "tool-\(Self.fnv1a(real + "/bin/tool"))")
+        setenv("PATH", dir + "/bin", 1)  // not executable: passed over, so /proc/self/exe
+        XCTAssertEqual(name("plain"), "plain-\(Self.fnv1a(exe))")
+    }
+
     /// The reference FNV-1a (32 bit), 8 hex digits.
     private static func fnv1a(_ s: String) -> String {
         var h: UInt32 = 2_166_136_261

@@ -318,6 +318,27 @@ void vaka_crash_set_journal(struct vaka_journal *journal);
  */
 void vaka_crash_test_fault_in_handler(int stage);
 
+/**
+ * The name of a program's default storage directory, `<name>-<hash>` (the rules: Vaka.programDirectoryName(argv0:)
+ * in the Swift API, which calls this): `<hash>` 8 lower-case hex digits, the 32-bit FNV-1a hash of the bytes of the
+ * program's absolute path as started (`argv0` with a `/` made absolute against `$PWD` or getcwd(3) and normalised
+ * by name; a bare name looked up in `PATH`; else the target of `/proc/self/exe`), `<name>` the last component of
+ * `argv0` (else of that path, else `program`), control characters, `/` and `\` as `_`, at most 64 bytes.
+ * Reads `PATH` and `PWD` with getenv(3). Not async-signal-safe (malloc).
+ * @param argv0 the program's argv[0], or NULL.
+ * @return a malloc'd string for the caller to free, or NULL when out of memory.
+ */
+char *vaka_program_directory_name(const char *argv0);
+
+/**
+ * The default storage directory's path (no trailing `/`): `$XDG_STATE_HOME/vaka/<name>` when XDG_STATE_HOME is an
+ * absolute path, else `<home>/.local/state/vaka/<name>` with `$HOME` when absolute, else `home`; `<name>` is
+ * vaka_program_directory_name(argv0). Not async-signal-safe (malloc).
+ * @param home the home directory to use when neither variable is usable, or NULL.
+ * @return a malloc'd string for the caller to free; NULL when `home` was needed and is NULL, or out of memory.
+ */
+char *vaka_default_storage_path(const char *argv0, const char *home);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,221 @@
+/*
+ * Start time (not the signal path): the default storage directory's path and the program's directory name in
+ * it, `<name>-<hash>`, that Vaka.start computes on the caller's thread when the program names no storage
+ * directory (Vaka.programDirectoryName(argv0:) documents the rules). In C because it runs on every start before
+ * the crash handlers go in: the same steps in Swift took ~75 µs at their first call in a process (the standard
+ * library's string and array code run for the first time), here ~1 µs once its page is in (docs/cost.md).
+ */
+#include <vaka/vaka_crash.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The most UTF-8 bytes of `<name>` (Options.bounded's cut). */
+#define NAME_MAX_BYTES 64
+
+static int usable(const char *s, size_t n)
+{
+    return n > 0 && !(n == 1 && s[0] == '.') && !(n == 2 && s[0] == '.' && s[1] == '.');
+}
+
+/* The first `n` bytes of `s`, malloc'd and terminated (NULL when out of memory). */
+static char *copy(const char *s, size_t n)
+{
+    char *out = malloc(n + 1);
+    if (out == NULL) return NULL;
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return out;
+}
+
+/* `a` + `b` + `c`, malloc'd (NULL when out of memory). */
+static char *concat3(const char *a, const char *b, const char *c)
+{
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+    char *out = malloc(la + lb + lc + 1);
+    if (out == NULL) return NULL;
+    memcpy(out, a, la);
+    memcpy(out + la, b, lb);
+    memcpy(out + la + lb, c, lc + 1);
+    return out;
+}
+
+/* The last non-empty `/`-separated component of `path` (its start and length); `path` whole when it has none
+ * (`/`, empty); then nothing (length 0) when that holds a `/`. */
+static void last_component(const char *path, const char **start, size_t *length)
+{
+    size_t end = strlen(path);
+    while (end > 0 && path[end - 1] == '/') end--;
+    size_t begin = end;
+    while (begin > 0 && path[begin - 1] != '/') begin--;
+    if (begin < end) {
+        *start = path + begin;
+        *length = end - begin;
+    } else {
+        *start = path;
+        *length = strchr(path, '/') != NULL ? 0 : strlen(path);
+    }
+}
+
+/* `path` made absolute against the working directory: `$PWD` when it is absolute and names the same directory
+ * as `.` (the shell's logical working directory, symbolic links kept), else getcwd(3) (empty when that fails).
+ * malloc'd; starts with `/`. */
+static char *absolute(const char *path)
+{
+    if (path[0] == '/') return copy(path, strlen(path));
+    char *cwd = getcwd(NULL, 0);
+    const char *base = cwd != NULL ? cwd : "";
+    const char *pwd = getenv("PWD");
+    struct stat a, b;
+    if (pwd != NULL && pwd[0] == '/' && stat(pwd, &a) == 0 && stat(".", &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino)
+        base = pwd;
+    char *out = concat3(base, "/", path);
+    free(cwd);
+    return out;
+}
+
+/* `path` (absolute) with `.`, `..` and repeated `/` removed, by name (a `..` at the root stays there), in place:
+ * the result is never longer, and each byte is written at or behind the one being read. */
+static void normalise(char *path)
+{
+    size_t n = strlen(path), out = 1, i = 0;
+    path[0] = '/';
+    while (i < n) {
+        while (i < n && path[i] == '/') i++;
+        size_t end = i;
+        while (end < n && path[end] != '/') end++;
+        size_t length = end - i;
+        if (length == 2 && path[i] == '.' && path[i + 1] == '.') {
+            while (out > 1 && path[out - 1] != '/') out--;
+            if (out > 1) out--;
+        } else if (length > 0 && !(length == 1 && path[i] == '.')) {
+            if (out > 1) path[out++] = '/';
+            memmove(path + out, path + i, length);
+            out += length;
+        }
+        i = end;
+    }
+    path[out] = '\0';
+}
+
+/* `name` as Options.bounded(_:maxBytes: 64) makes it, appended to `out` (room for 64 bytes): ASCII control
+ * characters, `/` and `\` replaced by `_`, cut at a UTF-8 sequence's start so that at most 64 bytes are kept; a
+ * byte that starts no valid sequence is kept as U+FFFD (what a Swift String made of it holds). @return bytes. */
+static size_t bounded_name(const char *name, size_t length, char *out)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < length;) {
+        unsigned char c = (unsigned char)name[i];
+        size_t size = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        int valid = size > 0 && i + size <= length;
+        for (size_t k = 1; valid && k < size; k++) valid = ((unsigned char)name[i + k] & 0xC0) == 0x80;
+        if (!valid) {
+            if (kept + 3 > NAME_MAX_BYTES) break;
+            memcpy(out + kept, "\xEF\xBF\xBD", 3);
+            kept += 3;
+            i += 1;
+            continue;
+        }
+        if (kept + size > NAME_MAX_BYTES) break;
+        if (size == 1 && (c < 0x20 || c == 0x7F || c == '/' || c == '\\')) out[kept] = '_';
+        else memcpy(out + kept, name + i, size);
+        kept += size;
+        i += size;
+    }
+    return kept;
+}
+
+char *vaka_program_directory_name(const char *argv0)
+{
+    const char *part;
+    size_t part_length;
+    char *path = NULL;
+    if (argv0 != NULL && strchr(argv0, '/') != NULL) {
+        size_t n = strlen(argv0);
+        last_component(argv0, &part, &part_length);
+        if (n > 0 && argv0[n - 1] != '/' && usable(part, part_length)) {
+            path = absolute(argv0);
+            if (path != NULL) normalise(path);
+        }
+    } else if (argv0 != NULL && usable(argv0, strlen(argv0))) {
+        /* A bare name: the shell found it through PATH (an empty entry, or no PATH, is the working directory). */
+        const char *list = getenv("PATH");
+        if (list == NULL) list = "";
+        for (const char *entry = list;;) {
+            const char *colon = strchr(entry, ':');
+            size_t length = colon != NULL ? (size_t)(colon - entry) : strlen(entry);
+            char *dir = length == 0 ? copy(".", 1) : copy(entry, length);
+            char *candidate = dir != NULL ? concat3(dir, "/", argv0) : NULL;
+            free(dir);
+            struct stat st;
+            if (candidate != NULL && stat(candidate, &st) == 0 && S_ISREG(st.st_mode) && access(candidate, X_OK) == 0) {
+                path = absolute(candidate);
+                free(candidate);
+                if (path != NULL) normalise(path);
+                break;
+            }
+            free(candidate);
+            if (colon == NULL) break;
+            entry = colon + 1;
+        }
+    }
+    if (path == NULL) path = realpath("/proc/self/exe", NULL);
+    const char *identity = path != NULL ? path : argv0 != NULL ? argv0 : "";
+    uint32_t hash = 0x811C9DC5u;
+    for (const unsigned char *p = (const unsigned char *)identity; *p != '\0'; p++) hash = (hash ^ *p) * 0x01000193u;
+
+    if (argv0 != NULL) last_component(argv0, &part, &part_length);
+    else part = "", part_length = 0;
+    if (!usable(part, part_length)) last_component(identity, &part, &part_length);
+    if (!usable(part, part_length)) part = "program", part_length = 7;
+    char name[NAME_MAX_BYTES + 1 + 8 + 1];
+    size_t n = bounded_name(part, part_length, name);
+    if (!usable(name, n)) {
+        memcpy(name, "program", 7);
+        n = 7;
+    }
+    name[n++] = '-';
+    for (int shift = 28; shift >= 0; shift -= 4) name[n++] = "0123456789abcdef"[(hash >> shift) & 0xF];
+    name[n] = '\0';
+    free(path);
+    return copy(name, n);
+}
+
+/* `base` without its trailing `/`s (`/` stays), joined with `component` by one `/`. */
+static char *join(const char *base, const char *component)
+{
+    size_t n = strlen(base);
+    while (n > 1 && base[n - 1] == '/') n--;
+    char *trimmed = copy(base, n);
+    if (trimmed == NULL) return NULL;
+    char *out = concat3(trimmed, n > 0 && trimmed[n - 1] == '/' ? "" : "/", component);
+    free(trimmed);
+    return out;
+}
+
+char *vaka_default_storage_path(const char *argv0, const char *home)
+{
+    const char *xdg = getenv("XDG_STATE_HOME");
+    const char *base = NULL, *below = NULL;
+    if (xdg != NULL && xdg[0] == '/') {
+        base = xdg;
+        below = "vaka/";
+    } else {
+        const char *env_home = getenv("HOME");
+        base = env_home != NULL && env_home[0] == '/' ? env_home : home;
+        below = ".local/state/vaka/";
+    }
+    if (base == NULL) return NULL;
+    char *app = vaka_program_directory_name(argv0);
+    if (app == NULL) return NULL;
+    char *component = concat3(below, app, "");
+    free(app);
+    if (component == NULL) return NULL;
+    char *out = join(base, component);
+    free(component);
+    return out;
+}
