@@ -541,11 +541,11 @@ public enum Vaka {
     /// ``defaultStorageDirectory(argv0:)``'s file-system path (no trailing `/`), made without a `URL`: what
     /// ``start(_:)`` uses.
     static func defaultStoragePath(argv0: String?) -> String {
-        // In C (vaka_default_storage_path): it runs on the caller of `start` before the crash handlers go in, where
+        // In C (vaka_crash_default_storage_path): it runs on the caller of `start` before the crash handlers go in, where
         // the same steps in Swift cost ~75 µs of the standard library's first use (docs/cost.md). Foundation's home
         // directory only when neither `XDG_STATE_HOME` nor `HOME` is an absolute path.
         let made = withOptionalCString(argv0) { argv0 in
-            vaka_default_storage_path(argv0, nil) ?? NSHomeDirectory().withCString { vaka_default_storage_path(argv0, $0) }
+            vaka_crash_default_storage_path(argv0, nil) ?? NSHomeDirectory().withCString { vaka_crash_default_storage_path(argv0, $0) }
         }
         guard let made else { return PrivateFiles.path(NSHomeDirectory(), ".local/state/vaka/program") }  // no memory
         defer { free(made) }
@@ -566,10 +566,11 @@ public enum Vaka {
     ///   program is a program of its own (its own directory).
     /// - `<name>`: the last path component of `argv0`, else of that absolute path, else `program`; ASCII
     ///   control characters and `\` replaced by `_`, at most 64 UTF-8 bytes. Never empty, `.` or `..`.
+    /// `/` and the `PATH` separator `:` are matched as bytes, as the kernel and the shell do; `argv0` ends at a NUL.
     public static func programDirectoryName(argv0: String?) -> String {
-        // In C (vaka_program_directory_name), for `start`'s sake (``defaultStoragePath(argv0:)``); `PATH` and `PWD`
+        // In C (vaka_crash_program_directory_name), for `start`'s sake (``defaultStoragePath(argv0:)``); `PATH` and `PWD`
         // read with getenv(3).
-        guard let name = withOptionalCString(argv0, { vaka_program_directory_name($0) }) else { return "program" }
+        guard let name = withOptionalCString(argv0, { vaka_crash_program_directory_name($0) }) else { return "program" }
         defer { free(name) }
         return String(cString: name)
     }

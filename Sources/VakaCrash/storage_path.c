@@ -102,18 +102,36 @@ static void normalise(char *path)
     path[out] = '\0';
 }
 
-/* `name` as Options.bounded(_:maxBytes: 64) makes it, appended to `out` (room for 64 bytes): ASCII control
- * characters, `/` and `\` replaced by `_`, cut at a UTF-8 sequence's start so that at most 64 bytes are kept; a
- * byte that starts no valid sequence is kept as U+FFFD (what a Swift String made of it holds). @return bytes. */
+/* The length of the well-formed UTF-8 sequence at `s` (at most `left` bytes), or 0: no overlong form, no
+ * surrogate, nothing over U+10FFFF (the Unicode standard's table 3-7). */
+static size_t sequence_length(const unsigned char *s, size_t left)
+{
+    unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    size_t size = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (size == 0 || size > left) return 0;
+    unsigned char low = 0x80, high = 0xBF; /* the second byte's range */
+    if (c == 0xE0) low = 0xA0;
+    else if (c == 0xED) high = 0x9F;
+    else if (c == 0xF0) low = 0x90;
+    else if (c == 0xF4) high = 0x8F;
+    if (s[1] < low || s[1] > high) return 0;
+    for (size_t k = 2; k < size; k++)
+        if ((s[k] & 0xC0) != 0x80) return 0;
+    return size;
+}
+
+/* `name` as Options.bounded(_:maxBytes: 64) makes it, written to `out` (room for 64 bytes): ASCII control
+ * characters, `/` and `\` replaced by `_`, cut at a character's start so that at most 64 bytes are kept. A byte
+ * that starts no well-formed UTF-8 sequence becomes U+FFFD, so the name is valid UTF-8 (a Swift String made of it
+ * keeps its bytes). @return bytes. */
 static size_t bounded_name(const char *name, size_t length, char *out)
 {
     size_t kept = 0;
     for (size_t i = 0; i < length;) {
         unsigned char c = (unsigned char)name[i];
-        size_t size = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        int valid = size > 0 && i + size <= length;
-        for (size_t k = 1; valid && k < size; k++) valid = ((unsigned char)name[i + k] & 0xC0) == 0x80;
-        if (!valid) {
+        size_t size = sequence_length((const unsigned char *)name + i, length - i);
+        if (size == 0) {
             if (kept + 3 > NAME_MAX_BYTES) break;
             memcpy(out + kept, "\xEF\xBF\xBD", 3);
             kept += 3;
@@ -129,7 +147,7 @@ static size_t bounded_name(const char *name, size_t length, char *out)
     return kept;
 }
 
-char *vaka_program_directory_name(const char *argv0)
+char *vaka_crash_program_directory_name(const char *argv0)
 {
     const char *part;
     size_t part_length;
@@ -197,7 +215,7 @@ static char *join(const char *base, const char *component)
     return out;
 }
 
-char *vaka_default_storage_path(const char *argv0, const char *home)
+char *vaka_crash_default_storage_path(const char *argv0, const char *home)
 {
     const char *xdg = getenv("XDG_STATE_HOME");
     const char *base = NULL, *below = NULL;
@@ -210,7 +228,7 @@ char *vaka_default_storage_path(const char *argv0, const char *home)
         below = ".local/state/vaka/";
     }
     if (base == NULL) return NULL;
-    char *app = vaka_program_directory_name(argv0);
+    char *app = vaka_crash_program_directory_name(argv0);
     if (app == NULL) return NULL;
     char *component = concat3(below, app, "");
     free(app);

@@ -179,7 +179,7 @@ final class IdentityAndStorageTests: XCTestCase {
         XCTAssertEqual(Vaka.programDirectoryName(argv0: nil), "\((exe as NSString).lastPathComponent)-\(Self.fnv1a(exe))")
     }
 
-    /// The name's rules at their edges (vaka_program_directory_name, in C since it runs on `start`'s caller):
+    /// The name's rules at their edges (vaka_crash_program_directory_name, in C since it runs on `start`'s caller):
     /// `.`/`..`/`//` removed by name (a `..` at the root stays there), control characters and `\` as `_`, the
     /// name cut to 64 bytes at a UTF-8 sequence's start, a relative `argv0` against `$PWD` when that names the
     /// working directory, `PATH` searched in order with an empty entry as the working directory and a

@@ -328,16 +328,16 @@ void vaka_crash_test_fault_in_handler(int stage);
  * @param argv0 the program's argv[0], or NULL.
  * @return a malloc'd string for the caller to free, or NULL when out of memory.
  */
-char *vaka_program_directory_name(const char *argv0);
+char *vaka_crash_program_directory_name(const char *argv0);
 
 /**
  * The default storage directory's path (no trailing `/`): `$XDG_STATE_HOME/vaka/<name>` when XDG_STATE_HOME is an
  * absolute path, else `<home>/.local/state/vaka/<name>` with `$HOME` when absolute, else `home`; `<name>` is
- * vaka_program_directory_name(argv0). Not async-signal-safe (malloc).
+ * vaka_crash_program_directory_name(argv0). Not async-signal-safe (malloc).
  * @param home the home directory to use when neither variable is usable, or NULL.
  * @return a malloc'd string for the caller to free; NULL when `home` was needed and is NULL, or out of memory.
  */
-char *vaka_default_storage_path(const char *argv0, const char *home);
+char *vaka_crash_default_storage_path(const char *argv0, const char *home);
 
 #ifdef __cplusplus
 }
