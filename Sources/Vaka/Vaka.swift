@@ -134,11 +134,7 @@ public enum Vaka {
             _ = forkHookRegistered
             // Last: its background thread (the client, then the crash join) does not compete with the work above.
             // It holds the slot weakly: a run closed before the thread ran leaves it nothing to do.
-            let thread = OwnThread(name: "vaka.start") { [weak slot] in
-                guard let mover = slot?.client?.runStart() else { return }
-                mover.runOnCurrentThread()
-            }
-            return thread.start() ? nil : slot
+            return Client.startStartThread({ [weak slot] in slot?.client }) ? nil : slot
         }
         withoutThread?.client?.beginWithoutThread()
     }

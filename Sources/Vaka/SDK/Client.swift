@@ -283,11 +283,17 @@ final class Client: Sendable {
         prepareBegin()
         // The thread keeps only the mover once start is done: a client dropped without `end` is released (its
         // run directory's lock with it), as the mover's own thread never held it.
-        let thread = OwnThread(name: "vaka.start") { [weak self] in
-            guard let mover = self?.runStart() else { return }
+        if !startingThread || !Client.startStartThread({ [weak self] in self }) { beginWithoutThread() }
+    }
+
+    /// Creates the `vaka.start` thread: it runs ``runStart()`` on the client `client` gives it (none: nothing to
+    /// do), then that run's mover loop. `false` when no thread could be created (``beginWithoutThread()`` is then
+    /// the caller's to run).
+    static func startStartThread(_ client: @escaping @Sendable () -> Client?) -> Bool {
+        OwnThread(name: "vaka.start") {
+            guard let mover = client()?.runStart() else { return }
             mover.runOnCurrentThread()
-        }
-        if !startingThread || !thread.start() { beginWithoutThread() }
+        }.start()
     }
 
     /// What ``begin(startingThread:)`` does before its thread exists: start's background part is from now on to
