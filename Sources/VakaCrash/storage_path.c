@@ -1,6 +1,6 @@
 /*
- * Start time (not the signal path): the default storage directory's path and the program's directory name in
- * it, `<name>-<hash>`, that Vaka.start computes on the caller's thread when the program names no storage
+ * Start time (not the signal path): paths normalised by name, and the default storage directory's path and the
+ * program's directory name in it, `<name>-<hash>`, that Vaka.start computes on the caller's thread when the program names no storage
  * directory (Vaka.programDirectoryName(argv0:) documents the rules). In C because it runs on every start before
  * the crash handlers go in: the same steps in Swift took ~75 µs at their first call in a process (the standard
  * library's string and array code run for the first time), here ~1 µs once its page is in (docs/cost.md).
@@ -78,28 +78,40 @@ static char *absolute(const char *path)
     return out;
 }
 
-/* `path` (absolute) with `.`, `..` and repeated `/` removed, by name (a `..` at the root stays there), in place:
- * the result is never longer, and each byte is written at or behind the one being read. */
-static void normalise(char *path)
+char *vaka_crash_normalised_path(const char *path)
 {
-    size_t n = strlen(path), out = 1, i = 0;
-    path[0] = '/';
-    while (i < n) {
+    size_t n = strlen(path), out = 1;
+    char *result = malloc(n + 2); /* `/` + at most every byte of `path` + NUL */
+    if (result == NULL) return NULL;
+    result[0] = '/';
+    for (size_t i = 0; i < n;) {
         while (i < n && path[i] == '/') i++;
         size_t end = i;
         while (end < n && path[end] != '/') end++;
         size_t length = end - i;
         if (length == 2 && path[i] == '.' && path[i + 1] == '.') {
-            while (out > 1 && path[out - 1] != '/') out--;
+            while (out > 1 && result[out - 1] != '/') out--; /* the last component goes (none at the root) */
             if (out > 1) out--;
         } else if (length > 0 && !(length == 1 && path[i] == '.')) {
-            if (out > 1) path[out++] = '/';
-            memmove(path + out, path + i, length);
+            if (out > 1) result[out++] = '/';
+            memcpy(result + out, path + i, length);
             out += length;
         }
         i = end;
     }
-    path[out] = '\0';
+    result[out] = '\0';
+    return result;
+}
+
+/* `path` made absolute (absolute()) and normalised (vaka_crash_normalised_path), malloc'd; NULL when out of
+ * memory. */
+static char *absolute_normalised(const char *path)
+{
+    char *made = absolute(path);
+    if (made == NULL) return NULL;
+    char *normalised = vaka_crash_normalised_path(made);
+    free(made);
+    return normalised;
 }
 
 /* The length of the well-formed UTF-8 sequence at `s` (at most `left` bytes), or 0: no overlong form, no
@@ -156,8 +168,7 @@ char *vaka_crash_program_directory_name(const char *argv0)
         size_t n = strlen(argv0);
         last_component(argv0, &part, &part_length);
         if (n > 0 && argv0[n - 1] != '/' && usable(part, part_length)) {
-            path = absolute(argv0);
-            if (path != NULL) normalise(path);
+            path = absolute_normalised(argv0);
         }
     } else if (argv0 != NULL && usable(argv0, strlen(argv0))) {
         /* A bare name: the shell found it through PATH (an empty entry, or no PATH, is the working directory). */
@@ -171,9 +182,8 @@ char *vaka_crash_program_directory_name(const char *argv0)
             free(dir);
             struct stat st;
             if (candidate != NULL && stat(candidate, &st) == 0 && S_ISREG(st.st_mode) && access(candidate, X_OK) == 0) {
-                path = absolute(candidate);
+                path = absolute_normalised(candidate);
                 free(candidate);
-                if (path != NULL) normalise(path);
                 break;
             }
             free(candidate);

@@ -319,6 +319,14 @@ void vaka_crash_set_journal(struct vaka_journal *journal);
 void vaka_crash_test_fault_in_handler(int stage);
 
 /**
+ * `path` with `.`, `..` and repeated `/` removed by name, without looking at the file system (`/a/b/../c` is
+ * `/a/c` even when `b` is a symbolic link; a `..` at the root stays there); always starts with `/` (a relative
+ * `path` is read as below the root, an empty one gives `/`). Not async-signal-safe (malloc).
+ * @return a malloc'd string for the caller to free, or NULL when out of memory.
+ */
+char *vaka_crash_normalised_path(const char *path);
+
+/**
  * The name of a program's default storage directory, `<name>-<hash>` (the rules: Vaka.programDirectoryName(argv0:)
  * in the Swift API, which calls this): `<hash>` 8 lower-case hex digits, the 32-bit FNV-1a hash of the bytes of the
  * program's absolute path as started (`argv0` with a `/` made absolute against `$PWD` or getcwd(3) and normalised

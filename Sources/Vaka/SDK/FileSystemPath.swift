@@ -1,4 +1,5 @@
 import Foundation
+import VakaCrash
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -89,39 +90,12 @@ extension PrivateFiles {
     }
 
     /// An absolute path with `.`, `..` and repeated `/` removed, without looking at the file system
-    /// (`/a/b/../c` is `/a/c` even when `b` is a symbolic link).
-    /// By byte, with index loops and an array of `Int`: `split` and `joined` over substrings (or an array of ranges)
-    /// cost a program's first `Vaka.start` with the default storage directory 0.25–0.3 M instructions (the runtime's
-    /// first use of their generic types).
+    /// (`/a/b/../c` is `/a/c` even when `b` is a symbolic link): vaka_crash_normalised_path, the rule the default
+    /// storage path uses too. `path` itself only when out of memory.
     static func lexicallyNormalised(_ path: String) -> String {
-        let bytes = Array(path.utf8)
-        let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
-        var parts: [Int] = []  // start and end of each kept component, by pairs
-        var i = 0
-        while i < bytes.count {
-            while i < bytes.count && bytes[i] == slash { i += 1 }
-            var end = i
-            while end < bytes.count && bytes[end] != slash { end += 1 }
-            let length = end - i
-            if length == 1 && bytes[i] == dot {
-                // `.`: nothing
-            } else if length == 2 && bytes[i] == dot && bytes[i + 1] == dot {
-                if !parts.isEmpty { parts.removeLast(2) }
-            } else if length > 0 {
-                parts.append(i)
-                parts.append(end)
-            }
-            i = end
-        }
-        var out: [UInt8] = [slash]
-        out.reserveCapacity(bytes.count + 1)
-        var k = 0
-        while k < parts.count {
-            if k > 0 { out.append(slash) }
-            for j in parts[k]..<parts[k + 1] { out.append(bytes[j]) }
-            k += 2
-        }
-        return String(decoding: out, as: UTF8.self)
+        guard let made = path.withCString({ vaka_crash_normalised_path($0) }) else { return path }
+        defer { free(made) }
+        return String(cString: made)
     }
 
     /// `path` without its trailing `/`s (the root `/` kept): the form ``URL/fileSystemPath`` gives.
