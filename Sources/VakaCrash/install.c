@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/prctl.h>
@@ -163,6 +164,47 @@ static int open_report_dir(const char *dir, struct stat *st, int *err)
     return fd;
 }
 
+int vaka_rt_open_named_reserve(vaka_report_target *t, int create)
+{
+    if (t->dir_fd < 0) return 0;
+    for (int slot = 0; slot < VAKA_RESERVE_SLOTS; slot++) {
+        char name[VAKA_RESERVE_NAME_MAX];
+        vaka_sig_reserve_name(name, slot);
+        int fd = openat(t->dir_fd, name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (create ? O_CREAT : 0), 0600);
+        if (fd < 0) {
+            if (errno == ENOENT || errno == ELOOP || errno == ENXIO || errno == EISDIR || errno == EWOULDBLOCK) continue;
+            return 0; /* EACCES, EROFS, EMFILE...: no other slot would do better */
+        }
+        struct stat st;
+        /* Held by another process (or by an earlier target of this one): the next slot. Not a plain empty file with
+         * one name (replaced or written from outside): left as it is, the next slot. */
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            if (e != EWOULDBLOCK && e != EINTR) return 0; /* ENOLCK, EINVAL: no flock on this file system */
+            continue;
+        }
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_size != 0) {
+            close(fd);
+            continue;
+        }
+        if ((st.st_mode & 07777) != 0600) (void)fchmod(fd, 0600);
+        if (create && st.st_blocks == 0) {
+            static const long sizes[] = VAKA_RESERVE_SIZES;
+            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+                if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0L, sizes[i]) == 0) break;
+        }
+        t->reserve_slot = slot;
+        t->reserve_dev = st.st_dev;
+        t->reserve_ino = st.st_ino;
+        t->reserve_pid = getpid();
+        /* Last: a crash on another thread that sees the descriptor sees the rest too. */
+        __atomic_store_n(&t->reserve_fd, fd, __ATOMIC_RELEASE);
+        return 1;
+    }
+    return 0;
+}
+
 /* Fills `t` from the config, opens the report directory (open_report_dir) and, when `reserve`, makes the
  * report's space reserve (vaka_sig_make_reserve). With `make_report_dir`, a directory that does not exist
  * (ENOENT) is left unopened (dir_fd -1, dir_pending 1) when the report path fits in VAKA_REPORT_PATH_MAX: the
@@ -193,6 +235,7 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
     close_target_dir(t, current);
     memset(t, 0, sizeof *t);
     t->reserve_fd = -1;
+    t->reserve_slot = -1;
     t->dir_fd = fd;
     t->dir_pending = pending;
     t->dir_dev = st.st_dev;
@@ -207,8 +250,15 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
     memcpy(t->path + p, config->run_id, id_len);
     p += id_len;
     memcpy(t->path + p, VAKA_REPORT_FILE_SUFFIX, sizeof VAKA_REPORT_FILE_SUFFIX);
-    /* The space for the report, reserved now (a full file system at crash time still takes it). */
-    if (!reserve || pending) return 0;
+    /* The space for the report, reserved now (a full file system at crash time still takes it). Deferred, a named
+     * reserve already there is still taken now (three system calls): a crash right after start then renames it
+     * instead of creating its report, and the deferred work has none to make. */
+    if (pending) return 0;
+    if (!reserve) {
+        (void)vaka_rt_open_named_reserve(t, 0);
+        return 0;
+    }
+    if (vaka_rt_open_named_reserve(t, 1)) return 0;
     rc = vaka_sig_make_reserve(t);
     if (rc != 0) close_target_dir(t, current);
     return rc;
@@ -575,6 +625,7 @@ static int make_deferred_reserve(void)
     if (target == NULL || target->dir_fd < 0 || __atomic_load_n(&target->reserve_fd, __ATOMIC_ACQUIRE) >= 0 ||
         preparation_done)
         return 0;
+    if (vaka_rt_open_named_reserve(target, 1)) return 0;
     return vaka_sig_make_reserve(target);
 }
 

@@ -74,7 +74,7 @@
 
 vaka_sig_state vaka_state = {
     .reader = { .method = VAKA_SAFE_READ_NONE, .pipe_r = -1, .pipe_w = -1 },
-    .targets = { { .dir_fd = -1, .reserve_fd = -1 }, { .dir_fd = -1, .reserve_fd = -1 } },
+    .targets = { { .dir_fd = -1, .reserve_fd = -1, .reserve_slot = -1 }, { .dir_fd = -1, .reserve_fd = -1, .reserve_slot = -1 } },
 };
 
 vaka_sig_run vaka_run = { .report_fd = -1, .kept_fd = -1, .spare_fd = -1, .report_dir_used = -1 };

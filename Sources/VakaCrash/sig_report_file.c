@@ -102,12 +102,33 @@ int vaka_sig_make_reserve(vaka_report_target *t)
         return 0;
     }
     make_report_private(fd, &st); /* linked as the report by the handler */
+    t->reserve_slot = -1;
     t->reserve_dev = st.st_dev;
     t->reserve_ino = st.st_ino;
     t->reserve_pid = (pid_t)syscall(SYS_getpid);
     /* Last: a crash on another thread that sees the descriptor sees its identity too. */
     __atomic_store_n(&t->reserve_fd, fd, __ATOMIC_RELEASE);
     return 0;
+}
+
+void vaka_sig_reserve_name(char out[VAKA_RESERVE_NAME_MAX], int slot)
+{
+    vaka_sig_copy(out, VAKA_RESERVE_FILE_PREFIX, sizeof VAKA_RESERVE_FILE_PREFIX - 1);
+    out[sizeof VAKA_RESERVE_FILE_PREFIX - 1] = (char)('0' + slot % 10);
+    out[sizeof VAKA_RESERVE_FILE_PREFIX] = '\0';
+}
+
+/* Renames the named reserve of `target` (`.reserve-<slot>` in its directory) to the report's name, when that
+ * name is still the reserve's file (same device and inode). @return 1 on success. */
+static int rename_named_reserve(const vaka_report_target *target, int slot)
+{
+    char name[VAKA_RESERVE_NAME_MAX];
+    struct stat by_name;
+    vaka_sig_reserve_name(name, slot);
+    if (fstatat(target->dir_fd, name, &by_name, AT_SYMLINK_NOFOLLOW) != 0 || by_name.st_dev != target->reserve_dev ||
+        by_name.st_ino != target->reserve_ino)
+        return 0;
+    return renameat(target->dir_fd, name, target->dir_fd, target->path + target->dir_len) == 0;
 }
 
 /* Links the unnamed reserve `fd` as `name` in `dir` (replacing whatever is there). @return 1 on success. */
@@ -126,17 +147,26 @@ static int link_reserve(int fd, int dir, const char *name)
     return 0;
 }
 
-/* The reserve of `target`, linked under the report's name (by the directory descriptor, else by the absolute
- * path), when it is this process's and still unnamed. It is used up: the target no longer has a reserve.
+/* The reserve of `target`, when it is this process's, under the report's name: a named reserve (still empty,
+ * its one name still its own) renamed by the directory descriptor; an unnamed one (still unnamed) linked by the
+ * directory descriptor, else by the absolute path. It is used up: the target no longer has a reserve.
  * @return the descriptor, or -1. */
 static int take_reserve(vaka_report_target *target, int dir_ok, int path_ok)
 {
     int fd = __atomic_load_n(&target->reserve_fd, __ATOMIC_ACQUIRE);
     struct stat st;
     if (fd < 0 || target->reserve_pid != (pid_t)syscall(SYS_getpid) || fstat(fd, &st) != 0 ||
-        st.st_dev != target->reserve_dev || st.st_ino != target->reserve_ino || st.st_nlink != 0)
+        st.st_dev != target->reserve_dev || st.st_ino != target->reserve_ino)
         return -1;
-    if (dir_ok && link_reserve(fd, target->dir_fd, target->path + target->dir_len)) {
+    int slot = target->reserve_slot;
+    if (slot >= 0) {
+        /* Named: renamed by the directory descriptor it was opened in (no other way to its name). */
+        if (st.st_nlink != 1 || st.st_size != 0 || !dir_ok || !rename_named_reserve(target, slot)) return -1;
+        vaka_run.report_dir_used = target->dir_fd;
+        vaka_run.report_name_used = target->path + target->dir_len;
+    } else if (st.st_nlink != 0) {
+        return -1;
+    } else if (dir_ok && link_reserve(fd, target->dir_fd, target->path + target->dir_len)) {
         vaka_run.report_dir_used = target->dir_fd;
         vaka_run.report_name_used = target->path + target->dir_len;
     } else if (path_ok && link_reserve(fd, AT_FDCWD, target->path)) {

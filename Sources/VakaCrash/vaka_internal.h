@@ -311,7 +311,21 @@ typedef struct vaka_report_target {
     dev_t reserve_dev;                         /* its identity, checked before use */
     ino_t reserve_ino;
     pid_t reserve_pid;                         /* the process that made it: only that one writes into it */
+    int reserve_slot;                          /* -1: the reserve is unnamed (O_TMPFILE); 0..VAKA_RESERVE_SLOTS-1:
+                                                * it is the named reserve `.reserve-<slot>` in the report
+                                                * directory (vaka_rt_open_named_reserve), renamed to the
+                                                * report's name at crash time. Set before reserve_fd is published */
 } vaka_report_target;
+
+/** Named reserves kept in the report directory from run to run (docs/crash-handling.md, "The report's file"):
+ *  `.reserve-0` ... `.reserve-<VAKA_RESERVE_SLOTS - 1>`, each empty with its blocks allocated past its end,
+ *  held by at most one process at a time (flock). A crash renames the one its process holds to the report's
+ *  name: no inode to allocate in the handler (creating the report there took 47-115 µs on ext4, the rename
+ *  ~15). More processes of one storage at once than slots get an unnamed reserve (O_TMPFILE). */
+#define VAKA_RESERVE_SLOTS 4
+#define VAKA_RESERVE_FILE_PREFIX ".reserve-"
+/** Bytes of a named reserve's name with its NUL (`.reserve-` and one digit). */
+#define VAKA_RESERVE_NAME_MAX (sizeof VAKA_RESERVE_FILE_PREFIX + 1)
 
 /** Bytes reserved at install for the report (docs/crash-handling.md): tried in this order until the file
  *  system grants one (a nearly full file system still gets room for the header and the frames). A report is
@@ -366,6 +380,15 @@ void vaka_rt_rearm(void);
  *  @return 0; or the errno of the O_TMPFILE open (EROFS, EACCES...; t->reserve_fd is then -1). A file system
  *  without O_TMPFILE (EOPNOTSUPP, EISDIR) or without room returns 0 with no reserve. */
 int vaka_sig_make_reserve(vaka_report_target *t);
+/** Signal safe (sig_report_file.c): the name of named reserve `slot` (0..VAKA_RESERVE_SLOTS-1) into `out`
+ *  (VAKA_RESERVE_NAME_MAX bytes), NUL-terminated. */
+void vaka_sig_reserve_name(char out[VAKA_RESERVE_NAME_MAX], int slot);
+/** Install time (install.c; not signal safe): gives `t` (its report directory open) the first named reserve
+ *  (VAKA_RESERVE_SLOTS) that no other open file holds: opened (made when missing and `create`), locked with
+ *  flock(LOCK_EX|LOCK_NB) for this process's lifetime, and kept only when it is a regular file, empty, with one
+ *  name. A new one gets its blocks as vaka_sig_make_reserve's do. @return 1 when `t` has it, else 0 (none
+ *  free, none there without `create`, or a file system without flock: the caller makes an unnamed one). */
+int vaka_rt_open_named_reserve(vaka_report_target *t, int create);
 /** Normal exit (atexit, registered by install.c; sig_lifecycle.c: exit() may be called by a previous handler
  *  chained to from ours, inside the handler): removes the report of a signal whose previous handler left with siglongjmp
  *  (the process survived it) when nothing crashed since. */

@@ -32,15 +32,28 @@ final class ReportFileAtCrashTimeTests: XCTestCase {
     }
 
     /// The report directory is removed and created again after start (a cleanup job, another process sharing
-    /// the storage, `rm -rf` + `mkdir`). The descriptor opened at install names the deleted directory: openat
-    /// fails with ENOENT and there is no fallback to the absolute path (which exists again and worked before the
-    /// descriptor was introduced). No report.
+    /// the storage, `rm -rf` + `mkdir`: the named reserve install made in it goes too). The descriptor opened at
+    /// install names the deleted directory: renaming the reserve and openat fail with ENOENT, and the report is
+    /// created by the absolute path (which exists again).
     func testReportDirectoryRecreatedAfterStartStillGivesAReport() throws {
         let program = try RuntimeProgram.build("adv-recreate", """
+        #include <dirent.h>
         #include <sys/stat.h>
         int main(void) {
             vk_start("advrecreate");
             const char *d = getenv("VK_DIR");
+            DIR *dir = opendir(d);
+            struct dirent *e;
+            int had = 0;
+            while (dir != NULL && (e = readdir(dir)) != NULL) {
+                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+                char path[4096];
+                snprintf(path, sizeof path, "%s/%s", d, e->d_name);
+                if (unlink(path) != 0) { perror("unlink"); return 5; }
+                had++;
+            }
+            if (dir != NULL) closedir(dir);
+            if (had != 1) { fprintf(stderr, "expected the reserve alone, found %d files\\n", had); return 6; }
             if (rmdir(d) != 0 || mkdir(d, 0700) != 0) { perror("recreate"); return 4; }
             vk_null();
             return 0;

@@ -56,8 +56,9 @@ enum RuntimeProgram {
 
     static let cc: String? = Peers.cCompiler
 
-    /// C source of `static int reserves(const char *dir)`: how many unnamed files under `dir` the process holds
-    /// open (the report reserve: an O_TMPFILE in the report directory, `... (deleted)` in /proc/self/fd). Put in
+    /// C source of `static int reserves(const char *dir)`: how many report reserves in `dir` the process holds
+    /// open: unnamed files (an O_TMPFILE, `... (deleted)` in /proc/self/fd) and named reserves (`.reserve-<n>`).
+    /// Put in
     /// front of a program's source (which the build's preamble gives stdio, stdlib, string and unistd).
     static let reservesFunction = """
     #include <dirent.h>
@@ -71,7 +72,8 @@ enum RuntimeProgram {
             ssize_t k = readlink(path, target, sizeof target - 1);
             if (k <= 0) continue;
             target[k] = '\\0';
-            if (strncmp(target, dir, strlen(dir)) == 0 && strstr(target, " (deleted)") != NULL) n++;
+            if (strncmp(target, dir, strlen(dir)) != 0) continue;
+            if (strstr(target, " (deleted)") != NULL || strstr(target + strlen(dir), "/.reserve-") != NULL) n++;
         }
         if (d != NULL) closedir(d);
         return n;
