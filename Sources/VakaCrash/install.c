@@ -164,6 +164,16 @@ static int open_report_dir(const char *dir, struct stat *st, int *err)
     return fd;
 }
 
+/* Allocates the reserve's blocks past its end (the first of VAKA_RESERVE_SIZES the file system grants). A named
+ * reserve kept from run to run gets them again each time: one made on a nearly full disk (8 KiB, or none) grows to
+ * 64 KiB once there is room; blocks it already has cost nothing more. */
+static void give_reserve_blocks(int fd)
+{
+    static const long sizes[] = VAKA_RESERVE_SIZES;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0L, sizes[i]) == 0) break;
+}
+
 int vaka_rt_open_named_reserve(vaka_report_target *t, int create)
 {
     if (t->dir_fd < 0) return 0;
@@ -172,8 +182,10 @@ int vaka_rt_open_named_reserve(vaka_report_target *t, int create)
         vaka_sig_reserve_name(name, slot);
         int fd = openat(t->dir_fd, name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (create ? O_CREAT : 0), 0600);
         if (fd < 0) {
-            if (errno == ENOENT || errno == ELOOP || errno == ENXIO || errno == EISDIR || errno == EWOULDBLOCK) continue;
-            return 0; /* EACCES, EROFS, EMFILE...: no other slot would do better */
+            /* Out of descriptors: no other slot would do better. Anything else (ENOENT, ELOOP: a symlink, ENXIO: a
+             * FIFO, EISDIR, EACCES: another user's file, ENOSPC: no inode for a new one...) is about that name. */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) return 0;
+            continue;
         }
         struct stat st;
         /* Held by another process (or by an earlier target of this one): the next slot. Not a plain empty file with
@@ -189,11 +201,7 @@ int vaka_rt_open_named_reserve(vaka_report_target *t, int create)
             continue;
         }
         if ((st.st_mode & 07777) != 0600) (void)fchmod(fd, 0600);
-        if (create && st.st_blocks == 0) {
-            static const long sizes[] = VAKA_RESERVE_SIZES;
-            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-                if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0L, sizes[i]) == 0) break;
-        }
+        if (create) give_reserve_blocks(fd);
         t->reserve_slot = slot;
         t->reserve_dev = st.st_dev;
         t->reserve_ino = st.st_ino;
@@ -617,14 +625,20 @@ static size_t refresh_image_cache(void)
     return count;
 }
 
-/* The current target's reserve when a deferring install left it out (install_lock held). @return 0 or the errno
- * of its creation. */
+/* The current target's reserve when a deferring install left it out (install_lock held); a named reserve install
+ * took is given its blocks (the deferring install left that to here). @return 0 or the errno of its creation. */
 static int make_deferred_reserve(void)
 {
     vaka_report_target *target = atomic_load(&vaka_state.target);
-    if (target == NULL || target->dir_fd < 0 || __atomic_load_n(&target->reserve_fd, __ATOMIC_ACQUIRE) >= 0 ||
-        preparation_done)
+    if (target == NULL || target->dir_fd < 0 || preparation_done) return 0;
+    int fd = __atomic_load_n(&target->reserve_fd, __ATOMIC_ACQUIRE);
+    if (fd >= 0) {
+        struct stat st;
+        if (target->reserve_slot >= 0 && target->reserve_pid == getpid() && fstat(fd, &st) == 0 &&
+            st.st_dev == target->reserve_dev && st.st_ino == target->reserve_ino)
+            give_reserve_blocks(fd);
         return 0;
+    }
     if (vaka_rt_open_named_reserve(target, 1)) return 0;
     return vaka_sig_make_reserve(target);
 }

@@ -118,17 +118,35 @@ void vaka_sig_reserve_name(char out[VAKA_RESERVE_NAME_MAX], int slot)
     out[sizeof VAKA_RESERVE_FILE_PREFIX] = '\0';
 }
 
+/* The named reserve's absolute path (the report directory's path and `.reserve-<slot>`), when the directory
+ * descriptor cannot be used; only the capturing thread uses it. */
+static char reserve_path[VAKA_REPORT_FILE_PATH_MAX];
+
 /* Renames the named reserve of `target` (`.reserve-<slot>` in its directory) to the report's name, when that
- * name is still the reserve's file (same device and inode). @return 1 on success. */
-static int rename_named_reserve(const vaka_report_target *target, int slot)
+ * name is still the reserve's file (same device and inode): relative to the directory descriptor when it is
+ * still the directory's (`dir_ok`), else (or when that fails) by the absolute paths. Sets report_dir_used and
+ * report_name_used. @return 1 on success. */
+static int rename_named_reserve(const vaka_report_target *target, int slot, int dir_ok, int path_ok)
 {
     char name[VAKA_RESERVE_NAME_MAX];
     struct stat by_name;
     vaka_sig_reserve_name(name, slot);
-    if (fstatat(target->dir_fd, name, &by_name, AT_SYMLINK_NOFOLLOW) != 0 || by_name.st_dev != target->reserve_dev ||
-        by_name.st_ino != target->reserve_ino)
+    if (dir_ok && fstatat(target->dir_fd, name, &by_name, AT_SYMLINK_NOFOLLOW) == 0 &&
+        by_name.st_dev == target->reserve_dev && by_name.st_ino == target->reserve_ino &&
+        renameat(target->dir_fd, name, target->dir_fd, target->path + target->dir_len) == 0) {
+        vaka_run.report_dir_used = target->dir_fd;
+        vaka_run.report_name_used = target->path + target->dir_len;
+        return 1;
+    }
+    if (!path_ok || target->dir_len + sizeof name > sizeof reserve_path) return 0;
+    vaka_sig_copy(reserve_path, target->path, target->dir_len);
+    vaka_sig_copy(reserve_path + target->dir_len, name, sizeof name);
+    if (fstatat(AT_FDCWD, reserve_path, &by_name, AT_SYMLINK_NOFOLLOW) != 0 || by_name.st_dev != target->reserve_dev ||
+        by_name.st_ino != target->reserve_ino || renameat(AT_FDCWD, reserve_path, AT_FDCWD, target->path) != 0)
         return 0;
-    return renameat(target->dir_fd, name, target->dir_fd, target->path + target->dir_len) == 0;
+    vaka_run.report_dir_used = AT_FDCWD;
+    vaka_run.report_name_used = target->path;
+    return 1;
 }
 
 /* Links the unnamed reserve `fd` as `name` in `dir` (replacing whatever is there). @return 1 on success. */
@@ -148,8 +166,8 @@ static int link_reserve(int fd, int dir, const char *name)
 }
 
 /* The reserve of `target`, when it is this process's, under the report's name: a named reserve (still empty,
- * its one name still its own) renamed by the directory descriptor; an unnamed one (still unnamed) linked by the
- * directory descriptor, else by the absolute path. It is used up: the target no longer has a reserve.
+ * its one name still its own) renamed, an unnamed one (still unnamed) linked; each by the directory descriptor,
+ * else by the absolute path. It is used up: the target no longer has a reserve.
  * @return the descriptor, or -1. */
 static int take_reserve(vaka_report_target *target, int dir_ok, int path_ok)
 {
@@ -160,10 +178,8 @@ static int take_reserve(vaka_report_target *target, int dir_ok, int path_ok)
         return -1;
     int slot = target->reserve_slot;
     if (slot >= 0) {
-        /* Named: renamed by the directory descriptor it was opened in (no other way to its name). */
-        if (st.st_nlink != 1 || st.st_size != 0 || !dir_ok || !rename_named_reserve(target, slot)) return -1;
-        vaka_run.report_dir_used = target->dir_fd;
-        vaka_run.report_name_used = target->path + target->dir_len;
+        /* Named: renamed (a name removed from outside, with the directory or alone, cannot be given back). */
+        if (st.st_nlink != 1 || st.st_size != 0 || !rename_named_reserve(target, slot, dir_ok, path_ok)) return -1;
     } else if (st.st_nlink != 0) {
         return -1;
     } else if (dir_ok && link_reserve(fd, target->dir_fd, target->path + target->dir_len)) {

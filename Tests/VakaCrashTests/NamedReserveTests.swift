@@ -15,7 +15,11 @@ final class NamedReserveTests: XCTestCase {
     /// - `finishcrash`: vaka_crash_finish_install(), `reserve <n>`, writes through NULL;
     /// - `hold`: runs itself as `crash` and then `finishcrash` (other processes while this one holds its reserve),
     ///   prints `child <signal>` for each and `reserve <n>` after them, a normal exit;
-    /// - `forkcrash`: forks a child that writes through NULL, prints `child <signal>`, then writes through NULL.
+    /// - `forkcrash`: forks a child that writes through NULL, prints `child <signal>`, then writes through NULL;
+    /// - `dirgone`: vaka_crash_finish_install(), then closes the report directory's descriptor (as a program that
+    ///   closes descriptors it does not know), prints `closed <n>`, writes through NULL;
+    /// - `reinstallfork`: vaka_crash_finish_install(), installs again (run id `r-again`, holding a second reserve
+    ///   while the first install's target keeps its own), forks a child that prints `child reserve <n>` and exits, prints `reserve <n>`.
     static let source = RuntimeProgram.reservesFunction + """
     #include <fcntl.h>
     #include <spawn.h>
@@ -54,6 +58,33 @@ final class NamedReserveTests: XCTestCase {
             printf("child %d\\n", run_self(argv[0], "crash"));
             printf("child %d\\n", run_self(argv[0], "finishcrash"));
             fflush(stdout);
+            printf("reserve %d\\n", reserves(dir));
+            return 0;
+        } else if (strcmp(mode, "dirgone") == 0) {
+            if (vaka_crash_finish_install() != 0) return 98;
+            int closed = 0;
+            for (int fd = 3; fd < 1024; fd++) {
+                char link[64], target[4096];
+                snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+                ssize_t k = readlink(link, target, sizeof target - 1);
+                if (k <= 0) continue;
+                target[k] = '\\0';
+                if (strcmp(target, dir) == 0 && close(fd) == 0) closed++;
+            }
+            printf("closed %d\\n", closed);
+            fflush(stdout);
+        } else if (strcmp(mode, "reinstallfork") == 0) {
+            if (vaka_crash_finish_install() != 0) return 98;
+            vaka_crash_config again = { .report_dir = dir, .run_id = "r-again" };
+            if (vaka_crash_install(&again) != 0) return 97;
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                printf("child reserve %d\\n", reserves(dir));
+                fflush(stdout);
+                _exit(0);
+            }
+            child_signal(pid);
             printf("reserve %d\\n", reserves(dir));
             return 0;
         } else if (strcmp(mode, "forkcrash") == 0) {
@@ -133,6 +164,41 @@ final class NamedReserveTests: XCTestCase {
         XCTAssertEqual(try run(program, "keep", in: dir, outcome: "exit 0"), "reserve 0\nreserve 1\n")
         XCTAssertEqual(names(dir), [".reserve-0"])
         XCTAssertNotEqual(state(reserve)?.inode, made.inode, "a new one")
+
+        // One without its blocks (made on a full disk, or by hand) gets them from the next launch's deferred part.
+        try FileManager.default.removeItem(atPath: reserve)
+        XCTAssertTrue(FileManager.default.createFile(atPath: reserve, contents: Data(), attributes: [.posixPermissions: 0o600]))
+        let bare = try XCTUnwrap(state(reserve))
+        XCTAssertEqual(bare.allocated, 0)
+        XCTAssertEqual(try run(program, "keep", in: dir, outcome: "exit 0"), "reserve 1\nreserve 1\n")
+        let grown = try XCTUnwrap(state(reserve))
+        XCTAssertEqual(grown.inode, bare.inode)
+        XCTAssertEqual(grown.size, 0)
+        XCTAssertGreaterThanOrEqual(grown.allocated, 64 * 1024, "given its blocks")
+    }
+
+    /// A program that closes the report directory's descriptor after start: the crash still renames the reserve,
+    /// by the directory's path.
+    func testTheReserveIsRenamedByPathWhenTheDirectoryDescriptorIsGone() throws {
+        let program = try RuntimeProgram.build("named", Self.source)
+        let dir = Paths.freshDirectory("named-reserve-dirgone")
+        try run(program, "keep", in: dir, outcome: "exit 0")
+        let made = try XCTUnwrap(state(dir.appendingPathComponent(".reserve-0").path))
+        XCTAssertEqual(try run(program, "dirgone", in: dir, outcome: "signal 11 (SIGSEGV)"), "reserve 1\nclosed 1\n")
+        XCTAssertEqual(names(dir), ["r-dirgone.crash"])
+        XCTAssertEqual(state(dir.appendingPathComponent("r-dirgone.crash").path)?.inode, made.inode, "the reserve, renamed")
+        reportIsComplete(dir.appendingPathComponent("r-dirgone.crash").path, "dirgone")
+    }
+
+    /// A second install in one process keeps the first install's target (and its reserve) open, in case a crash
+    /// was reading it: two reserves held. A fork child holds neither (its copies are closed), so it never keeps a
+    /// slot locked after its parent is gone.
+    func testAForkChildAfterAReinstallHoldsNoReserve() throws {
+        let program = try RuntimeProgram.build("named", Self.source)
+        let dir = Paths.freshDirectory("named-reserve-reinstall")
+        XCTAssertEqual(try run(program, "reinstallfork", in: dir, outcome: "exit 0"),
+                       "reserve 0\nchild reserve 0\nreserve 2\n")
+        XCTAssertEqual(names(dir), [".reserve-0", ".reserve-1"])
     }
 
     /// A reserve is one process's: while `hold` holds `.reserve-0`, a process that crashes right after its install
