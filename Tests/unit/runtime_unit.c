@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <limits.h>
 #include <elf.h>
 #include <stdio.h>
@@ -896,6 +897,13 @@ static void *own_thread_first_step(void *arg)
 
 /* Waits (at most ~1 s) until `go` is set, then says its id. */
 static atomic_int own_thread_go;
+/* Its own scheduling policy, into *(int *)arg. */
+static void *thread_policy(void *arg)
+{
+    *(int *)arg = sched_getscheduler(0);
+    return NULL;
+}
+
 static void *own_thread_waiting(void *arg)
 {
     for (int i = 0; i < 1000 && !atomic_load(&own_thread_go); i++) usleep(1000);
@@ -997,6 +1005,35 @@ static void test_own_threads(void)
     if (created) pthread_join(late, NULL);
     EXPECT(marked_before >= 1, "not marked when vaka_crash_create_own_thread returned");
     EXPECT(own_entries(waited, NULL) == 0, "entry left after it ended");
+    end_check();
+
+    begin("own_thread_born_batch");
+    /* Vaka's own threads are SCHED_BATCH (they never preempt the thread running where they wake up) when their
+     * creator has the default policy, which the creator keeps; a program's threads keep the default. */
+    int policy = -1;
+    pthread_t own;
+    EXPECT(sched_getscheduler(0) == SCHED_OTHER, "the test runs with the default policy");
+    EXPECT(vaka_crash_create_own_thread(&own, "vaka.batch", thread_policy, &policy) == 0 && pthread_join(own, NULL) == 0,
+           "thread");
+    EXPECT(policy == SCHED_BATCH, "own thread's policy %d", policy);
+    EXPECT(sched_getscheduler(0) == SCHED_OTHER, "the creator's policy is now %d", sched_getscheduler(0));
+    policy = -1;
+    EXPECT(pthread_create(&own, NULL, thread_policy, &policy) == 0 && pthread_join(own, NULL) == 0, "thread");
+    EXPECT(policy == SCHED_OTHER, "a program thread's policy %d", policy);
+    /* Another creator's policy is inherited as it is (SCHED_IDLE: in a child, which cannot leave it again). */
+    fflush(stdout);
+    pid_t idle_child = fork();
+    if (idle_child == 0) {
+        struct sched_param zero = { 0 };
+        if (sched_setscheduler(0, SCHED_IDLE, &zero) != 0) _exit(2);
+        int inherited = -1;
+        if (vaka_crash_create_own_thread(&own, "vaka.idle", thread_policy, &inherited) != 0 || pthread_join(own, NULL) != 0)
+            _exit(3);
+        _exit(inherited == SCHED_IDLE && sched_getscheduler(0) == SCHED_IDLE ? 0 : 4);
+    }
+    int idle_status = -1;
+    EXPECT(idle_child > 0 && waitpid(idle_child, &idle_status, 0) == idle_child, "fork");
+    EXPECT(WIFEXITED(idle_status) && WEXITSTATUS(idle_status) == 0, "SCHED_IDLE creator: status %d", idle_status);
     end_check();
 
     begin("own_thread_table_cleared_in_a_fork_child");

@@ -171,7 +171,10 @@ void vaka_crash_mark_own_thread(const char *name);
  * (from pthread_getcpuclockid's clock id, the kernel's encoding of the id), and by itself as its first step; so a
  * crash right after it was created, before it first ran, lists it as Vaka's without reading /proc for it. It is
  * unmarked (vaka_crash_unmark_own_thread) after `start` returns, once its creator is done marking it. It gets the
- * crash runtime's alternate stack and unblocked crash signals while installed. @return 0, or pthread_create's error
+ * crash runtime's alternate stack and unblocked crash signals while installed. Its scheduling policy is SCHED_BATCH
+ * when its creator's is the default SCHED_OTHER (which the creator keeps): it never preempts the thread running
+ * where it wakes up, as a new thread queued on its creator's CPU otherwise may for its whole time slice; any other
+ * policy of the creator's (real-time, SCHED_IDLE, SCHED_BATCH) is inherited as it is. @return 0, or pthread_create's error
  * (EAGAIN: no thread left, no memory for its start, or no pthread_create found). Not async-signal-safe.
  */
 int vaka_crash_create_own_thread(pthread_t *thread, const char *name, void *(*start)(void *), void *arg);

@@ -31,7 +31,8 @@ enum ThreadName {
 
 /// One of Vaka's own threads (`vaka.start`, `vaka.journal`, `vaka.delivery`, `vaka.close`): a detached POSIX
 /// thread created by `vaka_crash_create_own_thread` (`pthread_create` with the default attributes: the process's
-/// default stack size, 8 MiB from `RLIMIT_STACK` on Debian, as Foundation's `Thread` has), marked as Vaka's for the
+/// default stack size, 8 MiB from `RLIMIT_STACK` on Debian, as Foundation's `Thread` has; `SCHED_BATCH` when the
+/// creating thread has the default policy, so it never takes the CPU from the program's thread where it wakes up), marked as Vaka's for the
 /// crash runtime from the moment it exists (by its id, as soon as `pthread_create` returns), then named with
 /// ``ThreadName/setCurrent(_:)``, then running `body`, then unmarked. Not Foundation's `Thread`: its first use in a process (the `Thread`
 /// object, its thread-local setup on both threads) cost `Vaka.start`'s caller more than the `clone` itself.
