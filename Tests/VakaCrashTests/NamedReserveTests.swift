@@ -124,6 +124,15 @@ final class NamedReserveTests: XCTestCase {
         return String(decoding: run.result.stdout, as: UTF8.self)
     }
 
+    /// The `named` program built, a fresh report directory named after `label`, and the reserve a first launch
+    /// (`keep`) left in it.
+    private func directoryWithAReserve(_ label: String) throws -> (program: URL, dir: URL, reserve: FileState) {
+        let program = try RuntimeProgram.build("named", Self.source)
+        let dir = Paths.freshDirectory(label)
+        try run(program, "keep", in: dir, outcome: "exit 0")
+        return (program, dir, try XCTUnwrap(state(dir.appendingPathComponent(".reserve-0").path)))
+    }
+
     private func reportIsComplete(_ path: String, _ label: String) {
         let report = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
         XCTAssertTrue(report.hasPrefix("VAKA-CRASH "), "\(label): \(report)")
@@ -180,10 +189,7 @@ final class NamedReserveTests: XCTestCase {
     /// A program that closes the report directory's descriptor after start: the crash still renames the reserve,
     /// by the directory's path.
     func testTheReserveIsRenamedByPathWhenTheDirectoryDescriptorIsGone() throws {
-        let program = try RuntimeProgram.build("named", Self.source)
-        let dir = Paths.freshDirectory("named-reserve-dirgone")
-        try run(program, "keep", in: dir, outcome: "exit 0")
-        let made = try XCTUnwrap(state(dir.appendingPathComponent(".reserve-0").path))
+        let (program, dir, made) = try directoryWithAReserve("named-reserve-dirgone")
         XCTAssertEqual(try run(program, "dirgone", in: dir, outcome: "signal 11 (SIGSEGV)"), "reserve 1\nclosed 1\n")
         XCTAssertEqual(names(dir), ["r-dirgone.crash"])
         XCTAssertEqual(state(dir.appendingPathComponent("r-dirgone.crash").path)?.inode, made.inode, "the reserve, renamed")
@@ -205,11 +211,8 @@ final class NamedReserveTests: XCTestCase {
     /// finds no other and creates its report by name (a file of its own, without the reserve's blocks), and one
     /// that ran its deferred part first makes and renames `.reserve-1`. `.reserve-0` stays the holder's throughout.
     func testAReserveHeldByAnotherProcessIsNotTaken() throws {
-        let program = try RuntimeProgram.build("named", Self.source)
-        let dir = Paths.freshDirectory("named-reserve-held")
-        try run(program, "keep", in: dir, outcome: "exit 0")
+        let (program, dir, made) = try directoryWithAReserve("named-reserve-held")
         let reserve = dir.appendingPathComponent(".reserve-0").path
-        let made = try XCTUnwrap(state(reserve))
         XCTAssertEqual(try run(program, "hold", in: dir, outcome: "exit 0"), "reserve 1\nchild 11\nchild 11\nreserve 1\n")
         XCTAssertEqual(names(dir), [".reserve-0", "r-crash.crash", "r-finishcrash.crash"])
         XCTAssertEqual(state(reserve), made, "the holder's reserve, untouched")
@@ -226,10 +229,7 @@ final class NamedReserveTests: XCTestCase {
     /// A fork child shares its parent's open reserve but never writes into it: its report is a file of its own
     /// (`<run_id>-<pid>.crash`), and the parent's crash after it still renames the reserve.
     func testAForkChildLeavesTheParentsReserve() throws {
-        let program = try RuntimeProgram.build("named", Self.source)
-        let dir = Paths.freshDirectory("named-reserve-fork")
-        try run(program, "keep", in: dir, outcome: "exit 0")
-        let made = try XCTUnwrap(state(dir.appendingPathComponent(".reserve-0").path))
+        let (program, dir, made) = try directoryWithAReserve("named-reserve-fork")
         XCTAssertEqual(try run(program, "forkcrash", in: dir, outcome: "signal 11 (SIGSEGV)"), "reserve 1\nchild 11\n")
         let reports = names(dir)
         XCTAssertEqual(reports.count, 2, "\(reports)")
@@ -246,21 +246,12 @@ final class NamedReserveTests: XCTestCase {
     /// first): the reserve the first left still has its blocks, so the second, which crashes right after its
     /// install (no deferred part, which on a full disk could get no blocks), writes its whole report. Needs root.
     func testAFullDiskBeforeStartStillTakesTheWholeReport() throws {
-        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else {
-            throw XCTSkip("needs root and unshare(1) for a private tmpfs mount")
-        }
         let program = try RuntimeProgram.build("named", Self.source)
-        let dir = Paths.freshDirectory("named-reserve-full")
-        let mnt = dir.appendingPathComponent("mnt")
-        try FileManager.default.createDirectory(at: mnt, withIntermediateDirectories: true)
-        let script = "set -e; export MNT='\(mnt.path)'; mount -t tmpfs -o size=128k tmpfs \"$MNT\"; mkdir \"$MNT/r\"; " +
+        let (out, result) = try RuntimeProgram.runInPrivateMounts("named-reserve-full",
+            "set -e; mount -t tmpfs -o size=128k tmpfs \"$MNT\"; mkdir \"$MNT/r\"; " +
             "VK_DIR=\"$MNT/r\" '\(program.path)' keep; dd if=/dev/zero of=\"$MNT/fill\" bs=4k 2>/dev/null || true; " +
             "df -k \"$MNT\" | tail -1; VK_DIR=\"$MNT/r\" '\(program.path)' crash || true; ls -a \"$MNT/r\"; " +
-            "echo REPORT; cat \"$MNT/r/r-crash.crash\""
-        let result = try runChild(URL(fileURLWithPath: "/usr/bin/unshare"),
-                                  ["-m", "--propagation", "private", "/bin/bash", "-c", script],
-                                  label: "unshare", outputDirectory: dir, timeout: 60)
-        let out = String(decoding: result.stdout, as: UTF8.self)
+            "echo REPORT; cat \"$MNT/r/r-crash.crash\"")
         XCTAssertTrue(out.contains(" 100% "), "the file system was not full:\n\(out)")
         XCTAssertFalse(out.contains(".reserve-0"), "renamed to the report:\n\(out)")
         let report = out.components(separatedBy: "REPORT\n").last ?? ""

@@ -70,9 +70,6 @@ final class ReportFileAtCrashTimeTests: XCTestCase {
     /// renames to `.invalid` (the run then counts as `abnormal`, not `crashed`). Nothing reserves the space at
     /// install. Expected: at least the report's header (signal, si_code, fault address). Needs root.
     func testFullFileSystemAtCrashTimeStillKeepsTheHeader() throws {
-        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else {
-            throw XCTSkip("needs root and unshare(1) for a private tmpfs mount")
-        }
         let program = try RuntimeProgram.build("adv-full", """
         int main(void) {
             vk_start("advfull");
@@ -83,15 +80,9 @@ final class ReportFileAtCrashTimeTests: XCTestCase {
             return 0;
         }
         """)
-        let dir = Paths.freshDirectory("adv-full-run")
-        let mnt = dir.appendingPathComponent("mnt")
-        try FileManager.default.createDirectory(at: mnt, withIntermediateDirectories: true)
-        let script = "set -e; export MNT='\(mnt.path)'; mount -t tmpfs -o size=64k tmpfs \"$MNT\"; mkdir \"$MNT/r\"; " +
-            "VK_DIR=\"$MNT/r\" '\(program.path)' || true; ls -l \"$MNT/r\"; cat \"$MNT/r/advfull.crash\""
-        let result = try runChild(URL(fileURLWithPath: "/usr/bin/unshare"),
-                                  ["-m", "--propagation", "private", "/bin/bash", "-c", script],
-                                  label: "unshare", outputDirectory: dir, timeout: 60)
-        let out = String(decoding: result.stdout, as: UTF8.self)
+        let (out, result) = try RuntimeProgram.runInPrivateMounts("adv-full-run",
+            "set -e; mount -t tmpfs -o size=64k tmpfs \"$MNT\"; mkdir \"$MNT/r\"; " +
+            "VK_DIR=\"$MNT/r\" '\(program.path)' || true; ls -l \"$MNT/r\"; cat \"$MNT/r/advfull.crash\"")
         XCTAssertTrue(out.contains(" 100% "), "the file system was not full:\n\(out)")
         XCTAssertNotNil(reportValue(out, "signal"), "no header in the report:\n\(out)\n\(result.stderrTail())")
     }
@@ -102,19 +93,10 @@ final class ReportFileAtCrashTimeTests: XCTestCase {
     /// crashes with no report and nothing on stderr. docs/crash-handling.md promises one `[vaka]` line whenever
     /// crash reporting cannot work; a writability probe at install gives it. Needs root.
     func testReadOnlyCrashesDirectoryIsSaidOnStderr() throws {
-        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else {
-            throw XCTSkip("needs root and unshare(1) for a private tmpfs mount")
-        }
-        let dir = Paths.freshDirectory("adv-ro-run")
-        let mnt = dir.appendingPathComponent("mnt")
-        try FileManager.default.createDirectory(at: mnt, withIntermediateDirectories: true)
-        let script = "set -e; MNT='\(mnt.path)'; mount -t tmpfs -o size=1m tmpfs \"$MNT\"; " +
+        let (_, result) = try RuntimeProgram.runInPrivateMounts("adv-ro-run",
+            "set -e; mount -t tmpfs -o size=1m tmpfs \"$MNT\"; " +
             "mkdir -m 700 -p \"$MNT/s/crashes\"; chmod 700 \"$MNT/s\"; mount -o remount,ro \"$MNT\"; " +
-            "exec '\(Paths.harness.path)' null-deref --storage \"$MNT/s\""
-        let result = try runChild(URL(fileURLWithPath: "/usr/bin/unshare"),
-                                  ["-m", "--propagation", "private", "/bin/bash", "-c", script],
-                                  label: "unshare", outputDirectory: dir,
-                                  environment: ["SWIFT_BACKTRACE": "enable=no"], timeout: 60)
+            "exec '\(Paths.harness.path)' null-deref --storage \"$MNT/s\"", environment: ["SWIFT_BACKTRACE": "enable=no"])
         XCTAssertEqual(result.outcome, "signal 11 (SIGSEGV)", result.stderrTail())
         XCTAssertTrue(result.stderrTail().contains("[vaka]"),
                       "crash reporting cannot work, and stderr says nothing: '\(result.stderrTail())'")
@@ -127,9 +109,6 @@ final class ReportFileAtCrashTimeTests: XCTestCase {
     /// crash that follows leaves a 0-byte report. Without survived signals the same crash keeps its whole
     /// report (testFullFileSystemAtCrashTimeStillKeepsTheHeader). Needs root.
     func testSurvivedSignalsOnAFullDiskKeepTheReserve() throws {
-        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else {
-            throw XCTSkip("needs root and unshare(1) for a private tmpfs mount")
-        }
         let program = try RuntimeProgram.build("r2-full-survived", """
         #include <fcntl.h>
         static volatile int n, stop;
@@ -156,15 +135,9 @@ final class ReportFileAtCrashTimeTests: XCTestCase {
             return 0;
         }
         """)
-        let dir = Paths.freshDirectory("r2-full-run")
-        let mnt = dir.appendingPathComponent("mnt")
-        try FileManager.default.createDirectory(at: mnt, withIntermediateDirectories: true)
-        let script = "set -e; export MNT='\(mnt.path)'; mount -t tmpfs -o size=1m tmpfs \"$MNT\"; mkdir \"$MNT/r\"; " +
-            "VK_DIR=\"$MNT/r\" '\(program.path)' || true; cat \"$MNT/r/r2full.crash\""
-        let result = try runChild(URL(fileURLWithPath: "/usr/bin/unshare"),
-                                  ["-m", "--propagation", "private", "/bin/bash", "-c", script],
-                                  label: "unshare", outputDirectory: dir, timeout: 60)
-        let out = String(decoding: result.stdout, as: UTF8.self)
+        let (out, result) = try RuntimeProgram.runInPrivateMounts("r2-full-run",
+            "set -e; mount -t tmpfs -o size=1m tmpfs \"$MNT\"; mkdir \"$MNT/r\"; " +
+            "VK_DIR=\"$MNT/r\" '\(program.path)' || true; cat \"$MNT/r/r2full.crash\"")
         XCTAssertTrue(out.contains(" 100% "), "the file system was not full:\n\(out)")
         XCTAssertEqual(reportValue(out, "signal"), "11 SIGSEGV", "no header in the report:\n\(out)\n\(result.stderrTail())")
         XCTAssertTrue(out.hasSuffix("end\n"), "the report is incomplete:\n\(out)")

@@ -164,6 +164,24 @@ enum RuntimeProgram {
         return library
     }
 
+    /// Runs the bash `script` in a private mount namespace (`unshare -m --propagation private`), with `$MNT` (exported)
+    /// an empty directory under a fresh directory named after `label`, for the script to mount a small tmpfs on (a
+    /// full or read-only file system that leaves the machine's alone). Returns its stdout as text and the result.
+    /// - Throws: `XCTSkip` without root or unshare(1); ``ChildError`` when it cannot be run.
+    static func runInPrivateMounts(_ label: String, _ script: String, environment: [String: String] = [:],
+                                   timeout: TimeInterval = 60) throws -> (stdout: String, result: ChildResult) {
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else {
+            throw XCTSkip("needs root and unshare(1) for a private tmpfs mount")
+        }
+        let dir = Paths.freshDirectory(label)
+        let mnt = dir.appendingPathComponent("mnt")
+        try FileManager.default.createDirectory(at: mnt, withIntermediateDirectories: true)
+        let result = try runChild(URL(fileURLWithPath: "/usr/bin/unshare"),
+                                  ["-m", "--propagation", "private", "/bin/bash", "-c", "export MNT='\(mnt.path)'; " + script],
+                                  label: "unshare", outputDirectory: dir, environment: environment, timeout: timeout)
+        return (String(decoding: result.stdout, as: UTF8.self), result)
+    }
+
     /// One run of a program: how it ended and the files left in its report directory.
     struct Run {
         var result: ChildResult
