@@ -695,6 +695,10 @@ int vaka_crash_open_report_dir(void)
             t->dir_ino = st.st_ino;
             /* Last: a crash on another thread that sees the descriptor sees its identity too. */
             __atomic_store_n(&t->dir_fd, fd, __ATOMIC_RELEASE);
+            /* vaka_crash_finish_install ran before (with no directory, it made no reserve): the reserve now. */
+            if (preparation_done && __atomic_load_n(&t->reserve_fd, __ATOMIC_ACQUIRE) < 0 &&
+                !vaka_rt_open_named_reserve(t, 1))
+                (void)vaka_sig_make_reserve(t);
         }
     }
     pthread_mutex_unlock(&install_lock);

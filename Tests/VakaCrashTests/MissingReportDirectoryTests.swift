@@ -15,6 +15,8 @@ final class MissingReportDirectoryTests: XCTestCase {
     /// start, install with `make_report_dir`, crash (the report is created by its path). `reserve`: the
     /// directories made first (umask 0077), then umask 0777, install, vaka_crash_open_report_dir(),
     /// vaka_crash_finish_install() (its reserve made under that umask), crash (the report is the reserve).
+    /// `finishfirst`: install, vaka_crash_finish_install() while the directory is still missing (`reserve <n>`), make
+    /// the directories, vaka_crash_open_report_dir() (`open <rc>`, `reserve <n>`), crash.
     static let source = RuntimeProgram.reservesFunction + """
     #include <sys/stat.h>
     int main(int argc, char **argv) {
@@ -45,6 +47,14 @@ final class MissingReportDirectoryTests: XCTestCase {
         }
         if (strcmp(mode, "reserve") == 0) {
             if (vaka_crash_open_report_dir() != 0 || vaka_crash_finish_install() != 0) return 97;
+            printf("reserve %d\\n", reserves(dir));
+        }
+        if (strcmp(mode, "finishfirst") == 0) {
+            if (vaka_crash_finish_install() != 0) return 97;
+            printf("reserve %d\\n", reserves(dir));
+            umask(0077);
+            if (mkdir(a, 0700) || mkdir(b, 0700) || mkdir(dir, 0700)) return 98;
+            printf("open %d\\n", vaka_crash_open_report_dir());
             printf("reserve %d\\n", reserves(dir));
         }
         fflush(stdout);
@@ -83,6 +93,17 @@ final class MissingReportDirectoryTests: XCTestCase {
     func testOpenReportDirectoryOnceMade() throws {
         let (stdout, _) = try crash("open")
         XCTAssertEqual(stdout, "open \(ENOENT)\nopen 0\nopen 0\nreserve 1\n")
+    }
+
+    /// The other order (a program that runs vaka_crash_finish_install before the directory exists, as the harness
+    /// may on a first run): no reserve while the directory is missing, one made when vaka_crash_open_report_dir opens
+    /// it, and the crash's report is that reserve (its blocks past its end).
+    func testOpenReportDirectoryAfterFinishStillMakesTheReserve() throws {
+        let (stdout, crashes) = try crash("finishfirst")
+        XCTAssertEqual(stdout, "reserve 0\nopen 0\nreserve 1\n")
+        var st = stat()
+        XCTAssertEqual(stat(crashes.appendingPathComponent("missing.crash").path, &st), 0)
+        XCTAssertGreaterThanOrEqual(Int(st.st_blocks) * 512, 64 * 1024, "the report is the reserve")
     }
 
     /// The report is the owner's to read at the next launch whatever the umask: 0600 under umask 0777, created

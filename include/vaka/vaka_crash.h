@@ -123,8 +123,8 @@ int vaka_crash_finish_install(void);
  * Opens the report directory that install left unopened (a config with `make_report_dir` whose directory did not
  * exist yet), once the caller has made it: O_PATH | O_DIRECTORY | O_CLOEXEC, checked as install checks it (a
  * directory files can be created in), then published to the handler (a release store), which from then on creates
- * the report relative to it and no longer makes directories. Call it before vaka_crash_finish_install(), whose
- * report reserve is made in that directory. Does nothing (returns 0) when not installed, when a crash capture has
+ * the report relative to it and no longer makes directories. Best called before vaka_crash_finish_install(), whose
+ * report reserve is made in that directory; called after it, it makes the reserve itself. Does nothing (returns 0) when not installed, when a crash capture has
  * begun, or when the directory is already open. Not async-signal-safe.
  * @return 0, or the errno of open(2) (ENOENT: still missing, ENOTDIR, EACCES...) or of the writability check
  *         (EACCES, EROFS); the handler then keeps creating the report by its path.
