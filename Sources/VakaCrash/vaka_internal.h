@@ -317,7 +317,7 @@ typedef struct vaka_report_target {
                                                 * report's name at crash time. Set before reserve_fd is published */
 } vaka_report_target;
 
-/** Named reserves kept in the report directory from run to run (docs/crash-handling.md, "The report's file"):
+/** Named reserves kept in the report directory from run to run (docs/crash-handling.md, *Install* and *Capture*):
  *  `.reserve-0` ... `.reserve-<VAKA_RESERVE_SLOTS - 1>`, each empty with its blocks allocated past its end,
  *  held by at most one process at a time (flock). A crash renames the one its process holds to the report's
  *  name: no inode to allocate in the handler (creating the report there took 47-115 µs on ext4, the rename
