@@ -113,21 +113,6 @@ static int valid_run_id(const char *id, size_t *len)
     return 1;
 }
 
-/* Closes the directory descriptor and the reserve of `t` if they are still the ones install opened (and not
- * shared with `keep`, the current target, which a fork child's copy shares). */
-static void close_target_dir(vaka_report_target *t, const vaka_report_target *keep)
-{
-    struct stat st;
-    if (t->dir_fd >= 0 && (keep == NULL || keep->dir_fd != t->dir_fd) && fstat(t->dir_fd, &st) == 0 &&
-        st.st_dev == t->dir_dev && st.st_ino == t->dir_ino)
-        close(t->dir_fd);
-    t->dir_fd = -1;
-    if (t->reserve_fd >= 0 && (keep == NULL || keep->reserve_fd != t->reserve_fd) && fstat(t->reserve_fd, &st) == 0 &&
-        st.st_dev == t->reserve_dev && st.st_ino == t->reserve_ino)
-        close(t->reserve_fd);
-    t->reserve_fd = -1;
-}
-
 /* 0 when files can be created in the directory `dir` (descriptor `fd`, O_PATH): write permission for the
  * effective ids (faccessat with AT_EACCESS, which also reports EROFS, even for root) and a file system not mounted
  * read-only (fstatvfs of the descriptor: no second path lookup). @return 0 or the errno. */
@@ -164,16 +149,6 @@ static int open_report_dir(const char *dir, struct stat *st, int *err)
     return fd;
 }
 
-/* Allocates the reserve's blocks past its end (the first of VAKA_RESERVE_SIZES the file system grants). A named
- * reserve kept from run to run gets them again each time: one made on a nearly full disk (8 KiB, or none) grows to
- * 64 KiB once there is room; blocks it already has cost nothing more. */
-static void give_reserve_blocks(int fd)
-{
-    static const long sizes[] = VAKA_RESERVE_SIZES;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0L, sizes[i]) == 0) break;
-}
-
 int vaka_rt_open_named_reserve(vaka_report_target *t, int create)
 {
     if (t->dir_fd < 0) return 0;
@@ -200,17 +175,20 @@ int vaka_rt_open_named_reserve(vaka_report_target *t, int create)
             close(fd);
             continue;
         }
-        if ((st.st_mode & 07777) != 0600) (void)fchmod(fd, 0600);
-        if (create) give_reserve_blocks(fd);
-        t->reserve_slot = slot;
-        t->reserve_dev = st.st_dev;
-        t->reserve_ino = st.st_ino;
-        t->reserve_pid = getpid();
-        /* Last: a crash on another thread that sees the descriptor sees the rest too. */
-        __atomic_store_n(&t->reserve_fd, fd, __ATOMIC_RELEASE);
+        /* Kept from run to run: given its blocks again each time it is made or taken with `create`, so one made
+         * on a nearly full disk (8 KiB, or none) grows to 64 KiB once there is room. */
+        if (create) vaka_sig_reserve_blocks(fd);
+        vaka_sig_publish_reserve(t, fd, &st, slot);
         return 1;
     }
     return 0;
+}
+
+/* A reserve for `t` (its directory open): a named one (made when none is free), else an unnamed one.
+ * @return 0, or vaka_sig_make_reserve's errno. */
+static int make_reserve(vaka_report_target *t)
+{
+    return vaka_rt_open_named_reserve(t, 1) ? 0 : vaka_sig_make_reserve(t);
 }
 
 /* Fills `t` from the config, opens the report directory (open_report_dir) and, when `reserve`, makes the
@@ -240,7 +218,7 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
     }
     while (dir_len > 1 && dir[dir_len - 1] == '/') dir_len--;
 
-    close_target_dir(t, current);
+    vaka_sig_close_target(t, current);
     memset(t, 0, sizeof *t);
     t->reserve_fd = -1;
     t->reserve_slot = -1;
@@ -266,9 +244,8 @@ static int make_target(vaka_report_target *t, const vaka_report_target *current,
         (void)vaka_rt_open_named_reserve(t, 0);
         return 0;
     }
-    if (vaka_rt_open_named_reserve(t, 1)) return 0;
-    rc = vaka_sig_make_reserve(t);
-    if (rc != 0) close_target_dir(t, current);
+    rc = make_reserve(t);
+    if (rc != 0) vaka_sig_close_target(t, current);
     return rc;
 }
 
@@ -636,11 +613,10 @@ static int make_deferred_reserve(void)
         struct stat st;
         if (target->reserve_slot >= 0 && target->reserve_pid == getpid() && fstat(fd, &st) == 0 &&
             st.st_dev == target->reserve_dev && st.st_ino == target->reserve_ino)
-            give_reserve_blocks(fd);
+            vaka_sig_reserve_blocks(fd);
         return 0;
     }
-    if (vaka_rt_open_named_reserve(target, 1)) return 0;
-    return vaka_sig_make_reserve(target);
+    return make_reserve(target);
 }
 
 int vaka_crash_finish_install(void)
@@ -696,9 +672,7 @@ int vaka_crash_open_report_dir(void)
             /* Last: a crash on another thread that sees the descriptor sees its identity too. */
             __atomic_store_n(&t->dir_fd, fd, __ATOMIC_RELEASE);
             /* vaka_crash_finish_install ran before (with no directory, it made no reserve): the reserve now. */
-            if (preparation_done && __atomic_load_n(&t->reserve_fd, __ATOMIC_ACQUIRE) < 0 &&
-                !vaka_rt_open_named_reserve(t, 1))
-                (void)vaka_sig_make_reserve(t);
+            if (preparation_done && __atomic_load_n(&t->reserve_fd, __ATOMIC_ACQUIRE) < 0) (void)make_reserve(t);
         }
     }
     pthread_mutex_unlock(&install_lock);
@@ -728,8 +702,8 @@ int vaka_crash_uninstall(void)
         vaka_thread_stack_detach();
         vaka_rt_threads_uninstall();
         vaka_rt_at_uninstall(); /* before the directory descriptors close */
-        close_target_dir(&vaka_state.targets[0], NULL);
-        close_target_dir(&vaka_state.targets[1], NULL);
+        vaka_sig_close_target(&vaka_state.targets[0], NULL);
+        vaka_sig_close_target(&vaka_state.targets[1], NULL);
         gave_alt_stack = 0;
     }
     pthread_mutex_unlock(&install_lock);

@@ -45,13 +45,7 @@ void vaka_sig_after_fork_child(void)
     /* The target it replaces (an earlier install's, kept open in case a crash was reading it at the re-install):
      * its descriptors are the child's own copies, and nobody reads that target in the child. Closed, so the child
      * holds neither its directory nor its reserve (a named one would keep its slot locked while the child lives). */
-    struct stat old;
-    if (next->reserve_fd >= 0 && next->reserve_fd != current->reserve_fd && next->reserve_fd != current->dir_fd &&
-        fstat(next->reserve_fd, &old) == 0 && old.st_dev == next->reserve_dev && old.st_ino == next->reserve_ino)
-        close(next->reserve_fd);
-    if (next->dir_fd >= 0 && next->dir_fd != current->dir_fd && next->dir_fd != current->reserve_fd &&
-        fstat(next->dir_fd, &old) == 0 && old.st_dev == next->dir_dev && old.st_ino == next->dir_ino)
-        close(next->dir_fd);
+    vaka_sig_close_target(next, current);
     vaka_sig_copy(next, current, sizeof *next);
     /* The reserve is the parent's (the same open file): the child must never write into it. Its copy of the
      * descriptor is closed; the child's report is created by name. */

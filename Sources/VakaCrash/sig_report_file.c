@@ -81,6 +81,37 @@ static void make_report_dirs(const vaka_report_target *target)
     }
 }
 
+void vaka_sig_reserve_blocks(int fd)
+{
+    static const long sizes[] = VAKA_RESERVE_SIZES;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (syscall(SYS_fallocate, fd, FALLOC_FL_KEEP_SIZE, 0L, sizes[i]) == 0) break;
+}
+
+void vaka_sig_publish_reserve(vaka_report_target *t, int fd, const struct stat *st, int slot)
+{
+    make_report_private(fd, st); /* named as the report by the handler */
+    t->reserve_slot = slot;
+    t->reserve_dev = st->st_dev;
+    t->reserve_ino = st->st_ino;
+    t->reserve_pid = (pid_t)syscall(SYS_getpid);
+    /* Last: a crash on another thread that sees the descriptor sees its identity too. */
+    __atomic_store_n(&t->reserve_fd, fd, __ATOMIC_RELEASE);
+}
+
+void vaka_sig_close_target(vaka_report_target *t, const vaka_report_target *keep)
+{
+    struct stat st;
+    if (t->dir_fd >= 0 && (keep == NULL || keep->dir_fd != t->dir_fd) && fstat(t->dir_fd, &st) == 0 &&
+        st.st_dev == t->dir_dev && st.st_ino == t->dir_ino)
+        close(t->dir_fd);
+    t->dir_fd = -1;
+    if (t->reserve_fd >= 0 && (keep == NULL || keep->reserve_fd != t->reserve_fd) && fstat(t->reserve_fd, &st) == 0 &&
+        st.st_dev == t->reserve_dev && st.st_ino == t->reserve_ino)
+        close(t->reserve_fd);
+    t->reserve_fd = -1;
+}
+
 int vaka_sig_make_reserve(vaka_report_target *t)
 {
     struct stat st;
@@ -94,20 +125,12 @@ int vaka_sig_make_reserve(vaka_report_target *t)
         return e == EROFS || e == EACCES || e == EPERM ? e : 0; /* EOPNOTSUPP, EISDIR, ENOSPC...: no reserve */
     }
     /* No room at all leaves the unnamed file without blocks: still a descriptor held for the crash (EMFILE). */
-    static const long sizes[] = VAKA_RESERVE_SIZES;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        if (syscall(SYS_fallocate, fd, FALLOC_FL_KEEP_SIZE, 0L, sizes[i]) == 0) break;
+    vaka_sig_reserve_blocks(fd);
     if (fstat(fd, &st) != 0) {
         close(fd);
         return 0;
     }
-    make_report_private(fd, &st); /* linked as the report by the handler */
-    t->reserve_slot = -1;
-    t->reserve_dev = st.st_dev;
-    t->reserve_ino = st.st_ino;
-    t->reserve_pid = (pid_t)syscall(SYS_getpid);
-    /* Last: a crash on another thread that sees the descriptor sees its identity too. */
-    __atomic_store_n(&t->reserve_fd, fd, __ATOMIC_RELEASE);
+    vaka_sig_publish_reserve(t, fd, &st, -1);
     return 0;
 }
 
@@ -403,11 +426,7 @@ void vaka_sig_settle_survived_report(int keep)
         vaka_run.kept_fd = -1;
         vaka_run.report_name_used = NULL;
         /* The report's blocks are free now: take what the new reserve could not get before, at once. */
-        if (target != NULL && target->reserve_fd >= 0) {
-            static const long sizes[] = VAKA_RESERVE_SIZES;
-            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-                if (syscall(SYS_fallocate, target->reserve_fd, FALLOC_FL_KEEP_SIZE, 0L, sizes[i]) == 0) break;
-        }
+        if (target != NULL && target->reserve_fd >= 0) vaka_sig_reserve_blocks(target->reserve_fd);
     }
     vaka_report_target *target = atomic_load(&vaka_state.target);
     if (target != NULL && target->reserve_fd < 0 && vaka_run.spare_fd < 0) vaka_sig_make_reserve(target);

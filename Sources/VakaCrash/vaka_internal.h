@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #if __has_include(<sys/single_threaded.h>)
@@ -380,13 +381,23 @@ void vaka_rt_rearm(void);
  *  @return 0; or the errno of the O_TMPFILE open (EROFS, EACCES...; t->reserve_fd is then -1). A file system
  *  without O_TMPFILE (EOPNOTSUPP, EISDIR) or without room returns 0 with no reserve. */
 int vaka_sig_make_reserve(vaka_report_target *t);
+/** Signal safe (sig_report_file.c): allocates a reserve's blocks past its end, the first of VAKA_RESERVE_SIZES the
+ *  file system grants (fallocate, FALLOC_FL_KEEP_SIZE); blocks the file already has cost nothing more. */
+void vaka_sig_reserve_blocks(int fd);
+/** Signal safe (sig_report_file.c): makes `fd` (whose status is `st`) the reserve of `t`: 0600, `slot` (-1:
+ *  unnamed), its identity and this process's pid, then the descriptor, published last (release store). */
+void vaka_sig_publish_reserve(vaka_report_target *t, int fd, const struct stat *st, int slot);
+/** Signal safe (sig_report_file.c): closes the directory descriptor and the reserve of `t` when they are still the
+ *  ones it recorded (same device and inode) and not shared with `keep` (the target in use, or NULL), and sets both
+ *  to -1. */
+void vaka_sig_close_target(vaka_report_target *t, const vaka_report_target *keep);
 /** Signal safe (sig_report_file.c): the name of named reserve `slot` (0..VAKA_RESERVE_SLOTS-1) into `out`
  *  (VAKA_RESERVE_NAME_MAX bytes), NUL-terminated. */
 void vaka_sig_reserve_name(char out[VAKA_RESERVE_NAME_MAX], int slot);
 /** Install time (install.c; not signal safe): gives `t` (its report directory open) the first named reserve
  *  (VAKA_RESERVE_SLOTS) that no other open file holds: opened (made when missing and `create`), locked with
  *  flock(LOCK_EX|LOCK_NB) for this process's lifetime, and kept only when it is a regular file, empty, with one
- *  name. A new one gets its blocks as vaka_sig_make_reserve's do. @return 1 when `t` has it, else 0 (none
+ *  name; with `create`, given its blocks (vaka_sig_reserve_blocks). @return 1 when `t` has it, else 0 (none
  *  free, none there without `create`, or a file system without flock: the caller makes an unnamed one). */
 int vaka_rt_open_named_reserve(vaka_report_target *t, int create);
 /** Normal exit (atexit, registered by install.c; sig_lifecycle.c: exit() may be called by a previous handler
