@@ -178,6 +178,7 @@ int vaka_rt_open_named_reserve(vaka_report_target *t, int create)
         /* Kept from run to run: given its blocks again each time it is made or taken with `create`, so one made
          * on a nearly full disk (8 KiB, or none) grows to 64 KiB once there is room. */
         if (create) vaka_sig_reserve_blocks(fd);
+        t->reserve_blocks_pending = !create;
         vaka_sig_publish_reserve(t, fd, &st, slot);
         return 1;
     }
@@ -603,7 +604,8 @@ static size_t refresh_image_cache(void)
 }
 
 /* The current target's reserve when a deferring install left it out (install_lock held); a named reserve install
- * took is given its blocks (the deferring install left that to here). @return 0 or the errno of its creation. */
+ * took is given its blocks once (the deferring install left that to here; vaka_crash_finish_install calls this
+ * twice). @return 0 or the errno of its creation. */
 static int make_deferred_reserve(void)
 {
     vaka_report_target *target = atomic_load(&vaka_state.target);
@@ -611,9 +613,11 @@ static int make_deferred_reserve(void)
     int fd = __atomic_load_n(&target->reserve_fd, __ATOMIC_ACQUIRE);
     if (fd >= 0) {
         struct stat st;
-        if (target->reserve_slot >= 0 && target->reserve_pid == getpid() && fstat(fd, &st) == 0 &&
-            st.st_dev == target->reserve_dev && st.st_ino == target->reserve_ino)
+        if (target->reserve_blocks_pending && target->reserve_slot >= 0 && target->reserve_pid == getpid() &&
+            fstat(fd, &st) == 0 && st.st_dev == target->reserve_dev && st.st_ino == target->reserve_ino) {
             vaka_sig_reserve_blocks(fd);
+            target->reserve_blocks_pending = 0;
+        }
         return 0;
     }
     return make_reserve(target);

@@ -316,6 +316,8 @@ typedef struct vaka_report_target {
                                                 * it is the named reserve `.reserve-<slot>` in the report
                                                 * directory (vaka_rt_open_named_reserve), renamed to the
                                                 * report's name at crash time. Set before reserve_fd is published */
+    int reserve_blocks_pending;                /* 1: a named reserve taken without its blocks (install's deferring
+                                                * path); vaka_crash_finish_install gives them once, then 0 */
 } vaka_report_target;
 
 /** Named reserves kept in the report directory from run to run (docs/crash-handling.md, *Install* and *Capture*):
